@@ -1,0 +1,138 @@
+// Package batch defines the batch manifest: the contract between the SST
+// builder and Lorry (which write batches), the control plane (which orders
+// them) and the serving nodes (which apply them).
+//
+// A batch is one or more SST files of one partition plus manifest.json, stored
+// under Prefix(partition, id). A batch is registered only after every object
+// of it exists; its id is unique and never reused for other content.
+package batch
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// FormatVersion is the manifest format this code writes and reads.
+const FormatVersion = 1
+
+// Kinds of batch.
+const (
+	// KindSnapshot replaces the partition's whole contents.
+	KindSnapshot = "snapshot"
+	// KindDelta applies puts and deletes on top of what the replica has.
+	KindDelta = "delta"
+)
+
+// MetaKey is the reserved key every batch's SST holds; its value is the batch
+// id. It sorts before every 16-byte page key (page keys are exactly 16 bytes,
+// this is 1 byte), so a replica can read the last applied batch from its own
+// database, ingested atomically with the data.
+var MetaKey = []byte{0x00}
+
+// File is one SST file of a batch.
+type File struct {
+	Name   string `json:"name"`   // base name, e.g. "000001.sst"
+	Size   int64  `json:"size"`   // bytes
+	SHA256 string `json:"sha256"` // 64 lower-case hex characters
+	Keys   int64  `json:"keys"`
+}
+
+// Manifest describes one batch.
+type Manifest struct {
+	Format      int    `json:"format"`
+	ID          string `json:"id"`
+	Partition   int    `json:"partition"`
+	Partitions  int    `json:"partitions"`
+	Kind        string `json:"kind"`
+	Files       []File `json:"files"`
+	Keys        int64  `json:"keys"`    // puts + deletes, excluding MetaKey
+	Deletes     int64  `json:"deletes"` // tombstones among Keys
+	Smallest    string `json:"smallest"`
+	Largest     string `json:"largest"`
+	Source      string `json:"source"` // e.g. "export:<id>" or "lorry:p7:100-200"
+	CreatedAtMS int64  `json:"created_at_ms"`
+}
+
+var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+
+// ValidID reports whether id may name a batch: lower-case letters, digits,
+// '.', '_' and '-', at most 128 characters, not starting with punctuation.
+func ValidID(id string) bool { return idRE.MatchString(id) }
+
+// Prefix returns the object-store prefix of a batch, ending in "/".
+func Prefix(partition int, id string) string {
+	return fmt.Sprintf("batches/p%05d/%s/", partition, id)
+}
+
+// ManifestKey returns the object key of a batch's manifest.
+func ManifestKey(partition int, id string) string { return Prefix(partition, id) + "manifest.json" }
+
+// Validate checks the manifest on its own. Errors name the batch and field.
+func (m *Manifest) Validate() error {
+	fail := func(format string, a ...any) error {
+		return fmt.Errorf("batch %q: %s", m.ID, fmt.Sprintf(format, a...))
+	}
+	if m.Format != FormatVersion {
+		return fail("format %d, this binary reads %d", m.Format, FormatVersion)
+	}
+	if !ValidID(m.ID) {
+		return fail("invalid id")
+	}
+	if m.Partitions <= 0 {
+		return fail("partitions %d must be positive", m.Partitions)
+	}
+	if m.Partition < 0 || m.Partition >= m.Partitions {
+		return fail("partition %d out of range [0,%d)", m.Partition, m.Partitions)
+	}
+	if m.Kind != KindSnapshot && m.Kind != KindDelta {
+		return fail("kind %q is neither %q nor %q", m.Kind, KindSnapshot, KindDelta)
+	}
+	if len(m.Files) == 0 {
+		return fail("no files")
+	}
+	seen := map[string]bool{}
+	var keys int64
+	for i, f := range m.Files {
+		if f.Name == "" || strings.ContainsAny(f.Name, "/\\") || f.Name == "manifest.json" {
+			return fail("file %d: bad name %q", i, f.Name)
+		}
+		if seen[f.Name] {
+			return fail("file %q listed twice", f.Name)
+		}
+		seen[f.Name] = true
+		if f.Size <= 0 {
+			return fail("file %q: size %d", f.Name, f.Size)
+		}
+		if b, err := hex.DecodeString(f.SHA256); err != nil || len(b) != 32 {
+			return fail("file %q: sha256 %q is not 64 hex characters", f.Name, f.SHA256)
+		}
+		keys += f.Keys
+	}
+	if m.Keys < 0 || m.Deletes < 0 || m.Deletes > m.Keys {
+		return fail("keys %d / deletes %d inconsistent", m.Keys, m.Deletes)
+	}
+	if m.Smallest > m.Largest {
+		return fail("smallest key %s > largest %s", m.Smallest, m.Largest)
+	}
+	return nil
+}
+
+// Encode returns the manifest as indented JSON.
+func (m *Manifest) Encode() ([]byte, error) { return json.MarshalIndent(m, "", "  ") }
+
+// Decode parses and validates a manifest.
+func Decode(b []byte) (*Manifest, error) {
+	var m Manifest
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("batch manifest: %w", err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}

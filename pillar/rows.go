@@ -1,0 +1,99 @@
+package pillar
+
+// Row types of the Pillar tables. Every type carries yson tags (YTsaurus and
+// the MapReduce job protocol) and parquet tags (the embedded store); the
+// column names are the same in both. Page keys are stored as 32 lower-case hex
+// characters: they sort like the raw bytes and a person can read them.
+
+// Table names (logical paths under the store root).
+const (
+	TableDocs     = "docs"
+	TableSignals  = "signals"
+	PrefixChunks  = "chunks/"     // chunks/<cv>
+	PrefixEmbed   = "embeddings/" // embeddings/<cv>/<model>
+	PrefixSubsets = "subsets/"    // subsets/<name>
+)
+
+// ChunksTable returns the table of chunker version cv.
+func ChunksTable(cv string) string { return PrefixChunks + cv }
+
+// EmbeddingsTable returns the table of embedding version (cv, model).
+func EmbeddingsTable(cv, model string) string { return PrefixEmbed + cv + "/" + model }
+
+// SubsetTable returns the membership table of a subset.
+func SubsetTable(name string) string { return PrefixSubsets + name }
+
+// Doc is one page's current clean text: a row of the docs table, sorted by
+// page_key. A changed page replaces its row and increments Version.
+type Doc struct {
+	PageKey     string `yson:"page_key" parquet:"page_key"`
+	URL         string `yson:"url" parquet:"url"`
+	Host        string `yson:"host" parquet:"host"`
+	FetchedAt   int64  `yson:"fetched_at" parquet:"fetched_at"` // unix milliseconds
+	ContentHash string `yson:"content_hash" parquet:"content_hash"`
+	Title       string `yson:"title" parquet:"title"`
+	Text        string `yson:"text" parquet:"text"`
+	Lang        string `yson:"lang" parquet:"lang"`
+	TextLen     int64  `yson:"text_len" parquet:"text_len"`
+	OutLinks    int64  `yson:"out_links" parquet:"out_links"`
+	HTMLBytes   int64  `yson:"html_bytes" parquet:"html_bytes"`
+	Version     int64  `yson:"version" parquet:"version"`
+	UpdatedAt   int64  `yson:"updated_at" parquet:"updated_at"` // unix milliseconds
+}
+
+// Signal is one named per-page signal (e.g. a quality score) imported from
+// outside. Num holds numeric signals, Str string ones.
+type Signal struct {
+	PageKey string  `yson:"page_key" parquet:"page_key"`
+	Name    string  `yson:"name" parquet:"name"`
+	Num     float64 `yson:"num" parquet:"num"`
+	Str     string  `yson:"str" parquet:"str"`
+	IsNum   bool    `yson:"is_num" parquet:"is_num"`
+}
+
+// Chunk is one passage of a page under one chunker version, sorted by
+// (page_key, chunk_no). Start and End are byte offsets into Doc.Text.
+// A page with no chunks (empty text) has one row with ChunkNo = -1.
+type Chunk struct {
+	PageKey     string `yson:"page_key" parquet:"page_key"`
+	ChunkNo     int32  `yson:"chunk_no" parquet:"chunk_no"`
+	ContentHash string `yson:"content_hash" parquet:"content_hash"`
+	Text        string `yson:"text" parquet:"text"`
+	Start       int32  `yson:"start" parquet:"start"`
+	End         int32  `yson:"end" parquet:"end"`
+	Tokens      int32  `yson:"tokens" parquet:"tokens"`
+}
+
+// Embedding is the vector of one chunk under one embedding version.
+type Embedding struct {
+	PageKey     string    `yson:"page_key" parquet:"page_key"`
+	ChunkNo     int32     `yson:"chunk_no" parquet:"chunk_no"`
+	ContentHash string    `yson:"content_hash" parquet:"content_hash"`
+	Vector      []float32 `yson:"vector" parquet:"vector,list"`
+}
+
+// SubsetMember is one page in one generation of a subset.
+type SubsetMember struct {
+	PageKey string  `yson:"page_key" parquet:"page_key"`
+	Score   float64 `yson:"score" parquet:"score"`
+	Reason  string  `yson:"reason" parquet:"reason"`
+}
+
+// Export operations.
+const (
+	OpPut    = "put"
+	OpDelete = "delete"
+)
+
+// ExportRecord is one entry of the partition-aligned export queue. Offsets
+// are assigned at commit: dense and increasing within a partition.
+type ExportRecord struct {
+	Partition int32  `yson:"partition" parquet:"partition"`
+	Offset    int64  `yson:"offset" parquet:"offset"`
+	PageKey   string `yson:"page_key" parquet:"page_key"`
+	Op        string `yson:"op" parquet:"op"`
+	Value     []byte `yson:"value" parquet:"value"`
+	Cause     string `yson:"cause" parquet:"cause"`
+	// CommittedAt is the commit time in unix milliseconds (set by the store).
+	CommittedAt int64 `yson:"committed_at" parquet:"committed_at"`
+}
