@@ -1,0 +1,57 @@
+// Command pillar is the toolkit's CLI: every capability of the write and
+// serve path is reachable from here. Each component adds its commands in its
+// own cmd_<component>.go file and one line to commands() below.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+)
+
+func commands() []*cli.Command {
+	return []*cli.Command{
+		// One line per component, in pipeline order.
+	}
+}
+
+func newApp() *cli.App {
+	return &cli.App{
+		Name:  "pillar",
+		Usage: "versioned page store, backfills, subsets, SST export and the cobbled serving tier",
+		Description: `Pillar keeps web pages (clean text, chunks per chunker version, embeddings per
+model) in a versioned store, rebuilds them with MapReduce jobs, exports them as RocksDB
+SST batches, and serves them from cobbled nodes behind a hedging router.
+
+Examples:
+   pillar ingest --store data/store --from /usr/share/doc/postgresql-doc-15/html
+   pillar tables --store data/store`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: []string{"PILLAR_LOG_LEVEL"}},
+		},
+		Before: func(c *cli.Context) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+				return fmt.Errorf("--log-level %q: %w", c.String("log-level"), err)
+			}
+			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})))
+			return nil
+		},
+		Commands:             commands(),
+		EnableBashCompletion: true,
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newApp().RunContext(ctx, os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "pillar:", err)
+		os.Exit(1)
+	}
+}
