@@ -1,0 +1,42 @@
+// Package local is the embedded Pillar store: tables as Parquet files in a
+// directory, committed atomically.
+//
+// Layout of a store directory:
+//
+//	STORE                       {"format":1,"partitions":P,...}  written once by Create
+//	CURRENT                     name of the current manifest      replaced by rename: the commit point
+//	LOCK                        flock(2) held while a commit runs
+//	manifests/m-<gen>.json      the state at generation gen: tables → files, attributes,
+//	                            export-queue segments, consumed ids
+//	data/<gen>-<n>-<rand>.parquet   immutable data files (tables and queue segments)
+//	tx/<id>/                    staging of an open transaction (holds tx/<id>/.lock)
+//
+// Invariants:
+//
+//   - Data files and manifests are immutable once written; a file is never
+//     rewritten in place. Every file a manifest names is fsynced before the
+//     manifest is written, and the manifest before CURRENT is replaced.
+//   - A commit becomes visible at exactly one point: the rename of CURRENT.tmp
+//     over CURRENT (followed by an fsync of the directory). A crash (kill -9,
+//     power loss) at any earlier point leaves the previous state; at any later
+//     point the new one. Never a mix.
+//   - Commits are serialized by an flock on LOCK, across processes. Each Tx
+//     remembers the generation of every table and attribute it changes as of
+//     Begin; Commit refuses with ErrConflict when any of them changed since
+//     (first committer wins, the loser's changes are dropped, nothing is
+//     merged into a table or attribute someone else changed). Export-queue
+//     appends and consumed marks never conflict: offsets are assigned under
+//     the lock, after whatever committed meanwhile.
+//   - Readers read a Snapshot: one manifest and the immutable files it names.
+//     A snapshot stays readable while commits happen. Files that no retained
+//     manifest names are removed by cleanup, which runs under LOCK at Open
+//     and after commits. A manifest is retained while it is one of the newest
+//     Options.RetainManifests or younger than Options.RetainFor, so a reader
+//     in another process has that long to finish.
+//   - Staging directories of transactions whose process died (their .lock is
+//     not held) are removed by cleanup; an aborted Tx removes its own.
+//
+// Concurrency: a Store and its Snapshots may be used from many goroutines. A
+// Tx is for one goroutine, except that the RowWriters it hands out may be
+// written concurrently (one writer per goroutine).
+package local

@@ -1,0 +1,162 @@
+package local
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// formatVersion is the on-disk format this code writes and reads.
+const formatVersion = 1
+
+// storeFile is the content of STORE.
+type storeFile struct {
+	Format     int       `json:"format"`
+	Partitions int       `json:"partitions"`
+	Created    time.Time `json:"created"`
+}
+
+type fileEntry struct {
+	Name  string `json:"name"`
+	Rows  int64  `json:"rows"`
+	Bytes int64  `json:"bytes"`
+}
+
+type tableEntry struct {
+	RowType  string      `json:"row_type"` // Go type name of the rows, for a clear error on mismatch
+	Schema   string      `json:"schema"`
+	SortedBy []string    `json:"sorted_by,omitempty"`
+	Files    []fileEntry `json:"files"`
+	Gen      int64       `json:"gen"` // generation that last changed the table
+}
+
+func (t *tableEntry) rows() (n int64) {
+	for _, f := range t.Files {
+		n += f.Rows
+	}
+	return n
+}
+
+func (t *tableEntry) bytes() (n int64) {
+	for _, f := range t.Files {
+		n += f.Bytes
+	}
+	return n
+}
+
+type attrEntry struct {
+	Value json.RawMessage `json:"value"`
+	Gen   int64           `json:"gen"`
+}
+
+// segment is a run of export-queue records of one partition in one file:
+// offsets [First, First+Count).
+type segment struct {
+	File  string `json:"file"`
+	First int64  `json:"first"`
+	Count int64  `json:"count"`
+	Bytes int64  `json:"bytes"`
+}
+
+type queueEntry struct {
+	Segments []segment `json:"segments"`
+}
+
+func (q *queueEntry) end() int64 {
+	if q == nil || len(q.Segments) == 0 {
+		return 0
+	}
+	s := q.Segments[len(q.Segments)-1]
+	return s.First + s.Count
+}
+
+type manifest struct {
+	Format      int                    `json:"format"`
+	Generation  int64                  `json:"generation"`
+	Partitions  int                    `json:"partitions"`
+	CommittedAt time.Time              `json:"committed_at"`
+	Tables      map[string]*tableEntry `json:"tables"`
+	Attrs       map[string]attrEntry   `json:"attrs"`
+	Queue       map[int]*queueEntry    `json:"queue"`
+	Consumed    map[string]int64       `json:"consumed"` // id → generation that marked it
+}
+
+func newManifest(partitions int) *manifest {
+	return &manifest{
+		Format:     formatVersion,
+		Partitions: partitions,
+		Tables:     map[string]*tableEntry{},
+		Attrs:      map[string]attrEntry{},
+		Queue:      map[int]*queueEntry{},
+		Consumed:   map[string]int64{},
+	}
+}
+
+// clone returns a deep copy that a commit may modify.
+func (m *manifest) clone() *manifest {
+	c := *m
+	c.Tables = make(map[string]*tableEntry, len(m.Tables))
+	for k, v := range m.Tables {
+		t := *v
+		t.Files = append([]fileEntry(nil), v.Files...)
+		t.SortedBy = append([]string(nil), v.SortedBy...)
+		c.Tables[k] = &t
+	}
+	c.Attrs = make(map[string]attrEntry, len(m.Attrs))
+	for k, v := range m.Attrs {
+		c.Attrs[k] = v
+	}
+	c.Queue = make(map[int]*queueEntry, len(m.Queue))
+	for k, v := range m.Queue {
+		q := &queueEntry{Segments: append([]segment(nil), v.Segments...)}
+		c.Queue[k] = q
+	}
+	c.Consumed = make(map[string]int64, len(m.Consumed))
+	for k, v := range m.Consumed {
+		c.Consumed[k] = v
+	}
+	return &c
+}
+
+// files returns every data file the manifest references.
+func (m *manifest) files() []string {
+	var out []string
+	for _, t := range m.Tables {
+		for _, f := range t.Files {
+			out = append(out, f.Name)
+		}
+	}
+	for _, q := range m.Queue {
+		for _, s := range q.Segments {
+			out = append(out, s.File)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func manifestName(gen int64) string { return fmt.Sprintf("m-%012d.json", gen) }
+
+func decodeManifest(b []byte, name string) (*manifest, error) {
+	m := newManifest(0)
+	if err := json.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", name, err)
+	}
+	if m.Format > formatVersion {
+		return nil, fmt.Errorf("manifest %s: format %d: %w", name, m.Format, errNewer)
+	}
+	if m.Tables == nil {
+		m.Tables = map[string]*tableEntry{}
+	}
+	if m.Attrs == nil {
+		m.Attrs = map[string]attrEntry{}
+	}
+	if m.Queue == nil {
+		m.Queue = map[int]*queueEntry{}
+	}
+	if m.Consumed == nil {
+		m.Consumed = map[string]int64{}
+	}
+	return m, nil
+}

@@ -1,0 +1,274 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/pillarkit/pillar/pillar"
+)
+
+type snapshot struct {
+	s *Store
+	m *manifest
+}
+
+func (sn *snapshot) Info() pillar.Info {
+	return pillar.Info{Backend: "local", Root: sn.s.dir, Partitions: sn.m.Partitions, Format: sn.m.Format, Generation: sn.m.Generation}
+}
+
+func (sn *snapshot) Release() {}
+
+func (sn *snapshot) tableInfo(name string, t *tableEntry) pillar.TableInfo {
+	return pillar.TableInfo{
+		Name: name, Rows: t.rows(), Bytes: t.bytes(), Schema: t.Schema, Files: len(t.Files),
+		SortedBy: append([]string(nil), t.SortedBy...), Generation: t.Gen,
+	}
+}
+
+func (sn *snapshot) Tables(ctx context.Context) ([]pillar.TableInfo, error) {
+	out := make([]pillar.TableInfo, 0, len(sn.m.Tables))
+	for name, t := range sn.m.Tables {
+		out = append(out, sn.tableInfo(name, t))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (sn *snapshot) Table(ctx context.Context, name string) (pillar.TableInfo, error) {
+	t, ok := sn.m.Tables[name]
+	if !ok {
+		return pillar.TableInfo{}, fmt.Errorf("local store %s: table %q: %w", sn.s.dir, name, pillar.ErrNotFound)
+	}
+	return sn.tableInfo(name, t), nil
+}
+
+func (sn *snapshot) ReadTable(ctx context.Context, name string, r *pillar.Range) (pillar.RowReader, error) {
+	t, ok := sn.m.Tables[name]
+	if !ok {
+		return nil, fmt.Errorf("local store %s: table %q: %w", sn.s.dir, name, pillar.ErrNotFound)
+	}
+	total := t.rows()
+	start, end := int64(0), total
+	if r != nil {
+		start, end = r.Start, r.End
+		if start < 0 || end > total || start > end {
+			return nil, fmt.Errorf("local store %s: table %q: range [%d,%d) outside [0,%d)", sn.s.dir, name, start, end, total)
+		}
+	}
+	return &rowReader{ctx: ctx, dir: filepath.Join(sn.s.dir, "data"), table: name, files: t.Files, pos: start, end: end}, nil
+}
+
+func (sn *snapshot) Attr(ctx context.Context, name string, dst any) error {
+	a, ok := sn.m.Attrs[name]
+	if !ok {
+		return fmt.Errorf("local store %s: attribute %q: %w", sn.s.dir, name, pillar.ErrNotFound)
+	}
+	if err := json.Unmarshal(a.Value, dst); err != nil {
+		return fmt.Errorf("local store %s: attribute %q: %w", sn.s.dir, name, err)
+	}
+	return nil
+}
+
+func (sn *snapshot) Attrs(ctx context.Context) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(sn.m.Attrs))
+	for k, v := range sn.m.Attrs {
+		out[k] = append([]byte(nil), v.Value...)
+	}
+	return out, nil
+}
+
+func (sn *snapshot) checkPartition(p int) error {
+	if p < 0 || p >= sn.m.Partitions {
+		return fmt.Errorf("local store %s: partition %d out of range [0,%d)", sn.s.dir, p, sn.m.Partitions)
+	}
+	return nil
+}
+
+func (sn *snapshot) QueueEnd(ctx context.Context, partition int) (int64, error) {
+	if err := sn.checkPartition(partition); err != nil {
+		return 0, err
+	}
+	return sn.m.Queue[partition].end(), nil
+}
+
+func (sn *snapshot) ReadQueue(ctx context.Context, partition int, from int64, limit int) ([]pillar.ExportRecord, error) {
+	if err := sn.checkPartition(partition); err != nil {
+		return nil, err
+	}
+	q := sn.m.Queue[partition]
+	if q == nil || limit <= 0 {
+		return nil, nil
+	}
+	var out []pillar.ExportRecord
+	for _, seg := range q.Segments {
+		if seg.First+seg.Count <= from {
+			continue
+		}
+		recs, err := readQueueSegment(filepath.Join(sn.s.dir, "data", seg.File))
+		if err != nil {
+			return nil, fmt.Errorf("local store %s: queue partition %d segment %s: %w", sn.s.dir, partition, seg.File, err)
+		}
+		for _, r := range recs {
+			if r.Offset < from {
+				continue
+			}
+			out = append(out, r)
+			if len(out) == limit {
+				return out, nil
+			}
+		}
+	}
+	return out, nil
+}
+
+func readQueueSegment(path string) ([]pillar.ExportRecord, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	pf, err := parquet.OpenFile(f, st.Size())
+	if err != nil {
+		return nil, err
+	}
+	r := parquet.NewGenericReader[pillar.ExportRecord](pf)
+	defer r.Close()
+	out := make([]pillar.ExportRecord, pf.NumRows())
+	n, err := r.Read(out)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return out[:n], nil
+}
+
+func (sn *snapshot) Consumed(ctx context.Context, id string) (bool, error) {
+	_, ok := sn.m.Consumed[id]
+	return ok, nil
+}
+
+// rowReader reads rows [pos, end) across a table's files.
+type rowReader struct {
+	ctx   context.Context
+	dir   string
+	table string
+	files []fileEntry
+	pos   int64 // index of the next row to return from Next
+	end   int64
+
+	cur     *parquet.Reader
+	curFile *os.File
+	curIdx  int   // index into files of cur
+	curBase int64 // table row index of cur's first row
+	last    int64 // row index within cur of the last row read (-1: none)
+	pending bool  // Next returned true and Scan has not consumed the row
+	row     int64 // table row index of the pending row
+	err     error
+}
+
+func (r *rowReader) Next() bool {
+	if r.err != nil {
+		return false
+	}
+	if r.pending {
+		r.pos++ // the caller skipped Scan; move past the row
+		r.pending = false
+	}
+	if r.pos >= r.end {
+		return false
+	}
+	if err := r.ctx.Err(); err != nil {
+		r.err = err
+		return false
+	}
+	r.row = r.pos
+	r.pending = true
+	return true
+}
+
+// open positions the underlying reader at table row idx.
+func (r *rowReader) open(idx int64) error {
+	base := int64(0)
+	for i, f := range r.files {
+		if idx < base+f.Rows {
+			if r.cur == nil || r.curIdx != i {
+				r.closeCur()
+				fh, err := os.Open(filepath.Join(r.dir, f.Name))
+				if err != nil {
+					return err
+				}
+				st, err := fh.Stat()
+				if err != nil {
+					fh.Close()
+					return err
+				}
+				pf, err := parquet.OpenFile(fh, st.Size())
+				if err != nil {
+					fh.Close()
+					return fmt.Errorf("file %s: %w", f.Name, err)
+				}
+				r.cur, r.curFile, r.curIdx, r.curBase, r.last = parquet.NewReader(pf), fh, i, base, -1
+			}
+			return nil
+		}
+		base += f.Rows
+	}
+	return fmt.Errorf("row %d beyond the table's files", idx)
+}
+
+func (r *rowReader) closeCur() {
+	if r.cur != nil {
+		r.cur.Close()
+		r.curFile.Close()
+		r.cur, r.curFile = nil, nil
+	}
+}
+
+// Scan decodes the current row into dst, a pointer to a row struct.
+func (r *rowReader) Scan(dst any) error {
+	if !r.pending {
+		return fmt.Errorf("local store: table %q: Scan without a successful Next", r.table)
+	}
+	r.pending = false
+	idx := r.row
+	r.pos = idx + 1
+	if err := r.open(idx); err != nil {
+		r.err = fmt.Errorf("local store: table %q row %d: %w", r.table, idx, err)
+		return r.err
+	}
+	local := idx - r.curBase
+	if local != r.last+1 {
+		if err := r.cur.SeekToRow(local); err != nil {
+			r.err = fmt.Errorf("local store: table %q row %d: seek: %w", r.table, idx, err)
+			return r.err
+		}
+	}
+	if err := r.cur.Read(dst); err != nil {
+		r.err = fmt.Errorf("local store: table %q row %d: %w", r.table, idx, err)
+		if strings.Contains(err.Error(), "cannot read parquet row into go value") {
+			r.err = fmt.Errorf("local store: table %q row %d: row type %T does not match the table: %w", r.table, idx, dst, err)
+		}
+		return r.err
+	}
+	r.last = local
+	return nil
+}
+
+func (r *rowReader) Err() error { return r.err }
+
+func (r *rowReader) Close() error {
+	r.closeCur()
+	return nil
+}
