@@ -30,7 +30,9 @@ type File interface {
 // OSFS is the operating system's file system.
 type OSFS struct{}
 
-func (OSFS) Create(name string) (File, error)   { return os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644) }
+func (OSFS) Create(name string) (File, error) {
+	return os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+}
 func (OSFS) Open(name string) (*os.File, error) { return os.Open(name) }
 func (OSFS) Rename(o, n string) error           { return os.Rename(o, n) }
 func (OSFS) Remove(name string) error           { return os.Remove(name) }
