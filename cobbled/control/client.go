@@ -1,0 +1,261 @@
+package control
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pillarkit/pillar/cobbled/controlpb"
+	"github.com/pillarkit/pillar/internal/batch"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// ClientOptions configure Dial.
+type ClientOptions struct {
+	// Token is sent as "authorization: Bearer <token>" on every call
+	// (mutating calls need it). The default value is "" (read-only use).
+	Token string
+	// TLS, when set, makes the connection use TLS. The default value nil
+	// means plaintext (the server listens on loopback unless told otherwise).
+	TLS *tls.Config
+	// DialOptions are appended to the client's own. The default value is
+	// none.
+	DialOptions []grpc.DialOption
+}
+
+// Client is a control-plane client. It is safe for concurrent use; errors
+// wrap the package's sentinels (errors.Is(err, ErrUnavailable), …).
+type Client struct {
+	conn *grpc.ClientConn
+	rpc  controlpb.ControlClient
+}
+
+// Dial connects to a control plane at addr ("host:port"). It does not wait
+// for the connection; the first call does.
+func Dial(addr string, opts *ClientOptions) (*Client, error) {
+	var o ClientOptions
+	if opts != nil {
+		o = *opts
+	}
+	creds := insecure.NewCredentials()
+	if o.TLS != nil {
+		creds = credentials.NewTLS(o.TLS)
+	}
+	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if o.Token != "" {
+		dopts = append(dopts, grpc.WithPerRPCCredentials(bearer{token: o.Token, secure: o.TLS != nil}))
+	}
+	dopts = append(dopts, o.DialOptions...)
+	conn, err := grpc.NewClient(addr, dopts...)
+	if err != nil {
+		return nil, fmt.Errorf("control: dial %s: %w", addr, err)
+	}
+	return &Client{conn: conn, rpc: controlpb.NewControlClient(conn)}, nil
+}
+
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+// RequireTransportSecurity is false so the token also travels over
+// plaintext loopback connections.
+func (b bearer) RequireTransportSecurity() bool { return false }
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// fromStatus turns a gRPC error back into an error wrapping the sentinel the
+// server named.
+func fromStatus(method string, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("control: %s: %w", method, err)
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == errorDomain {
+			for _, r := range sentinelReasons {
+				if r.reason == info.Reason {
+					return &remoteError{method: method, msg: st.Message(), sentinel: r.err}
+				}
+			}
+		}
+	}
+	switch st.Code() {
+	case codes.Unavailable:
+		return &remoteError{method: method, msg: st.Message(), sentinel: ErrUnavailable}
+	case codes.Unauthenticated:
+		return &remoteError{method: method, msg: st.Message(), sentinel: ErrUnauthenticated}
+	case codes.InvalidArgument:
+		return &remoteError{method: method, msg: st.Message(), sentinel: ErrInvalid}
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("control: %s: %w", method, context.DeadlineExceeded)
+	case codes.Canceled:
+		return fmt.Errorf("control: %s: %w", method, context.Canceled)
+	}
+	return fmt.Errorf("control: %s: %w", method, err)
+}
+
+type remoteError struct {
+	method, msg string
+	sentinel    error
+}
+
+func (e *remoteError) Error() string { return fmt.Sprintf("control: %s: %s", e.method, e.msg) }
+func (e *remoteError) Unwrap() error { return e.sentinel }
+
+// Info is what Info returns.
+type Info struct {
+	Partitions     int
+	Backend        string
+	RoutingVersion int64
+	SchemaVersion  int
+}
+
+// Info returns the partition count, backend and routing version.
+func (c *Client) Info(ctx context.Context) (*Info, error) {
+	r, err := c.rpc.Info(ctx, &controlpb.InfoRequest{})
+	if err != nil {
+		return nil, fromStatus("info", err)
+	}
+	return &Info{Partitions: int(r.Partitions), Backend: r.Backend, RoutingVersion: r.RoutingVersion, SchemaVersion: int(r.SchemaVersion)}, nil
+}
+
+// Partitions returns the deployment's partition count P.
+func (c *Client) Partitions(ctx context.Context) (int, error) {
+	i, err := c.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return i.Partitions, nil
+}
+
+// RegisterBatch registers a batch whose objects all exist and returns its
+// sequence number in its partition. Registering the same manifest again
+// returns the same seq; the same id with another manifest fails with
+// ErrConflict.
+func (c *Client) RegisterBatch(ctx context.Context, m *batch.Manifest) (int64, error) {
+	raw, err := m.Encode()
+	if err != nil {
+		return 0, fmt.Errorf("control: register batch %q: %w", m.ID, err)
+	}
+	r, err := c.rpc.RegisterBatch(ctx, &controlpb.RegisterBatchRequest{ManifestJson: raw})
+	if err != nil {
+		return 0, fromStatus("register batch "+m.ID, err)
+	}
+	return r.Seq, nil
+}
+
+// ListBatches returns up to limit (0: the server's default) batches of
+// partition after afterSeq, in order. With wait > 0 it long-polls: it
+// returns as soon as one exists, or empty after wait. A replica behind the
+// garbage-collection floor gets a snapshot first.
+func (c *Client) ListBatches(ctx context.Context, partition int, afterSeq int64, limit int, wait time.Duration) ([]BatchEntry, error) {
+	r, err := c.rpc.ListBatches(ctx, &controlpb.ListBatchesRequest{Partition: int32(partition), AfterSeq: afterSeq,
+		Limit: int32(limit), WaitMs: wait.Milliseconds()})
+	if err != nil {
+		return nil, fromStatus(fmt.Sprintf("list batches of partition %d", partition), err)
+	}
+	out := make([]BatchEntry, 0, len(r.Batches))
+	for _, b := range r.Batches {
+		m, err := batch.Decode(b.ManifestJson)
+		if err != nil {
+			return nil, fmt.Errorf("control: partition %d seq %d: %w", partition, b.Seq, err)
+		}
+		out = append(out, BatchEntry{Seq: b.Seq, Manifest: *m, RegisteredAt: time.UnixMilli(b.RegisteredAtMs)})
+	}
+	return out, nil
+}
+
+// RegisterNode registers (or updates) a node; it counts as a heartbeat.
+func (c *Client) RegisterNode(ctx context.Context, n Node) error {
+	_, err := c.rpc.RegisterNode(ctx, &controlpb.RegisterNodeRequest{Node: &controlpb.Node{Id: n.ID, Addr: n.Addr, Zone: n.Zone}})
+	if err != nil {
+		return fromStatus("register node "+n.ID, err)
+	}
+	return nil
+}
+
+// Heartbeat tells the control plane nodeID is alive. An unregistered node
+// gets ErrUnknownNode (register again).
+func (c *Client) Heartbeat(ctx context.Context, nodeID string) error {
+	_, err := c.HeartbeatVersion(ctx, nodeID)
+	return err
+}
+
+// HeartbeatVersion is Heartbeat that also returns the routing version, so a
+// node learns cheaply when to refresh its routing.
+func (c *Client) HeartbeatVersion(ctx context.Context, nodeID string) (int64, error) {
+	r, err := c.rpc.Heartbeat(ctx, &controlpb.HeartbeatRequest{NodeId: nodeID})
+	if err != nil {
+		return 0, fromStatus("heartbeat "+nodeID, err)
+	}
+	return r.RoutingVersion, nil
+}
+
+// ReportApplied records that nodeID applied partition's batches through seq.
+func (c *Client) ReportApplied(ctx context.Context, nodeID string, partition int, seq int64) error {
+	_, err := c.rpc.ReportApplied(ctx, &controlpb.ReportAppliedRequest{NodeId: nodeID, Partition: int32(partition), Seq: seq})
+	if err != nil {
+		return fromStatus(fmt.Sprintf("report applied %s p%d seq %d", nodeID, partition, seq), err)
+	}
+	return nil
+}
+
+// GetRouting returns the current routing table.
+func (c *Client) GetRouting(ctx context.Context) (*Routing, error) {
+	return c.WatchRouting(ctx, 0, 0)
+}
+
+// WatchRouting waits up to wait for a routing version newer than known and
+// returns the routing then (or the current one when wait passes).
+func (c *Client) WatchRouting(ctx context.Context, known int64, wait time.Duration) (*Routing, error) {
+	r, err := c.rpc.GetRouting(ctx, &controlpb.GetRoutingRequest{KnownVersion: known, WaitMs: wait.Milliseconds()})
+	if err != nil {
+		return nil, fromStatus("get routing", err)
+	}
+	out := &Routing{Version: r.Version, Partitions: int(r.Partitions), GeneratedAt: time.UnixMilli(r.GeneratedAtMs),
+		Replicas: make([][]Replica, len(r.Partition)), NewestSeq: make([]int64, len(r.Partition)), NewestAt: make([]time.Time, len(r.Partition))}
+	if len(r.Partition) != out.Partitions {
+		return nil, errors.New("control: get routing: partition list length differs from the partition count")
+	}
+	for p, pr := range r.Partition {
+		out.NewestSeq[p] = pr.NewestSeq
+		if pr.NewestRegisteredAtMs > 0 {
+			out.NewestAt[p] = time.UnixMilli(pr.NewestRegisteredAtMs)
+		}
+		for _, rep := range pr.Replicas {
+			out.Replicas[p] = append(out.Replicas[p], Replica{NodeID: rep.NodeId, Addr: rep.Addr, Zone: rep.Zone, State: rep.State,
+				AppliedSeq: rep.AppliedSeq, LagBatches: rep.LagBatches, Lag: time.Duration(rep.LagMs) * time.Millisecond})
+		}
+	}
+	return out, nil
+}
+
+// ListNodes returns every registered node with its state.
+func (c *Client) ListNodes(ctx context.Context) ([]NodeStatus, error) {
+	r, err := c.rpc.ListNodes(ctx, &controlpb.ListNodesRequest{})
+	if err != nil {
+		return nil, fromStatus("list nodes", err)
+	}
+	out := make([]NodeStatus, 0, len(r.Nodes))
+	for _, n := range r.Nodes {
+		ns := NodeStatus{State: n.State, LastHeartbeat: time.UnixMilli(n.LastHeartbeatMs), RegisteredAt: time.UnixMilli(n.RegisteredAtMs), Replicas: int(n.Replicas)}
+		if n.Node != nil {
+			ns.Node = Node{ID: n.Node.Id, Addr: n.Node.Addr, Zone: n.Node.Zone}
+		}
+		out = append(out, ns)
+	}
+	return out, nil
+}

@@ -1,0 +1,61 @@
+package control
+
+// migration is one versioned schema step. The same SQL runs on SQLite and
+// PostgreSQL, so it sticks to the common subset: INTEGER, BIGINT, TEXT,
+// composite primary keys, UNIQUE, partial indexes.
+type migration struct {
+	version int
+	name    string
+	stmts   []string
+}
+
+// migrations are applied in order, each in its own transaction, and recorded
+// in schema_migrations. Never edit a released step; append a new one.
+var migrations = []migration{
+	{1, "initial schema", []string{
+		`CREATE TABLE cluster (
+			id INTEGER PRIMARY KEY,
+			partitions INTEGER NOT NULL,
+			routing_version BIGINT NOT NULL,
+			created_at_ms BIGINT NOT NULL)`,
+		`CREATE TABLE partitions (
+			part INTEGER PRIMARY KEY,
+			newest_seq BIGINT NOT NULL DEFAULT 0,
+			newest_at_ms BIGINT NOT NULL DEFAULT 0,
+			collected_through BIGINT NOT NULL DEFAULT 0)`,
+		// gc_state: 0 live, 1 collected (no longer listed; objects being
+		// deleted), 2 objects deleted. Rows stay so that re-registering a
+		// collected id still answers its original seq.
+		`CREATE TABLE batches (
+			part INTEGER NOT NULL,
+			seq BIGINT NOT NULL,
+			id TEXT NOT NULL UNIQUE,
+			kind TEXT NOT NULL,
+			manifest TEXT NOT NULL,
+			registered_at_ms BIGINT NOT NULL,
+			gc_state INTEGER NOT NULL DEFAULT 0,
+			PRIMARY KEY (part, seq))`,
+		`CREATE INDEX batches_gc_pending ON batches (part, seq) WHERE gc_state = 1`,
+		`CREATE TABLE nodes (
+			id TEXT PRIMARY KEY,
+			addr TEXT NOT NULL,
+			zone TEXT NOT NULL,
+			state TEXT NOT NULL,
+			registered_at_ms BIGINT NOT NULL,
+			last_heartbeat_ms BIGINT NOT NULL)`,
+		`CREATE TABLE assignments (
+			part INTEGER NOT NULL,
+			slot INTEGER NOT NULL,
+			node_id TEXT NOT NULL,
+			PRIMARY KEY (part, slot))`,
+		`CREATE TABLE progress (
+			part INTEGER NOT NULL,
+			node_id TEXT NOT NULL,
+			applied_seq BIGINT NOT NULL,
+			applied_at_ms BIGINT NOT NULL,
+			PRIMARY KEY (part, node_id))`,
+	}},
+}
+
+// SchemaVersion is the schema version this binary migrates to.
+var SchemaVersion = migrations[len(migrations)-1].version

@@ -1,0 +1,100 @@
+package control
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Store is the database. Required.
+	Store *Store
+	// Token is the bearer token mutating calls (RegisterBatch, RegisterNode,
+	// Heartbeat, ReportApplied) must present. Required unless NoAuth.
+	// The default value is "".
+	Token string
+	// NoAuth lets mutating calls through without a token (tests, loopback
+	// demos). The default value is false.
+	NoAuth bool
+	// Replicas is the number of replicas per partition. The default value
+	// is 3.
+	Replicas int
+	// DownAfter is how long a node may miss heartbeats before it is marked
+	// down (still assigned, no longer routed to). The default value is 10s.
+	DownAfter time.Duration
+	// ReassignAfter is how long a node may miss heartbeats before its
+	// partitions are reassigned to other nodes. Must exceed DownAfter. The
+	// default value is 5m.
+	ReassignAfter time.Duration
+	// ReconcileInterval is how often node states and the assignment are
+	// recomputed. The default value is 1s.
+	ReconcileInterval time.Duration
+	// MaxWait caps a long poll (ListBatches or GetRouting with a wait). The
+	// default value is 30s.
+	MaxWait time.Duration
+	// DefaultLimit is ListBatches' limit when the caller gives none; MaxLimit
+	// caps it. The default values are 100 and 1000.
+	DefaultLimit, MaxLimit int
+	// Objects is the object store garbage collection deletes batches from.
+	// The default value nil disables garbage collection.
+	Objects Objects
+	// GCInterval is how often garbage collection runs. The default value is
+	// 1m.
+	GCInterval time.Duration
+	// Now is the clock. The default value is time.Now.
+	Now func() time.Time
+	// Logger receives state changes and errors. The default value discards.
+	Logger *slog.Logger
+	// Metrics, when set, records calls and state. The binary registers it
+	// with its Prometheus registry. The default value nil records nothing.
+	Metrics *Metrics
+}
+
+func (o *Options) ensureDefaults() {
+	if o.Replicas <= 0 {
+		o.Replicas = 3
+	}
+	if o.DownAfter <= 0 {
+		o.DownAfter = 10 * time.Second
+	}
+	if o.ReassignAfter <= 0 {
+		o.ReassignAfter = 5 * time.Minute
+	}
+	if o.ReconcileInterval <= 0 {
+		o.ReconcileInterval = time.Second
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = 30 * time.Second
+	}
+	if o.DefaultLimit <= 0 {
+		o.DefaultLimit = 100
+	}
+	if o.MaxLimit <= 0 {
+		o.MaxLimit = 1000
+	}
+	if o.GCInterval <= 0 {
+		o.GCInterval = time.Minute
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate checks the options against each other (after defaults).
+func (o *Options) Validate() error {
+	switch {
+	case o.Store == nil:
+		return fmt.Errorf("control: options: Store is required: %w", ErrInvalid)
+	case o.Token == "" && !o.NoAuth:
+		return fmt.Errorf("control: options: a Token is required (or NoAuth): %w", ErrInvalid)
+	case o.ReassignAfter <= o.DownAfter:
+		return fmt.Errorf("control: options: ReassignAfter %v must exceed DownAfter %v: %w", o.ReassignAfter, o.DownAfter, ErrInvalid)
+	case o.DefaultLimit > o.MaxLimit:
+		return fmt.Errorf("control: options: DefaultLimit %d exceeds MaxLimit %d: %w", o.DefaultLimit, o.MaxLimit, ErrInvalid)
+	}
+	return nil
+}

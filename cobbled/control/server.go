@@ -1,0 +1,530 @@
+package control
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pillarkit/pillar/cobbled/controlpb"
+	"github.com/pillarkit/pillar/internal/batch"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Server implements the controlpb.Control service over a Store.
+type Server struct {
+	controlpb.UnimplementedControlServer
+	o       Options
+	store   *Store
+	started time.Time
+	notify  *notifier
+	// reconcileMu keeps one reconcile at a time in this process (the store
+	// serializes across processes anyway; this avoids useless contention).
+	reconcileMu sync.Mutex
+}
+
+// NewServer returns a Server. It reconciles nothing until Run or Reconcile.
+func NewServer(opts *Options) (*Server, error) {
+	o := *opts
+	o.ensureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return &Server{o: o, store: o.Store, started: o.Now(), notify: newNotifier(o.Store.Partitions())}, nil
+}
+
+// GRPCServer returns a grpc.Server with this service registered behind the
+// auth, metrics and error-mapping interceptor.
+func (s *Server) GRPCServer(extra ...grpc.ServerOption) *grpc.Server {
+	opts := append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(s.UnaryInterceptor())}, extra...)
+	g := grpc.NewServer(opts...)
+	controlpb.RegisterControlServer(g, s)
+	return g
+}
+
+// mutating names the methods that require the bearer token.
+var mutating = map[string]bool{
+	controlpb.Control_RegisterBatch_FullMethodName: true,
+	controlpb.Control_RegisterNode_FullMethodName:  true,
+	controlpb.Control_Heartbeat_FullMethodName:     true,
+	controlpb.Control_ReportApplied_FullMethodName: true,
+}
+
+// UnaryInterceptor checks the bearer token on mutating calls, records
+// metrics and maps errors to gRPC status codes.
+func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
+		var resp any
+		err := s.authorize(ctx, info.FullMethod)
+		if err == nil {
+			resp, err = handler(ctx, req)
+		}
+		if err != nil {
+			err = toStatus(err)
+			if status.Code(err) == codes.Internal || status.Code(err) == codes.Unavailable {
+				s.o.Logger.Warn("control: call failed", "method", method, "err", err)
+			}
+		}
+		s.o.Metrics.observeRPC(method, status.Code(err), time.Since(start))
+		return resp, err
+	}
+}
+
+func (s *Server) authorize(ctx context.Context, method string) error {
+	if s.o.NoAuth || !mutating[method] {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		tok, ok := strings.CutPrefix(v, "Bearer ")
+		if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(s.o.Token)) == 1 {
+			return nil
+		}
+	}
+	return errf(ErrUnauthenticated, "%s: missing or wrong bearer token", method)
+}
+
+// sentinelReasons names each sentinel on the wire (ErrorInfo.Reason), so
+// the client restores the exact sentinel even where codes are shared.
+var sentinelReasons = []struct {
+	err    error
+	code   codes.Code
+	reason string
+}{
+	{ErrInvalid, codes.InvalidArgument, "INVALID"},
+	{ErrConflict, codes.AlreadyExists, "CONFLICT"},
+	{ErrUnknownNode, codes.NotFound, "UNKNOWN_NODE"},
+	{ErrNotFound, codes.NotFound, "NOT_FOUND"},
+	{ErrBackwards, codes.FailedPrecondition, "BACKWARDS"},
+	{ErrPartitions, codes.FailedPrecondition, "PARTITIONS"},
+	{ErrUnavailable, codes.Unavailable, "UNAVAILABLE"},
+	{ErrUnauthenticated, codes.Unauthenticated, "UNAUTHENTICATED"},
+}
+
+const errorDomain = "control.pillar"
+
+func toStatus(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	for _, r := range sentinelReasons {
+		if errors.Is(err, r.err) {
+			st, derr := status.New(r.code, err.Error()).WithDetails(&errdetails.ErrorInfo{Reason: r.reason, Domain: errorDomain})
+			if derr != nil {
+				return status.Error(r.code, err.Error())
+			}
+			return st.Err()
+		}
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// Info answers the partition count, backend and routing version.
+func (s *Server) Info(ctx context.Context, _ *controlpb.InfoRequest) (*controlpb.InfoResponse, error) {
+	v, err := s.store.RoutingVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &controlpb.InfoResponse{Partitions: int32(s.store.Partitions()), Backend: s.store.Backend(),
+		RoutingVersion: v, SchemaVersion: int32(SchemaVersion)}, nil
+}
+
+// RegisterBatch validates and appends a batch, then wakes the partition's
+// long pollers.
+func (s *Server) RegisterBatch(ctx context.Context, req *controlpb.RegisterBatchRequest) (*controlpb.RegisterBatchResponse, error) {
+	m, err := batch.Decode(req.ManifestJson)
+	if err != nil {
+		return nil, errf(ErrInvalid, "register batch: %v", err)
+	}
+	seq, existed, err := s.store.RegisterBatch(ctx, m, s.o.Now())
+	if err != nil {
+		return nil, err
+	}
+	if !existed {
+		s.notify.batch(m.Partition)
+		s.o.Metrics.batchRegistered()
+		s.o.Logger.Debug("control: batch registered", "partition", m.Partition, "seq", seq, "id", m.ID, "kind", m.Kind)
+	}
+	return &controlpb.RegisterBatchResponse{Seq: seq, Existed: existed}, nil
+}
+
+// ListBatches returns the batches after a seq, waiting up to wait_ms (capped
+// at MaxWait) for one when there are none.
+func (s *Server) ListBatches(ctx context.Context, req *controlpb.ListBatchesRequest) (*controlpb.ListBatchesResponse, error) {
+	limit := int(req.Limit)
+	switch {
+	case limit < 0:
+		return nil, errf(ErrInvalid, "list batches: limit %d is negative", limit)
+	case limit == 0:
+		limit = s.o.DefaultLimit
+	case limit > s.o.MaxLimit:
+		limit = s.o.MaxLimit
+	}
+	wait := min(time.Duration(req.WaitMs)*time.Millisecond, s.o.MaxWait)
+	p := int(req.Partition)
+	var timer *time.Timer
+	for {
+		// Take the wake-up channel before reading, so a batch registered
+		// after the read closes the channel we wait on.
+		woken := s.notify.batchChan(p)
+		entries, head, err := s.store.ListBatches(ctx, p, req.AfterSeq, limit)
+		if err != nil {
+			return nil, err
+		}
+		if len(entries) > 0 || wait <= 0 {
+			return listResponse(entries, head)
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+			s.o.Metrics.waiters(1)
+			defer s.o.Metrics.waiters(-1)
+		}
+		select {
+		case <-woken:
+		case <-timer.C:
+			return listResponse(nil, head)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func listResponse(entries []BatchEntry, head PartitionHead) (*controlpb.ListBatchesResponse, error) {
+	resp := &controlpb.ListBatchesResponse{NewestSeq: head.NewestSeq, CollectedThrough: head.CollectedThrough}
+	for _, e := range entries {
+		raw, err := e.Manifest.Encode()
+		if err != nil {
+			return nil, fmt.Errorf("control: batch %q: encode: %w", e.Manifest.ID, err)
+		}
+		resp.Batches = append(resp.Batches, &controlpb.BatchEntry{Seq: e.Seq, ManifestJson: raw, RegisteredAtMs: e.RegisteredAt.UnixMilli()})
+	}
+	return resp, nil
+}
+
+// RegisterNode adds or updates a node (and counts as a heartbeat).
+func (s *Server) RegisterNode(ctx context.Context, req *controlpb.RegisterNodeRequest) (*controlpb.RegisterNodeResponse, error) {
+	if req.Node == nil {
+		return nil, errf(ErrInvalid, "register node: no node")
+	}
+	n := Node{ID: req.Node.Id, Addr: req.Node.Addr, Zone: req.Node.Zone}
+	changed, err := s.store.UpsertNode(ctx, n, s.o.Now())
+	if err != nil {
+		return nil, err
+	}
+	var v int64
+	if changed {
+		s.o.Logger.Info("control: node registered", "node", n.ID, "addr", n.Addr, "zone", n.Zone)
+		v, err = s.Reconcile(ctx)
+	} else {
+		v, err = s.store.RoutingVersion(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &controlpb.RegisterNodeResponse{RoutingVersion: v}, nil
+}
+
+// Heartbeat records a node's heartbeat; a node coming back up is routed to
+// again at once.
+func (s *Server) Heartbeat(ctx context.Context, req *controlpb.HeartbeatRequest) (*controlpb.HeartbeatResponse, error) {
+	wasDown, err := s.store.Heartbeat(ctx, req.NodeId, s.o.Now())
+	if err != nil {
+		return nil, err
+	}
+	var v int64
+	if wasDown {
+		s.o.Logger.Info("control: node back up", "node", req.NodeId)
+		v, err = s.Reconcile(ctx)
+	} else {
+		v, err = s.store.RoutingVersion(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &controlpb.HeartbeatResponse{RoutingVersion: v}, nil
+}
+
+// ReportApplied records a replica's progress.
+func (s *Server) ReportApplied(ctx context.Context, req *controlpb.ReportAppliedRequest) (*controlpb.ReportAppliedResponse, error) {
+	if err := s.store.ReportApplied(ctx, req.NodeId, int(req.Partition), req.Seq, s.o.Now()); err != nil {
+		return nil, err
+	}
+	return &controlpb.ReportAppliedResponse{}, nil
+}
+
+// GetRouting returns the routing table; with known_version and wait_ms it
+// first waits (up to MaxWait) for a version newer than known_version.
+func (s *Server) GetRouting(ctx context.Context, req *controlpb.GetRoutingRequest) (*controlpb.Routing, error) {
+	if req.WaitMs > 0 && req.KnownVersion > 0 {
+		timer := time.NewTimer(min(time.Duration(req.WaitMs)*time.Millisecond, s.o.MaxWait))
+		defer timer.Stop()
+	wait:
+		for {
+			woken := s.notify.routingChan()
+			v, err := s.store.RoutingVersion(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if v > req.KnownVersion {
+				break
+			}
+			select {
+			case <-woken:
+			case <-timer.C:
+				break wait
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
+	r, err := s.store.Routing(ctx, s.o.Now())
+	if err != nil {
+		return nil, err
+	}
+	return routingToPB(r), nil
+}
+
+func routingToPB(r *Routing) *controlpb.Routing {
+	out := &controlpb.Routing{Version: r.Version, Partitions: int32(r.Partitions), GeneratedAtMs: r.GeneratedAt.UnixMilli()}
+	for p, reps := range r.Replicas {
+		pr := &controlpb.PartitionReplicas{NewestSeq: r.NewestSeq[p]}
+		if !r.NewestAt[p].IsZero() {
+			pr.NewestRegisteredAtMs = r.NewestAt[p].UnixMilli()
+		}
+		for _, rep := range reps {
+			pr.Replicas = append(pr.Replicas, &controlpb.Replica{NodeId: rep.NodeID, Addr: rep.Addr, Zone: rep.Zone, State: rep.State,
+				AppliedSeq: rep.AppliedSeq, LagBatches: rep.LagBatches, LagMs: rep.Lag.Milliseconds()})
+		}
+		out.Partition = append(out.Partition, pr)
+	}
+	return out
+}
+
+// ListNodes returns every node with its state and replica count.
+func (s *Server) ListNodes(ctx context.Context, _ *controlpb.ListNodesRequest) (*controlpb.ListNodesResponse, error) {
+	nodes, err := s.store.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &controlpb.ListNodesResponse{}
+	for _, n := range nodes {
+		out.Nodes = append(out.Nodes, &controlpb.NodeStatus{Node: &controlpb.Node{Id: n.ID, Addr: n.Addr, Zone: n.Zone},
+			State: n.State, LastHeartbeatMs: n.LastHeartbeat.UnixMilli(), RegisteredAtMs: n.RegisteredAt.UnixMilli(), Replicas: int32(n.Replicas)})
+	}
+	return out, nil
+}
+
+// NodeState is the state of a node whose last heartbeat was at last, seen
+// at now by a control plane that started at started: heartbeats older than
+// the start count from the start, so a restarted control plane does not
+// declare every node gone.
+func NodeState(last, started, now time.Time, downAfter, reassignAfter time.Duration) string {
+	if last.Before(started) {
+		last = started
+	}
+	age := now.Sub(last)
+	switch {
+	case age < downAfter:
+		return StateUp
+	case age < reassignAfter:
+		return StateDown
+	}
+	return StateGone
+}
+
+// Reconcile recomputes node states and the assignment now, writes them if
+// they changed (bumping the routing version and waking GetRouting waiters)
+// and returns the routing version.
+func (s *Server) Reconcile(ctx context.Context) (int64, error) {
+	s.reconcileMu.Lock()
+	defer s.reconcileMu.Unlock()
+	now := s.o.Now()
+	var moved []string
+	v, changed, err := s.store.Reconcile(ctx, func(nodes []NodeRecord, current [][]string) (map[string]string, [][]string) {
+		states := make(map[string]string, len(nodes))
+		var cands []Candidate
+		for _, n := range nodes {
+			st := NodeState(n.LastHeartbeat, s.started, now, s.o.DownAfter, s.o.ReassignAfter)
+			states[n.ID] = st
+			if st != n.State {
+				moved = append(moved, n.ID+":"+n.State+"->"+st)
+			}
+			if st != StateGone {
+				cands = append(cands, Candidate{ID: n.ID, Zone: n.Zone})
+			}
+		}
+		s.o.Metrics.nodeStates(states)
+		return states, Assign(s.store.Partitions(), cands, s.o.Replicas)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if changed {
+		s.o.Logger.Info("control: routing changed", "version", v, "node_states", moved)
+		s.notify.routing()
+	}
+	s.o.Metrics.routingVersion(v)
+	return v, nil
+}
+
+// GCStats counts what one garbage-collection pass did.
+type GCStats struct {
+	Marked  int64 // batches newly marked collected
+	Deleted int   // batches whose objects were deleted
+	Objects int   // objects deleted
+}
+
+// CollectGarbage marks the batches every assigned replica has moved past
+// (they precede a snapshot all of them applied) and deletes their objects.
+// A batch's row stays, marked, so its id keeps its seq; a crash between the
+// two steps is finished by the next pass.
+func (s *Server) CollectGarbage(ctx context.Context) (GCStats, error) {
+	var st GCStats
+	if s.o.Objects == nil {
+		return st, errf(ErrInvalid, "gc: no object store configured")
+	}
+	marked, err := s.store.MarkCollectable(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.Marked = marked
+	for {
+		pending, err := s.store.PendingCollections(ctx, 100)
+		if err != nil {
+			return st, err
+		}
+		if len(pending) == 0 {
+			return st, nil
+		}
+		for _, c := range pending {
+			prefix := batch.Prefix(c.Partition, c.ID)
+			keys, err := s.o.Objects.ListKeys(ctx, prefix)
+			if err != nil {
+				return st, fmt.Errorf("control: gc: partition %d batch %q: list %s: %w", c.Partition, c.ID, prefix, err)
+			}
+			for _, k := range keys {
+				if err := s.o.Objects.Delete(ctx, k); err != nil {
+					return st, fmt.Errorf("control: gc: partition %d batch %q: delete %s: %w", c.Partition, c.ID, k, err)
+				}
+				st.Objects++
+			}
+			if err := s.store.FinishCollection(ctx, c.ID); err != nil {
+				return st, err
+			}
+			st.Deleted++
+			s.o.Metrics.batchCollected()
+			s.o.Logger.Debug("control: gc: batch deleted", "partition", c.Partition, "seq", c.Seq, "id", c.ID, "objects", len(keys))
+		}
+	}
+}
+
+// Run reconciles every ReconcileInterval and collects garbage every
+// GCInterval (when Objects is set) until ctx is done. Failures are logged
+// and retried on the next tick, so a database outage does not stop it.
+func (s *Server) Run(ctx context.Context) error {
+	rt := time.NewTicker(s.o.ReconcileInterval)
+	defer rt.Stop()
+	var gcC <-chan time.Time
+	if s.o.Objects != nil {
+		gt := time.NewTicker(s.o.GCInterval)
+		defer gt.Stop()
+		gcC = gt.C
+	}
+	if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
+		s.o.Logger.Warn("control: reconcile failed", "err", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-rt.C:
+			if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
+				s.o.Logger.Warn("control: reconcile failed", "err", err)
+			}
+		case <-gcC:
+			st, err := s.CollectGarbage(ctx)
+			if err != nil && ctx.Err() == nil {
+				s.o.Logger.Warn("control: gc failed", "err", err)
+			} else if st.Marked > 0 || st.Deleted > 0 {
+				s.o.Logger.Info("control: gc", "marked", st.Marked, "deleted", st.Deleted, "objects", st.Objects)
+			}
+		}
+	}
+}
+
+// Healthz answers 200 when the database answers, 503 otherwise.
+func (s *Server) Healthz() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.store.Ping(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "ok %s partitions=%d\n", s.store.Backend(), s.store.Partitions())
+	})
+}
+
+// notifier wakes long pollers: one channel per partition (closed and
+// replaced when a batch is registered) and one for routing changes. It only
+// sees registrations made through this process: run one control-plane
+// instance per database (see doc.go).
+type notifier struct {
+	mu      sync.Mutex
+	batches []chan struct{}
+	route   chan struct{}
+}
+
+func newNotifier(partitions int) *notifier {
+	n := &notifier{batches: make([]chan struct{}, partitions), route: make(chan struct{})}
+	for i := range n.batches {
+		n.batches[i] = make(chan struct{})
+	}
+	return n
+}
+
+func (n *notifier) batchChan(p int) <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if p < 0 || p >= len(n.batches) {
+		return nil // the store refuses the partition before anyone waits
+	}
+	return n.batches[p]
+}
+
+func (n *notifier) batch(p int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	close(n.batches[p])
+	n.batches[p] = make(chan struct{})
+}
+
+func (n *notifier) routingChan() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.route
+}
+
+func (n *notifier) routing() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	close(n.route)
+	n.route = make(chan struct{})
+}

@@ -1,0 +1,62 @@
+package control
+
+import (
+	"time"
+
+	"github.com/pillarkit/pillar/internal/batch"
+)
+
+// Node states as reported in routing and node listings.
+const (
+	StateUp   = "up"   // heartbeating; routed to
+	StateDown = "down" // missed heartbeats past DownAfter; still assigned, not routed to
+	StateGone = "gone" // down past ReassignAfter; its partitions are reassigned
+)
+
+// BatchEntry is one registered batch of a partition's log.
+type BatchEntry struct {
+	Seq          int64
+	Manifest     batch.Manifest
+	RegisteredAt time.Time
+}
+
+// Node is a serving node as it registers itself.
+type Node struct {
+	ID, Addr, Zone string
+}
+
+// Replica is one replica of a partition in a routing table.
+type Replica struct {
+	NodeID, Addr, Zone string
+	State              string // StateUp or StateDown
+	AppliedSeq         int64
+	// LagBatches is the partition's newest seq minus AppliedSeq.
+	LagBatches int64
+	// Lag is the age of the oldest batch the replica has not applied yet
+	// (zero when it is caught up).
+	Lag time.Duration
+}
+
+// Routing is the partition -> replicas table. Version changes whenever the
+// assignment, a replica's address or zone, or a node's state changes; it does
+// not change when replicas report progress, so AppliedSeq and lag in a cached
+// copy may be stale.
+type Routing struct {
+	Version    int64
+	Partitions int
+	Replicas   [][]Replica // index = partition; most preferred first
+	NewestSeq  []int64     // index = partition
+	// NewestAt is when each partition's newest batch was registered (zero
+	// when it has none).
+	NewestAt    []time.Time
+	GeneratedAt time.Time
+}
+
+// NodeStatus is a node as the control plane sees it.
+type NodeStatus struct {
+	Node
+	State         string // StateUp, StateDown or StateGone
+	LastHeartbeat time.Time
+	RegisteredAt  time.Time
+	Replicas      int // partitions assigned to it
+}
