@@ -17,6 +17,8 @@ import (
 func commands() []*cli.Command {
 	return []*cli.Command{
 		// One line per component, in pipeline order.
+		ingestCommand(),
+		tablesCommand(),
 	}
 }
 
@@ -40,12 +42,18 @@ Examples:
 				return fmt.Errorf("--log-level %q: %w", c.String("log-level"), err)
 			}
 			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})))
+			logLevel = lvl
 			return nil
 		},
 		Commands:             commands(),
 		EnableBashCompletion: true,
 	}
 }
+
+var logLevel slog.Level
+
+// logger returns the process logger (stderr, level from --log-level).
+func logger() *slog.Logger { return slog.Default() }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

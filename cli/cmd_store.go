@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/pillarkit/pillar/pillar"
+	"github.com/pillarkit/pillar/pillar/ingest"
+	"github.com/pillarkit/pillar/pillar/local"
+)
+
+// storeFlag is the --store flag every store command takes.
+var storeFlag = &cli.StringFlag{
+	Name:     "store",
+	Usage:    "store location: a directory (embedded store)",
+	EnvVars:  []string{"PILLAR_STORE"},
+	Required: true,
+}
+
+// openStore opens the store named by --store. With create, a missing local
+// store is created with the given partition count.
+func openStore(c *cli.Context, create bool, partitions int) (pillar.Store, error) {
+	loc := c.String("store")
+	if strings.HasPrefix(loc, "yt://") {
+		return nil, fmt.Errorf("--store %s: the YTsaurus backend is not built into this binary yet", loc)
+	}
+	loc = strings.TrimPrefix(loc, "file://")
+	st, err := local.Open(loc, &local.Options{Partitions: 0})
+	if errors.Is(err, pillar.ErrNotFound) && create {
+		return local.Create(loc, &local.Options{Partitions: partitions})
+	}
+	if errors.Is(err, pillar.ErrNotStore) && create {
+		if ents, rerr := os.ReadDir(loc); rerr == nil && len(ents) == 0 {
+			return local.Create(loc, &local.Options{Partitions: partitions})
+		}
+	}
+	if err == nil && create && partitions != 0 && c.IsSet("partitions") && st.Info().Partitions != partitions {
+		return nil, fmt.Errorf("--store %s has %d partitions, --partitions says %d: %w", loc, st.Info().Partitions, partitions, pillar.ErrPartitions)
+	}
+	return st, err
+}
+
+func ingestCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "ingest",
+		Usage: "load HTML and text files as pages into the docs table",
+		Description: `Strips markup to clean text, derives each page's URL (its <link rel=canonical>, else
+--base-url + the file's relative path), computes the page key and content hash and
+commits all pages in one transaction. Unchanged pages keep their row; changed pages get
+a new version. Binary, unreadable, oversize and duplicate files are skipped and counted.
+
+Examples:
+   pillar ingest --store data/store --from /usr/share/doc/postgresql-doc-15/html \
+       --base-url https://www.postgresql.org/docs/15/
+   pillar ingest --store data/store --from ./pages --json`,
+		Flags: []cli.Flag{
+			storeFlag,
+			&cli.StringFlag{Name: "from", Usage: "folder of .html/.htm/.txt/.md files (walked recursively)", Required: true},
+			&cli.StringFlag{Name: "base-url", Value: "http://corpus.local/", Usage: "URL prefix for files without a canonical link"},
+			&cli.IntFlag{Name: "partitions", Value: 64, Usage: "partition count when the store is created (fixed afterwards)"},
+			&cli.Int64Flag{Name: "max-page-bytes", Value: ingest.DefaultMaxPageBytes, Usage: "reject files larger than this (named in the summary)"},
+			&cli.IntFlag{Name: "workers", Usage: "parallel cleaners (default: number of CPUs)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			st, err := openStore(c, true, c.Int("partitions"))
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			stats, err := ingest.Run(c.Context, st, ingest.Options{
+				From: c.String("from"), BaseURL: c.String("base-url"), MaxPageBytes: c.Int64("max-page-bytes"),
+				Workers: c.Int("workers"), Logger: logger(), Progress: true,
+			})
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return json.NewEncoder(os.Stdout).Encode(stats)
+			}
+			fmt.Printf("ingested %d pages from %d files in %.1fs (%.1f MB of HTML, %.0f pages/s)\n",
+				stats.Pages, stats.Files, float64(stats.DurationMS)/1000, float64(stats.HTMLBytes)/1e6,
+				float64(stats.Pages)/(float64(stats.DurationMS)/1000+1e-9))
+			fmt.Printf("  changed pages: %d (new %d, changed %d), unchanged %d, empty %d\n",
+				stats.ChangedPages(), stats.New, stats.Changed, stats.Unchanged, stats.Empty)
+			fmt.Printf("  skipped: binary/invalid UTF-8 %d, unreadable %d, too large %d, duplicate URL %d, bad URL %d\n",
+				stats.Binary, stats.Unreadable, stats.TooLarge, stats.Duplicates, stats.BadURL)
+			for _, r := range stats.Rejected {
+				fmt.Printf("  rejected (over --max-page-bytes): %s\n", r)
+			}
+			if stats.Generation > 0 {
+				fmt.Printf("  committed generation %d\n", stats.Generation)
+			}
+			return nil
+		},
+	}
+}
+
+func tablesCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "tables",
+		Usage: "list every table with rows, size and schema, and the store's attributes",
+		Description: `Examples:
+   pillar tables --store data/store
+   pillar tables --store data/store --schema`,
+		Flags: []cli.Flag{
+			storeFlag,
+			&cli.BoolFlag{Name: "schema", Usage: "print each table's columns"},
+		},
+		Action: func(c *cli.Context) error {
+			st, err := openStore(c, false, 0)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			sn, err := st.Snapshot(c.Context)
+			if err != nil {
+				return err
+			}
+			defer sn.Release()
+			info := sn.Info()
+			fmt.Printf("store %s (%s backend), %d partitions, generation %d\n\n", info.Root, info.Backend, info.Partitions, info.Generation)
+			tables, err := sn.Tables(c.Context)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TABLE\tROWS\tSIZE\tFILES\tSORTED BY\tGEN")
+			for _, t := range tables {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\n", t.Name, t.Rows, humanBytes(t.Bytes), t.Files, strings.Join(t.SortedBy, ","), t.Generation)
+			}
+			var qrows int64
+			for p := 0; p < info.Partitions; p++ {
+				n, err := sn.QueueEnd(c.Context, p)
+				if err != nil {
+					return err
+				}
+				qrows += n
+			}
+			fmt.Fprintf(tw, "(export queue)\t%d\t\t\t\t\n", qrows)
+			tw.Flush()
+			if c.Bool("schema") {
+				fmt.Println()
+				for _, t := range tables {
+					fmt.Printf("%s: %s\n", t.Name, t.Schema)
+				}
+			}
+			attrs, err := sn.Attrs(c.Context)
+			if err != nil {
+				return err
+			}
+			names := make([]string, 0, len(attrs))
+			for k := range attrs {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			fmt.Println("\nattributes:")
+			if len(names) == 0 {
+				fmt.Println("  (none)")
+			}
+			for _, k := range names {
+				var buf bytes.Buffer
+				v := string(attrs[k])
+				if json.Compact(&buf, attrs[k]) == nil {
+					v = buf.String()
+				}
+				if len(v) > 160 {
+					v = v[:157] + "..."
+				}
+				fmt.Printf("  %s = %s\n", k, v)
+			}
+			return nil
+		},
+	}
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

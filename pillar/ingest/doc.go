@@ -1,0 +1,25 @@
+// Package ingest loads HTML and plain-text files as pages into the docs
+// table of a Pillar store.
+//
+// Per file: markup is stripped to clean text (CleanHTML: scripts, styles,
+// navigation and other boilerplate dropped; headings and paragraph breaks
+// kept), the title is taken from <title> (or a text file's first line), the
+// URL is the page's <link rel=canonical> if present, else BaseURL + the path
+// relative to the input folder, and the page key is derived from the
+// normalized URL (pillar.KeyOfURL). fetched_at is the file's modification
+// time.
+//
+// The content hash is SHA-256 (first 16 bytes, hex) of title + NUL + clean
+// text: a change to markup only (navigation, styling) is not a new version,
+// a change to what a reader sees is.
+//
+// Invariants:
+//   - A run is one transaction: either every accepted page lands or none.
+//   - Re-running on unchanged files commits nothing (0 changed pages).
+//   - Bad files never fail the run: binary or invalid UTF-8 files, unreadable
+//     files, files over MaxPageBytes (named in Stats.Rejected) and duplicate
+//     URLs (the first file in path order wins) are skipped, logged and counted.
+//     Empty pages are kept (text ""); they get zero chunks downstream.
+//   - Memory: the run holds the new pages and the existing docs table in
+//     memory (fine for corpora of ~10^5 pages of ~50 KB on a 24 GiB machine).
+package ingest
