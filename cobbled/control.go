@@ -1,0 +1,69 @@
+package cobbled
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/pillarkit/pillar/internal/batch"
+)
+
+// Control is what a node needs from the control plane. The control-plane
+// client (package cobbled/control) satisfies it through FromControlClient; tests
+// use an in-memory fake.
+type Control interface {
+	BatchLister
+	ProgressReporter
+	RoutingSource
+	// RegisterNode announces the node (id, address, zone); idempotent.
+	RegisterNode(ctx context.Context, id, addr, zone string) error
+	// Heartbeat keeps the node marked up.
+	Heartbeat(ctx context.Context, nodeID string) error
+}
+
+// BatchLister lists a partition's registered batches in sequence order.
+type BatchLister interface {
+	// ListBatches returns up to limit batches of partition with Seq > afterSeq,
+	// in order. With wait > 0 it long-polls until at least one exists or wait
+	// elapses (then it returns none).
+	ListBatches(ctx context.Context, partition int, afterSeq int64, limit int, wait time.Duration) ([]Batch, error)
+}
+
+// ProgressReporter records a replica's applied sequence number.
+type ProgressReporter interface {
+	ReportApplied(ctx context.Context, nodeID string, partition int, seq int64) error
+}
+
+// RoutingSource returns the current partition → replicas assignment.
+type RoutingSource interface {
+	GetRouting(ctx context.Context) (*Routing, error)
+}
+
+// Batch is one registered batch: its partition sequence number and manifest.
+type Batch struct {
+	Seq      int64
+	Manifest batch.Manifest
+}
+
+// Routing is the assignment as the node sees it.
+type Routing struct {
+	Version    int64
+	Partitions int
+	// Replicas[p] lists partition p's replicas.
+	Replicas [][]Replica
+	// NewestSeq[p] is the newest registered sequence number of partition p.
+	NewestSeq []int64
+}
+
+// Replica is one replica of a partition.
+type Replica struct {
+	NodeID     string
+	State      string // "up" or "down"
+	AppliedSeq int64
+}
+
+// ObjectGetter fetches objects from the object store (objstore.Store
+// satisfies it).
+type ObjectGetter interface {
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+}

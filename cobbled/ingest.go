@@ -1,0 +1,234 @@
+package cobbled
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Run registers the node with the control plane and runs until ctx ends:
+// heartbeats, routing refreshes (opening newly assigned partitions, dropping
+// unassigned ones once their new owners report caught up), and one ingest
+// worker per held partition. It returns after every worker has stopped.
+func (n *Node) Run(ctx context.Context) error {
+	ctl := n.opts.Control
+	if ctl == nil {
+		return errors.New("cobbled: run: no control plane")
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer n.stopWorkers()
+	backoff := n.opts.RetryBackoff
+	for {
+		err := ctl.RegisterNode(ctx, n.opts.ID, n.opts.Addr, n.opts.Zone)
+		if err == nil {
+			break
+		}
+		n.opts.Logger.Warn("cobbled: register node", "err", err)
+		if !sleep(ctx, backoff) {
+			return nil
+		}
+		backoff = min(2*backoff, n.opts.RetryBackoffMax)
+	}
+	// Serve (and keep ingesting) what is on disk while routing is unknown.
+	for _, id := range n.Held() {
+		n.startWorker(ctx, &wg, n.part(id))
+	}
+	t := time.NewTicker(n.opts.Heartbeat)
+	defer t.Stop()
+	for {
+		if err := n.tick(ctx, &wg); err != nil {
+			if errors.Is(err, ErrPartitions) {
+				return err
+			}
+			if ctx.Err() == nil {
+				n.opts.Logger.Warn("cobbled: control plane", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// tick heartbeats, refreshes routing and reconciles held partitions with it.
+func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup) error {
+	ctl := n.opts.Control
+	if err := ctl.Heartbeat(ctx, n.opts.ID); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	r, err := ctl.GetRouting(ctx)
+	if err != nil {
+		return fmt.Errorf("routing: %w", err)
+	}
+	if r.Partitions != n.p {
+		return fmt.Errorf("cobbled: control plane has %d partitions, node has %d: %w", r.Partitions, n.p, ErrPartitions)
+	}
+	for id := 0; id < n.p && id < len(r.Replicas); id++ {
+		mine, reported := false, int64(-1)
+		for _, rep := range r.Replicas[id] {
+			if rep.NodeID == n.opts.ID {
+				mine, reported = true, rep.AppliedSeq
+			}
+		}
+		p := n.part(id)
+		if id < len(r.NewestSeq) && p != nil {
+			p.newest.Store(max(p.newest.Load(), r.NewestSeq[id]))
+			n.opts.Metrics.lag.WithLabelValues(strconv.Itoa(id)).Set(float64(max(0, p.newest.Load()-p.applied.Load())))
+		}
+		switch {
+		case mine && p == nil:
+			np, err := n.addPartition(id)
+			if err != nil {
+				n.opts.Logger.Error("cobbled: open assigned partition", "partition", id, "err", err)
+				continue
+			}
+			n.startWorker(ctx, wg, np)
+		case mine && reported < p.applied.Load():
+			// A lost report (or a restart) left the control plane behind.
+			if err := ctl.ReportApplied(ctx, n.opts.ID, id, p.applied.Load()); err != nil {
+				n.opts.Logger.Warn("cobbled: report applied", "partition", id, "err", err)
+			}
+		case !mine && p != nil && ownersCaughtUp(r, id):
+			n.dropPartition(id)
+		}
+	}
+	return nil
+}
+
+// ownersCaughtUp reports whether partition id's replicas in r (which do not
+// include this node) have all applied its newest batch, with at least one up.
+func ownersCaughtUp(r *Routing, id int) bool {
+	if id >= len(r.NewestSeq) {
+		return false
+	}
+	up := 0
+	for _, rep := range r.Replicas[id] {
+		if rep.State != "up" {
+			continue
+		}
+		if rep.AppliedSeq < r.NewestSeq[id] {
+			return false
+		}
+		up++
+	}
+	return up > 0
+}
+
+func (n *Node) startWorker(ctx context.Context, wg *sync.WaitGroup, p *partition) {
+	if p == nil || p.cancel != nil {
+		return
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	p.cancel, p.done = cancel, make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(p.done)
+		n.worker(wctx, p)
+	}()
+}
+
+func (n *Node) stopWorkers() {
+	for _, id := range n.Held() {
+		if p := n.part(id); p != nil && p.cancel != nil {
+			p.cancel()
+		}
+	}
+}
+
+// worker long-polls the control plane for p's next batches and applies them
+// in order. A batch that fails is retried (never skipped): after
+// DownloadAttempts failures the error is reported, and the replica keeps
+// serving what it has and retries every RetryBackoffMax.
+func (n *Node) worker(ctx context.Context, p *partition) {
+	log := n.opts.Logger.With("partition", p.id)
+	backoff := n.opts.RetryBackoff
+	for ctx.Err() == nil {
+		bs, err := n.opts.Control.ListBatches(ctx, p.id, p.applied.Load(), n.opts.ListLimit, n.opts.LongPoll)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn("cobbled: list batches", "err", err)
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, n.opts.RetryBackoffMax)
+			continue
+		}
+		backoff = n.opts.RetryBackoff
+		for i := range bs {
+			b := &bs[i]
+			if b.Seq <= p.applied.Load() {
+				continue
+			}
+			p.newest.Store(max(p.newest.Load(), bs[len(bs)-1].Seq))
+			if !n.ingestRetrying(ctx, p, b) {
+				return
+			}
+		}
+	}
+}
+
+// ingestRetrying applies b, retrying until it succeeds or ctx ends (false).
+func (n *Node) ingestRetrying(ctx context.Context, p *partition, b *Batch) bool {
+	log := n.opts.Logger.With("partition", p.id, "seq", b.Seq, "batch", b.Manifest.ID)
+	backoff := n.opts.RetryBackoff
+	for attempt := 1; ; attempt++ {
+		err := n.fetchAndApply(ctx, p, b)
+		if err == nil {
+			p.setErr(nil)
+			lbl := strconv.Itoa(p.id)
+			n.opts.Metrics.appliedSeq.WithLabelValues(lbl).Set(float64(p.applied.Load()))
+			n.opts.Metrics.lag.WithLabelValues(lbl).Set(float64(max(0, p.newest.Load()-p.applied.Load())))
+			n.opts.Metrics.batchesApplied.WithLabelValues(b.Manifest.Kind).Inc()
+			log.Info("cobbled: batch applied", "kind", b.Manifest.Kind, "keys", b.Manifest.Keys)
+			if err := n.opts.Control.ReportApplied(ctx, n.opts.ID, p.id, b.Seq); err != nil && ctx.Err() == nil {
+				// The next tick re-reports from the routing table.
+				log.Warn("cobbled: report applied", "err", err)
+			}
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		n.opts.Metrics.ingestErrors.WithLabelValues(errReason(err)).Inc()
+		if attempt >= n.opts.DownloadAttempts {
+			p.setErr(err)
+			log.Error("cobbled: batch failed; replica stays at the previous batch and retries", "attempt", attempt, "err", err)
+		} else {
+			log.Warn("cobbled: batch attempt failed", "attempt", attempt, "err", err)
+		}
+		if !sleep(ctx, backoff) {
+			return false
+		}
+		backoff = min(2*backoff, n.opts.RetryBackoffMax)
+	}
+}
+
+func errReason(err error) string {
+	switch {
+	case errors.Is(err, ErrChecksum):
+		return "checksum"
+	case errors.Is(err, ErrForeignManifest):
+		return "foreign_manifest"
+	case errors.Is(err, ErrOutOfOrder):
+		return "out_of_order"
+	}
+	return "other"
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,508 @@
+package cobbled
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/linxGnu/grocksdb"
+
+	"github.com/pillarkit/pillar/internal/batch"
+)
+
+// Sentinel errors callers may branch on.
+var (
+	// ErrNotServed: the node does not hold the partition.
+	ErrNotServed = errors.New("partition not served by this node")
+	// ErrChecksum: a downloaded file's size or SHA-256 differs from the manifest.
+	ErrChecksum = errors.New("batch file does not match its manifest")
+	// ErrForeignManifest: a batch whose manifest names another partition or
+	// partition count than the replica it was listed for.
+	ErrForeignManifest = errors.New("manifest is not for this replica")
+	// ErrPartitions: the partition count differs from the one recorded.
+	ErrPartitions = errors.New("partition count mismatch")
+	// ErrClosed: the node is closed.
+	ErrClosed = errors.New("node closed")
+)
+
+// Node is a serving node: one RocksDB per partition replica, an ingest loop
+// (Run) and the read path (MultiGet, and BatchGet through NewGRPCServer).
+type Node struct {
+	opts Options
+	p    int // partition count
+
+	cache  *grocksdb.Cache
+	dbOpts *grocksdb.Options
+	ro     *grocksdb.ReadOptions
+
+	partsMu sync.Mutex                    // serializes changes to parts
+	parts   atomic.Pointer[[]*partition] // index = partition; nil = not held; copy-on-write
+
+	sem       chan struct{} // bounds concurrent download+apply
+	create    func(path string) (stagedFile, error)
+	closed    atomic.Bool
+	closeOnce sync.Once
+}
+
+type stagedFile interface {
+	io.Writer
+	Sync() error
+	Close() error
+}
+
+type nodeMeta struct {
+	Partitions int `json:"partitions"`
+}
+
+// Open opens the node's data directory and every partition replica in it.
+// The partition count comes from Options.Partitions, the directory's
+// node.json, or the control plane, and all that are known must agree.
+func Open(ctx context.Context, opts Options) (*Node, error) {
+	opts.ensureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cobbled: data dir: %w", err)
+	}
+	n := &Node{opts: opts, sem: make(chan struct{}, opts.IngestConcurrency)}
+	n.create = func(path string) (stagedFile, error) { return os.Create(path) }
+	if err := n.learnPartitions(ctx); err != nil {
+		return nil, err
+	}
+
+	n.cache = grocksdb.NewLRUCache(uint64(opts.CacheBytes))
+	dbOpts, err := opts.Table.Options(n.cache)
+	if err != nil {
+		n.cache.Destroy()
+		return nil, fmt.Errorf("cobbled: %w", err)
+	}
+	tuneForServing(dbOpts)
+	n.dbOpts = dbOpts
+	n.ro = grocksdb.NewDefaultReadOptions()
+	empty := make([]*partition, n.p)
+	n.parts.Store(&empty)
+
+	ents, err := os.ReadDir(opts.Dir)
+	if err != nil {
+		n.Close()
+		return nil, fmt.Errorf("cobbled: data dir: %w", err)
+	}
+	for _, e := range ents {
+		id, ok := parsePartDir(e.Name())
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if id >= n.p {
+			n.Close()
+			return nil, fmt.Errorf("cobbled: %s: partition %d with %d partitions: %w", e.Name(), id, n.p, ErrPartitions)
+		}
+		if _, err := n.addPartition(id); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
+	opts.Metrics.node = n
+	return n, nil
+}
+
+// tuneForServing sets the database options for read-mostly, bulk-loaded
+// data. The table options (bloom filters, cached and pinned index/filter
+// blocks, block size, compression) come from internal/rocks.
+func tuneForServing(o *grocksdb.Options) {
+	o.SetCreateIfMissing(true)
+	o.SetMaxOpenFiles(-1)       // keep every table reader (and its pinned index) open
+	o.SetMaxBackgroundJobs(2)   // compaction of ingested L0 deltas; do not starve reads
+	o.SetLevelCompactionDynamicLevelBytes(true)
+	o.SetSkipStatsUpdateOnDBOpen(true)
+	o.SetAdviseRandomOnOpen(true)
+	o.SetKeepLogFileNum(2)
+	o.SetMaxTotalWalSize(1 << 20) // nothing is written through the WAL
+	o.SetInfoLogLevel(grocksdb.WarnInfoLogLevel)
+	o.EnableStatistics() // block cache hit ratio for /metrics
+	// Many small deltas land in L0; let them accumulate before compaction
+	// rather than stalling ingestion.
+	o.SetLevel0FileNumCompactionTrigger(8)
+	o.SetLevel0SlowdownWritesTrigger(40)
+	o.SetLevel0StopWritesTrigger(64)
+}
+
+func (n *Node) learnPartitions(ctx context.Context) error {
+	metaPath := filepath.Join(n.opts.Dir, "node.json")
+	var disk nodeMeta
+	if b, err := os.ReadFile(metaPath); err == nil {
+		if err := json.Unmarshal(b, &disk); err != nil || disk.Partitions <= 0 {
+			return fmt.Errorf("cobbled: %s: corrupt %q", metaPath, b)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("cobbled: %w", err)
+	}
+	p := n.opts.Partitions
+	if disk.Partitions != 0 {
+		if p != 0 && p != disk.Partitions {
+			return fmt.Errorf("cobbled: %s records %d partitions, options say %d: %w", metaPath, disk.Partitions, p, ErrPartitions)
+		}
+		p = disk.Partitions
+	}
+	if p == 0 && n.opts.Control != nil {
+		r, err := n.opts.Control.GetRouting(ctx)
+		if err != nil {
+			return fmt.Errorf("cobbled: learn partition count from control plane: %w", err)
+		}
+		p = r.Partitions
+	}
+	if p <= 0 {
+		return fmt.Errorf("cobbled: partition count unknown: set Options.Partitions or a control plane")
+	}
+	n.p = p
+	if disk.Partitions == 0 {
+		b, _ := json.Marshal(nodeMeta{Partitions: p})
+		if err := os.WriteFile(metaPath, b, 0o644); err != nil {
+			return fmt.Errorf("cobbled: %w", err)
+		}
+	}
+	return nil
+}
+
+// Partitions returns the deployment's partition count.
+func (n *Node) Partitions() int { return n.p }
+
+// Held returns the partitions this node holds, in order.
+func (n *Node) Held() []int {
+	var out []int
+	for id, p := range *n.parts.Load() {
+		if p != nil {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (n *Node) part(id int) *partition {
+	ps := *n.parts.Load()
+	if id < 0 || id >= len(ps) {
+		return nil
+	}
+	return ps[id]
+}
+
+// addPartition returns partition id, opening it if the node does not hold it.
+func (n *Node) addPartition(id int) (*partition, error) {
+	n.partsMu.Lock()
+	defer n.partsMu.Unlock()
+	if n.closed.Load() {
+		return nil, ErrClosed
+	}
+	if p := n.part(id); p != nil {
+		return p, nil
+	}
+	p, err := n.openPartition(id)
+	if err != nil {
+		return nil, err
+	}
+	ps := append([]*partition(nil), *n.parts.Load()...)
+	ps[id] = p
+	n.parts.Store(&ps)
+	n.opts.Metrics.appliedSeq.WithLabelValues(strconv.Itoa(id)).Set(float64(p.applied.Load()))
+	n.opts.Logger.Info("cobbled: partition opened", "partition", id, "seq", p.st.Seq, "batch", p.st.Batch, "db", p.st.DB)
+	return p, nil
+}
+
+// dropPartition stops the partition's ingest worker, closes its database once
+// no reader uses it, and deletes its files.
+func (n *Node) dropPartition(id int) {
+	p := n.part(id)
+	if p == nil {
+		return
+	}
+	if p.cancel != nil {
+		p.cancel()
+		<-p.done
+	}
+	p.applyMu.Lock()
+	p.dropping = true
+	n.partsMu.Lock()
+	ps := append([]*partition(nil), *n.parts.Load()...)
+	ps[id] = nil
+	n.parts.Store(&ps)
+	n.partsMu.Unlock()
+	p.close()
+	p.applyMu.Unlock()
+	if err := os.RemoveAll(p.dir); err != nil {
+		n.opts.Logger.Warn("cobbled: remove dropped partition", "partition", id, "err", err)
+	}
+	lbl := strconv.Itoa(id)
+	n.opts.Metrics.appliedSeq.DeleteLabelValues(lbl)
+	n.opts.Metrics.lag.DeleteLabelValues(lbl)
+	n.opts.Logger.Info("cobbled: partition dropped", "partition", id)
+}
+
+// Close stops ingest workers and closes every database, the options and the
+// block cache, each exactly once. Call it after Run has returned; reads
+// after Close answer ErrNotServed.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.partsMu.Lock()
+		n.closed.Store(true)
+		n.partsMu.Unlock()
+		if n.parts.Load() != nil {
+			for _, p := range *n.parts.Load() {
+				if p == nil {
+					continue
+				}
+				if p.cancel != nil {
+					p.cancel()
+					<-p.done
+				}
+				p.applyMu.Lock()
+				p.dropping = true
+				p.close()
+				p.applyMu.Unlock()
+			}
+		}
+		if n.ro != nil {
+			n.ro.Destroy()
+		}
+		if n.dbOpts != nil {
+			n.dbOpts.Destroy()
+		}
+		if n.cache != nil {
+			n.cache.Destroy()
+		}
+	})
+	return nil
+}
+
+// MultiGet reads keys of one partition with a single RocksDB MultiGet and
+// calls fn for each key in order; value is valid only during the call. It is
+// safe for concurrent use, also with ingestion and snapshot swaps.
+func (n *Node) MultiGet(partition int, keys [][]byte, fn func(i int, value []byte, found bool)) error {
+	p := n.part(partition)
+	if p == nil {
+		return fmt.Errorf("cobbled: partition %d: %w", partition, ErrNotServed)
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.db == nil {
+		return fmt.Errorf("cobbled: partition %d: %w", partition, ErrNotServed)
+	}
+	vals, err := p.db.MultiGet(n.ro, keys...)
+	if err != nil {
+		return fmt.Errorf("cobbled: partition %d: multiget: %w", partition, err)
+	}
+	defer vals.Destroy()
+	for i, v := range vals {
+		fn(i, v.Data(), v.Exists())
+	}
+	return nil
+}
+
+// Apply downloads, verifies and applies one batch to its partition (opening
+// the replica if the node does not hold it), exactly as the ingest loop
+// does. It is for nodes without a control plane (tools, tests, benchmarks);
+// do not mix it with Run for the same partition.
+func (n *Node) Apply(ctx context.Context, b Batch) error {
+	if n.opts.Objects == nil {
+		return fmt.Errorf("cobbled: apply batch %s: no object store", b.Manifest.ID)
+	}
+	if err := n.checkManifest(b.Manifest.Partition, &b.Manifest); err != nil {
+		return err
+	}
+	p, err := n.addPartition(b.Manifest.Partition)
+	if err != nil {
+		return err
+	}
+	return n.fetchAndApply(ctx, p, &b)
+}
+
+func (n *Node) checkManifest(partition int, m *batch.Manifest) error {
+	if err := m.Validate(); err != nil {
+		return fmt.Errorf("cobbled: partition %d: %w: %w", partition, ErrForeignManifest, err)
+	}
+	if m.Partition != partition || m.Partitions != n.p {
+		return fmt.Errorf("cobbled: partition %d: batch %s is for partition %d of %d, replica is partition %d of %d: %w",
+			partition, m.ID, m.Partition, m.Partitions, partition, n.p, ErrForeignManifest)
+	}
+	return nil
+}
+
+// fetchAndApply applies b to p unless it is already applied; it is the one
+// place a batch goes from the object store into a database.
+func (n *Node) fetchAndApply(ctx context.Context, p *partition, b *Batch) error {
+	select {
+	case n.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-n.sem }()
+	p.applyMu.Lock()
+	defer p.applyMu.Unlock()
+	if p.dropping {
+		return fmt.Errorf("cobbled: partition %d: %w", p.id, ErrNotServed)
+	}
+	if b.Seq <= p.st.Seq {
+		return nil // already applied
+	}
+	m := &b.Manifest
+	if err := n.checkManifest(p.id, m); err != nil {
+		return err
+	}
+	if b.Seq == p.st.Seq+1 && p.metaID == m.ID && p.metaID != p.st.Batch {
+		// Ingested before a crash (or a failed state write) but not recorded:
+		// the meta key, ingested atomically with the data, proves it.
+		st := partState{DB: p.st.DB, Seq: b.Seq, Batch: m.ID}
+		if err := writeState(p.dir, st); err != nil {
+			return fmt.Errorf("cobbled: partition %d: record reconciled batch %s: %w", p.id, m.ID, err)
+		}
+		p.st = st
+		p.applied.Store(b.Seq)
+		n.opts.Metrics.reconciled.Inc()
+		n.opts.Logger.Info("cobbled: batch found applied, recorded", "partition", p.id, "seq", b.Seq, "batch", m.ID)
+		return nil
+	}
+	if b.Seq != p.st.Seq+1 {
+		return fmt.Errorf("cobbled: partition %d: batch %s seq %d, replica is at seq %d: %w", p.id, m.ID, b.Seq, p.st.Seq, ErrOutOfOrder)
+	}
+	paths, err := n.download(ctx, p, b)
+	if err != nil {
+		return err
+	}
+	return p.apply(b, paths)
+}
+
+// download stages b's files under p's staging directory, verifying size and
+// SHA-256 of each against the manifest.
+func (n *Node) download(ctx context.Context, p *partition, b *Batch) ([]string, error) {
+	m := &b.Manifest
+	staging := filepath.Join(p.dir, "staging")
+	if err := os.RemoveAll(staging); err != nil {
+		return nil, fmt.Errorf("cobbled: partition %d: clear staging: %w", p.id, err)
+	}
+	if err := os.MkdirAll(staging, 0o755); err != nil {
+		return nil, fmt.Errorf("cobbled: partition %d: staging: %w", p.id, err)
+	}
+	start := time.Now()
+	var total int64
+	paths := make([]string, 0, len(m.Files))
+	for _, f := range m.Files {
+		key := batch.Prefix(m.Partition, m.ID) + f.Name
+		path := filepath.Join(staging, f.Name)
+		if err := n.fetchFile(ctx, key, path, f); err != nil {
+			return nil, fmt.Errorf("cobbled: partition %d: batch %s: %s: %w", p.id, m.ID, key, err)
+		}
+		paths = append(paths, path)
+		total += f.Size
+	}
+	if err := syncDir(staging); err != nil {
+		return nil, fmt.Errorf("cobbled: partition %d: staging: %w", p.id, err)
+	}
+	n.opts.Metrics.downloadBytes.Add(float64(total))
+	n.opts.Metrics.downloadDuration.Observe(time.Since(start).Seconds())
+	return paths, nil
+}
+
+func (n *Node) fetchFile(ctx context.Context, key, path string, f batch.File) error {
+	rc, err := n.opts.Objects.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	defer rc.Close()
+	out, err := n.create(path)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	// Read one byte past the expected size to detect a longer object.
+	got, err := io.Copy(io.MultiWriter(out, h), io.LimitReader(rc, f.Size+1))
+	if err != nil {
+		out.Close()
+		return fmt.Errorf("download: %w", err)
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	if got != f.Size {
+		return fmt.Errorf("size %d, manifest says %d: %w", got, f.Size, ErrChecksum)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != f.SHA256 {
+		return fmt.Errorf("sha256 %s, manifest says %s: %w", sum, f.SHA256, ErrChecksum)
+	}
+	return nil
+}
+
+// PartitionStats describes one replica.
+type PartitionStats struct {
+	Partition  int
+	AppliedSeq int64
+	NewestSeq  int64 // newest registered seq seen; 0 if unknown
+	LastError  string
+	LastApply  time.Time
+}
+
+// Stats is a snapshot of the node.
+type Stats struct {
+	Partitions    int
+	Held          []PartitionStats
+	CacheUsage    uint64
+	CacheCapacity uint64
+	CacheHits     uint64
+	CacheMisses   uint64
+}
+
+// Stats returns a snapshot of the node's replicas and block cache.
+func (n *Node) Stats() Stats {
+	s := Stats{Partitions: n.p}
+	if n.closed.Load() {
+		return s
+	}
+	for id, p := range *n.parts.Load() {
+		if p == nil {
+			continue
+		}
+		ps := PartitionStats{Partition: id, AppliedSeq: p.applied.Load(), NewestSeq: p.newest.Load()}
+		if e := p.lastErr.Load(); e != nil {
+			ps.LastError = *e
+		}
+		if t := p.lastApply.Load(); t != 0 {
+			ps.LastApply = time.Unix(0, t)
+		}
+		s.Held = append(s.Held, ps)
+	}
+	sort.Slice(s.Held, func(i, j int) bool { return s.Held[i].Partition < s.Held[j].Partition })
+	s.CacheUsage = n.cache.GetUsage()
+	s.CacheCapacity = n.cache.GetCapacity()
+	stats := n.dbOpts.GetStatisticsString()
+	s.CacheHits = ticker(stats, "rocksdb.block.cache.hit")
+	s.CacheMisses = ticker(stats, "rocksdb.block.cache.miss")
+	return s
+}
+
+// ticker reads "name COUNT : N" from a RocksDB statistics dump.
+func ticker(stats, name string) uint64 {
+	i := strings.Index(stats, name+" COUNT : ")
+	if i < 0 {
+		return 0
+	}
+	rest := stats[i+len(name)+len(" COUNT : "):]
+	if j := strings.IndexByte(rest, '\n'); j >= 0 {
+		rest = rest[:j]
+	}
+	v, _ := strconv.ParseUint(strings.TrimSpace(rest), 10, 64)
+	return v
+}

@@ -1,0 +1,168 @@
+package cobbled
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/pillarkit/pillar/internal/rocks"
+)
+
+// Options configure a Node. The zero value of every field means its default.
+type Options struct {
+	// ID is this node's id in the control plane. Required when Control is set.
+	ID string
+	// Zone is the node's zone (failure domain), reported to the control plane.
+	// The default value is "".
+	Zone string
+	// Addr is the address readers dial (host:port of the gRPC server), as
+	// registered with the control plane. The default value is "".
+	Addr string
+	// Dir is the node's data directory: one subdirectory per partition
+	// replica. Required.
+	Dir string
+	// Partitions is the deployment's partition count P. The default value is
+	// 0: learn it from the control plane (Control.GetRouting) or from the
+	// data directory. A node refuses a P that differs from the one recorded in
+	// Dir or reported by the control plane.
+	Partitions int
+
+	// CacheBytes is the size of the LRU block cache shared by all partition
+	// databases. The default value is 1 GiB.
+	CacheBytes int64
+	// Table is the SST table layout; it must equal the SST builder's. The
+	// default value is rocks.TableConfig{} (its defaults).
+	Table rocks.TableConfig
+
+	// Control is the control plane. The default value is nil: no ingest loop;
+	// batches are applied only through Node.Apply (tests, benchmarks, tools).
+	Control Control
+	// Objects fetches batch files. Required when Control is set.
+	Objects ObjectGetter
+
+	// IngestConcurrency bounds how many partitions download and apply a batch
+	// at the same time. The default value is 2.
+	IngestConcurrency int
+	// LongPoll is how long one ListBatches call waits for a new batch. The
+	// default value is 20s.
+	LongPoll time.Duration
+	// ListLimit is how many batches one ListBatches call asks for. The default
+	// value is 16.
+	ListLimit int
+	// DownloadAttempts is how many times a batch is downloaded and verified
+	// before the failure is reported (logged, counted, shown in Stats); the
+	// replica then keeps retrying the same batch every RetryBackoffMax and
+	// never skips it. The default value is 3.
+	DownloadAttempts int
+	// RetryBackoff is the first delay between attempts; it doubles up to
+	// RetryBackoffMax. The default values are 200ms and 30s.
+	RetryBackoff    time.Duration
+	RetryBackoffMax time.Duration
+	// Heartbeat is the interval of heartbeats and routing refreshes. The
+	// default value is 2s.
+	Heartbeat time.Duration
+
+	// MaxKeys is the largest BatchGet request, in keys. The default value is
+	// 1024.
+	MaxKeys int
+	// MaxResponseBytes bounds the encoded BatchGet response; a request whose
+	// values would exceed it fails with RESOURCE_EXHAUSTED. The default value
+	// is 64 MiB.
+	MaxResponseBytes int
+	// FaultDelay, when Fraction > 0, delays that fraction of BatchGet
+	// requests by Delay (a test-only fault for hedging benchmarks). The
+	// default value is no fault.
+	FaultDelay FaultDelay
+
+	// Logger receives ingest and lifecycle events. The default value discards.
+	Logger *slog.Logger
+	// Metrics receives the node's measurements. The default value is a fresh,
+	// unregistered set (the binary registers Metrics.Collectors()).
+	Metrics *Metrics
+}
+
+// FaultDelay delays a random Fraction of BatchGet requests by Delay.
+type FaultDelay struct {
+	Fraction float64
+	Delay    time.Duration
+}
+
+func (o *Options) ensureDefaults() {
+	if o.CacheBytes == 0 {
+		o.CacheBytes = 1 << 30
+	}
+	if o.IngestConcurrency == 0 {
+		o.IngestConcurrency = 2
+	}
+	if o.LongPoll == 0 {
+		o.LongPoll = 20 * time.Second
+	}
+	if o.ListLimit == 0 {
+		o.ListLimit = 16
+	}
+	if o.DownloadAttempts == 0 {
+		o.DownloadAttempts = 3
+	}
+	if o.RetryBackoff == 0 {
+		o.RetryBackoff = 200 * time.Millisecond
+	}
+	if o.RetryBackoffMax == 0 {
+		o.RetryBackoffMax = 30 * time.Second
+	}
+	if o.Heartbeat == 0 {
+		o.Heartbeat = 2 * time.Second
+	}
+	if o.MaxKeys == 0 {
+		o.MaxKeys = 1024
+	}
+	if o.MaxResponseBytes == 0 {
+		o.MaxResponseBytes = 64 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+}
+
+// Validate checks the options, with defaults applied, against each other.
+func (o Options) Validate() error {
+	o.ensureDefaults()
+	var errs []error
+	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf("cobbled: options: "+format, a...)) }
+	if o.Dir == "" {
+		fail("Dir is required")
+	}
+	if o.Control != nil {
+		if o.ID == "" {
+			fail("ID is required with a control plane")
+		}
+		if o.Objects == nil {
+			fail("Objects is required with a control plane")
+		}
+	}
+	if o.Partitions < 0 {
+		fail("Partitions %d is negative", o.Partitions)
+	}
+	if o.CacheBytes < 1<<20 {
+		fail("CacheBytes %d is under 1 MiB", o.CacheBytes)
+	}
+	if o.IngestConcurrency < 1 || o.ListLimit < 1 || o.DownloadAttempts < 1 {
+		fail("IngestConcurrency, ListLimit and DownloadAttempts must be positive")
+	}
+	if o.RetryBackoff <= 0 || o.RetryBackoffMax < o.RetryBackoff {
+		fail("RetryBackoff %v must be positive and at most RetryBackoffMax %v", o.RetryBackoff, o.RetryBackoffMax)
+	}
+	if o.MaxKeys < 1 || o.MaxResponseBytes < 1 {
+		fail("MaxKeys and MaxResponseBytes must be positive")
+	}
+	if o.FaultDelay.Fraction < 0 || o.FaultDelay.Fraction > 1 || o.FaultDelay.Delay < 0 {
+		fail("FaultDelay %+v: fraction must be in [0,1] and delay non-negative", o.FaultDelay)
+	}
+	if err := o.Table.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("cobbled: options: %w", err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,301 @@
+package cobbled
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/linxGnu/grocksdb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+// The read path. BatchGet groups the request's keys by partition and issues
+// one RocksDB MultiGet per partition, holding each partition's read lock
+// (acquired in increasing partition order, so readers and snapshot swaps
+// cannot deadlock) until the response is encoded. Values are copied once,
+// from RocksDB's result straight into a pooled wire buffer holding the
+// encoded BatchGetResponse, which gRPC sends and then returns to the pool.
+
+// Transport tuning shared by the server and servepb.DialOptions: responses
+// are ~600 KB (12 × 50 KB), so windows must cover several in flight.
+const (
+	streamWindow = 16 << 20
+	connWindow   = 64 << 20
+	maxRecvMsg   = 16 << 20
+)
+
+// NewGRPCServer returns a gRPC server with the Serve service registered on
+// this node, tuned for large responses. Callers Serve it on a listener and
+// GracefulStop it (draining in-flight requests) before Node.Close.
+func (n *Node) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
+	opts := []grpc.ServerOption{
+		grpc.ForceServerCodecV2(serverCodec{proto: encoding.GetCodecV2(proto.Name)}),
+		grpc.MaxRecvMsgSize(maxRecvMsg),
+		grpc.MaxSendMsgSize(n.opts.MaxResponseBytes + 1<<20),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
+		grpc.WriteBufferSize(256 << 10),
+		grpc.ReadBufferSize(64 << 10),
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+	}
+	s := grpc.NewServer(append(opts, extra...)...)
+	s.RegisterService(&serveDesc, n)
+	return s
+}
+
+// serveDesc is servepb.Serve_ServiceDesc with a handler that returns the
+// pre-encoded response instead of a *servepb.BatchGetResponse.
+var serveDesc = grpc.ServiceDesc{
+	ServiceName: servepb.Serve_ServiceDesc.ServiceName,
+	HandlerType: (*any)(nil),
+	Methods:     []grpc.MethodDesc{{MethodName: "BatchGet", Handler: batchGetHandler}},
+	Metadata:    "serve.proto",
+}
+
+func batchGetHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := new(servepb.BatchGetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	n := srv.(*Node)
+	if interceptor == nil {
+		return n.batchGet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: servepb.Serve_BatchGet_FullMethodName}
+	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+		return n.batchGet(ctx, req.(*servepb.BatchGetRequest))
+	})
+}
+
+// encodedResponse is a BatchGetResponse already in wire form.
+type encodedResponse struct{ buf mem.Buffer }
+
+// serverCodec sends encodedResponse as is and everything else as protobuf.
+type serverCodec struct{ proto encoding.CodecV2 }
+
+func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(*encodedResponse); ok {
+		return mem.BufferSlice{r.buf}, nil
+	}
+	return c.proto.Marshal(v)
+}
+func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
+func (c serverCodec) Name() string                                 { return proto.Name }
+
+// respPool holds wire buffers by power-of-two size, 256 B … 128 MiB.
+var respPool = func() mem.BufferPool {
+	exps := make([]uint8, 0, 20)
+	for e := uint8(8); e <= 27; e++ {
+		exps = append(exps, e)
+	}
+	p, err := mem.NewBinaryTieredBufferPool(exps...)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
+type getScratch struct {
+	part   []int
+	order  []int
+	pkeys  [][]byte
+	vals   []*grocksdb.Slice // per key; nil when not read
+	status []servepb.KeyStatus
+	msg    []string // per key error text (shared per partition)
+	held   []*partition
+	res    []grocksdb.Slices
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(getScratch) }}
+
+func (s *getScratch) reset(n int) {
+	s.part = slices.Grow(s.part[:0], n)[:n]
+	s.order = slices.Grow(s.order[:0], n)[:n]
+	s.vals = slices.Grow(s.vals[:0], n)[:n]
+	s.status = slices.Grow(s.status[:0], n)[:n]
+	s.msg = slices.Grow(s.msg[:0], n)[:n]
+	clear(s.vals)
+	clear(s.status)
+	clear(s.msg)
+}
+
+// release frees RocksDB results and read locks; safe to call twice.
+func (s *getScratch) release() {
+	for _, r := range s.res {
+		r.Destroy()
+	}
+	clear(s.res)
+	s.res = s.res[:0]
+	for _, p := range s.held {
+		p.mu.RUnlock()
+	}
+	clear(s.held)
+	s.held = s.held[:0]
+	clear(s.pkeys)
+	s.pkeys = s.pkeys[:0]
+	clear(s.vals)
+}
+
+func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ any, err error) {
+	start := time.Now()
+	m := n.opts.Metrics
+	defer func() {
+		m.requestDuration.Observe(time.Since(start).Seconds())
+		m.requests.WithLabelValues(status.Code(err).String()).Inc()
+	}()
+	keys := req.Keys
+	if len(keys) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "cobbled: BatchGet: empty request (no keys)")
+	}
+	if len(keys) > n.opts.MaxKeys {
+		return nil, status.Errorf(codes.InvalidArgument, "cobbled: BatchGet: %d keys, over the limit of %d per request", len(keys), n.opts.MaxKeys)
+	}
+	for i, k := range keys {
+		if len(k) != pillar.KeySize {
+			return nil, status.Errorf(codes.InvalidArgument, "cobbled: BatchGet: key %d (%x): %d bytes, want %d", i, k, len(k), pillar.KeySize)
+		}
+	}
+	if n.closed.Load() {
+		return nil, status.Error(codes.Unavailable, "cobbled: BatchGet: node is shutting down")
+	}
+	if f := n.opts.FaultDelay; f.Fraction > 0 && rand.Float64() < f.Fraction {
+		if !sleep(ctx, f.Delay) {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+
+	s := scratchPool.Get().(*getScratch)
+	defer scratchPool.Put(s)
+	defer s.release()
+	s.reset(len(keys))
+	for i, k := range keys {
+		s.part[i] = pillar.Partition(k, n.p)
+		s.order[i] = i
+	}
+	slices.SortFunc(s.order, func(a, b int) int {
+		if s.part[a] != s.part[b] {
+			return s.part[a] - s.part[b]
+		}
+		return a - b
+	})
+	parts := *n.parts.Load()
+	var found, missing, notServed, failed int
+	for lo := 0; lo < len(s.order); {
+		q := s.part[s.order[lo]]
+		hi := lo + 1
+		for hi < len(s.order) && s.part[s.order[hi]] == q {
+			hi++
+		}
+		run := s.order[lo:hi]
+		lo = hi
+		p := parts[q]
+		if p != nil {
+			p.mu.RLock() // increasing partition order: see the comment at the top
+			s.held = append(s.held, p)
+		}
+		if p == nil || p.db == nil {
+			msg := fmt.Sprintf("partition %d not served by node %s", q, n.opts.ID)
+			for _, i := range run {
+				s.status[i], s.msg[i] = servepb.KeyStatus_KEY_NOT_SERVED, msg
+			}
+			notServed += len(run)
+			continue
+		}
+		s.pkeys = s.pkeys[:0]
+		for _, i := range run {
+			s.pkeys = append(s.pkeys, keys[i])
+		}
+		vals, err := p.db.MultiGet(n.ro, s.pkeys...)
+		if err != nil {
+			msg := fmt.Sprintf("partition %d: %v", q, err)
+			for _, i := range run {
+				s.status[i], s.msg[i] = servepb.KeyStatus_KEY_ERROR, msg
+			}
+			failed += len(run)
+			continue
+		}
+		s.res = append(s.res, vals)
+		for j, i := range run {
+			s.vals[i] = vals[j]
+		}
+	}
+
+	// Size, then encode in request order.
+	total := 0
+	for i := range keys {
+		total += resultSize(s, i)
+	}
+	if total > n.opts.MaxResponseBytes {
+		return nil, status.Errorf(codes.ResourceExhausted, "cobbled: BatchGet: response of %d keys would be %d bytes, over the limit of %d; ask for fewer keys", len(keys), total, n.opts.MaxResponseBytes)
+	}
+	bufp := respPool.Get(total)
+	b := (*bufp)[:0]
+	var valueBytes int
+	for i := range keys {
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(innerSize(s, i)))
+		if v := s.vals[i]; v != nil && v.Exists() {
+			found++
+			b = protowire.AppendTag(b, 1, protowire.VarintType)
+			b = append(b, 1)
+			if d := v.Data(); len(d) > 0 {
+				b = protowire.AppendTag(b, 2, protowire.BytesType)
+				b = protowire.AppendBytes(b, d)
+				valueBytes += len(d)
+			}
+		} else if s.status[i] == servepb.KeyStatus_KEY_OK {
+			missing++
+		}
+		if st := s.status[i]; st != servepb.KeyStatus_KEY_OK {
+			b = protowire.AppendTag(b, 3, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(st))
+			b = protowire.AppendTag(b, 4, protowire.BytesType)
+			b = protowire.AppendString(b, s.msg[i])
+		}
+	}
+	if len(b) != total {
+		respPool.Put(bufp)
+		return nil, status.Errorf(codes.Internal, "cobbled: BatchGet: encoded %d bytes, sized %d", len(b), total)
+	}
+	*bufp = b
+	m.keys.WithLabelValues("found").Add(float64(found))
+	m.keys.WithLabelValues("missing").Add(float64(missing))
+	m.keys.WithLabelValues("not_served").Add(float64(notServed))
+	m.keys.WithLabelValues("error").Add(float64(failed))
+	m.bytes.Add(float64(valueBytes))
+	return &encodedResponse{buf: mem.NewBuffer(bufp, respPool)}, nil
+}
+
+// innerSize is the encoded size of Result i's fields.
+func innerSize(s *getScratch, i int) int {
+	size := 0
+	if v := s.vals[i]; v != nil && v.Exists() {
+		size += 2 // found
+		if l := v.Size(); l > 0 {
+			size += 1 + protowire.SizeBytes(l)
+		}
+	}
+	if st := s.status[i]; st != servepb.KeyStatus_KEY_OK {
+		size += 1 + protowire.SizeVarint(uint64(st))
+		size += 1 + protowire.SizeBytes(len(s.msg[i]))
+	}
+	return size
+}
+
+// resultSize is the encoded size of Result i within the response.
+func resultSize(s *getScratch, i int) int {
+	return 1 + protowire.SizeBytes(innerSize(s, i))
+}
