@@ -244,7 +244,9 @@ func (f *fakeControl) ReportApplied(ctx context.Context, node string, p int, seq
 }
 
 // setApplied records progress of another (simulated) replica.
-func (f *fakeControl) setApplied(node string, p int, seq int64) { f.ReportApplied(context.Background(), node, p, seq) }
+func (f *fakeControl) setApplied(node string, p int, seq int64) {
+	f.ReportApplied(context.Background(), node, p, seq)
+}
 
 func (f *fakeControl) GetRouting(ctx context.Context) (*Routing, error) {
 	f.mu.Lock()

@@ -47,7 +47,7 @@ type Node struct {
 	dbOpts *grocksdb.Options
 	ro     *grocksdb.ReadOptions
 
-	partsMu sync.Mutex                    // serializes changes to parts
+	partsMu sync.Mutex                   // serializes changes to parts
 	parts   atomic.Pointer[[]*partition] // index = partition; nil = not held; copy-on-write
 
 	sem       chan struct{} // bounds concurrent download+apply
@@ -123,8 +123,8 @@ func Open(ctx context.Context, opts Options) (*Node, error) {
 // blocks, block size, compression) come from internal/rocks.
 func tuneForServing(o *grocksdb.Options) {
 	o.SetCreateIfMissing(true)
-	o.SetMaxOpenFiles(-1)       // keep every table reader (and its pinned index) open
-	o.SetMaxBackgroundJobs(2)   // compaction of ingested L0 deltas; do not starve reads
+	o.SetMaxOpenFiles(-1)     // keep every table reader (and its pinned index) open
+	o.SetMaxBackgroundJobs(2) // compaction of ingested L0 deltas; do not starve reads
 	o.SetLevelCompactionDynamicLevelBytes(true)
 	o.SetSkipStatsUpdateOnDBOpen(true)
 	o.SetAdviseRandomOnOpen(true)

@@ -93,7 +93,7 @@ func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return c.proto.Marshal(v)
 }
 func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
-func (c serverCodec) Name() string                                 { return proto.Name }
+func (c serverCodec) Name() string                                { return proto.Name }
 
 // respPool holds wire buffers by power-of-two size, 256 B … 128 MiB.
 var respPool = func() mem.BufferPool {
