@@ -379,6 +379,7 @@ func (n *Node) fetchAndApply(ctx context.Context, p *partition, b *Batch) error 
 	if err != nil {
 		return err
 	}
+	crash("staged")
 	return p.apply(b, paths)
 }
 

@@ -225,6 +225,7 @@ func (p *partition) apply(b *Batch, paths []string) error {
 	p.applied.Store(b.Seq)
 	p.lastApply.Store(time.Now().UnixNano())
 	p.n.opts.Metrics.ingestDuration.WithLabelValues(m.Kind).Observe(time.Since(start).Seconds())
+	p.n.opts.Metrics.batchesApplied.WithLabelValues(m.Kind).Inc()
 	return nil
 }
 

@@ -1,0 +1,51 @@
+package cobbled
+
+import (
+	"context"
+	"time"
+
+	"github.com/pillarkit/pillar/cobbled/control"
+)
+
+// FromControlClient adapts the control-plane client to Control.
+func FromControlClient(c *control.Client) Control { return controlClient{c} }
+
+type controlClient struct{ c *control.Client }
+
+func (a controlClient) ListBatches(ctx context.Context, partition int, afterSeq int64, limit int, wait time.Duration) ([]Batch, error) {
+	es, err := a.c.ListBatches(ctx, partition, afterSeq, limit, wait)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Batch, len(es))
+	for i, e := range es {
+		out[i] = Batch{Seq: e.Seq, Manifest: e.Manifest}
+	}
+	return out, nil
+}
+
+func (a controlClient) ReportApplied(ctx context.Context, nodeID string, partition int, seq int64) error {
+	return a.c.ReportApplied(ctx, nodeID, partition, seq)
+}
+
+func (a controlClient) GetRouting(ctx context.Context) (*Routing, error) {
+	r, err := a.c.GetRouting(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &Routing{Version: r.Version, Partitions: r.Partitions, NewestSeq: r.NewestSeq, Replicas: make([][]Replica, len(r.Replicas))}
+	for p, reps := range r.Replicas {
+		for _, rep := range reps {
+			out.Replicas[p] = append(out.Replicas[p], Replica{NodeID: rep.NodeID, State: rep.State, AppliedSeq: rep.AppliedSeq})
+		}
+	}
+	return out, nil
+}
+
+func (a controlClient) RegisterNode(ctx context.Context, id, addr, zone string) error {
+	return a.c.RegisterNode(ctx, control.Node{ID: id, Addr: addr, Zone: zone})
+}
+
+func (a controlClient) Heartbeat(ctx context.Context, nodeID string) error {
+	return a.c.Heartbeat(ctx, nodeID)
+}
