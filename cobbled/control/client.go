@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pillarkit/pillar/cobbled/controlpb"
@@ -50,7 +51,7 @@ func Dial(addr string, opts *ClientOptions) (*Client, error) {
 	}
 	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if o.Token != "" {
-		dopts = append(dopts, grpc.WithPerRPCCredentials(bearer{token: o.Token, secure: o.TLS != nil}))
+		dopts = append(dopts, grpc.WithPerRPCCredentials(bearer{token: o.Token}))
 	}
 	dopts = append(dopts, o.DialOptions...)
 	conn, err := grpc.NewClient(addr, dopts...)
@@ -60,10 +61,7 @@ func Dial(addr string, opts *ClientOptions) (*Client, error) {
 	return &Client{conn: conn, rpc: controlpb.NewControlClient(conn)}, nil
 }
 
-type bearer struct {
-	token  string
-	secure bool
-}
+type bearer struct{ token string }
 
 func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
 	return map[string]string{"authorization": "Bearer " + b.token}, nil
@@ -112,7 +110,9 @@ type remoteError struct {
 	sentinel    error
 }
 
-func (e *remoteError) Error() string { return fmt.Sprintf("control: %s: %s", e.method, e.msg) }
+func (e *remoteError) Error() string {
+	return fmt.Sprintf("control: %s: %s", e.method, strings.TrimPrefix(e.msg, "control: "))
+}
 func (e *remoteError) Unwrap() error { return e.sentinel }
 
 // Info is what Info returns.

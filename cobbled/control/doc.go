@@ -1,0 +1,84 @@
+// Package control is the control plane: it orders batches per partition,
+// keeps the serving nodes and the partition -> replica assignment, and
+// records how far every replica has applied its partition's log. Batches
+// themselves live in the object store; the control plane only knows that
+// they exist and in which order each partition must apply them.
+//
+// # Pieces
+//
+//   - Store: the durable state in SQL, one schema on two backends: SQLite
+//     (modernc.org/sqlite, one file, the embedded default) and PostgreSQL
+//     (pgx v5 via database/sql). Migrations are versioned in the code
+//     (migrations.go) and recorded in schema_migrations.
+//   - Server: the controlpb.Control gRPC service over a Store, with a
+//     background loop (Run) that detects down nodes, reassigns, and
+//     garbage-collects.
+//   - Client: the Go client (Dial) used by lorry, serving nodes, the router
+//     and the CLI.
+//   - Assign: the pure, deterministic assignment function (rendezvous
+//     hashing with zone spreading).
+//
+// # Invariants
+//
+// Batch log. RegisterBatch assigns the next sequence number of the batch's
+// partition: seqs are 1, 2, 3, … with no gap, also under concurrent
+// registrations, because the seq is taken from the partition row under its
+// row lock in the same transaction as the insert (SQLite: every write
+// transaction is BEGIN IMMEDIATE). Registration is idempotent by batch id:
+// the same id and the same manifest (byte-identical canonical JSON) answer
+// the original seq; the same id with another manifest fails with
+// ErrConflict. The manifest is validated (batch.Manifest.Validate) and its
+// partition count must equal the recorded P (ErrPartitions).
+//
+// P. The partition count is given on first start and recorded in the
+// database; a later start with a different P is refused (ErrPartitions).
+//
+// Long poll. ListBatches with a wait returns as soon as a batch after the
+// caller's seq exists. Waiters are woken by an in-process notifier, so
+// run ONE control-plane instance per database: a second instance would
+// answer correctly but its waiters would only learn of batches registered
+// through it after their wait expires. (PostgreSQL LISTEN/NOTIFY would lift
+// this; it is not implemented.)
+//
+// Nodes. A node registers (id, address, zone) and heartbeats. A node whose
+// last heartbeat is older than DownAfter is "down": it keeps its
+// assignment but routers skip it. Older than ReassignAfter it is "gone" and
+// its partitions are reassigned (Assign over the nodes that are not gone).
+// Heartbeat ages count from the control plane's own start at the earliest,
+// so restarting the control plane does not declare every node gone. A
+// heartbeat from a down or gone node makes it up again immediately.
+//
+// Assignment. Each partition gets min(3, nodes) replicas on distinct nodes,
+// in as many distinct zones as possible, chosen by rendezvous hashing: when
+// one node joins, only the new node enters replica sets (replacing at most
+// one replica each); when one leaves, only the partitions it held change,
+// each by one replacement. The assignment is stored and versioned: the
+// routing version increases whenever the assignment, a node's address or
+// zone, or a node's state changes (not when replicas report progress).
+//
+// Progress. ReportApplied(node, partition, seq) requires a registered node,
+// an existing seq (1..newest) and a seq not below the recorded one
+// (ErrBackwards); repeating the same seq is a no-op.
+//
+// Garbage collection. When every replica assigned to a partition has
+// applied a snapshot batch, every earlier batch of that partition is
+// collected: it is no longer listed and its objects are deleted (through
+// Objects). Partitions without assigned replicas are not collected. A
+// replica behind the collected floor (say, a new one) is listed the batches
+// from the oldest live one, which is then a snapshot that replaces its
+// contents. Collected rows stay (marked) so a collected id keeps its seq.
+// Marking and reassignment take the same cluster lock, so a replica being
+// assigned is counted before batches it needs are collected.
+//
+// Availability. A database that cannot be reached at start is an error
+// naming it (wrapping ErrUnavailable). If it goes away while running,
+// calls fail with gRPC Unavailable (ErrUnavailable on the client) and the
+// server keeps running; calls succeed again once it returns (database/sql
+// reconnects).
+//
+// Security. RegisterBatch, RegisterNode, Heartbeat and ReportApplied need
+// "authorization: Bearer <token>"; reads do not. TLS is optional.
+//
+// Concurrency. Store, Server and Client are safe for concurrent use. Assign
+// is a pure function.
+package control
