@@ -1,0 +1,529 @@
+// Package extsort sorts records with bounded memory: each Sorter keeps up to
+// its memory budget of records, sorts them and spills a sorted run to a file
+// when the budget is full; Merge merges the runs of several sorters (and what
+// they still hold in memory) into one sorted stream.
+//
+// Records compare by Key (bytes.Compare) and then by Tie, so the output order
+// is fully determined by the records, not by which goroutine added them.
+//
+// A Sorter is for one goroutine. Merge is called once, after every Add; the
+// sorters must not be used afterwards except for Close.
+//
+// Run file format (one record after another, no header):
+//
+//	uvarint len(Key) | uvarint Prefix | uvarint Tie | uvarint Table | varint Row |
+//	uvarint len(Payload) | Key | Payload
+package extsort
+
+import (
+	"bufio"
+	"bytes"
+	"container/heap"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+)
+
+// Record is one row being sorted.
+type Record struct {
+	// Key is the sort key; Key[:Prefix] is the group key (reduce key).
+	Key    []byte
+	Prefix int
+	// Tie orders records with equal keys.
+	Tie uint64
+	// Table and Row say where the record came from.
+	Table int
+	Row   int64
+	// Payload is the encoded row.
+	Payload []byte
+}
+
+// recOverhead is what one buffered record costs beyond its bytes.
+const recOverhead = 48
+
+// Options configure a Sorter.
+type Options struct {
+	// MemoryLimit is the budget of buffered records in bytes (keys, payloads
+	// and per-record overhead). The default value is 64 MiB.
+	MemoryLimit int64
+	// Dir receives the run files. It must exist. The default value is
+	// os.TempDir().
+	Dir string
+	// BufferSize is the read and write buffer of one run file. The default
+	// value is 64 KiB.
+	BufferSize int
+}
+
+func (o *Options) ensureDefaults() {
+	if o.MemoryLimit <= 0 {
+		o.MemoryLimit = 64 << 20
+	}
+	if o.Dir == "" {
+		o.Dir = os.TempDir()
+	}
+	if o.BufferSize <= 0 {
+		o.BufferSize = 64 << 10
+	}
+}
+
+// Stats describe what a sorter did.
+type Stats struct {
+	Records      int64
+	Bytes        int64 // key and payload bytes added
+	Runs         int   // runs spilled to disk
+	SpilledBytes int64 // bytes written to run files, merge passes included
+}
+
+type memRec struct {
+	off           int
+	klen, plen    int32
+	prefix, table int32
+	tie           uint64
+	row           int64
+}
+
+var runSeq atomic.Int64
+
+// Sorter buffers, sorts and spills records.
+type Sorter struct {
+	opts  Options
+	arena []byte
+	recs  []memRec
+	runs  []string
+	stats Stats
+	err   error
+}
+
+// New returns a sorter.
+func New(opts Options) *Sorter {
+	opts.ensureDefaults()
+	return &Sorter{opts: opts}
+}
+
+func (s *Sorter) used() int64 { return int64(len(s.arena)) + int64(len(s.recs))*recOverhead }
+
+// Add copies r into the sorter, spilling a run first if the budget is full.
+func (s *Sorter) Add(r *Record) error {
+	if s.err != nil {
+		return s.err
+	}
+	need := int64(len(r.Key)+len(r.Payload)) + recOverhead
+	if len(s.recs) > 0 && s.used()+need > s.opts.MemoryLimit {
+		if err := s.spill(); err != nil {
+			s.err = err
+			return err
+		}
+	}
+	off := len(s.arena)
+	if cap(s.arena)-off < len(r.Key)+len(r.Payload) {
+		// Grow by doubling, but never past the budget, so that the slack
+		// of append's growth does not break the memory bound.
+		nc := max(2*cap(s.arena), off+len(r.Key)+len(r.Payload), 4096)
+		if lim := int(s.opts.MemoryLimit); nc > lim && off+len(r.Key)+len(r.Payload) <= lim {
+			nc = lim
+		}
+		na := make([]byte, off, nc)
+		copy(na, s.arena)
+		s.arena = na
+	}
+	s.arena = append(s.arena, r.Key...)
+	s.arena = append(s.arena, r.Payload...)
+	s.recs = append(s.recs, memRec{off: off, klen: int32(len(r.Key)), plen: int32(len(r.Payload)),
+		prefix: int32(r.Prefix), table: int32(r.Table), tie: r.Tie, row: r.Row})
+	s.stats.Records++
+	s.stats.Bytes += int64(len(r.Key) + len(r.Payload))
+	return nil
+}
+
+func (s *Sorter) key(m *memRec) []byte { return s.arena[m.off : m.off+int(m.klen)] }
+
+func (s *Sorter) sortMem() {
+	slices.SortFunc(s.recs, func(a, b memRec) int {
+		if c := bytes.Compare(s.key(&a), s.key(&b)); c != 0 {
+			return c
+		}
+		switch {
+		case a.tie < b.tie:
+			return -1
+		case a.tie > b.tie:
+			return 1
+		}
+		return 0
+	})
+}
+
+func (s *Sorter) spill() error {
+	s.sortMem()
+	name := filepath.Join(s.opts.Dir, fmt.Sprintf("run-%06d", runSeq.Add(1)))
+	w, err := createRun(name, s.opts.BufferSize)
+	if err != nil {
+		return err
+	}
+	var r Record
+	for i := range s.recs {
+		s.fill(&r, &s.recs[i])
+		if err := w.write(&r); err != nil {
+			w.abort()
+			return err
+		}
+	}
+	n, err := w.finish()
+	if err != nil {
+		return err
+	}
+	s.runs = append(s.runs, name)
+	s.stats.Runs++
+	s.stats.SpilledBytes += n
+	s.recs = s.recs[:0]
+	s.arena = s.arena[:0]
+	return nil
+}
+
+func (s *Sorter) fill(r *Record, m *memRec) {
+	r.Key = s.arena[m.off : m.off+int(m.klen)]
+	r.Payload = s.arena[m.off+int(m.klen) : m.off+int(m.klen)+int(m.plen)]
+	r.Prefix, r.Table, r.Tie, r.Row = int(m.prefix), int(m.table), m.tie, m.row
+}
+
+// Stats returns what the sorter did so far.
+func (s *Sorter) Stats() Stats { return s.stats }
+
+// Close removes the sorter's run files and drops its buffer.
+func (s *Sorter) Close() error {
+	var errs []error
+	for _, f := range s.runs {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	s.runs, s.recs, s.arena = nil, nil, nil
+	return errors.Join(errs...)
+}
+
+// runWriter writes one run file.
+type runWriter struct {
+	f   *os.File
+	w   *bufio.Writer
+	n   int64
+	hdr [6 * binary.MaxVarintLen64]byte
+}
+
+func createRun(name string, buf int) (*runWriter, error) {
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("extsort: create run: %w", err)
+	}
+	return &runWriter{f: f, w: bufio.NewWriterSize(f, buf)}, nil
+}
+
+func (w *runWriter) write(r *Record) error {
+	h := w.hdr[:0]
+	h = binary.AppendUvarint(h, uint64(len(r.Key)))
+	h = binary.AppendUvarint(h, uint64(r.Prefix))
+	h = binary.AppendUvarint(h, r.Tie)
+	h = binary.AppendUvarint(h, uint64(r.Table))
+	h = binary.AppendVarint(h, r.Row)
+	h = binary.AppendUvarint(h, uint64(len(r.Payload)))
+	w.w.Write(h)
+	w.w.Write(r.Key)
+	_, err := w.w.Write(r.Payload)
+	w.n += int64(len(h) + len(r.Key) + len(r.Payload))
+	if err != nil {
+		return fmt.Errorf("extsort: write run %s: %w", w.f.Name(), err)
+	}
+	return nil
+}
+
+func (w *runWriter) finish() (int64, error) {
+	if err := w.w.Flush(); err != nil {
+		w.abort()
+		return 0, fmt.Errorf("extsort: write run %s: %w", w.f.Name(), err)
+	}
+	if err := w.f.Close(); err != nil {
+		os.Remove(w.f.Name())
+		return 0, fmt.Errorf("extsort: close run %s: %w", w.f.Name(), err)
+	}
+	return w.n, nil
+}
+
+func (w *runWriter) abort() {
+	w.f.Close()
+	os.Remove(w.f.Name())
+}
+
+// cursor walks one sorted source.
+type cursor interface {
+	next() bool
+	rec() *Record
+	err() error
+	close()
+}
+
+type memCursor struct {
+	s *Sorter
+	i int
+	r Record
+}
+
+func (c *memCursor) next() bool {
+	if c.i >= len(c.s.recs) {
+		return false
+	}
+	c.s.fill(&c.r, &c.s.recs[c.i])
+	c.i++
+	return true
+}
+func (c *memCursor) rec() *Record { return &c.r }
+func (c *memCursor) err() error   { return nil }
+func (c *memCursor) close()       {}
+
+type fileCursor struct {
+	f   *os.File
+	br  *bufio.Reader
+	buf []byte
+	r   Record
+	e   error
+}
+
+func openRun(name string, bufSize int) (*fileCursor, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("extsort: open run: %w", err)
+	}
+	return &fileCursor{f: f, br: bufio.NewReaderSize(f, bufSize)}, nil
+}
+
+func (c *fileCursor) next() bool {
+	if c.e != nil {
+		return false
+	}
+	klen, err := binary.ReadUvarint(c.br)
+	if err == io.EOF {
+		return false
+	}
+	var prefix, tie, table, plen uint64
+	var row int64
+	if err == nil {
+		prefix, err = binary.ReadUvarint(c.br)
+	}
+	if err == nil {
+		tie, err = binary.ReadUvarint(c.br)
+	}
+	if err == nil {
+		table, err = binary.ReadUvarint(c.br)
+	}
+	if err == nil {
+		row, err = binary.ReadVarint(c.br)
+	}
+	if err == nil {
+		plen, err = binary.ReadUvarint(c.br)
+	}
+	if err == nil {
+		n := int(klen + plen)
+		if cap(c.buf) < n {
+			c.buf = make([]byte, n)
+		}
+		c.buf = c.buf[:n]
+		_, err = io.ReadFull(c.br, c.buf)
+	}
+	if err != nil {
+		c.e = fmt.Errorf("extsort: run %s: truncated record: %w", c.f.Name(), err)
+		return false
+	}
+	c.r = Record{Key: c.buf[:klen], Prefix: int(prefix), Tie: tie, Table: int(table), Row: row, Payload: c.buf[klen:]}
+	return true
+}
+func (c *fileCursor) rec() *Record { return &c.r }
+func (c *fileCursor) err() error   { return c.e }
+func (c *fileCursor) close()       { c.f.Close() }
+
+func less(a, b *Record) bool {
+	if c := bytes.Compare(a.Key, b.Key); c != 0 {
+		return c < 0
+	}
+	return a.Tie < b.Tie
+}
+
+type cursorHeap []cursor
+
+func (h cursorHeap) Len() int           { return len(h) }
+func (h cursorHeap) Less(i, j int) bool { return less(h[i].rec(), h[j].rec()) }
+func (h cursorHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)        { *h = append(*h, x.(cursor)) }
+func (h *cursorHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// Iterator yields the merged records in order.
+type Iterator struct {
+	h       cursorHeap
+	all     []cursor
+	cur     cursor
+	started bool
+	e       error
+}
+
+func newIterator(cs []cursor) *Iterator {
+	it := &Iterator{all: cs}
+	for _, c := range cs {
+		if c.next() {
+			it.h = append(it.h, c)
+		} else if err := c.err(); err != nil {
+			it.e = err
+		}
+	}
+	heap.Init(&it.h)
+	return it
+}
+
+// Next advances to the next record.
+func (it *Iterator) Next() bool {
+	if it.e != nil {
+		return false
+	}
+	if it.cur != nil {
+		if it.cur.next() {
+			heap.Fix(&it.h, 0)
+		} else {
+			if err := it.cur.err(); err != nil {
+				it.e = err
+				return false
+			}
+			heap.Pop(&it.h)
+		}
+		it.cur = nil
+	}
+	if len(it.h) == 0 {
+		return false
+	}
+	it.cur = it.h[0]
+	return true
+}
+
+// Record returns the current record; its slices stay valid until Next.
+func (it *Iterator) Record() *Record { return it.cur.rec() }
+
+// Err returns the first read error.
+func (it *Iterator) Err() error { return it.e }
+
+// Close closes the run files the iterator reads.
+func (it *Iterator) Close() error {
+	for _, c := range it.all {
+		c.close()
+	}
+	it.all, it.h = nil, nil
+	return nil
+}
+
+// Merge merges everything the sorters hold. When there are more run files
+// than fit the budget at once (one read buffer each, at most half of the
+// sorters' combined budget), it first merges groups of runs into longer runs,
+// in as many passes as needed. The extra bytes written are added to the first
+// sorter's stats.
+func Merge(sorters []*Sorter) (*Iterator, error) {
+	if len(sorters) == 0 {
+		return newIterator(nil), nil
+	}
+	var budget int64
+	for _, s := range sorters {
+		if s.err != nil {
+			return nil, s.err
+		}
+		budget += s.opts.MemoryLimit
+		s.sortMem()
+	}
+	o := sorters[0].opts
+	fanIn := int(budget / 2 / int64(o.BufferSize))
+	fanIn = max(2, min(fanIn, 256))
+
+	var runs []string
+	for _, s := range sorters {
+		runs = append(runs, s.runs...)
+	}
+	owner := sorters[0]
+	for len(runs) > fanIn {
+		var next []string
+		for i := 0; i < len(runs); i += fanIn {
+			group := runs[i:min(i+fanIn, len(runs))]
+			if len(group) == 1 {
+				next = append(next, group[0])
+				continue
+			}
+			name, n, err := mergeRuns(group, o)
+			if err != nil {
+				return nil, err
+			}
+			owner.runs = append(owner.runs, name)
+			owner.stats.SpilledBytes += n
+			for _, g := range group {
+				os.Remove(g)
+			}
+			next = append(next, name)
+		}
+		runs = next
+	}
+	var cs []cursor
+	for _, r := range runs {
+		c, err := openRun(r, o.BufferSize)
+		if err != nil {
+			for _, c := range cs {
+				c.close()
+			}
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	for _, s := range sorters {
+		if len(s.recs) > 0 {
+			cs = append(cs, &memCursor{s: s})
+		}
+	}
+	it := newIterator(cs)
+	if it.e != nil {
+		it.Close()
+		return nil, it.e
+	}
+	return it, nil
+}
+
+func mergeRuns(group []string, o Options) (string, int64, error) {
+	var cs []cursor
+	defer func() {
+		for _, c := range cs {
+			c.close()
+		}
+	}()
+	for _, g := range group {
+		c, err := openRun(g, o.BufferSize)
+		if err != nil {
+			return "", 0, err
+		}
+		cs = append(cs, c)
+	}
+	name := filepath.Join(o.Dir, fmt.Sprintf("run-%06d", runSeq.Add(1)))
+	w, err := createRun(name, o.BufferSize)
+	if err != nil {
+		return "", 0, err
+	}
+	it := newIterator(cs)
+	for it.Next() {
+		if err := w.write(it.Record()); err != nil {
+			w.abort()
+			return "", 0, err
+		}
+	}
+	if err := it.Err(); err != nil {
+		w.abort()
+		return "", 0, err
+	}
+	n, err := w.finish()
+	return name, n, err
+}

@@ -1,0 +1,88 @@
+package extsort
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+)
+
+// TestSpillAndMerge sorts 4 sorters' worth of records, each sorter several
+// times over its budget, and checks order, completeness and cleanup.
+func TestSpillAndMerge(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limit  int64
+		buf    int
+		n      int
+		spills bool
+	}{
+		{"in-memory", 64 << 20, 0, 20000, false},
+		{"spill", 64 << 10, 4 << 10, 20000, true},
+		{"multi-pass", 16 << 10, 4 << 10, 20000, true}, // fan-in 2: several merge passes
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			rng := rand.New(rand.NewPCG(1, 2))
+			var want []string
+			var sorters []*Sorter
+			for w := 0; w < 4; w++ {
+				s := New(Options{MemoryLimit: tc.limit, Dir: dir, BufferSize: tc.buf})
+				sorters = append(sorters, s)
+				for i := 0; i < tc.n/4; i++ {
+					k := fmt.Sprintf("k%05d", rng.IntN(3000))
+					tie := uint64(w)<<32 | uint64(i)
+					p := binary.BigEndian.AppendUint64([]byte(k+"|"), tie)
+					if err := s.Add(&Record{Key: []byte(k), Prefix: 2, Tie: tie, Table: w, Row: int64(i), Payload: p}); err != nil {
+						t.Fatal(err)
+					}
+					want = append(want, string(p))
+				}
+			}
+			slices.Sort(want)
+			it, err := Merge(sorters)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			var prev *Record
+			for it.Next() {
+				r := it.Record()
+				if prev != nil && less(r, prev) {
+					t.Fatalf("out of order: %q after %q", r.Key, prev.Key)
+				}
+				if !bytes.HasPrefix(r.Payload, r.Key) || r.Prefix != 2 {
+					t.Fatalf("record fields mixed up: %+v", r)
+				}
+				cp := *r
+				cp.Key = slices.Clone(r.Key)
+				prev = &cp
+				got = append(got, string(r.Payload))
+			}
+			if err := it.Err(); err != nil {
+				t.Fatal(err)
+			}
+			it.Close()
+			if !slices.Equal(got, want) {
+				t.Fatalf("got %d records, want %d (or order differs)", len(got), len(want))
+			}
+			runs := 0
+			for _, s := range sorters {
+				runs += s.Stats().Runs
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if (runs > 0) != tc.spills {
+				t.Fatalf("runs = %d, spills expected %v", runs, tc.spills)
+			}
+			left, _ := os.ReadDir(dir)
+			if len(left) != 0 {
+				t.Fatalf("stray run files: %v", left)
+			}
+		})
+	}
+}

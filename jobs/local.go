@@ -1,0 +1,768 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"reflect"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.ytsaurus.tech/yt/go/mapreduce"
+	"go.ytsaurus.tech/yt/go/yson"
+
+	"github.com/pillarkit/pillar/jobs/internal/extsort"
+	"github.com/pillarkit/pillar/jobs/internal/rowkey"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+// TxBeginner begins store transactions; pillar.Store is one.
+type TxBeginner interface {
+	Begin(ctx context.Context) (pillar.Tx, error)
+}
+
+// LocalOptions configure a Local runner.
+type LocalOptions struct {
+	// TempDir holds the sort's spill files, in a fresh directory per
+	// operation that is removed when the operation ends. The default value
+	// is os.TempDir().
+	TempDir string
+	// Logger receives the runner's log lines when an Op has none. The
+	// default value discards them.
+	Logger *slog.Logger
+}
+
+func (o *LocalOptions) ensureDefaults() {
+	if o.TempDir == "" {
+		o.TempDir = os.TempDir()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// Local runs jobs in this process over an embedded store (see the package
+// comment for the guarantees).
+type Local struct {
+	store TxBeginner
+	opts  LocalOptions
+}
+
+var _ Runner = (*Local)(nil)
+
+// NewLocal returns a runner over store. store may be nil when every Op
+// brings its own Tx.
+func NewLocal(store TxBeginner, opts *LocalOptions) *Local {
+	var o LocalOptions
+	if opts != nil {
+		o = *opts
+	}
+	o.ensureDefaults()
+	return &Local{store: store, opts: o}
+}
+
+// Map implements Runner.
+func (l *Local) Map(ctx context.Context, mapper mapreduce.Job, op *Op) error {
+	return l.run(ctx, KindMap, op, []any{mapper}, func(r *run) error {
+		outs := r.outputs(0, len(op.Outputs), mapper.OutputTypes())
+		return r.mapPhase("map", mapper, outs, false)
+	})
+}
+
+// MapReduce implements Runner.
+func (l *Local) MapReduce(ctx context.Context, mapper, reducer mapreduce.Job, op *Op) error {
+	return l.run(ctx, KindMapReduce, op, []any{mapper, reducer}, func(r *run) error {
+		k := op.MapperOutputs
+		var mtypes []any
+		if mt := mapper.OutputTypes(); len(mt) > 1 {
+			mtypes = mt[1:]
+		}
+		direct := r.outputs(0, k, mtypes)
+		if err := r.mapPhase("map", mapper, direct, true); err != nil {
+			return err
+		}
+		return r.reducePhase(reducer, r.outputs(k, len(op.Outputs), reducer.OutputTypes()), nil)
+	})
+}
+
+// Reduce implements Runner. The inputs need not be sorted: the runner sorts
+// them (YTsaurus requires sorted inputs; the local runner is lenient).
+// Within a group, rows come in SortBy order, ties in input order (table
+// index, then row index).
+func (l *Local) Reduce(ctx context.Context, reducer mapreduce.Job, op *Op) error {
+	return l.run(ctx, KindReduce, op, []any{reducer}, func(r *run) error {
+		types, err := r.inputTypes(reducer.InputTypes())
+		if err != nil {
+			return err
+		}
+		if err := r.readPhase("read", types); err != nil {
+			return err
+		}
+		return r.reducePhase(reducer, r.outputs(0, len(op.Outputs), reducer.OutputTypes()), op.Inputs)
+	})
+}
+
+// Sort implements Runner. Rows with equal keys keep their input order.
+func (l *Local) Sort(ctx context.Context, op *Op) error {
+	return l.run(ctx, KindSort, op, nil, func(r *run) error {
+		rt := op.Outputs[0].RowType
+		if rt == nil {
+			return fmt.Errorf("jobs: sort: %w: output %q has no RowType", ErrInvalidOp, op.Outputs[0].Table)
+		}
+		types := op.InputTypes
+		if types == nil {
+			for range op.Inputs {
+				types = append(types, rt)
+			}
+		}
+		rtypes, err := r.inputTypes(types)
+		if err != nil {
+			return err
+		}
+		if err := r.readPhase("read", rtypes); err != nil {
+			return err
+		}
+		return r.writeSorted(rt)
+	})
+}
+
+// run is the state of one operation.
+type run struct {
+	kind    Kind
+	op      *Op
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	tx      pillar.Tx
+	txMu    sync.Mutex // a Tx is for one goroutine: WriteTable, ReadTable and writer Close go through here
+	dir     string
+	workers int
+	mem     int64
+	prog    Progress
+	log     *slog.Logger
+	vault   map[string]string
+	tables  []pillar.TableInfo
+	group   *rowkey.Encoder
+	sub     *rowkey.Encoder
+	sorters []*extsort.Sorter
+	writers []*tableWriter
+
+	jobs atomic.Int64
+
+	errMu sync.Mutex
+	err   error
+}
+
+// fail records the operation's first error and stops every worker.
+func (r *run) fail(err error) {
+	r.errMu.Lock()
+	if r.err == nil {
+		r.err = err
+	}
+	r.errMu.Unlock()
+	r.cancel(err)
+}
+
+func (r *run) firstErr() error {
+	r.errMu.Lock()
+	defer r.errMu.Unlock()
+	return r.err
+}
+
+func (l *Local) run(ctx context.Context, k Kind, op *Op, jobsOf []any, body func(*run) error) (err error) {
+	if err := op.Validate(k); err != nil {
+		return err
+	}
+	r := &run{kind: k, op: op, workers: op.Workers, mem: op.MemoryLimit, prog: op.Progress, log: op.Logger, vault: op.Secrets}
+	if r.workers == 0 {
+		r.workers = runtime.GOMAXPROCS(0)
+	}
+	if r.mem == 0 {
+		r.mem = DefaultMemoryLimit
+	}
+	if r.prog == nil {
+		r.prog = nopProgress{}
+	}
+	if r.log == nil {
+		r.log = l.opts.Logger
+	}
+	title := op.title(k, jobsOf...)
+	r.log = r.log.With("op", title)
+	for _, j := range jobsOf {
+		if _, err := encodeJob(j); err != nil {
+			return err
+		}
+	}
+	r.ctx, r.cancel = context.WithCancelCause(ctx)
+	defer r.cancel(nil)
+
+	r.tx = op.Tx
+	if r.tx == nil {
+		if l.store == nil {
+			return fmt.Errorf("jobs: %s: %w: no Tx and no store to begin one", title, ErrInvalidOp)
+		}
+		if r.tx, err = l.store.Begin(ctx); err != nil {
+			return fmt.Errorf("jobs: %s: begin transaction: %w", title, err)
+		}
+	}
+	if r.dir, err = os.MkdirTemp(l.opts.TempDir, "pillar-jobs-"); err != nil {
+		r.tx.Abort()
+		return fmt.Errorf("jobs: %s: temp dir: %w", title, err)
+	}
+	start := time.Now()
+	defer func() {
+		if op.Stats != nil {
+			*op.Stats = r.stats(start)
+		}
+		for _, s := range r.sorters {
+			s.Close()
+		}
+		if rmErr := os.RemoveAll(r.dir); rmErr != nil && err == nil {
+			err = fmt.Errorf("jobs: %s: remove temp dir: %w", title, rmErr)
+		}
+		r.prog.Done()
+		if err != nil {
+			// Partial output must never commit, whoever owns the Tx.
+			r.tx.Abort()
+			r.log.Warn("jobs: operation failed", "err", err, "elapsed", time.Since(start))
+		}
+	}()
+	if k == KindReduce || k == KindMapReduce {
+		r.group = rowkey.New(op.ReduceBy)
+		if rest := op.sortBy()[len(op.ReduceBy):]; len(rest) > 0 {
+			r.sub = rowkey.New(rest)
+		}
+	} else if k == KindSort {
+		r.group = rowkey.New(op.SortBy)
+	}
+	for _, in := range op.Inputs {
+		ti, err := r.tx.Table(ctx, in)
+		if err != nil {
+			return fmt.Errorf("jobs: %s: input %q: %w", title, in, err)
+		}
+		r.tables = append(r.tables, ti)
+	}
+	if err := body(r); err != nil {
+		return err
+	}
+	if err := r.ctx.Err(); err != nil {
+		return context.Cause(r.ctx)
+	}
+	if op.Tx == nil {
+		if err := r.tx.Commit(ctx); err != nil {
+			return fmt.Errorf("jobs: %s: commit: %w", title, err)
+		}
+	}
+	st := r.stats(start)
+	r.log.Info("jobs: operation done", "elapsed", st.Elapsed, "workers", r.workers, "jobs", st.Jobs,
+		"input_rows", st.InputRows, "output_rows", st.OutputRows, "spill_runs", st.SpillRuns, "spilled_bytes", st.SpilledBytes)
+	return nil
+}
+
+func (r *run) stats(start time.Time) Stats {
+	st := Stats{Elapsed: time.Since(start), Jobs: int(r.jobs.Load())}
+	for _, t := range r.tables {
+		st.InputRows += t.Rows
+	}
+	for _, w := range r.writers {
+		st.OutputRows += w.rows
+	}
+	for _, s := range r.sorters {
+		ss := s.Stats()
+		st.SortedBytes += ss.Bytes
+		st.SpillRuns += ss.Runs
+		st.SpilledBytes += ss.SpilledBytes
+	}
+	return st
+}
+
+// outSpec is an output table with its row type resolved.
+type outSpec struct {
+	Output
+	rowType any
+}
+
+// outputs resolves op.Outputs[from:to]; jobTypes are the job's
+// OutputTypes() for those outputs.
+func (r *run) outputs(from, to int, jobTypes []any) []outSpec {
+	var outs []outSpec
+	for i := from; i < to; i++ {
+		o := r.op.Outputs[i]
+		rt := o.RowType
+		if rt == nil && i-from < len(jobTypes) {
+			rt = jobTypes[i-from]
+		}
+		outs = append(outs, outSpec{Output: o, rowType: rt})
+	}
+	return outs
+}
+
+// openWriters opens one store writer per output. Callers hold txMu and call
+// in split order: the store keeps a table's files in the order their
+// writers were opened, which makes the output order the input order.
+func (r *run) openWriters(outs []outSpec) ([]*tableWriter, error) {
+	ws := make([]*tableWriter, len(outs))
+	for i, o := range outs {
+		if o.rowType == nil {
+			return nil, fmt.Errorf("jobs: %w: output %q has no RowType and the job declares no OutputTypes", ErrInvalidOp, o.Table)
+		}
+		mode := pillar.Replace
+		if o.Append {
+			mode = pillar.Append
+		}
+		w, err := r.tx.WriteTable(r.ctx, o.Table, o.rowType, &pillar.WriteOptions{Mode: mode, SortedBy: o.SortedBy})
+		if err != nil {
+			return nil, fmt.Errorf("jobs: output %q: %w", o.Table, err)
+		}
+		ws[i] = &tableWriter{mu: &r.txMu, w: w, name: o.Table}
+		r.writers = append(r.writers, ws[i])
+	}
+	return ws, nil
+}
+
+// split is a row range of one input table: the work of one map job.
+type split struct {
+	idx        int
+	table      int
+	start, end int64
+}
+
+// splits cuts the inputs into row ranges: about two per worker over all
+// inputs, in proportion to each table's rows, never empty.
+func (r *run) splits() ([]split, int64, int64) {
+	var rows, bytes int64
+	for _, t := range r.tables {
+		rows += t.Rows
+		bytes += t.Bytes
+	}
+	target := int64(2 * r.workers)
+	var out []split
+	for ti, t := range r.tables {
+		if t.Rows == 0 {
+			continue
+		}
+		n := max(1, (t.Rows*target+rows-1)/rows)
+		n = max(n, int64(t.Files)) // at least one per file of the table
+		n = min(n, t.Rows)
+		per := (t.Rows + n - 1) / n
+		for s := int64(0); s < t.Rows; s += per {
+			out = append(out, split{idx: len(out), table: ti, start: s, end: min(s+per, t.Rows)})
+		}
+	}
+	return out, rows, bytes
+}
+
+func (r *run) rowBytes(table int) int64 {
+	t := r.tables[table]
+	if t.Rows == 0 {
+		return 0
+	}
+	return t.Bytes / t.Rows
+}
+
+func (r *run) openInput(s split) (pillar.RowReader, error) {
+	name := r.op.Inputs[s.table]
+	rr, err := r.tx.ReadTable(r.ctx, name, &pillar.Range{Start: s.start, End: s.end})
+	if err != nil {
+		return nil, fmt.Errorf("jobs: input %q rows [%d,%d): %w", name, s.start, s.end, err)
+	}
+	return rr, nil
+}
+
+// forEachSplit runs work on every split with r.workers goroutines. open runs
+// under txMu in split order before work, for whatever must happen in input
+// order (opening writers and readers).
+func (r *run) forEachSplit(splits []split, open func(worker int, s split) (any, error), work func(worker int, s split, opened any) error) error {
+	var mu sync.Mutex
+	next := 0
+	var wg sync.WaitGroup
+	for w := 0; w < min(r.workers, max(len(splits), 1)); w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for r.ctx.Err() == nil {
+				mu.Lock()
+				if next >= len(splits) {
+					mu.Unlock()
+					return
+				}
+				s := splits[next]
+				next++
+				r.txMu.Lock()
+				opened, err := open(w, s)
+				r.txMu.Unlock()
+				mu.Unlock()
+				if err == nil {
+					err = work(w, s, opened)
+				}
+				if err != nil {
+					r.fail(err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	if err := r.firstErr(); err != nil {
+		return err
+	}
+	return context.Cause(r.ctx)
+}
+
+func (r *run) newSorters() {
+	r.sorters = make([]*extsort.Sorter, r.workers)
+	for i := range r.sorters {
+		// Read buffers of about 1/64 of the budget keep the merge's fan-in
+		// near 32 even for small limits, so merge passes stay few.
+		buf := int(min(max(r.mem/64, 4<<10), 256<<10))
+		r.sorters[i] = extsort.New(extsort.Options{MemoryLimit: max(r.mem/int64(r.workers), 64<<10), Dir: r.dir, BufferSize: buf})
+	}
+}
+
+// mapPhase runs the mapper over every split. With toSort, mapper output 0
+// goes to the sorters and outputs 1.. to direct; otherwise all outputs go
+// to direct.
+func (r *run) mapPhase(phase string, mapper mapreduce.Job, direct []outSpec, toSort bool) error {
+	state, err := encodeJob(mapper)
+	if err != nil {
+		return err
+	}
+	if toSort {
+		r.newSorters()
+	}
+	splits, rows, bytes := r.splits()
+	r.prog.Phase(phase, rows, bytes)
+	type opened struct {
+		in   pillar.RowReader
+		outs []*tableWriter
+	}
+	return r.forEachSplit(splits,
+		func(w int, s split) (any, error) {
+			outs, err := r.openWriters(direct)
+			if err != nil {
+				return nil, err
+			}
+			in, err := r.openInput(s)
+			if err != nil {
+				return nil, err
+			}
+			return opened{in, outs}, nil
+		},
+		func(w int, s split, o any) error {
+			op := o.(opened)
+			defer op.in.Close()
+			job, err := decodeJob(state)
+			if err != nil {
+				return err
+			}
+			in := &tableReader{rr: op.in, done: r.ctx.Done(), cause: func() error { return context.Cause(r.ctx) },
+				table: s.table, name: r.op.Inputs[s.table], row: s.start - 1, rowBytes: r.rowBytes(s.table), prog: progressBatch{p: r.prog}}
+			var outs []mapreduce.Writer
+			if toSort {
+				outs = append(outs, &sortWriter{s: r.sorters[w], group: r.group, sub: r.sub, split: uint64(s.idx)})
+			}
+			for _, tw := range op.outs {
+				outs = append(outs, tw)
+			}
+			err = r.do(phase, job, s.idx, in, outs)
+			in.prog.flush()
+			for _, tw := range op.outs {
+				if err == nil {
+					err = tw.finish()
+				}
+			}
+			return err
+		})
+}
+
+// do runs one job and turns whatever went wrong into a *JobError.
+func (r *run) do(phase string, job mapreduce.Job, cookie int, in interface {
+	mapreduce.Reader
+	position
+}, outs []mapreduce.Writer) error {
+	r.jobs.Add(1)
+	err, stack := safeDo(job, &jobContext{vault: r.vault, cookie: cookie}, in, outs)
+	if err == nil {
+		err = in.Err()
+	}
+	if err == nil {
+		for _, o := range outs {
+			if sw, ok := o.(*sortWriter); ok && sw.err != nil {
+				err = sw.err
+			}
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(r.ctx); cause != nil && r.firstErr() != nil {
+		return cause // another job failed first; report that one
+	}
+	table, row := in.where()
+	if ctxErr := r.ctx.Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return fmt.Errorf("jobs: %s: cancelled at input row (%s, %d): %w", phase, table, row, err)
+	}
+	return &JobError{Phase: phase, Job: fmt.Sprintf("%T", job), Table: table, Row: row, Stack: stack, Err: err}
+}
+
+// inputTypes resolves the row type of every input.
+func (r *run) inputTypes(jobTypes []any) ([]reflect.Type, error) {
+	types := r.op.InputTypes
+	if types == nil {
+		types = jobTypes
+	}
+	out := make([]reflect.Type, len(r.op.Inputs))
+	for i, in := range r.op.Inputs {
+		if i >= len(types) || types[i] == nil {
+			return nil, fmt.Errorf("jobs: %s: %w: no row type for input %q (set Op.InputTypes or the job's InputTypes)", r.kind, ErrInvalidOp, in)
+		}
+		t := reflect.TypeOf(types[i])
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// readPhase reads every input row into the sorters, keyed, ties broken by
+// (table index, row index).
+func (r *run) readPhase(phase string, types []reflect.Type) error {
+	r.newSorters()
+	splits, rows, bytes := r.splits()
+	r.prog.Phase(phase, rows, bytes)
+	return r.forEachSplit(splits,
+		func(w int, s split) (any, error) { return r.openInput(s) },
+		func(w int, s split, o any) error {
+			rr := o.(pillar.RowReader)
+			defer rr.Close()
+			name := r.op.Inputs[s.table]
+			sw := &sortWriter{s: r.sorters[w], group: r.group, sub: r.sub, table: s.table}
+			v := reflect.New(types[s.table])
+			prog := progressBatch{p: r.prog}
+			defer prog.flush()
+			rb := r.rowBytes(s.table)
+			for row := s.start; rr.Next(); row++ {
+				if row&255 == 0 && r.ctx.Err() != nil {
+					return context.Cause(r.ctx)
+				}
+				v.Elem().SetZero()
+				if err := rr.Scan(v.Interface()); err != nil {
+					return fmt.Errorf("jobs: %s: input row (%s, %d): %w", phase, name, row, err)
+				}
+				sw.row = row
+				if err := sw.add(v.Interface(), uint64(s.table)<<48|uint64(row)); err != nil {
+					return fmt.Errorf("jobs: %s: input row (%s, %d): %w", phase, name, row, err)
+				}
+				prog.add(1, rb)
+			}
+			if err := rr.Err(); err != nil {
+				return fmt.Errorf("jobs: %s: input %q: %w", phase, name, err)
+			}
+			return nil
+		})
+}
+
+// merge finishes the sorters and merges their contents.
+func (r *run) merge() (*extsort.Iterator, int64, error) {
+	var recs int64
+	for _, s := range r.sorters {
+		recs += s.Stats().Records
+	}
+	it, err := extsort.Merge(r.sorters)
+	if err != nil {
+		return nil, 0, fmt.Errorf("jobs: %s: merge: %w", r.kind, err)
+	}
+	return it, recs, nil
+}
+
+// reducePhase hands the merged records to reduce jobs, whole key groups at a
+// time, each job's share about 1/(2·workers) of the data. One goroutine (the
+// dispatcher) reads the merge, so jobs and their writers start in key order.
+// tables names the inputs when the records are input rows (Reduce), nil when
+// they are mapper output (MapReduce).
+func (r *run) reducePhase(reducer mapreduce.Job, outs []outSpec, tables []string) error {
+	state, err := encodeJob(reducer)
+	if err != nil {
+		return err
+	}
+	it, total, err := r.merge()
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	var totalBytes int64
+	for _, s := range r.sorters {
+		totalBytes += s.Stats().Bytes
+	}
+	r.prog.Phase("reduce", total, totalBytes)
+	shareTarget := max(totalBytes/int64(2*r.workers), 64<<10)
+	const batchBytes = 64 << 10
+
+	sem := make(chan struct{}, r.workers)
+	var wg sync.WaitGroup
+	var feed chan *recBatch
+	var fed int64
+	var batch *recBatch
+	var groupKey []byte
+	haveGroup := false
+	share := 0
+	done := r.ctx.Done()
+
+	send := func() bool {
+		if batch == nil || len(batch.recs) == 0 {
+			return true
+		}
+		select {
+		case feed <- batch:
+			batch = nil
+			return true
+		case <-done:
+			return false
+		}
+	}
+	endShare := func() bool {
+		if feed == nil {
+			return true
+		}
+		ok := send()
+		close(feed)
+		feed = nil
+		return ok
+	}
+	startShare := func() error {
+		select {
+		case sem <- struct{}{}:
+		case <-done:
+			return context.Cause(r.ctx)
+		}
+		r.txMu.Lock()
+		ws, err := r.openWriters(outs)
+		r.txMu.Unlock()
+		if err != nil {
+			<-sem
+			return err
+		}
+		ch := make(chan *recBatch, 4)
+		feed, fed = ch, 0
+		cookie := share
+		share++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			in := &recReader{ch: ch, done: done, cause: func() error { return context.Cause(r.ctx) }, i: -1,
+				tables: tables, withIndex: tables != nil, prog: progressBatch{p: r.prog}}
+			defer in.drain()
+			job, err := decodeJob(state)
+			if err == nil {
+				wout := make([]mapreduce.Writer, len(ws))
+				for i, w := range ws {
+					wout[i] = w
+				}
+				err = r.do("reduce", job, cookie, in, wout)
+			}
+			in.prog.flush()
+			for _, w := range ws {
+				if err == nil {
+					err = w.finish()
+				}
+			}
+			if err != nil {
+				r.fail(err)
+			}
+		}()
+		return nil
+	}
+
+	for it.Next() {
+		rec := it.Record()
+		g := rec.Key[:rec.Prefix]
+		newGroup := !haveGroup || !bytes.Equal(g, groupKey)
+		if newGroup {
+			groupKey = append(groupKey[:0], g...)
+			haveGroup = true
+			if feed != nil && fed >= shareTarget && !endShare() {
+				break
+			}
+		}
+		keySwitch := newGroup
+		if feed == nil {
+			if err := startShare(); err != nil {
+				r.fail(err)
+				break
+			}
+			keySwitch = false // a job's first row starts its first group
+		}
+		if batch == nil {
+			batch = &recBatch{arena: make([]byte, 0, batchBytes)}
+		}
+		batch.add(rec, keySwitch)
+		fed += int64(len(rec.Key) + len(rec.Payload))
+		if len(batch.arena) >= batchBytes && !send() {
+			break
+		}
+	}
+	if err := it.Err(); err != nil {
+		r.fail(fmt.Errorf("jobs: reduce: merge: %w", err))
+	}
+	endShare()
+	wg.Wait()
+	if err := r.firstErr(); err != nil {
+		return err
+	}
+	return context.Cause(r.ctx)
+}
+
+// writeSorted writes the merged rows to the Sort's output.
+func (r *run) writeSorted(rowType any) error {
+	it, total, err := r.merge()
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	o := r.op.Outputs[0]
+	o.SortedBy = r.op.SortBy
+	r.txMu.Lock()
+	ws, err := r.openWriters([]outSpec{{Output: o, rowType: rowType}})
+	r.txMu.Unlock()
+	if err != nil {
+		return err
+	}
+	w := ws[0]
+	var totalBytes int64
+	for _, s := range r.sorters {
+		totalBytes += s.Stats().Bytes
+	}
+	r.prog.Phase("write", total, totalBytes)
+	prog := progressBatch{p: r.prog}
+	defer prog.flush()
+	t := reflect.TypeOf(rowType)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	v := reflect.New(t)
+	for n := 0; it.Next(); n++ {
+		if n&255 == 0 && r.ctx.Err() != nil {
+			return context.Cause(r.ctx)
+		}
+		rec := it.Record()
+		v.Elem().SetZero()
+		if err := yson.Unmarshal(rec.Payload, v.Interface()); err != nil {
+			return fmt.Errorf("jobs: sort: row (%s, %d): %w", r.op.Inputs[rec.Table], rec.Row, err)
+		}
+		if err := w.Write(v.Interface()); err != nil {
+			return fmt.Errorf("jobs: sort: row (%s, %d): %w", r.op.Inputs[rec.Table], rec.Row, err)
+		}
+		prog.add(1, int64(len(rec.Key)+len(rec.Payload)))
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("jobs: sort: merge: %w", err)
+	}
+	return w.finish()
+}

@@ -1,0 +1,406 @@
+package jobs
+
+import (
+	"bytes"
+	"encoding/gob"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"sync"
+
+	"go.ytsaurus.tech/yt/go/mapreduce"
+	"go.ytsaurus.tech/yt/go/yson"
+
+	"github.com/pillarkit/pillar/jobs/internal/extsort"
+	"github.com/pillarkit/pillar/jobs/internal/rowkey"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+// jobBox is what travels: the same gob encoding of an interface value that
+// the SDK's job state uses, so a job that runs locally also survives the
+// trip to a YTsaurus job process (exported fields only, registered type).
+type jobBox struct{ Job any }
+
+func encodeJob(job any) ([]byte, error) {
+	var b bytes.Buffer
+	box := &jobBox{Job: job}
+	if err := gob.NewEncoder(&b).Encode(&box); err != nil {
+		if strings.Contains(err.Error(), "not registered") {
+			return nil, fmt.Errorf("jobs: %T: %w (call mapreduce.Register in an init function): %v", job, ErrNotRegistered, err)
+		}
+		return nil, fmt.Errorf("jobs: %T: gob-encode job: %w", job, err)
+	}
+	return b.Bytes(), nil
+}
+
+func decodeJob(b []byte) (mapreduce.Job, error) {
+	var box *jobBox
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&box); err != nil {
+		return nil, fmt.Errorf("jobs: gob-decode job: %w", err)
+	}
+	j, ok := box.Job.(mapreduce.Job)
+	if !ok {
+		return nil, fmt.Errorf("jobs: decoded %T is not a mapreduce.Job", box.Job)
+	}
+	return j, nil
+}
+
+// jobContext is the local mapreduce.JobContext.
+type jobContext struct {
+	vault  map[string]string
+	cookie int
+}
+
+func (c *jobContext) LookupVault(name string) (string, bool) {
+	v, ok := c.vault[name]
+	return v, ok
+}
+func (c *jobContext) JobCookie() int { return c.cookie }
+
+// mustError carries the error of MustScan/MustWrite out of the job as a
+// panic, the local equivalent of the SDK's exit from the job process.
+type mustError struct{ err error }
+
+// safeDo runs the job, turning a panic into an error.
+func safeDo(job mapreduce.Job, jc mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) (err error, stack string) {
+	defer func() {
+		if p := recover(); p != nil {
+			if me, ok := p.(mustError); ok {
+				err = me.err
+				return
+			}
+			err = fmt.Errorf("%w: %v", ErrJobPanic, p)
+			stack = string(debug.Stack())
+		}
+	}()
+	return job.Do(jc, in, out), ""
+}
+
+// position is what a reader remembers for error messages.
+type position interface {
+	where() (table string, row int64)
+}
+
+// progressBatch accumulates progress and hands it on every 256 rows.
+type progressBatch struct {
+	p           Progress
+	rows, bytes int64
+}
+
+func (b *progressBatch) add(rows, bytes int64) {
+	b.rows += rows
+	b.bytes += bytes
+	if b.rows >= 256 {
+		b.flush()
+	}
+}
+
+func (b *progressBatch) flush() {
+	if b.rows > 0 || b.bytes > 0 {
+		b.p.Add(b.rows, b.bytes)
+		b.rows, b.bytes = 0, 0
+	}
+}
+
+// tableReader is the mapreduce.Reader over a row range of one store table.
+type tableReader struct {
+	rr       pillar.RowReader
+	done     <-chan struct{}
+	cause    func() error
+	table    int
+	name     string
+	row      int64 // index of the current row
+	n        int64 // rows read
+	rowBytes int64 // average row size, for progress
+	has      bool
+	err      error
+	prog     progressBatch
+}
+
+func (r *tableReader) Next() bool {
+	r.has = false
+	if r.err != nil {
+		return false
+	}
+	select {
+	case <-r.done:
+		r.err = r.cause()
+		return false
+	default:
+	}
+	if !r.rr.Next() {
+		r.err = r.rr.Err()
+		return false
+	}
+	r.row++
+	r.n++
+	r.has = true
+	r.prog.add(1, r.rowBytes)
+	return true
+}
+
+func (r *tableReader) check(call string) {
+	if !r.has {
+		panic(call + " called out of sequence")
+	}
+}
+
+func (r *tableReader) TableIndex() int { r.check("TableIndex()"); return r.table }
+func (r *tableReader) KeySwitch() bool { r.check("KeySwitch()"); return false }
+func (r *tableReader) RowIndex() int64 { r.check("RowIndex()"); return r.row }
+func (r *tableReader) RangeIndex() int { r.check("RangeIndex()"); return 0 }
+func (r *tableReader) Scan(v any) error {
+	r.check("Scan()")
+	return r.rr.Scan(v)
+}
+func (r *tableReader) MustScan(v any) {
+	if err := r.Scan(v); err != nil {
+		panic(mustError{err})
+	}
+}
+func (r *tableReader) Err() error { return r.err }
+func (r *tableReader) where() (string, int64) {
+	if r.n == 0 {
+		return r.name, -1
+	}
+	return r.name, r.row
+}
+
+// tableWriter is the mapreduce.Writer of one output table.
+type tableWriter struct {
+	mu     *sync.Mutex // the Tx's: Close is serialized with WriteTable
+	w      pillar.RowWriter
+	name   string
+	rows   int64
+	err    error
+	closed bool
+}
+
+func (w *tableWriter) Write(v any) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed {
+		return fmt.Errorf("jobs: output %q: Write after Close", w.name)
+	}
+	if err := w.w.Write(v); err != nil {
+		w.err = fmt.Errorf("jobs: output %q: %w", w.name, err)
+		return w.err
+	}
+	w.rows++
+	return nil
+}
+
+func (w *tableWriter) MustWrite(v any) {
+	if err := w.Write(v); err != nil {
+		panic(mustError{err})
+	}
+}
+
+// Close is a no-op for the job; the runner closes the store writer once the
+// job succeeded (finish), so a failed job's rows never reach a Close.
+func (w *tableWriter) Close() error { return w.err }
+
+func (w *tableWriter) finish() error {
+	if w.closed {
+		return w.err
+	}
+	w.closed = true
+	w.mu.Lock()
+	err := w.w.Close()
+	w.mu.Unlock()
+	if err != nil && w.err == nil {
+		w.err = fmt.Errorf("jobs: output %q: close: %w", w.name, err)
+	}
+	return w.err
+}
+
+// sortWriter is the mapreduce.Writer of the intermediate output of a
+// MapReduce mapper (and of the reading phase of Reduce and Sort): it keys
+// each row and hands it to the worker's sorter.
+type sortWriter struct {
+	s          *extsort.Sorter
+	group, sub *rowkey.Encoder // reduce_by, then the rest of sort_by
+	split      uint64
+	seq        uint64
+	table      int
+	row        int64
+	key        []byte
+	buf        bytes.Buffer
+	err        error
+	bytes      int64
+}
+
+func (w *sortWriter) Write(v any) error {
+	if w.err != nil {
+		return w.err
+	}
+	w.seq++
+	return w.add(v, w.split<<40|w.seq)
+}
+
+func (w *sortWriter) add(v any, tie uint64) error {
+	var err error
+	w.key, err = w.group.Append(w.key[:0], v)
+	if err != nil {
+		w.err = fmt.Errorf("jobs: intermediate row %T: %w", v, err)
+		return w.err
+	}
+	prefix := len(w.key)
+	if w.sub != nil {
+		if w.key, err = w.sub.Append(w.key, v); err != nil {
+			w.err = fmt.Errorf("jobs: intermediate row %T: %w", v, err)
+			return w.err
+		}
+	}
+	w.buf.Reset()
+	yw := yson.NewWriterConfig(&w.buf, yson.WriterConfig{Format: yson.FormatBinary})
+	yw.Any(v)
+	if err := yw.Finish(); err != nil {
+		w.err = fmt.Errorf("jobs: intermediate row %T: yson: %w", v, err)
+		return w.err
+	}
+	w.bytes += int64(len(w.key) + w.buf.Len())
+	if err := w.s.Add(&extsort.Record{Key: w.key, Prefix: prefix, Tie: tie, Table: w.table, Row: w.row, Payload: w.buf.Bytes()}); err != nil {
+		w.err = err
+		return err
+	}
+	return nil
+}
+
+func (w *sortWriter) MustWrite(v any) {
+	if err := w.Write(v); err != nil {
+		panic(mustError{err})
+	}
+}
+
+func (w *sortWriter) Close() error { return w.err }
+
+// batchRec is one record of a reduce batch; its bytes live in the batch's
+// arena.
+type batchRec struct {
+	off, klen, plen int
+	table           int
+	row             int64
+	keySwitch       bool
+}
+
+// recBatch carries consecutive sorted records from the merge to a reduce
+// worker.
+type recBatch struct {
+	arena []byte
+	recs  []batchRec
+}
+
+func (b *recBatch) add(r *extsort.Record, keySwitch bool) {
+	off := len(b.arena)
+	b.arena = append(b.arena, r.Key...)
+	b.arena = append(b.arena, r.Payload...)
+	b.recs = append(b.recs, batchRec{off: off, klen: len(r.Key), plen: len(r.Payload), table: r.Table, row: r.Row, keySwitch: keySwitch})
+}
+
+// recReader is the mapreduce.Reader of a reduce job: the records of its
+// share of the key groups, in order.
+type recReader struct {
+	ch         <-chan *recBatch
+	done       <-chan struct{}
+	cause      func() error
+	b          *recBatch
+	i          int
+	cur        *batchRec
+	tables     []string // nil: the rows come from a mapper
+	withIndex  bool     // table and row indexes are visible (Reduce, not MapReduce)
+	n          int64    // rows read
+	rowBytes   int64
+	err        error
+	prog       progressBatch
+	lastTable  int
+	lastRowIdx int64
+}
+
+func (r *recReader) Next() bool {
+	r.cur = nil
+	if r.err != nil {
+		return false
+	}
+	r.i++
+	for r.b == nil || r.i >= len(r.b.recs) {
+		select {
+		case b, ok := <-r.ch:
+			if !ok {
+				r.b = nil
+				return false
+			}
+			r.b, r.i = b, 0
+		case <-r.done:
+			r.err = r.cause()
+			return false
+		}
+	}
+	r.cur = &r.b.recs[r.i]
+	r.lastTable, r.lastRowIdx = r.cur.table, r.cur.row
+	r.n++
+	r.prog.add(1, int64(r.cur.klen+r.cur.plen))
+	return true
+}
+
+func (r *recReader) check(call string) {
+	if r.cur == nil {
+		panic(call + " called out of sequence")
+	}
+}
+
+func (r *recReader) TableIndex() int {
+	r.check("TableIndex()")
+	if !r.withIndex {
+		return 0
+	}
+	return r.cur.table
+}
+func (r *recReader) KeySwitch() bool { r.check("KeySwitch()"); return r.cur.keySwitch }
+func (r *recReader) RowIndex() int64 {
+	r.check("RowIndex()")
+	if !r.withIndex {
+		return r.n - 1
+	}
+	return r.cur.row
+}
+func (r *recReader) RangeIndex() int { r.check("RangeIndex()"); return 0 }
+func (r *recReader) Scan(v any) error {
+	r.check("Scan()")
+	p := r.b.arena[r.cur.off+r.cur.klen : r.cur.off+r.cur.klen+r.cur.plen]
+	if err := yson.Unmarshal(p, v); err != nil {
+		return fmt.Errorf("jobs: decode row into %T: %w", v, err)
+	}
+	return nil
+}
+func (r *recReader) MustScan(v any) {
+	if err := r.Scan(v); err != nil {
+		panic(mustError{err})
+	}
+}
+func (r *recReader) Err() error { return r.err }
+func (r *recReader) where() (string, int64) {
+	if r.n == 0 {
+		return "", -1
+	}
+	if r.tables == nil {
+		return "(map output)", r.n - 1
+	}
+	return r.tables[r.lastTable], r.lastRowIdx
+}
+
+// drain empties the channel after the job stopped reading, so the
+// dispatcher never blocks on a finished worker.
+func (r *recReader) drain() {
+	for {
+		select {
+		case _, ok := <-r.ch:
+			if !ok {
+				return
+			}
+		case <-r.done:
+			return
+		}
+	}
+}
