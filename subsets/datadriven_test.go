@@ -5,12 +5,15 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pillarkit/pillar/pillar"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected outputs of testdata/*.txt")
@@ -26,7 +29,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected outputs of testd
 // Lines starting with # between cases are comments. -rewrite regenerates the
 // expected outputs from what the code produces.
 type ddCase struct {
-	cmd    string
+	// comment holds the comment lines before the case (kept by -rewrite).
+	comment string
+	cmd     string
 	args   map[string]string
 	input  string
 	output string
@@ -43,13 +48,20 @@ func readDD(t *testing.T, path string) (cases []ddCase, lines []string) {
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
 	}
+	var comment []string
 	for i := 0; i < len(lines); {
 		l := lines[i]
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
+		if strings.TrimSpace(l) == "" {
 			i++
 			continue
 		}
-		c := ddCase{line: i + 1, args: map[string]string{}}
+		if strings.HasPrefix(l, "#") {
+			comment = append(comment, l)
+			i++
+			continue
+		}
+		c := ddCase{line: i + 1, args: map[string]string{}, comment: strings.Join(comment, "\n")}
+		comment = nil
 		f := strings.Fields(l)
 		c.cmd = f[0]
 		for _, a := range f[1:] {
@@ -91,6 +103,9 @@ func runDD(t *testing.T, path string, run func(t *testing.T, c ddCase) string) {
 		}
 		if i > 0 {
 			b.WriteString("\n")
+		}
+		if c.comment != "" {
+			b.WriteString(c.comment + "\n")
 		}
 		keys := make([]string, 0, len(c.args))
 		for k := range c.args {
@@ -188,8 +203,18 @@ func parsePages(t *testing.T, in string) []Page {
 				}
 			}
 		}
+		if p.Key == "" && p.URL != "" {
+			k, _, err := pillar.KeyOfURL(p.URL)
+			if err != nil {
+				t.Fatalf("page line %q: %v", l, err)
+			}
+			p.Key = k.String()
+		}
+		if p.Host == "" && p.URL != "" {
+			p.Host = pillar.HostOf(p.URL)
+		}
 		if p.Key == "" {
-			t.Fatalf("page line %q: no key", l)
+			t.Fatalf("page line %q: no key and no url", l)
 		}
 		pages = append(pages, p)
 	}
@@ -257,11 +282,19 @@ func TestDataDriven(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no testdata: %v", err)
 	}
-	for _, path := range files {
-		t.Run(filepath.Base(path), func(t *testing.T) {
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
 			var set *Set
 			var pages []Page
-			runDD(t, path, func(t *testing.T, c ddCase) string {
+			var prev map[string]Previous
+			labels := map[string]string{}
+			label := func(key string) string {
+				if l := labels[key]; l != "" {
+					return key + " " + l
+				}
+				return key
+			}
+			runDD(t, file, func(t *testing.T, c ddCase) string {
 				switch c.cmd {
 				case "parse":
 					s, err := Parse("policies.yaml", []byte(c.input))
@@ -271,8 +304,21 @@ func TestDataDriven(t *testing.T) {
 					}
 					set = s
 					return "ok\n" + s.String()
+				case "load":
+					s, err := ReadFile(c.args["file"])
+					if err != nil {
+						set = nil
+						return errorLines(err)
+					}
+					set = s
+					return "ok\n" + s.String()
 				case "pages":
 					pages = parsePages(t, c.input)
+					for _, p := range pages {
+						if p.URL != "" {
+							labels[p.Key] = path.Base(p.URL)
+						}
+					}
 					return fmt.Sprintf("%d pages", len(pages))
 				case "eval":
 					if set == nil {
@@ -286,7 +332,7 @@ func TestDataDriven(t *testing.T) {
 						for j, m := range ms {
 							names[j] = m.Subset
 						}
-						fmt.Fprintf(&b, "%s: %s\n", pages[i].Key, strings.Join(names, " "))
+						fmt.Fprintf(&b, "%s: %s\n", label(pages[i].Key), strings.Join(names, " "))
 					}
 					return b.String()
 				case "members":
@@ -306,8 +352,37 @@ func TestDataDriven(t *testing.T) {
 						}
 						fmt.Fprintf(&b, "%s:\n", name)
 						for _, m := range ms {
-							fmt.Fprintf(&b, "  %s %g %s\n", m.PageKey, m.Score, m.Reason)
+							fmt.Fprintf(&b, "  %s %g %s\n", label(m.PageKey), m.Score, m.Reason)
 						}
+					}
+					return b.String()
+				case "plan":
+					// plan as-of=T [changed=k1,k2]: a recompute against the
+					// previous plan of this file; prints non-stay changes and
+					// the export decisions.
+					if set == nil {
+						t.Fatalf("line %d: plan without a valid parse", c.line)
+					}
+					changed := map[string]bool{}
+					for _, k := range strings.Split(c.args["changed"], ",") {
+						changed[k] = true
+					}
+					pl, err := set.Plan(pages, asOfArg(t, c), prev, func(k string) bool { return changed[k] })
+					if err != nil {
+						return errorLines(err)
+					}
+					prev = set.Previous(pl)
+					var b strings.Builder
+					for _, ch := range pl.Changes {
+						if ch.Kind != Stay {
+							fmt.Fprintf(&b, "%s %s %s\n", ch.Kind, ch.Subset, label(ch.PageKey))
+						}
+					}
+					for _, d := range pl.Decisions {
+						fmt.Fprintf(&b, "%s %s (%s)\n", d.Op, label(d.PageKey), d.Cause)
+					}
+					if b.Len() == 0 {
+						return "no changes, no export work"
 					}
 					return b.String()
 				}
