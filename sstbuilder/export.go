@@ -1,0 +1,439 @@
+package sstbuilder
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress/snappy"
+
+	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+// ExportFormat is the export.json format this code writes and reads.
+const ExportFormat = 1
+
+// ExportMetaName is the name of an export's metadata file.
+const ExportMetaName = "export.json"
+
+// ExportRow is one row of an export partition file. See the package comment.
+type ExportRow struct {
+	PageKey string `parquet:"page_key" yson:"page_key"`
+	Seq     int64  `parquet:"seq" yson:"seq"`
+	Op      string `parquet:"op" yson:"op"`
+	Value   []byte `parquet:"value" yson:"value"`
+}
+
+// ExportFile describes one partition file of an export.
+type ExportFile struct {
+	Partition int    `json:"partition"`
+	Name      string `json:"name"`
+	Rows      int64  `json:"rows"`
+	Bytes     int64  `json:"bytes"`
+	SHA256    string `json:"sha256"`
+}
+
+// ExportMeta is export.json.
+type ExportMeta struct {
+	Format      int          `json:"format"`
+	ID          string       `json:"id"`
+	Partitions  int          `json:"partitions"`
+	Kind        string       `json:"kind"`
+	Source      string       `json:"source"`
+	CreatedAtMS int64        `json:"created_at_ms"`
+	Files       []ExportFile `json:"files"`
+}
+
+// PartitionFileName returns the file name of partition p: "p00007.parquet".
+func PartitionFileName(p int) string { return fmt.Sprintf("p%05d.parquet", p) }
+
+// BatchID returns the batch id of partition p of export id.
+func BatchID(exportID string, p int) string { return fmt.Sprintf("%s-p%05d", exportID, p) }
+
+// Validate checks the metadata.
+func (m *ExportMeta) Validate() error {
+	fail := func(format string, a ...any) error {
+		return fmt.Errorf("sstbuilder: export %q: "+format, append([]any{m.ID}, a...)...)
+	}
+	if m.Format != ExportFormat {
+		return fail("format %d, this binary reads %d", m.Format, ExportFormat)
+	}
+	if !ValidExportID(m.ID) {
+		return fail("invalid id (lower-case letters, digits, . _ -, at most 120 characters)")
+	}
+	if m.Partitions <= 0 {
+		return fail("partitions %d must be positive", m.Partitions)
+	}
+	if m.Kind != batch.KindSnapshot && m.Kind != batch.KindDelta {
+		return fail("kind %q is neither %q nor %q", m.Kind, batch.KindSnapshot, batch.KindDelta)
+	}
+	last := -1
+	for _, f := range m.Files {
+		if f.Partition <= last || f.Partition >= m.Partitions {
+			return fail("file %q: partition %d out of order or range", f.Name, f.Partition)
+		}
+		last = f.Partition
+		if f.Name != PartitionFileName(f.Partition) {
+			return fail("partition %d: file name %q, want %q", f.Partition, f.Name, PartitionFileName(f.Partition))
+		}
+		if b, err := hex.DecodeString(f.SHA256); err != nil || len(b) != 32 {
+			return fail("file %q: sha256 %q is not 64 hex characters", f.Name, f.SHA256)
+		}
+		if f.Rows < 0 || f.Bytes <= 0 {
+			return fail("file %q: rows %d bytes %d", f.Name, f.Rows, f.Bytes)
+		}
+	}
+	return nil
+}
+
+// File returns the file entry of partition p, or false when the partition
+// has no rows.
+func (m *ExportMeta) File(p int) (ExportFile, bool) {
+	i := sort.Search(len(m.Files), func(i int) bool { return m.Files[i].Partition >= p })
+	if i < len(m.Files) && m.Files[i].Partition == p {
+		return m.Files[i], true
+	}
+	return ExportFile{}, false
+}
+
+// ValidExportID reports whether id may name an export: a valid batch id
+// short enough to take the "-p00007" suffix.
+func ValidExportID(id string) bool { return len(id) <= 120 && batch.ValidID(id) }
+
+// ReadExportMeta reads and validates <dir>/export.json.
+func ReadExportMeta(dir string) (*ExportMeta, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ExportMetaName))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("sstbuilder: export %s: no %s (incomplete or not an export): %w", dir, ExportMetaName, err)
+		}
+		return nil, fmt.Errorf("sstbuilder: export %s: %w", dir, err)
+	}
+	var m ExportMeta
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("sstbuilder: export %s: %s: %w", dir, ExportMetaName, err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// WriteExportMeta validates m and writes <dir>/export.json atomically. Write
+// it after every partition file is closed.
+func WriteExportMeta(dir string, m *ExportMeta) error {
+	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Partition < m.Files[j].Partition })
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, ExportMetaName), append(b, '\n'))
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// PartitionWriterOptions configure a PartitionWriter. A nil pointer means
+// the defaults.
+type PartitionWriterOptions struct {
+	// RowGroupRows is the number of rows buffered per Parquet row group. The
+	// default value is 256 (about 12 MiB of ~50 KB values).
+	RowGroupRows int
+}
+
+// PartitionWriter writes one partition file of an export. Rows must come
+// sorted by (page_key, seq); every error names the partition and key. It is
+// used by one goroutine.
+type PartitionWriter struct {
+	dir        string
+	partition  int
+	partitions int
+	f          *os.File
+	h          hash.Hash
+	cw         *countWriter
+	pw         *parquet.GenericWriter[ExportRow]
+	buf        []ExportRow
+	rowGroup   int
+	rows       int64
+	lastKey    string
+	lastSeq    int64
+	err        error
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// NewPartitionWriter starts writing <dir>/p<partition>.parquet (through a
+// temp file renamed into place by Close).
+func NewPartitionWriter(dir string, partition, partitions int, opts *PartitionWriterOptions) (*PartitionWriter, error) {
+	if partitions <= 0 || partition < 0 || partition >= partitions {
+		return nil, fmt.Errorf("sstbuilder: partition %d of %d out of range", partition, partitions)
+	}
+	var o PartitionWriterOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.RowGroupRows <= 0 {
+		o.RowGroupRows = 256
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("sstbuilder: export %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".tmp-"+PartitionFileName(partition)+"-*")
+	if err != nil {
+		return nil, fmt.Errorf("sstbuilder: export %s: %w", dir, err)
+	}
+	w := &PartitionWriter{dir: dir, partition: partition, partitions: partitions, f: f, h: sha256.New(), rowGroup: o.RowGroupRows}
+	w.cw = &countWriter{w: io.MultiWriter(f, w.h)}
+	w.pw = parquet.NewGenericWriter[ExportRow](w.cw, parquet.Compression(&snappy.Codec{}), parquet.MaxRowsPerRowGroup(int64(o.RowGroupRows)))
+	return w, nil
+}
+
+// Write appends one row. The first error is kept and returned by every later
+// call and by Close.
+func (w *PartitionWriter) Write(row ExportRow) error {
+	if w.err != nil {
+		return w.err
+	}
+	fail := func(format string, a ...any) error {
+		w.err = fmt.Errorf("sstbuilder: export partition %d: key %s: "+format, append([]any{w.partition, row.PageKey}, a...)...)
+		return w.err
+	}
+	k, err := pillar.ParseKey(row.PageKey)
+	if err != nil || strings.ToLower(row.PageKey) != row.PageKey {
+		return fail("not 32 lower-case hex characters: %w", ErrBadKey)
+	}
+	if p := k.Partition(w.partitions); p != w.partition {
+		return fail("belongs to partition %d: %w", p, ErrWrongPartition)
+	}
+	if w.rows > 0 && (row.PageKey < w.lastKey || (row.PageKey == w.lastKey && row.Seq <= w.lastSeq)) {
+		return fail("seq %d after key %s seq %d: %w", row.Seq, w.lastKey, w.lastSeq, ErrOutOfOrder)
+	}
+	switch row.Op {
+	case pillar.OpPut:
+	case pillar.OpDelete:
+		if len(row.Value) != 0 {
+			return fail("delete with a %d-byte value", len(row.Value))
+		}
+	default:
+		return fail("op %q is neither %q nor %q", row.Op, pillar.OpPut, pillar.OpDelete)
+	}
+	w.lastKey, w.lastSeq = row.PageKey, row.Seq
+	w.rows++
+	w.buf = append(w.buf, row)
+	if len(w.buf) >= w.rowGroup {
+		return w.flush()
+	}
+	return nil
+}
+
+func (w *PartitionWriter) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	if _, err := w.pw.Write(w.buf); err != nil {
+		w.err = fmt.Errorf("sstbuilder: export partition %d: write parquet: %w", w.partition, err)
+		return w.err
+	}
+	clear(w.buf)
+	w.buf = w.buf[:0]
+	return nil
+}
+
+// Rows returns the rows written so far.
+func (w *PartitionWriter) Rows() int64 { return w.rows }
+
+// Close finishes the file and returns its entry for export.json. A partition
+// without rows still gets a (row-less) file; callers may omit it instead by
+// calling Abort.
+func (w *PartitionWriter) Close() (ExportFile, error) {
+	if w.f == nil {
+		return ExportFile{}, fmt.Errorf("sstbuilder: export partition %d: writer already closed", w.partition)
+	}
+	defer w.Abort()
+	if err := w.flush(); err != nil {
+		return ExportFile{}, err
+	}
+	if w.err != nil {
+		return ExportFile{}, w.err
+	}
+	if err := w.pw.Close(); err != nil {
+		return ExportFile{}, fmt.Errorf("sstbuilder: export partition %d: close parquet: %w", w.partition, err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return ExportFile{}, fmt.Errorf("sstbuilder: export partition %d: %w", w.partition, err)
+	}
+	name := PartitionFileName(w.partition)
+	if err := os.Rename(w.f.Name(), filepath.Join(w.dir, name)); err != nil {
+		return ExportFile{}, fmt.Errorf("sstbuilder: export partition %d: %w", w.partition, err)
+	}
+	return ExportFile{Partition: w.partition, Name: name, Rows: w.rows, Bytes: w.cw.n, SHA256: hex.EncodeToString(w.h.Sum(nil))}, nil
+}
+
+// Abort discards the file. It is safe after Close (then it does nothing).
+func (w *PartitionWriter) Abort() {
+	if w.f == nil {
+		return
+	}
+	w.f.Close()
+	os.Remove(w.f.Name())
+	w.f = nil
+	if w.err == nil {
+		w.err = fmt.Errorf("sstbuilder: export partition %d: writer closed", w.partition)
+	}
+}
+
+// ExportOptions configure an ExportWriter. A nil pointer means the defaults.
+type ExportOptions struct {
+	// ID of the export. The default value is "exp-<UTC yyyymmdd-hhmmss>".
+	ID string
+	// Source describes where the rows come from. The default value is "".
+	Source string
+	// RowGroupRows per Parquet row group. The default value is 256. Every
+	// partition with rows buffers up to one row group until Close.
+	RowGroupRows int
+	// Now is the clock. The default value is time.Now.
+	Now func() time.Time
+}
+
+// ExportWriter writes a whole export from one process, routing rows to their
+// partitions. Rows of each partition must come sorted by (page_key, seq);
+// partitions may interleave. It is used by one goroutine.
+type ExportWriter struct {
+	dir   string
+	meta  ExportMeta
+	parts map[int]*PartitionWriter
+	opts  ExportOptions
+	err   error
+}
+
+// NewExportWriter starts an export in dir (created if missing; it must not
+// already hold an export).
+func NewExportWriter(dir string, partitions int, kind string, opts *ExportOptions) (*ExportWriter, error) {
+	var o ExportOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ID == "" {
+		o.ID = "exp-" + o.Now().UTC().Format("20060102-150405")
+	}
+	m := ExportMeta{Format: ExportFormat, ID: o.ID, Partitions: partitions, Kind: kind, Source: o.Source, CreatedAtMS: o.Now().UnixMilli()}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, ExportMetaName)); err == nil {
+		return nil, fmt.Errorf("sstbuilder: export %s: already holds an %s", dir, ExportMetaName)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("sstbuilder: export %s: %w", dir, err)
+	}
+	return &ExportWriter{dir: dir, meta: m, parts: map[int]*PartitionWriter{}, opts: o}, nil
+}
+
+// ID returns the export id.
+func (w *ExportWriter) ID() string { return w.meta.ID }
+
+// Write routes a row to its partition's file.
+func (w *ExportWriter) Write(row ExportRow) error {
+	if w.err != nil {
+		return w.err
+	}
+	k, err := pillar.ParseKey(row.PageKey)
+	if err != nil {
+		w.err = fmt.Errorf("sstbuilder: export %s: key %q: %w", w.meta.ID, row.PageKey, ErrBadKey)
+		return w.err
+	}
+	p := k.Partition(w.meta.Partitions)
+	pw := w.parts[p]
+	if pw == nil {
+		pw, err = NewPartitionWriter(w.dir, p, w.meta.Partitions, &PartitionWriterOptions{RowGroupRows: w.opts.RowGroupRows})
+		if err != nil {
+			w.err = err
+			return err
+		}
+		w.parts[p] = pw
+	}
+	if err := pw.Write(row); err != nil {
+		w.err = err
+		return err
+	}
+	return nil
+}
+
+// Close finishes every partition file, then writes export.json.
+func (w *ExportWriter) Close() (*ExportMeta, error) {
+	if w.err != nil {
+		w.Abort()
+		return nil, w.err
+	}
+	for p, pw := range w.parts {
+		f, err := pw.Close()
+		if err != nil {
+			w.err = err
+			w.Abort()
+			return nil, err
+		}
+		delete(w.parts, p)
+		w.meta.Files = append(w.meta.Files, f)
+	}
+	if err := WriteExportMeta(w.dir, &w.meta); err != nil {
+		w.err = err
+		return nil, err
+	}
+	w.err = fmt.Errorf("sstbuilder: export %s: writer closed", w.meta.ID)
+	m := w.meta
+	return &m, nil
+}
+
+// Abort discards every unfinished partition file.
+func (w *ExportWriter) Abort() {
+	for p, pw := range w.parts {
+		pw.Abort()
+		delete(w.parts, p)
+	}
+}

@@ -1,0 +1,145 @@
+package sstbuilder
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/pillarkit/pillar/pillar"
+)
+
+// VerifyExportFile checks a partition file's size and SHA-256 against its
+// export.json entry.
+func VerifyExportFile(dir string, f ExportFile) error {
+	fh, err := os.Open(filepath.Join(dir, f.Name))
+	if err != nil {
+		return fmt.Errorf("sstbuilder: export partition %d: %w", f.Partition, err)
+	}
+	defer fh.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, fh)
+	if err != nil {
+		return fmt.Errorf("sstbuilder: export partition %d: %s: %w", f.Partition, f.Name, err)
+	}
+	if n != f.Bytes {
+		return fmt.Errorf("sstbuilder: export partition %d: %s has %d bytes, export.json says %d: %w", f.Partition, f.Name, n, f.Bytes, ErrCorruptExport)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
+		return fmt.Errorf("sstbuilder: export partition %d: %s sha256 %s, export.json says %s: %w", f.Partition, f.Name, got, f.SHA256, ErrCorruptExport)
+	}
+	return nil
+}
+
+// PartitionReader reads one partition file of an export as Rows, in file
+// order. It checks each row's key syntax and op and, at the end, the row
+// count in export.json; order and partition are checked by the Builder.
+type PartitionReader struct {
+	partition int
+	name      string
+	f         *os.File
+	r         *parquet.GenericReader[ExportRow]
+	buf       []ExportRow
+	i, n      int
+	want      int64
+	rows      int64
+	bytes     int64
+	row       Row
+	key       [pillar.KeySize]byte
+	err       error
+	done      bool
+}
+
+// OpenPartition opens partition p of the export in dir. A partition without a
+// file reads as no rows.
+func OpenPartition(dir string, meta *ExportMeta, p int) (*PartitionReader, error) {
+	if p < 0 || p >= meta.Partitions {
+		return nil, fmt.Errorf("sstbuilder: export %s: partition %d out of range [0,%d)", meta.ID, p, meta.Partitions)
+	}
+	ef, ok := meta.File(p)
+	r := &PartitionReader{partition: p, name: ef.Name, want: ef.Rows}
+	if !ok {
+		r.done = true
+		return r, nil
+	}
+	f, err := os.Open(filepath.Join(dir, ef.Name))
+	if err != nil {
+		return nil, fmt.Errorf("sstbuilder: export %s: partition %d: %w", meta.ID, p, err)
+	}
+	r.f = f
+	r.r = parquet.NewGenericReader[ExportRow](f)
+	r.buf = make([]ExportRow, 64)
+	return r, nil
+}
+
+// Next advances to the next row.
+func (r *PartitionReader) Next() bool {
+	if r.err != nil || r.done && r.i >= r.n {
+		return false
+	}
+	for r.i >= r.n {
+		if r.done {
+			return false
+		}
+		clear(r.buf)
+		n, err := r.r.Read(r.buf)
+		r.i, r.n = 0, n
+		if errors.Is(err, io.EOF) {
+			r.done = true
+		} else if err != nil {
+			r.err = fmt.Errorf("sstbuilder: export partition %d: %s: read row %d: %w", r.partition, r.name, r.rows, err)
+			return false
+		}
+		if r.done && r.rows+int64(n) != r.want {
+			r.err = fmt.Errorf("sstbuilder: export partition %d: %s holds %d rows, export.json says %d: %w", r.partition, r.name, r.rows+int64(n), r.want, ErrCorruptExport)
+			return false
+		}
+	}
+	er := &r.buf[r.i]
+	r.i++
+	r.rows++
+	if len(er.PageKey) != 2*pillar.KeySize {
+		r.err = fmt.Errorf("sstbuilder: export partition %d: row %d: key %q: %w", r.partition, r.rows-1, er.PageKey, ErrBadKey)
+		return false
+	}
+	if _, err := hex.Decode(r.key[:], []byte(er.PageKey)); err != nil {
+		r.err = fmt.Errorf("sstbuilder: export partition %d: row %d: key %q: %w", r.partition, r.rows-1, er.PageKey, ErrBadKey)
+		return false
+	}
+	r.row = Row{Key: r.key[:], Seq: er.Seq, Value: er.Value}
+	switch er.Op {
+	case pillar.OpPut:
+	case pillar.OpDelete:
+		r.row.Delete = true
+	default:
+		r.err = fmt.Errorf("sstbuilder: export partition %d: key %s: op %q is neither %q nor %q", r.partition, er.PageKey, er.Op, pillar.OpPut, pillar.OpDelete)
+		return false
+	}
+	r.bytes += int64(len(er.Value)) + pillar.KeySize
+	return true
+}
+
+// Row returns the current row; it is valid until the next call to Next.
+func (r *PartitionReader) Row() Row { return r.row }
+
+// Err returns the error that stopped Next, if any.
+func (r *PartitionReader) Err() error { return r.err }
+
+// RowsRead returns the number of rows read so far.
+func (r *PartitionReader) RowsRead() int64 { return r.rows }
+
+// Close releases the file.
+func (r *PartitionReader) Close() error {
+	if r.f == nil {
+		return nil
+	}
+	r.r.Close()
+	err := r.f.Close()
+	r.f = nil
+	return err
+}
