@@ -32,10 +32,10 @@ type ddCase struct {
 	// comment holds the comment lines before the case (kept by -rewrite).
 	comment string
 	cmd     string
-	args   map[string]string
-	input  string
-	output string
-	line   int
+	args    map[string]string
+	input   string
+	output  string
+	line    int
 }
 
 func readDD(t *testing.T, path string) (cases []ddCase, lines []string) {
