@@ -252,3 +252,7 @@ func decodeCheck(out any, vals [][]byte, check func([][]byte) error) error {
 	}
 	return check(vals)
 }
+
+func unmarshal(enc *encodedResponse, resp *servepb.BatchGetResponse) error {
+	return proto.Unmarshal(enc.buf.ReadOnlyData(), resp)
+}
