@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/objstore"
 )
 
 func TestRegisterIdempotentConcurrent(t *testing.T) {
@@ -626,7 +627,10 @@ func TestProgressAndLag(t *testing.T) {
 func TestGarbageCollection(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		const P = 2
-		objs := dirObjects{root: t.TempDir()}
+		objs, err := objstore.OpenLocal(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
 		e := startEnv(t, b.dsn(t), P, func(o *Options) { o.Objects = objs })
 		ctx := context.Background()
 		c := e.client
@@ -640,15 +644,15 @@ func TestGarbageCollection(t *testing.T) {
 		for i, k := range kinds {
 			id := fmt.Sprintf("gc-%d", i+1)
 			ids = append(ids, id)
-			objs.put(t, batch.Prefix(0, id)+"000001.sst")
-			objs.put(t, batch.ManifestKey(0, id))
+			putObject(t, objs, batch.Prefix(0, id)+"000001.sst")
+			putObject(t, objs, batch.ManifestKey(0, id))
 			if seq, err := c.RegisterBatch(ctx, manifest(id, 0, P, k)); err != nil || seq != int64(i+1) {
 				t.Fatalf("register %s: seq %d, %v", id, seq, err)
 			}
 		}
 		// A batch of another partition under a prefix that shares digits
 		// must survive.
-		objs.put(t, batch.Prefix(1, "gc-1")+"000001.sst")
+		putObject(t, objs, batch.Prefix(1, "gc-1")+"000001.sst")
 		gc := func() GCStats {
 			st, err := e.srv.CollectGarbage(ctx)
 			if err != nil {
@@ -688,12 +692,12 @@ func TestGarbageCollection(t *testing.T) {
 		for i, id := range ids {
 			gone := i < 2
 			for _, k := range []string{batch.Prefix(0, id) + "000001.sst", batch.ManifestKey(0, id)} {
-				if objs.exists(k) == gone {
+				if objectExists(t, objs, k) == gone {
 					t.Fatalf("%s: exists=%v after gc", k, !gone)
 				}
 			}
 		}
-		if !objs.exists(batch.Prefix(1, "gc-1") + "000001.sst") {
+		if !objectExists(t, objs, batch.Prefix(1, "gc-1")+"000001.sst") {
 			t.Fatal("gc deleted another partition's object")
 		}
 		if got := live(); !slices.Equal(got, []int64{3, 4, 5, 6}) {

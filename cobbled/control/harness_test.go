@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/objstore"
 )
 
 // The PostgreSQL half of the suite runs against PILLAR_TEST_POSTGRES
@@ -198,44 +198,19 @@ func manifest(id string, p, partitions int, kind string) *batch.Manifest {
 		Keys:  3, Smallest: "00", Largest: "ff", Source: "test", CreatedAtMS: 1700000000000}
 }
 
-// dirObjects is a local-directory implementation of Objects for tests (the
-// real object store lives in internal/objstore).
-type dirObjects struct{ root string }
-
-func (d dirObjects) put(t testing.TB, key string) {
-	p := filepath.Join(d.root, filepath.FromSlash(key))
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(key), 0o644); err != nil {
+// putObject writes a small object under key.
+func putObject(t testing.TB, s objstore.Store, key string) {
+	t.Helper()
+	if err := s.Put(context.Background(), key, strings.NewReader(key), int64(len(key)), nil); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (d dirObjects) ListKeys(_ context.Context, prefix string) ([]string, error) {
-	var out []string
-	err := filepath.WalkDir(d.root, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || e.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(d.root, p)
-		if k := filepath.ToSlash(rel); strings.HasPrefix(k, prefix) {
-			out = append(out, k)
-		}
-		return nil
-	})
-	return out, err
-}
-
-func (d dirObjects) Delete(_ context.Context, key string) error {
-	err := os.Remove(filepath.Join(d.root, filepath.FromSlash(key)))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+func objectExists(t testing.TB, s objstore.Store, key string) bool {
+	t.Helper()
+	_, err := s.Stat(context.Background(), key)
+	if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatal(err)
 	}
-	return err
-}
-
-func (d dirObjects) exists(key string) bool {
-	_, err := os.Stat(filepath.Join(d.root, filepath.FromSlash(key)))
 	return err == nil
 }

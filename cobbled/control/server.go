@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -415,13 +416,18 @@ func (s *Server) CollectGarbage(ctx context.Context) (GCStats, error) {
 		}
 		for _, c := range pending {
 			prefix := batch.Prefix(c.Partition, c.ID)
-			keys, err := s.o.Objects.ListKeys(ctx, prefix)
+			objs, err := s.o.Objects.List(ctx, prefix)
 			if err != nil {
 				return st, fmt.Errorf("control: gc: partition %d batch %q: list %s: %w", c.Partition, c.ID, prefix, err)
 			}
-			for _, k := range keys {
-				if err := s.o.Objects.Delete(ctx, k); err != nil {
-					return st, fmt.Errorf("control: gc: partition %d batch %q: delete %s: %w", c.Partition, c.ID, k, err)
+			// The manifest goes last, so a crash midway leaves a batch
+			// that still says what it was.
+			sort.SliceStable(objs, func(i, j int) bool {
+				return !strings.HasSuffix(objs[i].Key, "/manifest.json") && strings.HasSuffix(objs[j].Key, "/manifest.json")
+			})
+			for _, obj := range objs {
+				if err := s.o.Objects.Delete(ctx, obj.Key); err != nil {
+					return st, fmt.Errorf("control: gc: partition %d batch %q: delete %s: %w", c.Partition, c.ID, obj.Key, err)
 				}
 				st.Objects++
 			}
@@ -430,7 +436,7 @@ func (s *Server) CollectGarbage(ctx context.Context) (GCStats, error) {
 			}
 			st.Deleted++
 			s.o.Metrics.batchCollected()
-			s.o.Logger.Debug("control: gc: batch deleted", "partition", c.Partition, "seq", c.Seq, "id", c.ID, "objects", len(keys))
+			s.o.Logger.Debug("control: gc: batch deleted", "partition", c.Partition, "seq", c.Seq, "id", c.ID, "objects", len(objs))
 		}
 	}
 }
