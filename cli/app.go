@@ -19,6 +19,8 @@ func commands() []*cli.Command {
 		// One line per component, in pipeline order.
 		ingestCommand(),
 		tablesCommand(),
+		backfillCommand(),
+		versionsCommand(),
 	}
 }
 
