@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/objstore"
 )
 
 type step struct {
@@ -52,7 +53,9 @@ func writeSteps(t testing.TB, objects string, parts, p int, prefix string, steps
 
 func openTestNode(t testing.TB, dir, objects string, parts int, mod func(*Options)) *Node {
 	t.Helper()
-	o := Options{ID: "n1", Dir: dir, Partitions: parts, CacheBytes: 8 << 20, Objects: dirObjects{objects}}
+	st, err := objstore.OpenLocal(objects)
+	must(t, err)
+	o := Options{ID: "n1", Dir: dir, Partitions: parts, CacheBytes: 8 << 20, Objects: st}
 	if mod != nil {
 		mod(&o)
 	}
@@ -152,7 +155,7 @@ func TestChecksumMismatchAndMissingObject(t *testing.T) {
 		{"flipped byte", corrupt, ErrChecksum},
 		{"truncated", good[:len(good)-7], ErrChecksum},
 		{"longer", append(append([]byte(nil), good...), 0), ErrChecksum},
-		{"missing object", nil, os.ErrNotExist},
+		{"missing object", nil, objstore.ErrNotFound},
 	}
 	for _, c := range cases {
 		if c.data == nil {

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -20,18 +19,6 @@ import (
 	"github.com/pillarkit/pillar/internal/rocks"
 	"github.com/pillarkit/pillar/pillar"
 )
-
-// dirObjects is a local-directory object getter (the object store's "plain
-// path" backend does the same; this keeps the tests independent of it).
-type dirObjects struct{ root string }
-
-func (d dirObjects) Get(ctx context.Context, key string) (io.ReadCloser, error) {
-	f, err := os.Open(filepath.Join(d.root, filepath.FromSlash(key)))
-	if err != nil {
-		return nil, fmt.Errorf("dirObjects: %s: %w", key, err)
-	}
-	return f, nil
-}
 
 // op is one SST entry: a put, or a delete when del is set.
 type op struct {

@@ -13,6 +13,7 @@ import (
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/objstore"
 )
 
 func fastRun(o *Options) {
@@ -97,8 +98,10 @@ func TestRunWithControlPlane(t *testing.T) {
 	must(t, err)
 	defer cc.Close()
 
+	objs, err := objstore.Open(ctx, objects, nil)
+	must(t, err)
 	n, err := Open(ctx, Options{ID: "n1", Zone: "a", Addr: "127.0.0.1:1", Dir: filepath.Join(tmp, "n1"),
-		CacheBytes: 8 << 20, Control: FromControlClient(cc), Objects: dirObjects{objects},
+		CacheBytes: 8 << 20, Control: FromControlClient(cc), Objects: objs,
 		LongPoll: 200 * time.Millisecond, Heartbeat: 20 * time.Millisecond})
 	must(t, err)
 	defer n.Close()
