@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sort"
+	"strings"
 	"time"
 
 	"go.ytsaurus.tech/yt/go/mapreduce"
@@ -397,7 +398,11 @@ func finish(ctx context.Context, st pillar.Store, v *pillar.Version, table strin
 			empty++
 		}
 	}
-	if !sorted || dropped > 0 || err != nil {
+	compact := false
+	if ti, terr := tx.Table(ctx, table); terr != nil || ti.Files > 1 || strings.Join(ti.SortedBy, ",") != "page_key,chunk_no" {
+		compact = true
+	}
+	if !sorted || dropped > 0 || compact {
 		sort.SliceStable(items, func(i, j int) bool {
 			if items[i].key != items[j].key {
 				return items[i].key < items[j].key
