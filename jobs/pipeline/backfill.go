@@ -80,8 +80,8 @@ type Result struct {
 	Rows         int64  `json:"rows"` // rows in the version afterwards
 	Pages        int64  `json:"pages"`
 	DryRun       bool   `json:"dry_run,omitempty"`
-	ReadBytes    int64  `json:"read_bytes"`    // estimate: input bytes read
-	WriteBytes   int64  `json:"write_bytes"`   // estimate: output bytes written
+	ReadBytes    int64  `json:"read_bytes"`  // estimate: input bytes read
+	WriteBytes   int64  `json:"write_bytes"` // estimate: output bytes written
 	Duration     string `json:"duration"`
 }
 
