@@ -43,7 +43,8 @@
 //     identified by h: tf is the number of features with that h.
 //  5. For every distinct h: bucket = uint32(h) mod D (the low 32 bits),
 //     sign = −1 if bit 63 of h is set else +1, weight = 1 + ln(tf);
-//     v[bucket] += sign·weight, summed in float64 in increasing order of h.
+//     v[bucket] += sign·weight, summed in float64 in the order in which the
+//     features first occur in the text (unigram wᵢ before bigram wᵢ₋₁ wᵢ).
 //  6. v is divided by its L2 norm and rounded to float32. A text without
 //     words has the zero vector.
 //

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -86,7 +85,10 @@ type scratch struct {
 	toks   []chunker.Span
 	buf    []byte   // lower-cased words, back to back
 	ends   []int    // ends[k] is the end of word k in buf
-	hashes []uint64 // one per feature
+	hashes []uint64 // one per feature, in text order
+	keys   []uint64 // open-addressing table of distinct features …
+	counts []int32  // … and their term frequencies (0: empty slot)
+	order  []int32  // slots of distinct features in order of first occurrence
 	acc    []float64
 }
 
@@ -119,25 +121,41 @@ func (h *Hash) embed(s *scratch, text string, dst []float32) {
 		}
 		start = end
 	}
-	// Term frequencies: equal features are adjacent once sorted.
-	slices.Sort(s.hashes)
+	// Term frequencies, counted in an open-addressing table; distinct
+	// features are kept in order of first occurrence.
+	size := 16
+	for size < 2*len(s.hashes) {
+		size <<= 1
+	}
+	if cap(s.counts) < size {
+		s.keys, s.counts = make([]uint64, size), make([]int32, size)
+	}
+	keys, counts := s.keys[:size], s.counts[:size]
+	clear(counts)
+	s.order = s.order[:0]
+	for _, f := range s.hashes {
+		slot := int(f>>32) & (size - 1)
+		for counts[slot] != 0 && keys[slot] != f {
+			slot = (slot + 1) & (size - 1)
+		}
+		if counts[slot] == 0 {
+			keys[slot] = f
+			s.order = append(s.order, int32(slot))
+		}
+		counts[slot]++
+	}
 	if cap(s.acc) < h.dim {
 		s.acc = make([]float64, h.dim)
 	}
 	acc := s.acc[:h.dim]
 	clear(acc)
-	for i := 0; i < len(s.hashes); {
-		f := s.hashes[i]
-		j := i + 1
-		for j < len(s.hashes) && s.hashes[j] == f {
-			j++
-		}
-		w := 1 + math.Log(float64(j-i))
+	for _, slot := range s.order {
+		f := keys[slot]
+		w := 1 + math.Log(float64(counts[slot]))
 		if f>>63 != 0 {
 			w = -w
 		}
 		acc[uint32(f)%uint32(h.dim)] += w
-		i = j
 	}
 	var norm float64
 	for _, x := range acc {

@@ -11,7 +11,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -55,6 +54,7 @@ func referenceHash(text string, dim int) []float32 {
 		words = append(words, strings.Map(unicode.ToLower, text[t.Start:t.End]))
 	}
 	tf := map[uint64]int{}
+	var hs []uint64 // in order of first occurrence
 	feature := func(s string) {
 		f := stdfnv.New64a()
 		f.Write([]byte(s))
@@ -64,6 +64,9 @@ func referenceHash(text string, dim int) []float32 {
 		h ^= h >> 33
 		h *= 0xc4ceb9fe1a85ec53
 		h ^= h >> 33
+		if tf[h] == 0 {
+			hs = append(hs, h)
+		}
 		tf[h]++
 	}
 	for i, w := range words {
@@ -72,11 +75,6 @@ func referenceHash(text string, dim int) []float32 {
 			feature(words[i-1] + " " + w)
 		}
 	}
-	var hs []uint64
-	for h := range tf {
-		hs = append(hs, h)
-	}
-	sort.Slice(hs, func(i, j int) bool { return hs[i] < hs[j] })
 	v := make([]float64, dim)
 	for _, h := range hs {
 		w := 1 + math.Log(float64(tf[h]))

@@ -63,11 +63,18 @@ type OpenAI struct {
 	requests, retried, failed, vectors atomic.Int64
 }
 
-// secret is an API key; it formats as "[redacted]" however it is printed.
-type secret string
+// secret is an API key. It is held through a pointer so that printing an
+// OpenAI value with fmt (which does not call methods of unexported fields)
+// shows an address, never the key; nil means no key.
+type secret = *apiKey
 
-func (secret) String() string   { return "[redacted]" }
-func (secret) GoString() string { return "[redacted]" }
+type apiKey struct{ v string }
+
+func (*apiKey) String() string   { return "[redacted]" }
+func (*apiKey) GoString() string { return "[redacted]" }
+
+// String is the embedder's id.
+func (e *OpenAI) String() string { return e.id }
 
 // Stats is a snapshot of an OpenAI embedder's counters.
 type Stats struct {
@@ -181,20 +188,20 @@ func newOpenAI(spec string, params []param, opts Options) (*OpenAI, error) {
 func lookupKey(names []string, opts Options) (secret, string) {
 	for _, n := range names {
 		if v := opts.Secrets[n]; v != "" {
-			return secret(v), "secrets[" + n + "]"
+			return &apiKey{v}, "secrets[" + n + "]"
 		}
 	}
 	for _, n := range names {
 		if v := opts.Getenv(n); v != "" {
-			return secret(v), "$" + n
+			return &apiKey{v}, "$" + n
 		}
 	}
 	for _, n := range names {
 		if v := opts.Getenv("YT_SECURE_VAULT_" + n); v != "" {
-			return secret(v), "$YT_SECURE_VAULT_" + n
+			return &apiKey{v}, "$YT_SECURE_VAULT_" + n
 		}
 	}
-	return "", ""
+	return nil, ""
 }
 
 func (e *OpenAI) ID() string   { return e.id }
@@ -203,7 +210,7 @@ func (e *OpenAI) Dims() int    { return e.dim }
 
 // HasKey reports whether an API key was found, and where (a variable or
 // secret name, never the key).
-func (e *OpenAI) HasKey() (bool, string) { return e.key != "", e.keySource }
+func (e *OpenAI) HasKey() (bool, string) { return e.key != nil, e.keySource }
 
 // Embed sends the texts in batches of at most batch, at most concurrency at
 // a time, and returns the vectors in input order. The first batch that fails
@@ -346,8 +353,8 @@ func (e *OpenAI) attempt(ctx context.Context, body []byte, base int, dst [][]flo
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	if e.key != "" {
-		req.Header.Set("Authorization", "Bearer "+string(e.key))
+	if e.key != nil {
+		req.Header.Set("Authorization", "Bearer "+e.key.v)
 	}
 	e.requests.Add(1)
 	start := time.Now()
