@@ -21,6 +21,9 @@ func commands() []*cli.Command {
 		tablesCommand(),
 		backfillCommand(),
 		versionsCommand(),
+		subsetsCommand(),
+		cobbledCommand(), getCommand(),
+		controlCommand(), statusCommand(), // control plane (cmd_control.go)
 	}
 }
 

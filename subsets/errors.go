@@ -23,12 +23,12 @@ var (
 
 // Error is one validation error, at a position of the policy file.
 type Error struct {
-	File   string // file name as given to Parse; "" for policies built in code
-	Line   int    // 1-based; 0 if unknown
-	Col    int    // 1-based, in characters; 0 if unknown
-	Policy string // the policy at fault; "" for file-level errors
-	Field  string // the policy key at fault ("where", "top.k", ...); "" if none
-	Msg    string
+	File   string `json:"file"`             // as given to Parse; "" for policies built in code
+	Line   int    `json:"line"`             // 1-based; 0 if unknown
+	Col    int    `json:"col"`              // 1-based, in characters; 0 if unknown
+	Policy string `json:"policy,omitempty"` // the policy at fault; "" for file-level errors
+	Field  string `json:"field,omitempty"`  // the key at fault ("where", "top.k", ...); "" if none
+	Msg    string `json:"message"`
 }
 
 func (e *Error) Error() string {
