@@ -1,0 +1,268 @@
+package sstbuilder
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/objstore"
+	"github.com/pillarkit/pillar/internal/s3test"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+type countProgress struct{ n atomic.Int64 }
+
+func (c *countProgress) Add(n int64) { c.n.Add(n) }
+
+// checkBatches inspects every partition's batch in the store and checks the
+// live keys against the newest export rows.
+func checkBatches(t *testing.T, store objstore.Store, res *ExportBuildResult, newest map[string]ExportRow) {
+	t.Helper()
+	ctx := context.Background()
+	for _, pr := range res.Partitions {
+		if pr.Status == StatusEmpty {
+			continue
+		}
+		in, err := InspectBatch(ctx, store, pr.Partition, pr.BatchID, &InspectOptions{Samples: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var live, deletes int64
+		for hk, row := range newest {
+			k, _ := pillar.ParseKey(hk)
+			if k.Partition(res.Export.Partitions) != pr.Partition {
+				continue
+			}
+			if row.Op == pillar.OpDelete {
+				deletes++
+			} else {
+				live++
+			}
+		}
+		if in.LiveKeys != live || in.MetaValue != pr.BatchID {
+			t.Fatalf("partition %d: %d live keys (meta %q), want %d", pr.Partition, in.LiveKeys, in.MetaValue, live)
+		}
+		if res.Export.Kind == batch.KindDelta && in.Manifest.Deletes != deletes {
+			t.Fatalf("partition %d: %d deletes, want %d", pr.Partition, in.Manifest.Deletes, deletes)
+		}
+		for _, s := range in.Samples {
+			if s.Error != "" || !strings.HasSuffix(s.URL, s.Key) || s.Chunks != 2 || s.Dims != 32 || s.Encoding != "float16" {
+				t.Fatalf("sample %+v", s)
+			}
+		}
+	}
+}
+
+func TestBuildExportLocal(t *testing.T) {
+	ctx := context.Background()
+	exp := t.TempDir()
+	meta, newest := writeExport(t, exp, 4, 30, batch.KindSnapshot, map[int]bool{2: true})
+	store, err := objstore.Open(ctx, "file://"+t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &recordingRegisterer{}
+	prog := &countProgress{}
+	opts := &ExportBuildOptions{Export: exp, Store: store, Partitions: 4, Registerer: reg, Progress: prog, Now: fixedNow}
+	res, err := BuildExport(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, f := range meta.Files {
+		total += f.Rows
+	}
+	if prog.n.Load() != total {
+		t.Fatalf("progress counted %d rows, export has %d", prog.n.Load(), total)
+	}
+	for _, pr := range res.Partitions {
+		if pr.Status != StatusBuilt || pr.Seq != 1 || pr.BatchID != BatchID("exp-test", pr.Partition) {
+			t.Fatalf("partition %d: %+v", pr.Partition, pr)
+		}
+	}
+	// The empty partition of a snapshot is a batch too: it empties the partition.
+	if m := res.Partitions[2].Manifest; m.Keys != 0 || len(m.Files) != 1 {
+		t.Fatalf("empty snapshot partition: %+v", m)
+	}
+	if reg.registered() != 4 {
+		t.Fatalf("%d batches registered", reg.registered())
+	}
+	checkBatches(t, store, res, newest)
+	// Local SST files are gone after upload.
+	if ents, _ := os.ReadDir(filepath.Join(exp, ".sst-build", "p00000")); len(ents) != 0 {
+		t.Fatalf("local files kept: %d", len(ents))
+	}
+	// A rerun rebuilds nothing and re-registers idempotently.
+	res2, err := BuildExport(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, pr := range res2.Partitions {
+		if pr.Status != StatusUploaded || pr.Seq != res.Partitions[i].Seq || pr.Manifest.CreatedAtMS != res.Partitions[i].Manifest.CreatedAtMS {
+			t.Fatalf("rerun partition %d: %+v", pr.Partition, pr)
+		}
+	}
+	if reg.registered() != 4 || reg.calls != 8 {
+		t.Fatalf("rerun: %d batches, %d calls", reg.registered(), reg.calls)
+	}
+	// The wrong partition count is refused before anything happens.
+	opts.Partitions = 8
+	if _, err := BuildExport(ctx, opts); !errors.Is(err, ErrPartitions) || !strings.Contains(err.Error(), "4 partitions") {
+		t.Fatalf("partition mismatch: %v", err)
+	}
+}
+
+func TestBuildExportDeltaNoRegisterer(t *testing.T) {
+	ctx := context.Background()
+	exp := t.TempDir()
+	_, newest := writeExport(t, exp, 3, 25, batch.KindDelta, map[int]bool{0: true})
+	store, err := objstore.Open(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := BuildExport(ctx, &ExportBuildOptions{Export: exp, Store: store, KeepFiles: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Partitions[0].Status != StatusEmpty || res.Partitions[0].Manifest != nil {
+		t.Fatalf("empty delta partition: %+v", res.Partitions[0])
+	}
+	if list, _ := store.List(ctx, "batches/p00000/"); len(list) != 0 {
+		t.Fatalf("empty delta uploaded %d objects", len(list))
+	}
+	for _, pr := range res.Partitions[1:] {
+		if pr.Seq != 0 || pr.Manifest.Deletes == 0 {
+			t.Fatalf("partition %d: %+v", pr.Partition, pr)
+		}
+	}
+	checkBatches(t, store, res, newest)
+	// KeepFiles left the SSTs.
+	if ents, _ := os.ReadDir(filepath.Join(exp, ".sst-build", "p00001")); len(ents) == 0 {
+		t.Fatal("KeepFiles: local files removed")
+	}
+}
+
+// A corrupted export file or a wrong row count stops the build with an error
+// naming the partition; nothing is uploaded for it.
+func TestBuildExportCorrupt(t *testing.T) {
+	ctx := context.Background()
+	exp := t.TempDir()
+	meta, _ := writeExport(t, exp, 2, 10, batch.KindSnapshot, nil)
+	meta.Files[1].Rows++ // export.json now disagrees with the file
+	b, _ := json.Marshal(meta)
+	os.WriteFile(filepath.Join(exp, ExportMetaName), b, 0o644)
+	store, _ := objstore.Open(ctx, t.TempDir(), nil)
+	reg := &recordingRegisterer{}
+	_, err := BuildExport(ctx, &ExportBuildOptions{Export: exp, Store: store, Registerer: reg, Parallelism: 1})
+	if !errors.Is(err, ErrCorruptExport) || !strings.Contains(err.Error(), "partition 1") {
+		t.Fatalf("row count mismatch: %v", err)
+	}
+	if list, _ := store.List(ctx, "batches/p00001/"); len(list) != 0 {
+		t.Fatalf("corrupt partition uploaded %d objects", len(list))
+	}
+	if reg.seqs[BatchID("exp-test", 1)] != 0 {
+		t.Fatal("corrupt partition registered")
+	}
+}
+
+// S3 end to end through a fault-injecting proxy: transient 500/503 are
+// retried; a persistent outage fails with a clear error and registers
+// nothing; the rerun reuses the built files and finishes.
+func TestBuildExportS3Faults(t *testing.T) {
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	proxy := s3test.NewFaultProxy(t, srv.Endpoint)
+	store, err := objstore.Open(ctx, srv.URL("pillar"), &objstore.Options{
+		S3Endpoint: proxy.Endpoint, S3AccessKeyID: s3test.AccessKey, S3SecretAccessKey: s3test.SecretKey,
+		S3MaxAttempts: 3, S3MaxBackoff: 10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := t.TempDir()
+	_, newest := writeExport(t, exp, 3, 20, batch.KindSnapshot, nil)
+	reg := &recordingRegisterer{}
+	opts := &ExportBuildOptions{Export: exp, Store: store, Partitions: 3, Registerer: reg, Parallelism: 1, Now: fixedNow}
+
+	proxy.FailAll(503, "PUT")
+	_, err = BuildExport(ctx, opts)
+	if err == nil || !strings.Contains(err.Error(), "attempts") || !strings.Contains(err.Error(), "exp-test-p0000") {
+		t.Fatalf("S3 outage: %v", err)
+	}
+	t.Log(err)
+	if reg.registered() != 0 {
+		t.Fatalf("%d batches registered during an outage", reg.registered())
+	}
+	proxy.FailNext(2, 500, "PUT") // still flaky, within the retry budget
+	res, err := BuildExport(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Partitions[0].Status != StatusReused {
+		t.Fatalf("partition 0 after the outage: %s, want %s", res.Partitions[0].Status, StatusReused)
+	}
+	if reg.registered() != 3 {
+		t.Fatalf("%d registered", reg.registered())
+	}
+	checkBatches(t, store, res, newest)
+	// The objects really are in the bucket, under the prefix.
+	if _, err := os.Stat(filepath.Join(srv.Dir, srv.Bucket, "pillar", batch.ManifestKey(1, "exp-test-p00001"))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Upload never replaces a batch: a different source under the same id is
+// ErrBatchExists, the same one is accepted (a retry after a crash).
+func TestUploadConflicts(t *testing.T) {
+	ctx := context.Background()
+	store, _ := objstore.Open(ctx, t.TempDir(), nil)
+	keys := pageKeys(3, 0, 1)
+	build := func(id, src, val string) (*batch.Manifest, []string) {
+		var rows []Row
+		for _, k := range keys {
+			rows = append(rows, Row{Key: k, Value: []byte(val)})
+		}
+		m, paths, err := BuildPartition(ctx, SliceRows(rows), &BuildOptions{Dir: t.TempDir(), Partition: 0, Partitions: 1, BatchID: id, Source: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m, paths
+	}
+	m1, p1 := build("b1", "src-a", "one")
+	got, err := Upload(ctx, store, m1, p1)
+	if err != nil || got != m1 {
+		t.Fatal(err)
+	}
+	// Same source, rebuilt (different file bytes): the stored batch wins.
+	m2, p2 := build("b1", "src-a", "one")
+	got, err = Upload(ctx, store, m2, p2)
+	if err != nil || got.Files[0].SHA256 != m1.Files[0].SHA256 {
+		t.Fatalf("re-upload: %v", err)
+	}
+	// Different source under the same id.
+	m3, p3 := build("b1", "src-b", "two")
+	if _, err := Upload(ctx, store, m3, p3); !errors.Is(err, ErrBatchExists) {
+		t.Fatalf("conflicting upload: %v", err)
+	}
+	// A crash after the files but before the manifest: the retry uploads the
+	// manifest; files already there with equal bytes are accepted.
+	m4, p4 := build("b2", "src-c", "three")
+	if err := objstore.PutFile(ctx, store, batch.Prefix(0, "b2")+m4.Files[0].Name, p4[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Upload(ctx, store, m4, p4); err != nil {
+		t.Fatalf("retry after partial upload: %v", err)
+	}
+	raw, _ := objstore.ReadAll(ctx, store, batch.ManifestKey(0, "b2"))
+	if !bytes.Contains(raw, []byte(`"b2"`)) {
+		t.Fatal("manifest not uploaded")
+	}
+}

@@ -1,0 +1,179 @@
+package sstbuilder
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+// writeExport writes an export of n keys per partition (with some repeated
+// versions and, for a delta, deletes) and returns the newest row per key.
+func writeExport(t testing.TB, dir string, parts, n int, kind string, empty map[int]bool) (*ExportMeta, map[string]ExportRow) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(7, 7))
+	w, err := NewExportWriter(dir, parts, kind, &ExportOptions{ID: "exp-test", Source: "test", Now: fixedNow, RowGroupRows: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest := map[string]ExportRow{}
+	for p := range parts {
+		if empty[p] {
+			continue
+		}
+		for i, k := range pageKeys(n, p, parts) {
+			hk := hex.EncodeToString(k)
+			for v := range 1 + i%2 {
+				row := ExportRow{PageKey: hk, Seq: int64(v + 1), Op: pillar.OpPut, Value: pageValue(rng, "https://example.com/"+hk, 2, 200, 32)}
+				if kind == batch.KindDelta && i%5 == 4 && v == 0 {
+					row.Op, row.Value = pillar.OpDelete, nil
+				}
+				if err := w.Write(row); err != nil {
+					t.Fatal(err)
+				}
+				newest[hk] = row
+			}
+		}
+	}
+	meta, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return meta, newest
+}
+
+func TestExportRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	meta, newest := writeExport(t, dir, 3, 40, batch.KindDelta, map[int]bool{1: true})
+	got, err := ReadExportMeta(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != "exp-test" || got.Partitions != 3 || got.Kind != batch.KindDelta || len(got.Files) != 2 || got.Files[1].Partition != 2 {
+		t.Fatalf("meta: %+v", got)
+	}
+	if _, ok := got.File(1); ok {
+		t.Fatal("empty partition has a file entry")
+	}
+	var rows int64
+	for p := range 3 {
+		r, err := OpenPartition(dir, meta, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var prev []byte
+		seen := map[string]Row{}
+		for r.Next() {
+			row := r.Row()
+			if pillar.Partition(row.Key, 3) != p || bytes.Compare(row.Key, prev) < 0 {
+				t.Fatalf("partition %d: row %x out of place", p, row.Key)
+			}
+			prev = append(prev[:0], row.Key...)
+			seen[hex.EncodeToString(row.Key)] = Row{Seq: row.Seq, Delete: row.Delete, Value: bytes.Clone(row.Value)}
+			rows++
+		}
+		if err := r.Err(); err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		for hk, row := range seen {
+			want := newest[hk]
+			if row.Seq != want.Seq || row.Delete != (want.Op == pillar.OpDelete) || !bytes.Equal(row.Value, want.Value) {
+				t.Fatalf("key %s: newest row differs", hk)
+			}
+		}
+		if p == 1 && len(seen) != 0 {
+			t.Fatal("empty partition has rows")
+		}
+	}
+	if rows != meta.Files[0].Rows+meta.Files[1].Rows {
+		t.Fatalf("read %d rows", rows)
+	}
+	for _, f := range meta.Files {
+		if err := VerifyExportFile(dir, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Corruption is caught by the checksum.
+	path := filepath.Join(dir, meta.Files[0].Name)
+	b, _ := os.ReadFile(path)
+	b[len(b)/2] ^= 0xff
+	os.WriteFile(path, b, 0o644)
+	if err := VerifyExportFile(dir, meta.Files[0]); !errors.Is(err, ErrCorruptExport) {
+		t.Fatalf("corrupt file: %v", err)
+	}
+	// An export directory cannot be written twice.
+	if _, err := NewExportWriter(dir, 3, batch.KindDelta, nil); err == nil {
+		t.Fatal("second export into the same directory accepted")
+	}
+}
+
+func TestPartitionWriterRejects(t *testing.T) {
+	keys := pageKeys(2, 0, 2)
+	other := pageKeys(1, 1, 2)[0]
+	hk := hex.EncodeToString
+	for _, tc := range []struct {
+		name string
+		rows []ExportRow
+		want error
+	}{
+		{"out of order", []ExportRow{{PageKey: hk(keys[1]), Op: "put"}, {PageKey: hk(keys[0]), Op: "put"}}, ErrOutOfOrder},
+		{"seq not increasing", []ExportRow{{PageKey: hk(keys[0]), Seq: 2, Op: "put"}, {PageKey: hk(keys[0]), Seq: 2, Op: "put"}}, ErrOutOfOrder},
+		{"wrong partition", []ExportRow{{PageKey: hk(other), Op: "put"}}, ErrWrongPartition},
+		{"upper-case hex", []ExportRow{{PageKey: strings.ToUpper(hk(keys[0])), Op: "put"}}, ErrBadKey},
+		{"short key", []ExportRow{{PageKey: "abcd", Op: "put"}}, ErrBadKey},
+		{"bad op", []ExportRow{{PageKey: hk(keys[0]), Op: "upsert"}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := NewPartitionWriter(t.TempDir(), 0, 2, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Abort()
+			for _, r := range tc.rows {
+				err = w.Write(r)
+			}
+			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) || !strings.Contains(err.Error(), "partition 0") {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if _, err := w.Close(); err == nil {
+				t.Fatal("Close after an error succeeded")
+			}
+		})
+	}
+}
+
+func TestExportMetaValidate(t *testing.T) {
+	good := ExportMeta{Format: 1, ID: "e1", Partitions: 4, Kind: "delta", Files: []ExportFile{{Partition: 2, Name: "p00002.parquet", Rows: 1, Bytes: 10, SHA256: strings.Repeat("a", 64)}}}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mod := range map[string]func(*ExportMeta){
+		"format":    func(m *ExportMeta) { m.Format = 2 },
+		"id":        func(m *ExportMeta) { m.ID = "Bad" },
+		"long id":   func(m *ExportMeta) { m.ID = strings.Repeat("a", 121) },
+		"parts":     func(m *ExportMeta) { m.Partitions = 0 },
+		"kind":      func(m *ExportMeta) { m.Kind = "full" },
+		"range":     func(m *ExportMeta) { m.Files[0].Partition = 4 },
+		"name":      func(m *ExportMeta) { m.Files[0].Name = "x.parquet" },
+		"sha":       func(m *ExportMeta) { m.Files[0].SHA256 = "zz" },
+		"duplicate": func(m *ExportMeta) { m.Files = append(m.Files, m.Files[0]) },
+	} {
+		m := good
+		m.Files = append([]ExportFile(nil), good.Files...)
+		mod(&m)
+		if err := m.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := ReadExportMeta(t.TempDir()); err == nil || !strings.Contains(err.Error(), "export.json") {
+		t.Fatalf("missing export.json: %v", err)
+	}
+}
