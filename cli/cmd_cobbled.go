@@ -1,0 +1,345 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/urfave/cli/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/pillarkit/pillar/cobbled"
+	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/internal/objstore"
+	"github.com/pillarkit/pillar/internal/record"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+func cobbledCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "cobbled",
+		Usage: "run a serving node (one RocksDB per partition replica, BatchGet over gRPC)",
+		Subcommands: []*cli.Command{{
+			Name:  "serve",
+			Usage: "serve the partitions the control plane assigns to this node",
+			Description: `Registers with the control plane, opens one RocksDB database per assigned partition
+replica under --data (all sharing one --cache sized LRU block cache), long-polls for each
+partition's batches, downloads and verifies them from --objstore and applies them in
+order (deltas by IngestExternalFile, snapshots by building and swapping in a fresh
+database). Serves BatchGet on --listen and /metrics and /healthz on --http. On SIGINT or
+SIGTERM it stops ingesting, drains in-flight requests and closes the databases.
+
+A restarted node resumes exactly where it stopped. A batch that fails verification is
+retried, then reported (log, /healthz, cobbled_ingest_errors_total); the replica stays
+at the batch before it and keeps serving.
+
+Examples:
+   pillar cobbled serve --id n1 --zone a --data data/n1 --listen 127.0.0.1:7101 \
+       --control 127.0.0.1:7000 --objstore data/objects --cache 2GiB
+   pillar cobbled serve --id n2 --zone b --data data/n2 --listen 127.0.0.1:7102 \
+       --http 127.0.0.1:8102 --control 127.0.0.1:7000 --objstore s3://pillar-batches/prod`,
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "id", Usage: "node id, unique in the deployment", Required: true},
+				&cli.StringFlag{Name: "zone", Usage: "zone (failure domain) reported to the control plane"},
+				&cli.StringFlag{Name: "data", Usage: "data directory (one subdirectory per partition replica)", Required: true},
+				&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7101", Usage: "gRPC listen address for BatchGet"},
+				&cli.StringFlag{Name: "addr", Usage: "address readers dial, as registered (default: --listen)"},
+				&cli.StringFlag{Name: "http", Usage: "listen address for /metrics and /healthz (default: --listen's host, port + 1000)"},
+				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true},
+				&cli.StringFlag{Name: "control-token", Usage: "bearer token for the control plane", EnvVars: []string{"PILLAR_CONTROL_TOKEN"}},
+				&cli.StringFlag{Name: "objstore", Usage: "object store holding the batches: a directory, file:///abs/dir or s3://bucket/prefix", Required: true},
+				&cli.StringFlag{Name: "cache", Value: "1GiB", Usage: "block cache size shared by all partitions (e.g. 512MiB, 2GiB)"},
+				&cli.IntFlag{Name: "partitions", Usage: "expected partition count (default: learn from the control plane)"},
+				&cli.IntFlag{Name: "ingest-concurrency", Value: 2, Usage: "partitions downloading/applying at once"},
+				&cli.IntFlag{Name: "max-keys", Value: 1024, Usage: "largest BatchGet request in keys"},
+				&cli.StringFlag{Name: "max-response", Value: "64MiB", Usage: "largest BatchGet response"},
+				&cli.DurationFlag{Name: "drain", Value: 30 * time.Second, Usage: "how long shutdown waits for in-flight requests"},
+				&cli.StringFlag{Name: "fault-slow", Hidden: true, Usage: "test only: FRACTION:DELAY, e.g. 0.05:50ms, delays that fraction of BatchGet requests"},
+			},
+			Action: cobbledServe,
+		}},
+	}
+}
+
+func cobbledServe(c *cli.Context) error {
+	ctx := c.Context
+	log := logger().With("node", c.String("id"))
+	cacheBytes, err := cobbledParseSize(c.String("cache"))
+	if err != nil {
+		return fmt.Errorf("--cache: %w", err)
+	}
+	maxResp, err := cobbledParseSize(c.String("max-response"))
+	if err != nil {
+		return fmt.Errorf("--max-response: %w", err)
+	}
+	var fault cobbled.FaultDelay
+	if s := c.String("fault-slow"); s != "" {
+		if fault, err = cobbledParseFault(s); err != nil {
+			return fmt.Errorf("--fault-slow: %w", err)
+		}
+		log.Warn("cobbled: fault injection on", "fraction", fault.Fraction, "delay", fault.Delay)
+	}
+	httpAddr := c.String("http")
+	if httpAddr == "" {
+		if httpAddr, err = cobbledPortPlus(c.String("listen"), 1000); err != nil {
+			return fmt.Errorf("--http: %w", err)
+		}
+	}
+	addr := c.String("addr")
+	if addr == "" {
+		addr = c.String("listen")
+	}
+
+	objs, err := objstore.Open(ctx, c.String("objstore"), &objstore.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	cc, err := control.Dial(c.String("control"), &control.ClientOptions{Token: c.String("control-token")})
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+
+	metrics := cobbled.NewMetrics()
+	node, err := cobbled.Open(ctx, cobbled.Options{
+		ID: c.String("id"), Zone: c.String("zone"), Addr: addr, Dir: c.String("data"),
+		Partitions: c.Int("partitions"), CacheBytes: cacheBytes,
+		Control: cobbled.FromControlClient(cc), Objects: objs,
+		IngestConcurrency: c.Int("ingest-concurrency"), MaxKeys: c.Int("max-keys"), MaxResponseBytes: int(maxResp),
+		FaultDelay: fault, Logger: log, Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(metrics.Collectors()...)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/healthz", node.HealthHandler())
+	hlis, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		return fmt.Errorf("cobbled: http listen: %w", err)
+	}
+	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go hsrv.Serve(hlis)
+	defer hsrv.Close()
+
+	lis, err := net.Listen("tcp", c.String("listen"))
+	if err != nil {
+		return fmt.Errorf("cobbled: listen: %w", err)
+	}
+	gsrv := node.NewGRPCServer()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- gsrv.Serve(lis) }()
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- node.Run(runCtx) }()
+	log.Info("cobbled: serving", "listen", lis.Addr().String(), "http", hlis.Addr().String(),
+		"partitions", node.Partitions(), "held", len(node.Held()), "cache", cacheBytes)
+
+	var result error
+	select {
+	case <-ctx.Done():
+		log.Info("cobbled: shutting down: draining requests")
+	case err := <-runErr:
+		result = err
+		runErr <- err
+	case err := <-serveErr:
+		result = fmt.Errorf("cobbled: grpc serve: %w", err)
+	}
+	stopRun()
+	if err := <-runErr; err != nil && result == nil {
+		result = err
+	}
+	drained := make(chan struct{})
+	go func() { gsrv.GracefulStop(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(c.Duration("drain")):
+		log.Warn("cobbled: drain timeout; closing open requests")
+		gsrv.Stop()
+		<-drained
+	}
+	hsrv.Close()
+	return result
+}
+
+func getCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "get",
+		Usage:     "read pages from a serving node with BatchGet",
+		ArgsUsage: "KEY|URL...",
+		Description: `Looks up page keys (32 hex characters) or URLs (normalized, then hashed to their key) on
+one cobbled node with a single BatchGet and prints, per key in order: found or not, the
+value size and a summary of the prepared page record (URL, title, chunks, versions).
+Keys of partitions the node does not hold are reported per key.
+
+Examples:
+   pillar get --node 127.0.0.1:7101 https://www.postgresql.org/docs/15/sql-select.html
+   pillar get --node 127.0.0.1:7101 3fa85f6457174562b3fc2c963f66afa6 --json
+   pillar get --node 127.0.0.1:7101 --out values/ $(cat keys.txt)`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "node", Usage: "cobbled node address host:port", Required: true},
+			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "deadline for the request"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per key"},
+			&cli.StringFlag{Name: "out", Usage: "also write each found value (encoded record) to DIR/<key>.pb"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return errors.New("get: give at least one KEY (32 hex characters) or URL")
+			}
+			var keys [][]byte
+			var labels []string
+			for _, a := range c.Args().Slice() {
+				k, label, err := cobbledParseKeyArg(a)
+				if err != nil {
+					return err
+				}
+				keys, labels = append(keys, k[:]), append(labels, label)
+			}
+			conn, err := grpc.NewClient(c.String("node"), append(servepb.DialOptions(0),
+				grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+			if err != nil {
+				return fmt.Errorf("get: %s: %w", c.String("node"), err)
+			}
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+			defer cancel()
+			start := time.Now()
+			resp, err := servepb.NewServeClient(conn).BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys})
+			if err != nil {
+				return fmt.Errorf("get: %s: %w", c.String("node"), err)
+			}
+			took := time.Since(start)
+			if len(resp.Results) != len(keys) {
+				return fmt.Errorf("get: %s answered %d results for %d keys", c.String("node"), len(resp.Results), len(keys))
+			}
+			if dir := c.String("out"); dir != "" {
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					return err
+				}
+			}
+			enc := json.NewEncoder(os.Stdout)
+			for i, r := range resp.Results {
+				hexKey := hex.EncodeToString(keys[i])
+				row := map[string]any{"key": hexKey, "found": r.Found, "bytes": len(r.Value)}
+				if labels[i] != hexKey {
+					row["arg"] = labels[i]
+				}
+				if r.Status != servepb.KeyStatus_KEY_OK {
+					row["status"], row["error"] = r.Status.String(), r.Error
+				}
+				if r.Found {
+					if pg, err := record.Unmarshal(r.Value); err == nil {
+						row["url"], row["title"], row["chunks"] = pg.GetUrl(), pg.GetTitle(), len(pg.GetChunks())
+						row["chunker_version"], row["model_version"] = pg.GetChunkerVersion(), pg.GetModelVersion()
+					} else {
+						row["record_error"] = err.Error()
+					}
+					if dir := c.String("out"); dir != "" {
+						if err := os.WriteFile(filepath.Join(dir, hexKey+".pb"), r.Value, 0o644); err != nil {
+							return err
+						}
+					}
+				}
+				if c.Bool("json") {
+					enc.Encode(row)
+					continue
+				}
+				switch {
+				case r.Status != servepb.KeyStatus_KEY_OK:
+					fmt.Printf("%s  %s: %s\n", hexKey, r.Status, r.Error)
+				case !r.Found:
+					fmt.Printf("%s  not found\n", hexKey)
+				default:
+					fmt.Printf("%s  %d bytes", hexKey, len(r.Value))
+					if u, ok := row["url"]; ok {
+						fmt.Printf("  %s  %q  %d chunks  %s/%s", u, row["title"], row["chunks"], row["chunker_version"], row["model_version"])
+					}
+					fmt.Println()
+				}
+			}
+			if !c.Bool("json") {
+				fmt.Fprintf(os.Stderr, "%d keys in %v\n", len(keys), took.Round(time.Microsecond))
+			}
+			return nil
+		},
+	}
+}
+
+// cobbledParseKeyArg reads a page key as 32 hex characters or as a URL.
+func cobbledParseKeyArg(a string) (pillar.Key, string, error) {
+	if len(a) == 2*pillar.KeySize && !strings.Contains(a, ":") {
+		k, err := pillar.ParseKey(strings.ToLower(a))
+		return k, a, err
+	}
+	k, _, err := pillar.KeyOfURL(a)
+	if err != nil {
+		return k, a, fmt.Errorf("get: %q is neither a 32-hex-character key nor a URL: %w", a, err)
+	}
+	return k, a, nil
+}
+
+// cobbledParseSize parses "2GiB", "512MiB", "64MB", "1048576".
+func cobbledParseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToUpper(t), strings.ToUpper(u.suffix)) && (u.suffix != "B" || len(t) > 1) {
+			t, mult = strings.TrimSpace(t[:len(t)-len(u.suffix)]), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("size %q: want a number with an optional unit (KiB, MiB, GiB, KB, MB, GB)", s)
+	}
+	return int64(v * float64(mult)), nil
+}
+
+// cobbledParseFault parses FRACTION:DELAY, e.g. "0.05:50ms".
+func cobbledParseFault(s string) (cobbled.FaultDelay, error) {
+	frac, delay, ok := strings.Cut(s, ":")
+	f, err1 := strconv.ParseFloat(frac, 64)
+	d, err2 := time.ParseDuration(delay)
+	if !ok || err1 != nil || err2 != nil || f < 0 || f > 1 || d < 0 {
+		return cobbled.FaultDelay{}, fmt.Errorf("%q: want FRACTION:DELAY with FRACTION in [0,1], e.g. 0.05:50ms", s)
+	}
+	return cobbled.FaultDelay{Fraction: f, Delay: d}, nil
+}
+
+// cobbledPortPlus returns addr with its port increased by d.
+func cobbledPortPlus(addr string, d int) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p == 0 {
+		return net.JoinHostPort(host, "0"), nil
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+d)), nil
+}
