@@ -67,6 +67,9 @@ func Names() []string {
 	}
 }
 
+// MaxSize is the largest chunk size a spec may ask for, in tokens.
+const MaxSize = 1 << 20
+
 const (
 	defaultRecursiveSize    = 512
 	defaultRecursiveOverlap = 64
@@ -111,6 +114,8 @@ func Parse(spec string) (Chunker, error) {
 		}
 	}
 	switch {
+	case size > MaxSize:
+		return nil, &SpecError{Spec: spec, Param: "size", Reason: fmt.Sprintf("must be at most %d, got %d", MaxSize, size), Err: ErrBadParam}
 	case size < 1:
 		return nil, &SpecError{Spec: spec, Param: "size", Reason: fmt.Sprintf("must be at least 1, got %d", size), Err: ErrBadParam}
 	case overlap < 0:

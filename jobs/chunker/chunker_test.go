@@ -215,6 +215,7 @@ func TestParseErrors(t *testing.T) {
 		{"", "", ErrUnknownChunker},
 		{"sentences:size=10", "", ErrUnknownChunker},
 		{"tokens:size=0", "size", ErrBadParam},
+		{"tokens:size=99999999999999", "size", ErrBadParam},
 		{"tokens:size=-3,overlap=0", "size", ErrBadParam},
 		{"recursive:size=64,overlap=64", "overlap", ErrBadParam},
 		{"recursive:size=64,overlap=100", "overlap", ErrBadParam},

@@ -63,7 +63,8 @@
 //	model        the model name the server knows; required
 //	dim          the vector length the model returns; required
 //	batch        inputs per request; default 64
-//	concurrency  requests in flight per Embed call; default 4
+//	concurrency  requests in flight at once, across all Embed calls of the
+//	             embedder (a retry's wait holds its slot); default 4
 //	timeout      limit per attempt (connect, send, answer, read); default 1m
 //	retries      further attempts after a failed one; default 5
 //	backoff      first retry wait, doubled per retry up to 30s, with jitter

@@ -183,14 +183,25 @@ func splitSpec(spec string) (string, []param, error) {
 	return name, params, nil
 }
 
-// intParam parses a positive integer parameter.
-func intParam(spec string, p param, minimum int) (int, error) {
+// Limits on numeric parameters.
+const (
+	MaxDim         = 1 << 16
+	maxBatch       = 1 << 14
+	maxConcurrency = 1024
+	maxRetries     = 100
+)
+
+// intParam parses an integer parameter in [minimum, maximum].
+func intParam(spec string, p param, minimum, maximum int) (int, error) {
 	v, err := strconv.Atoi(p.value)
 	if err != nil {
 		return 0, &SpecError{Spec: spec, Param: p.name, Reason: fmt.Sprintf("value %q is not an integer", p.value), Err: ErrBadParam}
 	}
 	if v < minimum {
 		return 0, &SpecError{Spec: spec, Param: p.name, Reason: fmt.Sprintf("must be at least %d, got %d", minimum, v), Err: ErrBadParam}
+	}
+	if v > maximum {
+		return 0, &SpecError{Spec: spec, Param: p.name, Reason: fmt.Sprintf("must be at most %d, got %d", maximum, v), Err: ErrBadParam}
 	}
 	return v, nil
 }

@@ -39,7 +39,7 @@ func newHash(spec string, params []param) (*Hash, error) {
 		if p.name != "dim" {
 			return nil, &SpecError{Spec: spec, Param: p.name, Reason: "unknown parameter (hash takes dim)", Err: ErrBadParam}
 		}
-		v, err := intParam(spec, p, 1)
+		v, err := intParam(spec, p, 1, MaxDim)
 		if err != nil {
 			return nil, err
 		}

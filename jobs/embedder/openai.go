@@ -59,6 +59,7 @@ type OpenAI struct {
 	spec, id    string
 	client      *http.Client
 	log         *slog.Logger
+	sem         chan struct{} // one slot per request in flight, shared by all Embed calls
 
 	requests, retried, failed, vectors atomic.Int64
 }
@@ -118,13 +119,13 @@ func newOpenAI(spec string, params []param, opts Options) (*OpenAI, error) {
 			}
 			e.model = p.value
 		case "dim":
-			e.dim, err = intParam(spec, p, 1)
+			e.dim, err = intParam(spec, p, 1, MaxDim)
 		case "batch":
-			e.batch, err = intParam(spec, p, 1)
+			e.batch, err = intParam(spec, p, 1, maxBatch)
 		case "concurrency":
-			e.concurrency, err = intParam(spec, p, 1)
+			e.concurrency, err = intParam(spec, p, 1, maxConcurrency)
 		case "retries":
-			e.retries, err = intParam(spec, p, 0)
+			e.retries, err = intParam(spec, p, 0, maxRetries)
 		case "timeout", "backoff":
 			d, perr := time.ParseDuration(p.value)
 			if perr != nil {
@@ -174,6 +175,7 @@ func newOpenAI(spec string, params []param, opts Options) (*OpenAI, error) {
 	}
 	e.key, e.keySource = lookupKey(names, opts)
 
+	e.sem = make(chan struct{}, e.concurrency)
 	e.client = opts.HTTPClient
 	if e.client == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -212,10 +214,10 @@ func (e *OpenAI) Dims() int    { return e.dim }
 // secret name, never the key).
 func (e *OpenAI) HasKey() (bool, string) { return e.key != nil, e.keySource }
 
-// Embed sends the texts in batches of at most batch, at most concurrency at
-// a time, and returns the vectors in input order. The first batch that fails
-// for good cancels the others; the error returned is that of the earliest
-// failed batch.
+// Embed sends the texts in batches of at most batch, with at most
+// concurrency requests in flight across all Embed calls of e, and returns the
+// vectors in input order. The first batch that fails for good cancels the
+// others; the error returned is that of the earliest failed batch.
 func (e *OpenAI) Embed(ctx context.Context, texts []string) ([][]float32, error) {
 	n := len(texts)
 	if n == 0 {
@@ -230,7 +232,7 @@ func (e *OpenAI) Embed(ctx context.Context, texts []string) ([][]float32, error)
 	errs := make([]error, nb)
 	bctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sem := make(chan struct{}, e.concurrency)
+	sem := e.sem
 	var wg sync.WaitGroup
 dispatch:
 	for b := range nb {

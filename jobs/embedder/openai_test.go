@@ -57,8 +57,8 @@ func (s *apiServer) url() string { return s.srv.URL + "/v1" }
 
 func (s *apiServer) serve(w http.ResponseWriter, r *http.Request) {
 	req := int(s.n.Add(1))
-	if f := s.flight.Add(1); f > s.maxSeen.Load() {
-		s.maxSeen.Store(f) // racy max is fine: only grows towards the truth
+	f := s.flight.Add(1)
+	for m := s.maxSeen.Load(); f > m && !s.maxSeen.CompareAndSwap(m, f); m = s.maxSeen.Load() {
 	}
 	defer s.flight.Add(-1)
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/embeddings" {
@@ -193,11 +193,12 @@ func TestOpenAIConcurrencyLimit(t *testing.T) {
 	if m := s.maxSeen.Load(); m > 3 || m < 2 {
 		t.Errorf("%d requests in flight at once, concurrency is 3", m)
 	}
-	// Concurrent Embed calls each keep their own limit and results.
+	// Concurrent Embed calls share the limit and keep their own results.
+	s.maxSeen.Store(0)
 	var wg sync.WaitGroup
-	for g := range 3 {
+	for g := range 4 {
 		wg.Go(func() {
-			in := texts(6 + g)
+			in := texts(12 + g)
 			got, err := e.Embed(context.Background(), in)
 			if err != nil {
 				t.Error(err)
@@ -207,6 +208,9 @@ func TestOpenAIConcurrencyLimit(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	if m := s.maxSeen.Load(); m > 3 {
+		t.Errorf("%d requests in flight at once from 4 Embed calls, concurrency is 3", m)
+	}
 }
 
 func TestOpenAIRetryAfter(t *testing.T) {
@@ -547,6 +551,7 @@ func TestOpenAISpecs(t *testing.T) {
 		{"openai:url=http://h/v1,dim=8", "model"},
 		{"openai:url=http://h/v1,model=m", "dim"},
 		{"openai:url=http://h/v1,model=m,dim=0", "dim"},
+		{"openai:url=http://h/v1,model=m,dim=100000", "dim"},
 		{"openai:url=http://h/v1,model=m,dim=8,batch=0", "batch"},
 		{"openai:url=http://h/v1,model=m,dim=8,batch=many", "batch"},
 		{"openai:url=http://h/v1,model=m,dim=8,concurrency=-1", "concurrency"},
