@@ -489,7 +489,7 @@ func (s *Store) UpsertNode(ctx context.Context, n Node, now time.Time) (changed 
 		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO nodes (id, addr, zone, state, registered_at_ms, last_heartbeat_ms)
 			VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET addr = excluded.addr, zone = excluded.zone, last_heartbeat_ms = excluded.last_heartbeat_ms`),
-			n.ID, n.Addr, n.Zone, StateDown, now.UnixMilli(), now.UnixMilli())
+			n.ID, n.Addr, n.Zone, "new", now.UnixMilli(), now.UnixMilli())
 		return err
 	})
 	return changed, err

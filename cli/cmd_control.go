@@ -1,0 +1,489 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/urfave/cli/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/objstore"
+)
+
+// Flags shared by the control-plane client commands.
+var (
+	controlAddrFlag = &cli.StringFlag{Name: "control", Value: "127.0.0.1:7000", EnvVars: []string{"PILLAR_CONTROL"},
+		Usage: "control-plane address host:port"}
+	controlTokenFileFlag = &cli.StringFlag{Name: "token-file", EnvVars: []string{"PILLAR_CONTROL_TOKEN_FILE"},
+		Usage: "file holding the bearer token (needed by mutating calls)"}
+	controlTLSCAFlag = &cli.StringFlag{Name: "tls-ca", Usage: "PEM CA bundle: connect with TLS and verify the server against it"}
+	controlJSONFlag  = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
+)
+
+func controlClientFlags(extra ...cli.Flag) []cli.Flag {
+	return append([]cli.Flag{controlAddrFlag, controlTokenFileFlag, controlTLSCAFlag}, extra...)
+}
+
+// readControlToken reads --token-file (surrounding white space trimmed).
+func readControlToken(c *cli.Context) (string, error) {
+	path := c.String("token-file")
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("--token-file %s is empty", path)
+	}
+	return tok, nil
+}
+
+func dialControl(c *cli.Context) (*control.Client, error) {
+	tok, err := readControlToken(c)
+	if err != nil {
+		return nil, err
+	}
+	opts := &control.ClientOptions{Token: tok}
+	if ca := c.String("tls-ca"); ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca %s: no PEM certificates", ca)
+		}
+		opts.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return control.Dial(c.String("control"), opts)
+}
+
+func controlCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "control",
+		Usage: "the control plane: per-partition batch log, nodes, replica assignment",
+		Description: `The control plane orders the batches of each partition (the batches themselves live
+in the object store), keeps the serving nodes and the partition -> replica assignment,
+and records how far each replica has applied. 'pillar status' shows replica lag.
+
+Examples:
+   pillar control serve --db sqlite:data/control.db --listen 127.0.0.1:7000 --partitions 64 --token-file control.token
+   pillar control batches --control 127.0.0.1:7000 --partition 3
+   pillar control nodes --control 127.0.0.1:7000`,
+		Subcommands: []*cli.Command{controlServeCommand(), controlBatchesCommand(), controlRegisterCommand(), controlNodesCommand()},
+	}
+}
+
+func controlServeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the control-plane gRPC service",
+		Description: `Serves the control plane's gRPC API on --listen (loopback unless told otherwise) and
+Prometheus metrics (/metrics) and a health check (/healthz) on --http. The partition
+count is fixed at the first start (--partitions) and recorded in the database; a later
+start with a different count is refused. Mutating calls need the bearer token from
+--token-file. With --objects, batches every replica has moved past (they precede a
+snapshot all replicas applied) are garbage-collected, objects included.
+
+Run ONE instance per database: long polls are woken in-process.
+
+Examples:
+   pillar control serve --db sqlite:data/control.db --listen 127.0.0.1:7000 --partitions 64 --token-file control.token
+   pillar control serve --db postgres://postgres@127.0.0.1:5432/control --partitions 64 \
+       --token-file control.token --objects file:///srv/pillar/objects --http 127.0.0.1:7001
+   pillar control serve --db postgres://control@db.internal/control --listen 0.0.0.0:7000 \
+       --tls-cert server.pem --tls-key server.key --token-file /etc/pillar/control.token`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "db", Required: true, EnvVars: []string{"PILLAR_CONTROL_DB"},
+				Usage: "database: sqlite:PATH (embedded, one file) or postgres://user@host:port/db"},
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7000", Usage: "gRPC listen address"},
+			&cli.IntFlag{Name: "partitions", Usage: "partition count P (required on a new database; must match afterwards)"},
+			&cli.StringFlag{Name: "token-file", EnvVars: []string{"PILLAR_CONTROL_TOKEN_FILE"}, Usage: "file holding the bearer token mutating calls must present"},
+			&cli.BoolFlag{Name: "no-auth", Usage: "accept mutating calls without a token (only with a loopback --listen)"},
+			&cli.StringFlag{Name: "http", Value: "127.0.0.1:7001", Usage: "address for /metrics and /healthz (empty: none)"},
+			&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate: serve gRPC over TLS"},
+			&cli.StringFlag{Name: "tls-key", Usage: "PEM private key for --tls-cert"},
+			&cli.StringFlag{Name: "objects", Usage: "object store URL (file:///dir, a path, or s3://bucket/prefix); enables garbage collection"},
+			&cli.DurationFlag{Name: "gc-interval", Value: time.Minute, Usage: "how often garbage collection runs"},
+			&cli.IntFlag{Name: "replicas", Value: 3, Usage: "replicas per partition"},
+			&cli.DurationFlag{Name: "down-after", Value: 10 * time.Second, Usage: "missed heartbeats before a node is marked down (not routed to)"},
+			&cli.DurationFlag{Name: "reassign-after", Value: 5 * time.Minute, Usage: "missed heartbeats before a node's partitions are reassigned"},
+		},
+		Action: runControlServe,
+	}
+}
+
+func runControlServe(c *cli.Context) error {
+	ctx := c.Context
+	log := slog.Default()
+	token, err := readControlToken(c)
+	if err != nil {
+		return err
+	}
+	if token == "" && !c.Bool("no-auth") {
+		return errors.New("control serve: --token-file is required (or --no-auth on a loopback --listen)")
+	}
+	if c.Bool("no-auth") && !isLoopback(c.String("listen")) {
+		return fmt.Errorf("control serve: --no-auth is refused with a non-loopback --listen %s", c.String("listen"))
+	}
+	if (c.String("tls-cert") == "") != (c.String("tls-key") == "") {
+		return errors.New("control serve: --tls-cert and --tls-key go together")
+	}
+	store, err := control.OpenStore(ctx, c.String("db"), &control.StoreOptions{Partitions: c.Int("partitions"), Logger: log})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	metrics := control.NewMetrics()
+	opts := &control.Options{Store: store, Token: token, NoAuth: c.Bool("no-auth"), Replicas: c.Int("replicas"),
+		DownAfter: c.Duration("down-after"), ReassignAfter: c.Duration("reassign-after"),
+		GCInterval: c.Duration("gc-interval"), Logger: log, Metrics: metrics}
+	if u := c.String("objects"); u != "" {
+		objs, err := objstore.Open(ctx, u, nil)
+		if err != nil {
+			return fmt.Errorf("control serve: --objects: %w", err)
+		}
+		opts.Objects = objs
+	}
+	srv, err := control.NewServer(opts)
+	if err != nil {
+		return err
+	}
+	var gopts []grpc.ServerOption
+	if cert := c.String("tls-cert"); cert != "" {
+		kp, err := tls.LoadX509KeyPair(cert, c.String("tls-key"))
+		if err != nil {
+			return fmt.Errorf("control serve: --tls-cert/--tls-key: %w", err)
+		}
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12})))
+	}
+	g := srv.GRPCServer(gopts...)
+	lis, err := net.Listen("tcp", c.String("listen"))
+	if err != nil {
+		return fmt.Errorf("control serve: --listen: %w", err)
+	}
+	var httpSrv *http.Server
+	if addr := c.String("http"); addr != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), metrics)
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/healthz", srv.Healthz())
+		hl, err := net.Listen("tcp", addr)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("control serve: --http: %w", err)
+		}
+		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go httpSrv.Serve(hl)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go srv.Run(runCtx)
+	log.Info("control plane serving", "listen", lis.Addr().String(), "http", c.String("http"), "db", store.Backend(),
+		"partitions", store.Partitions(), "gc", opts.Objects != nil, "tls", c.String("tls-cert") != "")
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("control serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("control plane stopping")
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second): // long polls end with Stop
+		g.Stop()
+	}
+	if httpSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		httpSrv.Shutdown(sctx)
+		cancel()
+	}
+	return nil
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func controlBatchesCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "batches",
+		Usage: "list a partition's batch log",
+		Description: `Lists the registered (not garbage-collected) batches of one partition in sequence
+order. With --follow it keeps long-polling and prints batches as they are registered.
+
+Examples:
+   pillar control batches --control 127.0.0.1:7000 --partition 3
+   pillar control batches --partition 3 --after 120 --limit 10 --json
+   pillar control batches --partition 3 --follow`,
+		Flags: controlClientFlags(
+			&cli.IntFlag{Name: "partition", Required: true, Usage: "partition number"},
+			&cli.Int64Flag{Name: "after", Usage: "list batches after this seq"},
+			&cli.IntFlag{Name: "limit", Value: 1000, Usage: "at most this many batches (per poll with --follow)"},
+			&cli.BoolFlag{Name: "follow", Usage: "keep waiting for new batches (Ctrl-C to stop)"},
+			controlJSONFlag,
+		),
+		Action: func(c *cli.Context) error {
+			cl, err := dialControl(c)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			asJSON := c.Bool("json")
+			if !asJSON {
+				fmt.Fprintln(w, "SEQ\tID\tKIND\tFILES\tBYTES\tKEYS\tDELETES\tREGISTERED\tSOURCE")
+			}
+			after := c.Int64("after")
+			for {
+				wait := time.Duration(0)
+				if c.Bool("follow") {
+					wait = 25 * time.Second
+				}
+				list, err := cl.ListBatches(c.Context, c.Int("partition"), after, c.Int("limit"), wait)
+				if err != nil {
+					if c.Bool("follow") && c.Context.Err() != nil {
+						return nil
+					}
+					return err
+				}
+				for _, e := range list {
+					if asJSON {
+						b, _ := json.Marshal(struct {
+							Seq          int64          `json:"seq"`
+							RegisteredAt time.Time      `json:"registered_at"`
+							Manifest     batch.Manifest `json:"manifest"`
+						}{e.Seq, e.RegisteredAt, e.Manifest})
+						fmt.Fprintln(c.App.Writer, string(b))
+						continue
+					}
+					var size int64
+					for _, f := range e.Manifest.Files {
+						size += f.Size
+					}
+					fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", e.Seq, e.Manifest.ID, e.Manifest.Kind, len(e.Manifest.Files),
+						size, e.Manifest.Keys, e.Manifest.Deletes, e.RegisteredAt.UTC().Format(time.RFC3339), e.Manifest.Source)
+				}
+				w.Flush()
+				if len(list) > 0 {
+					after = list[len(list)-1].Seq
+				}
+				if !c.Bool("follow") {
+					return nil
+				}
+			}
+		},
+	}
+}
+
+func controlRegisterCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "register",
+		Usage: "register a batch from its manifest.json",
+		Description: `Registers a batch whose objects already exist in the object store and prints its
+sequence number. Registering the same manifest again prints the same number.
+
+Examples:
+   pillar control register --token-file control.token --manifest out/batches/p00003/b-0001/manifest.json
+   pillar control register --token-file control.token --objects file:///srv/pillar/objects --partition 3 --id b-0001`,
+		Flags: controlClientFlags(
+			&cli.StringFlag{Name: "manifest", Usage: "manifest.json file ('-' for stdin)"},
+			&cli.StringFlag{Name: "objects", Usage: "object store URL to read the manifest from (with --partition and --id)"},
+			&cli.IntFlag{Name: "partition", Usage: "partition of the batch (with --objects)"},
+			&cli.StringFlag{Name: "id", Usage: "batch id (with --objects)"},
+		),
+		Action: func(c *cli.Context) error {
+			var raw []byte
+			var err error
+			switch {
+			case c.String("manifest") == "-":
+				raw, err = io.ReadAll(os.Stdin)
+			case c.String("manifest") != "":
+				raw, err = os.ReadFile(c.String("manifest"))
+			case c.String("objects") != "" && c.String("id") != "":
+				var st objstore.Store
+				if st, err = objstore.Open(c.Context, c.String("objects"), nil); err == nil {
+					raw, err = objstore.ReadAll(c.Context, st, batch.ManifestKey(c.Int("partition"), c.String("id")))
+				}
+			default:
+				return errors.New("control register: give --manifest FILE, or --objects URL with --partition and --id")
+			}
+			if err != nil {
+				return fmt.Errorf("control register: %w", err)
+			}
+			m, err := batch.Decode(raw)
+			if err != nil {
+				return fmt.Errorf("control register: %w", err)
+			}
+			cl, err := dialControl(c)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			seq, err := cl.RegisterBatch(c.Context, m)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "partition %d seq %d batch %s\n", m.Partition, seq, m.ID)
+			return nil
+		},
+	}
+}
+
+func controlNodesCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "nodes",
+		Usage: "list the serving nodes and their state",
+		Description: `Examples:
+   pillar control nodes --control 127.0.0.1:7000
+   pillar control nodes --json`,
+		Flags: controlClientFlags(controlJSONFlag),
+		Action: func(c *cli.Context) error {
+			cl, err := dialControl(c)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			nodes, err := cl.ListNodes(c.Context)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(nodes)
+			}
+			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NODE\tADDR\tZONE\tSTATE\tREPLICAS\tLAST HEARTBEAT")
+			for _, n := range nodes {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s ago\n", n.ID, n.Addr, n.Zone, n.State, n.Replicas,
+					time.Since(n.LastHeartbeat).Round(time.Second))
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "per-partition replica lag from the control plane",
+		Description: `Prints, for every partition and each of its replicas, the replica's node, zone and
+state, the sequence number it applied, and how far it is behind the partition's newest
+batch: in batches and in time (the age of the oldest batch it has not applied).
+
+Examples:
+   pillar status --control 127.0.0.1:7000
+   pillar status --control 127.0.0.1:7000 --lagging
+   pillar status --partition 3 --json`,
+		Flags: controlClientFlags(
+			&cli.IntFlag{Name: "partition", Value: -1, Usage: "only this partition"},
+			&cli.BoolFlag{Name: "lagging", Usage: "only replicas that are behind or down"},
+			controlJSONFlag,
+		),
+		Action: func(c *cli.Context) error {
+			cl, err := dialControl(c)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			info, err := cl.Info(c.Context)
+			if err != nil {
+				return err
+			}
+			r, err := cl.GetRouting(c.Context)
+			if err != nil {
+				return err
+			}
+			nodes, err := cl.ListNodes(c.Context)
+			if err != nil {
+				return err
+			}
+			type row struct {
+				Partition  int     `json:"partition"`
+				NewestSeq  int64   `json:"newest_seq"`
+				Node       string  `json:"node,omitempty"`
+				Zone       string  `json:"zone,omitempty"`
+				State      string  `json:"state,omitempty"`
+				AppliedSeq int64   `json:"applied_seq"`
+				LagBatches int64   `json:"lag_batches"`
+				LagSeconds float64 `json:"lag_seconds"`
+			}
+			var rows []row
+			for p := 0; p < r.Partitions; p++ {
+				if c.Int("partition") >= 0 && p != c.Int("partition") {
+					continue
+				}
+				if len(r.Replicas[p]) == 0 && !c.Bool("lagging") {
+					rows = append(rows, row{Partition: p, NewestSeq: r.NewestSeq[p], State: "unassigned"})
+				}
+				for _, rep := range r.Replicas[p] {
+					if c.Bool("lagging") && rep.LagBatches == 0 && rep.State == control.StateUp {
+						continue
+					}
+					rows = append(rows, row{p, r.NewestSeq[p], rep.NodeID, rep.Zone, rep.State, rep.AppliedSeq, rep.LagBatches, rep.Lag.Seconds()})
+				}
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{"backend": info.Backend, "partitions": r.Partitions, "routing_version": r.Version,
+					"nodes": nodes, "replicas": rows})
+			}
+			states := map[string]int{}
+			for _, n := range nodes {
+				states[n.State]++
+			}
+			fmt.Fprintf(c.App.Writer, "control plane %s: %s, %d partitions, routing version %d, nodes: %d up, %d down, %d gone\n\n",
+				c.String("control"), info.Backend, r.Partitions, r.Version, states[control.StateUp], states[control.StateDown], states[control.StateGone])
+			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "PARTITION\tNEWEST\tNODE\tZONE\tSTATE\tAPPLIED\tBEHIND\tLAG")
+			for _, rw := range rows {
+				lag := "-"
+				if rw.LagBatches > 0 {
+					d := time.Duration(rw.LagSeconds * float64(time.Second))
+					if d < 10*time.Second {
+						lag = d.Round(10 * time.Millisecond).String()
+					} else {
+						lag = d.Round(time.Second).String()
+					}
+				}
+				fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%d\t%d\t%s\n", rw.Partition, rw.NewestSeq, rw.Node, rw.Zone, rw.State, rw.AppliedSeq, rw.LagBatches, lag)
+			}
+			return w.Flush()
+		},
+	}
+}
