@@ -63,9 +63,9 @@ type env struct {
 }
 
 type (
-	triFn func(*env) tri
-	numFn func(*env) (float64, bool) // numbers; times and durations in milliseconds
-	strFn func(*env) (string, bool)
+	triFn func(env) tri
+	numFn func(env) (float64, bool) // numbers; times and durations in milliseconds
+	strFn func(env) (string, bool)
 )
 
 // boolExpr is a compiled condition, kept as a tree so a member's reason can
@@ -75,10 +75,45 @@ type boolExpr struct {
 	op   tokKind // tAnd, tOr, tNot, tLParen (parentheses) or tEOF (an atom)
 	kids []*boolExpr
 	src  string
+	// static is the reason when it does not depend on the page (no or
+	// below): computed once, so most matches cost no allocation.
+	static   string
+	isStatic bool
+}
+
+// finish computes the static reason of b from its kids.
+func (b *boolExpr) finish() *boolExpr {
+	switch b.op {
+	case tAnd:
+		if b.kids[0].isStatic && b.kids[1].isStatic {
+			b.static, b.isStatic = b.kids[0].static+" and "+b.kids[1].static, true
+		}
+	case tOr:
+	case tLParen:
+		b.static, b.isStatic = b.kids[0].static, b.kids[0].isStatic
+	default:
+		b.static, b.isStatic = strings.Join(strings.Fields(b.src), " "), true
+	}
+	return b
+}
+
+// reasonString returns the parts of b that made it true (b must be true
+// for e).
+func (b *boolExpr) reasonString(e env) string {
+	if b.isStatic {
+		return b.static
+	}
+	var sb strings.Builder
+	b.reason(e, &sb)
+	return sb.String()
 }
 
 // reason writes the parts of b that made it true (b must be true for e).
-func (b *boolExpr) reason(e *env, sb *strings.Builder) {
+func (b *boolExpr) reason(e env, sb *strings.Builder) {
+	if b.isStatic {
+		sb.WriteString(b.static)
+		return
+	}
 	switch b.op {
 	case tAnd:
 		b.kids[0].reason(e, sb)
@@ -116,16 +151,16 @@ type field struct {
 }
 
 var fields = map[string]field{
-	"key":        {t: TypeString, s: func(e *env) (string, bool) { return e.p.Key, true }},
-	"url":        {t: TypeString, s: func(e *env) (string, bool) { return e.p.URL, true }},
-	"host":       {t: TypeString, s: func(e *env) (string, bool) { return e.p.Host, true }},
-	"title":      {t: TypeString, s: func(e *env) (string, bool) { return e.p.Title, true }},
-	"lang":       {t: TypeString, s: func(e *env) (string, bool) { return e.p.Lang, true }},
-	"text_len":   {t: TypeNumber, n: func(e *env) (float64, bool) { return float64(e.p.TextLen), true }},
-	"out_links":  {t: TypeNumber, n: func(e *env) (float64, bool) { return float64(e.p.OutLinks), true }},
-	"html_bytes": {t: TypeNumber, n: func(e *env) (float64, bool) { return float64(e.p.HTMLBytes), true }},
-	"fetched_at": {t: TypeTime, n: func(e *env) (float64, bool) { return float64(e.p.FetchedAt), e.p.FetchedAt != 0 }},
-	"updated_at": {t: TypeTime, n: func(e *env) (float64, bool) { return float64(e.p.UpdatedAt), e.p.UpdatedAt != 0 }},
+	"key":        {t: TypeString, s: func(e env) (string, bool) { return e.p.Key, true }},
+	"url":        {t: TypeString, s: func(e env) (string, bool) { return e.p.URL, true }},
+	"host":       {t: TypeString, s: func(e env) (string, bool) { return e.p.Host, true }},
+	"title":      {t: TypeString, s: func(e env) (string, bool) { return e.p.Title, true }},
+	"lang":       {t: TypeString, s: func(e env) (string, bool) { return e.p.Lang, true }},
+	"text_len":   {t: TypeNumber, n: func(e env) (float64, bool) { return float64(e.p.TextLen), true }},
+	"out_links":  {t: TypeNumber, n: func(e env) (float64, bool) { return float64(e.p.OutLinks), true }},
+	"html_bytes": {t: TypeNumber, n: func(e env) (float64, bool) { return float64(e.p.HTMLBytes), true }},
+	"fetched_at": {t: TypeTime, n: func(e env) (float64, bool) { return float64(e.p.FetchedAt), e.p.FetchedAt != 0 }},
+	"updated_at": {t: TypeTime, n: func(e env) (float64, bool) { return float64(e.p.UpdatedAt), e.p.UpdatedAt != 0 }},
 }
 
 // FieldNames lists the docs fields a predicate may name, sorted.
@@ -172,7 +207,7 @@ func (c *compiler) compile(n node) cexpr {
 	case *parenNode:
 		x := c.compile(n.x)
 		if x.t == TypeBool {
-			return cexpr{t: TypeBool, b: &boolExpr{fn: x.b.fn, op: tLParen, kids: []*boolExpr{x.b}, src: c.text(n)}, desc: c.text(n)}
+			return cexpr{t: TypeBool, b: (&boolExpr{fn: x.b.fn, op: tLParen, kids: []*boolExpr{x.b}, src: c.text(n)}).finish(), desc: c.text(n)}
 		}
 		x.desc = c.text(n)
 		return x
@@ -182,7 +217,7 @@ func (c *compiler) compile(n node) cexpr {
 			return bad
 		}
 		f := x.b.fn
-		return c.boolOf(n, tNot, func(e *env) tri {
+		return c.boolOf(n, tNot, func(e env) tri {
 			switch f(e) {
 			case triTrue:
 				return triFalse
@@ -200,7 +235,7 @@ func (c *compiler) compile(n node) cexpr {
 }
 
 func (c *compiler) boolOf(n node, op tokKind, fn triFn, kids ...*boolExpr) cexpr {
-	return cexpr{t: TypeBool, b: &boolExpr{fn: fn, op: op, kids: kids, src: c.text(n)}, desc: c.text(n)}
+	return cexpr{t: TypeBool, b: (&boolExpr{fn: fn, op: op, kids: kids, src: c.text(n)}).finish(), desc: c.text(n)}
 }
 
 // cond compiles n and requires a condition.
@@ -241,9 +276,9 @@ func (c *compiler) name(n *nameNode) cexpr {
 	name := n.name
 	switch t {
 	case TypeNumber:
-		return cexpr{t: t, n: func(e *env) (float64, bool) { return e.p.num(name) }, desc: desc}
+		return cexpr{t: t, n: func(e env) (float64, bool) { return e.p.num(name) }, desc: desc}
 	case TypeString:
-		return cexpr{t: t, s: func(e *env) (string, bool) { return e.p.str(name) }, desc: desc}
+		return cexpr{t: t, s: func(e env) (string, bool) { return e.p.str(name) }, desc: desc}
 	}
 	panic("subsets: signal of type " + t.String())
 }
@@ -253,16 +288,16 @@ func (c *compiler) literal(n *litNode) cexpr {
 	switch n.kind {
 	case tNumber:
 		v := n.num
-		x.t, x.n = TypeNumber, func(*env) (float64, bool) { return v, true }
+		x.t, x.n = TypeNumber, func(env) (float64, bool) { return v, true }
 	case tDuration:
 		v := n.num
-		x.t, x.n = TypeDuration, func(*env) (float64, bool) { return v, true }
+		x.t, x.n = TypeDuration, func(env) (float64, bool) { return v, true }
 	case tString:
 		v := n.str
-		x.t, x.s = TypeString, func(*env) (string, bool) { return v, true }
+		x.t, x.s = TypeString, func(env) (string, bool) { return v, true }
 	case tTrue, tFalse:
 		v := triOf(n.kind == tTrue)
-		return c.boolOf(n, tEOF, func(*env) tri { return v })
+		return c.boolOf(n, tEOF, func(env) tri { return v })
 	}
 	return x
 }
@@ -291,7 +326,7 @@ func (c *compiler) call(n *callNode) cexpr {
 			return bad
 		}
 		f := x.n
-		return cexpr{t: TypeDuration, desc: c.text(n), n: func(e *env) (float64, bool) {
+		return cexpr{t: TypeDuration, desc: c.text(n), n: func(e env) (float64, bool) {
 			v, ok := f(e)
 			return float64(e.asOf) - v, ok
 		}}
@@ -310,10 +345,10 @@ func (c *compiler) call(n *callNode) cexpr {
 		}
 		if x.n != nil {
 			f := x.n
-			return c.boolOf(n, tEOF, func(e *env) tri { _, ok := f(e); return triOf(ok) })
+			return c.boolOf(n, tEOF, func(e env) tri { _, ok := f(e); return triOf(ok) })
 		}
 		f := x.s
-		return c.boolOf(n, tEOF, func(e *env) tri { _, ok := f(e); return triOf(ok) })
+		return c.boolOf(n, tEOF, func(e env) tri { _, ok := f(e); return triOf(ok) })
 	case "time":
 		if !want(1) {
 			return bad
@@ -326,7 +361,7 @@ func (c *compiler) call(n *callNode) cexpr {
 		for _, layout := range timeLayouts {
 			if t, err := time.Parse(layout, l.str); err == nil {
 				v := float64(t.UnixMilli())
-				return cexpr{t: TypeTime, desc: c.text(n), n: func(*env) (float64, bool) { return v, true }}
+				return cexpr{t: TypeTime, desc: c.text(n), n: func(env) (float64, bool) { return v, true }}
 			}
 		}
 		c.errorf(l.off, `time %s: want RFC 3339 ("2026-01-31T12:00:00Z") or a date ("2026-01-31")`, l.text)
@@ -349,7 +384,7 @@ func (c *compiler) binary(n *binaryNode) cexpr {
 		}
 		fx, fy := x.b.fn, y.b.fn
 		if n.op == tAnd {
-			return c.boolOf(n, tAnd, func(e *env) tri {
+			return c.boolOf(n, tAnd, func(e env) tri {
 				a := fx(e)
 				if a == triFalse {
 					return triFalse
@@ -364,7 +399,7 @@ func (c *compiler) binary(n *binaryNode) cexpr {
 				return triUnknown
 			}, x.b, y.b)
 		}
-		return c.boolOf(n, tOr, func(e *env) tri {
+		return c.boolOf(n, tOr, func(e env) tri {
 			a := fx(e)
 			if a == triTrue {
 				return triTrue
@@ -410,7 +445,7 @@ func (c *compiler) match(n *binaryNode) cexpr {
 		return bad
 	}
 	f, neg := x.s, n.op == tNoMatch
-	return c.boolOf(n, tEOF, func(e *env) tri {
+	return c.boolOf(n, tEOF, func(e env) tri {
 		s, ok := f(e)
 		if !ok {
 			return triUnknown
@@ -453,7 +488,7 @@ func (c *compiler) in(n *binaryNode) cexpr {
 			set[el.str] = struct{}{}
 		}
 		f := x.s
-		return c.boolOf(n, tEOF, func(e *env) tri {
+		return c.boolOf(n, tEOF, func(e env) tri {
 			s, ok := f(e)
 			if !ok {
 				return triUnknown
@@ -467,7 +502,7 @@ func (c *compiler) in(n *binaryNode) cexpr {
 		set[el.num] = struct{}{}
 	}
 	f := x.n
-	return c.boolOf(n, tEOF, func(e *env) tri {
+	return c.boolOf(n, tEOF, func(e env) tri {
 		v, ok := f(e)
 		if !ok {
 			return triUnknown
@@ -505,7 +540,7 @@ func (c *compiler) compare(n *binaryNode) cexpr {
 	}
 	if x.t == TypeString {
 		fx, fy := x.s, y.s
-		return c.boolOf(n, tEOF, func(e *env) tri {
+		return c.boolOf(n, tEOF, func(e env) tri {
 			a, ok := fx(e)
 			if !ok {
 				return triUnknown
@@ -538,7 +573,7 @@ func (c *compiler) compare(n *binaryNode) cexpr {
 		return c.boolOf(n, tEOF, numCmpConst(fx, op, b))
 	}
 	fy := y.n
-	return c.boolOf(n, tEOF, func(e *env) tri {
+	return c.boolOf(n, tEOF, func(e env) tri {
 		a, ok := fx(e)
 		if !ok {
 			return triUnknown
@@ -572,7 +607,7 @@ func cmpNum(op tokKind, a, b float64) bool {
 func numCmpConst(f numFn, op tokKind, b float64) triFn {
 	switch op {
 	case tLt:
-		return func(e *env) tri {
+		return func(e env) tri {
 			a, ok := f(e)
 			if !ok {
 				return triUnknown
@@ -580,7 +615,7 @@ func numCmpConst(f numFn, op tokKind, b float64) triFn {
 			return triOf(a < b)
 		}
 	case tGe:
-		return func(e *env) tri {
+		return func(e env) tri {
 			a, ok := f(e)
 			if !ok {
 				return triUnknown
@@ -588,7 +623,7 @@ func numCmpConst(f numFn, op tokKind, b float64) triFn {
 			return triOf(a >= b)
 		}
 	}
-	return func(e *env) tri {
+	return func(e env) tri {
 		a, ok := f(e)
 		if !ok {
 			return triUnknown

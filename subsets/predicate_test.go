@@ -47,7 +47,7 @@ func evalTri(t *testing.T, where string, p *Page) string {
 		t.Fatalf("%s: %v", where, err)
 	}
 	e := env{p: p, asOf: testAsOf.UnixMilli()}
-	switch s.policies[0].where.fn(&e) {
+	switch s.policies[0].where.fn(e) {
 	case triTrue:
 		if len(s.Eval(p, testAsOf)) != 1 {
 			t.Fatalf("%s: true but Eval gives no match", where)

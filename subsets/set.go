@@ -322,22 +322,20 @@ func (s *Set) Eval(p *Page, asOf time.Time) []Match {
 func (s *Set) AppendEval(dst []Match, p *Page, asOf time.Time) []Match {
 	e := env{p: p, asOf: asOf.UnixMilli()}
 	for _, cp := range s.policies {
-		if cp.where != nil && cp.where.fn(&e) != triTrue {
+		if cp.where != nil && cp.where.fn(e) != triTrue {
 			continue
 		}
 		m := Match{Subset: cp.Name, PageKey: p.Key, Score: 1}
 		if cp.where == nil {
 			m.Reason = "every page"
 		} else {
-			var sb strings.Builder
-			cp.where.reason(&e, &sb)
-			m.Reason = sb.String()
+			m.Reason = cp.where.reasonString(e)
 		}
 		if cp.per != nil {
-			m.Group, _ = cp.per(&e)
+			m.Group, _ = cp.per(e)
 		}
 		if cp.by != nil {
-			v, ok := cp.by(&e)
+			v, ok := cp.by(e)
 			switch {
 			case !ok:
 				m.Score, m.NoScore = 0, true
