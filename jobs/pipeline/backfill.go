@@ -47,6 +47,9 @@ type Options struct {
 	BulkRatio float64
 	// Batch is the embedder batch size. The default value is 64.
 	Batch int
+	// Encoding of vectors in exported records: "float16", "float32" or
+	// "int8". The default value ("") is float16.
+	Encoding string
 }
 
 func (o *Options) ensureDefaults(st pillar.Store) {

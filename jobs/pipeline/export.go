@@ -1,0 +1,156 @@
+package pipeline
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+
+	"go.ytsaurus.tech/yt/go/mapreduce"
+
+	"github.com/pillarkit/pillar/internal/record"
+	"github.com/pillarkit/pillar/jobs"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+func init() {
+	jobs.Register("export", "docs + chunks + embeddings + exported subsets, reduced by page_key → prepared page records", &ExportJob{})
+}
+
+// TableExportState is the export state: what the serving tier should hold
+// after everything queued so far is delivered (one row per exported page).
+const TableExportState = "export/state"
+
+// Desired is one page the serving tier should hold: its partition and its
+// prepared record.
+type Desired struct {
+	PageKey    string `yson:"page_key" parquet:"page_key"`
+	Partition  int32  `yson:"partition" parquet:"partition"`
+	RecordHash string `yson:"record_hash" parquet:"record_hash"`
+	Value      []byte `yson:"value" parquet:"value"`
+}
+
+// ExportState is a row of export/state.
+type ExportState struct {
+	PageKey    string `yson:"page_key" parquet:"page_key"`
+	Partition  int32  `yson:"partition" parquet:"partition"`
+	RecordHash string `yson:"record_hash" parquet:"record_hash"`
+}
+
+// ExportJob is a reducer over (grouped by page_key): input 0 docs, 1 the
+// published chunk table, 2 the published embedding table, 3.. the member
+// tables of exported subsets. For every page that is a member of at least one
+// of them it writes a Desired row with the prepared page record, built from
+// the chunks and vectors of the page's current content hash. A member page
+// without chunks or vectors of its current content is skipped (counted in
+// output 1 as a Skipped row), so a record is never half old, half new.
+type ExportJob struct {
+	ChunkVersion string
+	ModelVersion string
+	Partitions   int
+	// Encoding of the vectors: "float16" (default), "float32" or "int8".
+	Encoding string
+}
+
+// Skipped names a member page that could not be exported and why.
+type Skipped struct {
+	PageKey string `yson:"page_key" parquet:"page_key"`
+	Reason  string `yson:"reason" parquet:"reason"`
+}
+
+func (*ExportJob) InputTypes() []any  { return nil }
+func (*ExportJob) OutputTypes() []any { return []any{&Desired{}, &Skipped{}} }
+
+// Do implements mapreduce.Job.
+func (j *ExportJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
+	enc, err := record.ParseEncoding(j.Encoding)
+	if err != nil {
+		return err
+	}
+	if j.Partitions <= 0 {
+		return fmt.Errorf("export: partitions %d", j.Partitions)
+	}
+	return mapreduce.GroupKeys(in, func(r mapreduce.Reader) error {
+		var (
+			doc    *pillar.Doc
+			chunks []pillar.Chunk
+			vecs   = map[int32]pillar.Embedding{}
+			member bool
+		)
+		for r.Next() {
+			switch ti := r.TableIndex(); {
+			case ti == 0:
+				var d pillar.Doc
+				if err := r.Scan(&d); err != nil {
+					return err
+				}
+				doc = &d
+			case ti == 1:
+				var c pillar.Chunk
+				if err := r.Scan(&c); err != nil {
+					return err
+				}
+				chunks = append(chunks, c)
+			case ti == 2:
+				var e pillar.Embedding
+				if err := r.Scan(&e); err != nil {
+					return err
+				}
+				vecs[e.ChunkNo] = e
+			default:
+				var m pillar.SubsetMember
+				if err := r.Scan(&m); err != nil {
+					return err
+				}
+				member = true
+			}
+		}
+		if !member || doc == nil {
+			return nil // not exported, or a member whose page is gone
+		}
+		skip := func(reason string) error {
+			if len(out) > 1 {
+				return out[1].Write(&Skipped{PageKey: doc.PageKey, Reason: reason})
+			}
+			return nil
+		}
+		rec := &record.PreparedPage{
+			Url: doc.URL, ChunkerVersion: j.ChunkVersion, ModelVersion: j.ModelVersion,
+			ContentHash: doc.ContentHash, UpdatedAtMs: doc.UpdatedAt, Title: doc.Title,
+		}
+		sort.Slice(chunks, func(a, b int) bool { return chunks[a].ChunkNo < chunks[b].ChunkNo })
+		current := 0
+		for _, c := range chunks {
+			if c.ContentHash != doc.ContentHash {
+				continue
+			}
+			current++
+			if c.ChunkNo < 0 {
+				continue // the page has no text: a record with no chunks
+			}
+			e, ok := vecs[c.ChunkNo]
+			if !ok || e.ContentHash != doc.ContentHash {
+				return skip(fmt.Sprintf("chunk %d has no vector of the current content in %s", c.ChunkNo, j.ModelVersion))
+			}
+			rc := &record.Chunk{ChunkNo: c.ChunkNo, Text: c.Text, Start: c.Start, End: c.End}
+			if err := rc.SetVector(e.Vector, enc); err != nil {
+				return fmt.Errorf("export: page %s chunk %d: %w", doc.PageKey, c.ChunkNo, err)
+			}
+			rec.Chunks = append(rec.Chunks, rc)
+		}
+		if current == 0 {
+			return skip("no chunks of the current content in " + j.ChunkVersion + ": run the backfill")
+		}
+		val, err := record.Marshal(rec)
+		if err != nil {
+			return fmt.Errorf("export: page %s: %w", doc.PageKey, err)
+		}
+		k, err := pillar.ParseKey(doc.PageKey)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(val)
+		return out[0].Write(&Desired{PageKey: doc.PageKey, Partition: int32(k.Partition(j.Partitions)),
+			RecordHash: hex.EncodeToString(sum[:16]), Value: val})
+	})
+}

@@ -1,0 +1,326 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pillarkit/pillar/jobs/embedder"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+// PublishResult reports a publish or rollback.
+type PublishResult struct {
+	Published pillar.Published  `json:"published"`
+	Previous  *pillar.Published `json:"previous,omitempty"`
+	Export    *ExportPlan       `json:"export"`
+	DryRun    bool              `json:"dry_run,omitempty"`
+}
+
+// resolveModel accepts a model id or a model spec (whose id it computes).
+func resolveModel(model string) string {
+	if e, err := embedder.Parse(model, nil); err == nil {
+		return e.ID()
+	}
+	return model
+}
+
+// Publish makes (cv, model) the published pair in one transaction, together
+// with the export work it causes: puts for exported pages whose record
+// changes, deletes for pages that can no longer be exported, or — when
+// most pages change, as with a new pair — a bulk-rebuild mark for `pillar
+// export`. Both versions must be complete. Re-publishing the published
+// pair after an incremental backfill exports just the changed pages.
+func Publish(ctx context.Context, st pillar.Store, cv, model string, opts Options) (*PublishResult, error) {
+	return publish(ctx, st, cv, resolveModel(model), "publish", opts)
+}
+
+// Rollback republishes the previous pair the same way.
+func Rollback(ctx context.Context, st pillar.Store, opts Options) (*PublishResult, error) {
+	sn, err := st.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var prev pillar.Published
+	err = sn.Attr(ctx, pillar.AttrPrevious, &prev)
+	sn.Release()
+	if errors.Is(err, pillar.ErrNotFound) {
+		return nil, fmt.Errorf("rollback: no previous published pair to go back to")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return publish(ctx, st, prev.ChunkVersion, prev.Model, "rollback", opts)
+}
+
+func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts Options) (*PublishResult, error) {
+	opts.ensureDefaults(st)
+	sn, err := st.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer sn.Release()
+	cver, err := pillar.LoadVersion(ctx, sn, cv)
+	if err != nil {
+		return nil, fmt.Errorf("%s: chunk version %q: %w", verb, cv, err)
+	}
+	eid := pillar.EmbedVersionID(cv, model)
+	ever, err := pillar.LoadVersion(ctx, sn, eid)
+	if err != nil {
+		return nil, fmt.Errorf("%s: embedding version %q (run `pillar backfill embed --chunks %s --model …`): %w", verb, eid, cv, err)
+	}
+	for _, v := range []*pillar.Version{cver, ever} {
+		if v.State != pillar.StateComplete && v.State != pillar.StatePublished {
+			return nil, fmt.Errorf("%s: version %s is %s, not complete: finish its backfill first", verb, v.ID, v.State)
+		}
+	}
+	if ever.SourceGeneration < cver.SourceGeneration {
+		// The chunks changed after the vectors were made.
+		return nil, fmt.Errorf("%s: embedding version %s is older than its chunks (rerun `pillar backfill embed`)", verb, eid)
+	}
+	res := &PublishResult{Published: pillar.Published{ChunkVersion: cv, Model: model, EmbedVersion: eid, At: time.Now().UTC()}, DryRun: opts.DryRun}
+	if old, err := pillar.LoadPublished(ctx, sn); err == nil {
+		res.Previous = old
+	}
+	if opts.DryRun {
+		members, err := exportedSubsets(ctx, sn)
+		if err != nil {
+			return nil, err
+		}
+		res.Export = &ExportPlan{Reason: fmt.Sprintf("would read docs, %s, %s and %d exported subsets", cver.Table, ever.Table, len(members))}
+		return res, nil
+	}
+	release, err := acquire(ctx, st, verb)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = release(nil)
+		}
+	}()
+	if err := dropScratch(ctx, st); err != nil {
+		return nil, err
+	}
+	sn2, err := st.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	members, err := exportedSubsets(ctx, sn2)
+	sn2.Release()
+	if err != nil {
+		return nil, err
+	}
+	run := fmt.Sprintf("tmp/%s-%d", verb, time.Now().UnixNano())
+	desired, skipped := run+"/desired", run+"/skipped"
+	if err := computeDesired(ctx, st, opts, res.Published, members, desired, skipped, ""); err != nil {
+		return nil, fmt.Errorf("%s: %w", verb, err)
+	}
+	tx, err := st.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Abort()
+	// The published pointer is compared-and-swapped: a concurrent publish
+	// (which the lock should already prevent) fails this commit.
+	if err := tx.ExpectAttr(ctx, pillar.AttrPublished); err != nil {
+		return nil, err
+	}
+	plan, err := reconcile(ctx, tx, opts, desired, skipped, verb+" "+eid, res.Published)
+	if err != nil {
+		return nil, err
+	}
+	res.Export = plan
+	if res.Previous != nil && (res.Previous.ChunkVersion != cv || res.Previous.Model != model) {
+		if err := tx.SetAttr(ctx, pillar.AttrPrevious, res.Previous); err != nil {
+			return nil, err
+		}
+		for _, id := range []string{res.Previous.ChunkVersion, res.Previous.EmbedVersion} {
+			if id == cv || id == eid {
+				continue
+			}
+			if v, err := pillar.LoadVersion(ctx, tx, id); err == nil && v.State == pillar.StatePublished {
+				v.State = pillar.StateComplete
+				if err := pillar.SaveVersion(ctx, tx, v); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if err := tx.SetAttr(ctx, pillar.AttrPublished, res.Published); err != nil {
+		return nil, err
+	}
+	for _, v := range []*pillar.Version{cver, ever} {
+		if v.State != pillar.StatePublished {
+			v.State = pillar.StatePublished
+			v.PublishedAt = res.Published.At
+		}
+		if err := pillar.SaveVersion(ctx, tx, v); err != nil {
+			return nil, err
+		}
+	}
+	for _, t := range []string{desired, skipped} {
+		if err := tx.DropTable(ctx, t); err != nil {
+			return nil, err
+		}
+	}
+	if err := release(tx); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("%s: commit: %w", verb, err)
+	}
+	ok = true
+	return res, nil
+}
+
+// ExportSink receives the rows of a bulk export, sorted by page key within
+// each partition (sstbuilder's ExportWriter is one).
+type ExportSink interface {
+	Write(pageKey string, op string, value []byte) error
+}
+
+// ExportResult reports a bulk export.
+type ExportResult struct {
+	Pages     int64   `json:"pages"`
+	Skipped   int     `json:"skipped"`
+	Bytes     int64   `json:"bytes"`
+	QueueEnds []int64 `json:"queue_ends"`
+	Duration  string  `json:"duration"`
+}
+
+// Export is the bulk rebuild: it builds every exported page's record from
+// the published pair, streams them sorted by page key into sink (the caller
+// routes them to partitions and finishes the export), and — when the sink
+// is finished without error by commit — records export/state, the export's
+// queue positions and clears the bulk mark in one transaction.
+//
+// The caller must call exactly one of the returned Pending's Commit (after
+// finishing the export files) or Abort.
+func Export(ctx context.Context, st pillar.Store, sink ExportSink, opts Options) (res *ExportResult, pending *Pending, err error) {
+	opts.ensureDefaults(st)
+	start := time.Now()
+	release, err := acquire(ctx, st, "export")
+	if err != nil {
+		return nil, nil, err
+	}
+	handed := false
+	defer func() {
+		if !handed {
+			_ = release(nil)
+		}
+	}()
+	if err := dropScratch(ctx, st); err != nil {
+		return nil, nil, err
+	}
+	sn, err := st.Snapshot(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	pub, err := pillar.LoadPublished(ctx, sn)
+	if err != nil {
+		sn.Release()
+		return nil, nil, fmt.Errorf("export: nothing is published yet (`pillar publish`): %w", err)
+	}
+	members, err := exportedSubsets(ctx, sn)
+	sn.Release()
+	if err != nil {
+		return nil, nil, err
+	}
+	run := fmt.Sprintf("tmp/export-%d", time.Now().UnixNano())
+	desired, skipped := run+"/desired", run+"/skipped"
+	if err := computeDesired(ctx, st, opts, *pub, members, desired, skipped, opts.encoding()); err != nil {
+		return nil, nil, fmt.Errorf("export: %w", err)
+	}
+	tx, err := st.Begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	res = &ExportResult{}
+	if ti, err := tx.Table(ctx, skipped); err == nil {
+		res.Skipped = int(ti.Rows)
+	}
+	// The desired table is sorted by page key overall; a partition's rows
+	// are then sorted too.
+	var rows []ExportState
+	err = scanDesired(ctx, tx, desired, func(d *Desired) error {
+		res.Pages++
+		res.Bytes += int64(len(d.Value))
+		rows = append(rows, ExportState{PageKey: d.PageKey, Partition: d.Partition, RecordHash: d.RecordHash})
+		return sink.Write(d.PageKey, pillar.OpPut, d.Value)
+	})
+	if err != nil {
+		tx.Abort()
+		return nil, nil, fmt.Errorf("export: %w", err)
+	}
+	for p := 0; p < st.Info().Partitions; p++ {
+		end, err := tx.QueueEnd(ctx, p)
+		if err != nil {
+			tx.Abort()
+			return nil, nil, err
+		}
+		res.QueueEnds = append(res.QueueEnds, end)
+	}
+	res.Duration = time.Since(start).Round(time.Millisecond).String()
+	handed = true
+	return res, &Pending{tx: tx, release: release, commit: func(id, dir string) error {
+		if err := writeState(ctx, tx, rows); err != nil {
+			return err
+		}
+		if err := tx.DeleteAttr(ctx, AttrBulk); err != nil {
+			return err
+		}
+		last := LastExport{ID: id, Dir: dir, Generation: tx.Info().Generation, Published: *pub, Pages: res.Pages, QueueEnds: res.QueueEnds, At: time.Now().UTC()}
+		if err := tx.SetAttr(ctx, AttrLastExport, last); err != nil {
+			return err
+		}
+		for _, t := range []string{desired, skipped} {
+			if err := tx.DropTable(ctx, t); err != nil {
+				return err
+			}
+		}
+		if err := release(tx); err != nil {
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("export: commit: %w", err)
+		}
+		return nil
+	}}, nil
+}
+
+// Pending is a bulk export waiting for its files to be finished.
+type Pending struct {
+	tx      pillar.Tx
+	release func(pillar.Tx) error
+	commit  func(id, dir string) error
+	done    bool
+}
+
+// Commit records the export (id, where its files are) in the store.
+func (p *Pending) Commit(id, dir string) error {
+	if p.done {
+		return pillar.ErrTxDone
+	}
+	p.done = true
+	err := p.commit(id, dir)
+	p.tx.Abort()
+	if err != nil {
+		_ = p.release(nil)
+	}
+	return err
+}
+
+// Abort gives up: nothing is recorded, the lock is released.
+func (p *Pending) Abort() {
+	if p.done {
+		return
+	}
+	p.done = true
+	p.tx.Abort()
+	_ = p.release(nil)
+}
+
+func (o *Options) encoding() string { return o.Encoding }

@@ -1,0 +1,379 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pillarkit/pillar/jobs"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+// Attributes of the export path.
+const (
+	// AttrBulk marks that a bulk rebuild is due (BulkMark); `pillar export`
+	// carries it out and clears it.
+	AttrBulk = "export/bulk"
+	// AttrLastExport describes the last bulk export (LastExport).
+	AttrLastExport = "export/last"
+	// AttrLock is held by the one pipeline operation that may change
+	// subsets, the published pair or the export state at a time (OpLock).
+	AttrLock = "pipeline/lock"
+	// AttrSubsetPrefix prefixes each subset's metadata (SubsetMeta).
+	AttrSubsetPrefix = "subset/"
+)
+
+// BulkMark says why a bulk rebuild is due.
+type BulkMark struct {
+	Reason    string           `json:"reason"`
+	At        time.Time        `json:"at"`
+	Published pillar.Published `json:"published"`
+	Changes   int              `json:"changes"`
+}
+
+// LastExport records a bulk export: where it went and, per partition, the
+// export-queue offset it supersedes (records before it are older than the
+// snapshot and must be delivered before it is registered).
+type LastExport struct {
+	ID         string           `json:"id"`
+	Dir        string           `json:"dir"`
+	Generation int64            `json:"generation"`
+	Published  pillar.Published `json:"published"`
+	Pages      int64            `json:"pages"`
+	QueueEnds  []int64          `json:"queue_ends"`
+	At         time.Time        `json:"at"`
+}
+
+// SubsetMeta is a subset's metadata attribute.
+type SubsetMeta struct {
+	Name        string    `json:"name"`
+	Exported    bool      `json:"exported"`
+	Table       string    `json:"table"`
+	Generation  int64     `json:"generation"` // recompute generation (1, 2, …)
+	Size        int64     `json:"size"`
+	AsOf        time.Time `json:"as_of"`
+	Fingerprint string    `json:"fingerprint"` // of the policy
+	// History holds the last generations, newest last; each keeps its
+	// member table so `subsets diff` can compare.
+	History []SubsetGen `json:"history"`
+}
+
+// SubsetGen is one kept generation of a subset.
+type SubsetGen struct {
+	Generation int64     `json:"generation"`
+	Table      string    `json:"table"`
+	Size       int64     `json:"size"`
+	Adds       int64     `json:"adds"`
+	Removes    int64     `json:"removes"`
+	AsOf       time.Time `json:"as_of"`
+	At         time.Time `json:"at"`
+	Exported   bool      `json:"exported"`
+}
+
+// OpLock is the pipeline lock's value.
+type OpLock struct {
+	Op    string    `json:"op"`
+	PID   int       `json:"pid"`
+	Host  string    `json:"host"`
+	Since time.Time `json:"since"`
+}
+
+// ErrBusy: another pipeline operation (publish, recompute, export) holds
+// the lock.
+var ErrBusy = errors.New("another pipeline operation is in progress")
+
+// lockTTL: a lock older than this is considered abandoned.
+const lockTTL = time.Hour
+
+// acquire takes the pipeline lock for op, refusing while another live
+// operation holds it. A lock of a dead process on this host, or older than
+// lockTTL, is taken over.
+func acquire(ctx context.Context, st pillar.Store, op string) (release func(pillar.Tx) error, err error) {
+	host, _ := os.Hostname()
+	tx, err := st.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Abort()
+	var cur OpLock
+	if err := tx.Attr(ctx, AttrLock, &cur); err == nil {
+		alive := time.Since(cur.Since) < lockTTL
+		if alive && cur.Host == host && syscall.Kill(cur.PID, 0) != nil {
+			alive = false // the holder died
+		}
+		if alive {
+			return nil, fmt.Errorf("pipeline: %s refused: %s (pid %d on %s) holds the store since %s: %w",
+				op, cur.Op, cur.PID, cur.Host, cur.Since.Format(time.RFC3339), ErrBusy)
+		}
+	} else if !errors.Is(err, pillar.ErrNotFound) {
+		return nil, err
+	}
+	if err := tx.SetAttr(ctx, AttrLock, OpLock{Op: op, PID: os.Getpid(), Host: host, Since: time.Now().UTC()}); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		if errors.Is(err, pillar.ErrConflict) {
+			return nil, fmt.Errorf("pipeline: %s refused: another operation took the lock just now: %w", op, ErrBusy)
+		}
+		return nil, err
+	}
+	return func(tx pillar.Tx) error {
+		if tx != nil {
+			return tx.DeleteAttr(ctx, AttrLock)
+		}
+		t, err := st.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer t.Abort()
+		if err := t.DeleteAttr(ctx, AttrLock); err != nil {
+			return err
+		}
+		return t.Commit(ctx)
+	}, nil
+}
+
+// exportedSubsets returns the member tables of the exported subsets.
+func exportedSubsets(ctx context.Context, sn pillar.Snapshot) ([]string, error) {
+	attrs, err := sn.Attrs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for name := range attrs {
+		if !strings.HasPrefix(name, AttrSubsetPrefix) {
+			continue
+		}
+		var m SubsetMeta
+		if err := sn.Attr(ctx, name, &m); err != nil {
+			return nil, err
+		}
+		if m.Exported && m.Table != "" {
+			out = append(out, m.Table)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// dropScratch drops every tmp/ table (stale scratch of dead operations).
+func dropScratch(ctx context.Context, st pillar.Store) error {
+	tx, err := st.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Abort()
+	tables, err := tx.Tables(ctx)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, t := range tables {
+		if strings.HasPrefix(t.Name, "tmp/") {
+			if err := tx.DropTable(ctx, t.Name); err != nil {
+				return err
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return tx.Commit(ctx)
+}
+
+// computeDesired runs the export job for pub over memberTables into the
+// scratch table desired (and skipped), committed on their own (scratch
+// tables are harmless: they are dropped by the operation's final commit).
+func computeDesired(ctx context.Context, st pillar.Store, opts Options, pub pillar.Published, memberTables []string, desired, skipped, encoding string) error {
+	inputs := append([]string{pillar.TableDocs, pillar.ChunksTable(pub.ChunkVersion), pillar.EmbeddingsTable(pub.ChunkVersion, pub.Model)}, memberTables...)
+	types := []any{&pillar.Doc{}, &pillar.Chunk{}, &pillar.Embedding{}}
+	for range memberTables {
+		types = append(types, &pillar.SubsetMember{})
+	}
+	tx, err := st.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Abort()
+	if len(memberTables) == 0 {
+		// Nothing is exported: an empty desired set.
+		for _, t := range []struct {
+			name string
+			row  any
+		}{{desired, Desired{}}, {skipped, Skipped{}}} {
+			w, err := tx.WriteTable(ctx, t.name, t.row, nil)
+			if err != nil {
+				return err
+			}
+			if err := w.Close(); err != nil {
+				return err
+			}
+		}
+		return tx.Commit(ctx)
+	}
+	op := &jobs.Op{
+		Title: "export " + pub.ChunkVersion + "/" + pub.Model, Inputs: inputs, InputTypes: types,
+		Outputs: []jobs.Output{{Table: desired, RowType: Desired{}, SortedBy: []string{"page_key"}}, {Table: skipped, RowType: Skipped{}}},
+		ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
+		Progress: opts.Progress, Logger: opts.Logger,
+	}
+	job := &ExportJob{ChunkVersion: pub.ChunkVersion, ModelVersion: pub.Model, Partitions: st.Info().Partitions, Encoding: encoding}
+	if err := opts.Runner.Reduce(ctx, job, op); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// ExportPlan is the export work a publish or recompute produced.
+type ExportPlan struct {
+	Desired   int    `json:"desired"` // pages the serving tier should hold
+	Puts      int    `json:"puts"`
+	Deletes   int    `json:"deletes"`
+	Unchanged int    `json:"unchanged"`
+	Skipped   int    `json:"skipped"` // member pages without current chunks/vectors
+	Bulk      bool   `json:"bulk"`    // a bulk rebuild was marked instead of queueing
+	Reason    string `json:"reason,omitempty"`
+}
+
+// readState reads export/state as page_key → row.
+func readState(ctx context.Context, sn pillar.Snapshot) (map[string]ExportState, error) {
+	out := map[string]ExportState{}
+	rr, err := sn.ReadTable(ctx, TableExportState, nil)
+	if errors.Is(err, pillar.ErrNotFound) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rr.Close()
+	for rr.Next() {
+		var s ExportState
+		if err := rr.Scan(&s); err != nil {
+			return nil, err
+		}
+		out[s.PageKey] = s
+	}
+	return out, rr.Err()
+}
+
+// reconcile compares the committed scratch table desired with export/state
+// inside tx: it enqueues a put for every page whose record is new or changed
+// and a delete for every page no longer desired, and rewrites export/state —
+// or, when the changes exceed BulkRatio of the pages, marks a bulk rebuild.
+func reconcile(ctx context.Context, tx pillar.Tx, opts Options, desired, skipped, cause string, pub pillar.Published) (*ExportPlan, error) {
+	plan := &ExportPlan{}
+	state, err := readState(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	if ti, err := tx.Table(ctx, skipped); err == nil {
+		plan.Skipped = int(ti.Rows)
+	}
+	// Pass 1: count the changes.
+	seen := map[string]bool{}
+	var next []ExportState
+	err = scanDesired(ctx, tx, desired, func(d *Desired) error {
+		seen[d.PageKey] = true
+		plan.Desired++
+		if s, ok := state[d.PageKey]; ok && s.RecordHash == d.RecordHash {
+			plan.Unchanged++
+		} else {
+			plan.Puts++
+		}
+		next = append(next, ExportState{PageKey: d.PageKey, Partition: d.Partition, RecordHash: d.RecordHash})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var deletes []ExportState
+	for k, s := range state {
+		if !seen[k] {
+			deletes = append(deletes, s)
+		}
+	}
+	sort.Slice(deletes, func(i, j int) bool { return deletes[i].PageKey < deletes[j].PageKey })
+	plan.Deletes = len(deletes)
+	changes := plan.Puts + plan.Deletes
+	base := max(len(state), plan.Desired, 1)
+	if changes > 0 && float64(changes) > opts.BulkRatio*float64(base) {
+		plan.Bulk = true
+		plan.Reason = fmt.Sprintf("%d of %d pages change (over %.0f%%): bulk rebuild with `pillar export`", changes, base, 100*opts.BulkRatio)
+		if err := tx.SetAttr(ctx, AttrBulk, BulkMark{Reason: cause + ": " + plan.Reason, At: time.Now().UTC(), Published: pub, Changes: changes}); err != nil {
+			return nil, err
+		}
+		return plan, nil
+	}
+	if changes == 0 {
+		return plan, nil
+	}
+	// Pass 2: enqueue.
+	var batch []pillar.ExportRecord
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := tx.Enqueue(ctx, batch...)
+		batch = batch[:0]
+		return err
+	}
+	err = scanDesired(ctx, tx, desired, func(d *Desired) error {
+		if s, ok := state[d.PageKey]; ok && s.RecordHash == d.RecordHash {
+			return nil
+		}
+		batch = append(batch, pillar.ExportRecord{Partition: d.Partition, PageKey: d.PageKey, Op: pillar.OpPut, Value: d.Value, Cause: cause})
+		if len(batch) >= 256 {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range deletes {
+		batch = append(batch, pillar.ExportRecord{Partition: s.Partition, PageKey: s.PageKey, Op: pillar.OpDelete, Cause: cause})
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return plan, writeState(ctx, tx, next)
+}
+
+func writeState(ctx context.Context, tx pillar.Tx, rows []ExportState) error {
+	sort.Slice(rows, func(i, j int) bool { return rows[i].PageKey < rows[j].PageKey })
+	w, err := tx.WriteTable(ctx, TableExportState, ExportState{}, &pillar.WriteOptions{SortedBy: []string{"page_key"}})
+	if err != nil {
+		return err
+	}
+	for i := range rows {
+		if err := w.Write(&rows[i]); err != nil {
+			w.Close()
+			return err
+		}
+	}
+	return w.Close()
+}
+
+func scanDesired(ctx context.Context, sn pillar.Snapshot, table string, fn func(*Desired) error) error {
+	rr, err := sn.ReadTable(ctx, table, nil)
+	if err != nil {
+		return err
+	}
+	defer rr.Close()
+	for rr.Next() {
+		var d Desired
+		if err := rr.Scan(&d); err != nil {
+			return err
+		}
+		if err := fn(&d); err != nil {
+			return err
+		}
+	}
+	return rr.Err()
+}
