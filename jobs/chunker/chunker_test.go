@@ -319,3 +319,20 @@ func TestTestdataTextsChunk(t *testing.T) {
 		}
 	}
 }
+
+// FuzzChunkers checks the documented guarantees on arbitrary text and
+// parameters (go test -fuzz FuzzChunkers ./jobs/chunker to search further).
+func FuzzChunkers(f *testing.F) {
+	f.Add("Hello, world. This is a test.\n\nNew paragraph!", uint16(4), uint16(1))
+	f.Add("日本語の文です。二番目の文です！", uint16(3), uint16(2))
+	f.Add("\xff\xfe a\u00adb \r\n\r\n c", uint16(1), uint16(0))
+	f.Add(strings.Repeat("x", 100)+" y", uint16(2), uint16(1))
+	f.Fuzz(func(t *testing.T, text string, size, overlap uint16) {
+		s := 1 + int(size)%64
+		o := int(overlap) % s
+		for _, name := range []string{"tokens", "recursive"} {
+			c := MustParse(fmt.Sprintf("%s:size=%d,overlap=%d", name, s, o))
+			checkChunks(t, c, text, c.Chunk(text))
+		}
+	})
+}

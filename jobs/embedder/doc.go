@@ -33,6 +33,8 @@
 //     chunker) and keep the Word and Ideograph tokens, in order: w₁ … wₙ.
 //     Punctuation tokens are dropped (a bigram may span them).
 //  2. Lower-case each word rune by rune with unicode.ToLower, as UTF-8 bytes.
+//     No Unicode normalisation is applied: normalise (NFC) upstream if the
+//     corpus mixes composed and decomposed forms.
 //  3. The features are the unigrams wᵢ (the bytes of the word) and the
 //     bigrams wᵢ₋₁ wᵢ (the bytes of the first word, one space 0x20, the bytes
 //     of the second), for i = 2 … n.

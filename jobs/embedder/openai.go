@@ -384,7 +384,11 @@ func (e *OpenAI) attempt(ctx context.Context, body []byte, base int, dst [][]flo
 	}
 	e.log.Debug("embedder: response", "embedder", e.id, "status", resp.StatusCode, "inputs", len(dst), "bytes", len(data), "took", time.Since(start))
 	if resp.StatusCode != http.StatusOK {
-		se := &StatusError{Code: resp.StatusCode, Message: errorMessage(data)}
+		msg := errorMessage(data)
+		if e.key != nil && e.key.v != "" {
+			msg = strings.ReplaceAll(msg, e.key.v, "[redacted]") // some servers echo the key
+		}
+		se := &StatusError{Code: resp.StatusCode, Message: msg}
 		switch {
 		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode >= 500:
 			return &attemptError{err: se, retry: true, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}

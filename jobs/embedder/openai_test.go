@@ -67,7 +67,8 @@ func (s *apiServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.key != "" && r.Header.Get("Authorization") != "Bearer "+s.key {
 		w.WriteHeader(http.StatusUnauthorized)
-		fmt.Fprint(w, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}`)
+		got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		fmt.Fprintf(w, `{"error":{"message":"Incorrect API key provided: %s","type":"invalid_request_error"}}`, got)
 		return
 	}
 	var body struct {
@@ -499,6 +500,13 @@ func TestOpenAIKey(t *testing.T) {
 		if _, err := e.Embed(context.Background(), texts(2)); err != nil {
 			t.Fatalf("key in $%s: %v", tc.variable, err)
 		}
+	}
+	// A server that echoes a wrong key does not get it printed either.
+	s.key = "another-key"
+	e2 := newOpenAITest(t, s, "", Options{Getenv: func(string) string { return key }, Logger: logger})
+	_, err = e2.Embed(context.Background(), texts(1))
+	if !errors.As(err, &se) || se.Code != 401 || !strings.Contains(err.Error(), "[redacted]") {
+		t.Fatalf("err = %v, want a 401 with the echoed key redacted", err)
 	}
 	// The key is never printed.
 	for what, s := range map[string]string{
