@@ -22,6 +22,7 @@ func commands() []*cli.Command {
 		backfillCommand(),
 		versionsCommand(),
 		subsetsCommand(),
+		sstCommand(), // SST builder (cmd_sst.go)
 		cobbledCommand(), getCommand(),
 		controlCommand(), statusCommand(), // control plane (cmd_control.go)
 	}

@@ -1,0 +1,341 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/objstore"
+	"github.com/pillarkit/pillar/internal/progress"
+	"github.com/pillarkit/pillar/internal/record"
+	"github.com/pillarkit/pillar/internal/rocks"
+	"github.com/pillarkit/pillar/sstbuilder"
+)
+
+func sstCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "sst",
+		Usage: "build RocksDB SST batches from a partition-sorted export, upload, register, inspect",
+		Description: `The SST builder turns a partition-sorted export (export.json + p<NNNNN>.parquet, see
+"go doc ./sstbuilder") into one batch per partition: SST files with the serving nodes'
+table options plus manifest.json, stored under batches/p<NNNNN>/<batch-id>/ in the
+object store, then registered with the control plane.
+
+Examples:
+   pillar sst synth-export --out data/exports/synth1 --partitions 8 --pages 2000
+   pillar sst build --export data/exports/synth1 --objstore file:///srv/pillar/objects
+   pillar sst build --export data/exports/synth1 --objstore s3://pillar-batches/prod \
+       --register 127.0.0.1:7000 --token-file control.token
+   pillar sst inspect file:///srv/pillar/objects/batches/p00007/synth1-p00007`,
+		Subcommands: []*cli.Command{sstBuildCommand(), sstInspectCommand(), sstSynthCommand()},
+	}
+}
+
+var sstS3EndpointFlag = &cli.StringFlag{Name: "s3-endpoint", EnvVars: []string{"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"},
+	Usage: "S3 endpoint for s3:// stores (credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the AWS config)"}
+
+func sstOpenStore(c *cli.Context, url string) (objstore.Store, error) {
+	return objstore.Open(c.Context, url, &objstore.Options{S3Endpoint: c.String("s3-endpoint"), Logger: logger()})
+}
+
+func sstBuildCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "build",
+		Usage:     "build, upload and register one batch per partition of an export",
+		UsageText: "pillar sst build --export DIR --objstore URL [--register HOST:PORT] [options]",
+		Description: `Builds each partition of the export into SST files (rolling at --target-file-size),
+checks the row order (an out-of-order key is an error naming the partition and key;
+of several versions of one key only the newest is written), uploads the files and
+then manifest.json (conditional creates: a batch is never overwritten), and registers
+the batch with the control plane at --register (without it nothing is registered,
+and the log says so). The partition count must match the deployment's: --partitions,
+or the control plane's when --register is given.
+
+Resumable: a partition whose batch is already in the object store from the same
+input (checksum in the manifest's source), or which an earlier run built from it
+(state in --work-dir), is not rebuilt. Rerun the same command after a failure.
+
+Examples:
+   pillar sst build --export data/exports/e1 --objstore file:///srv/pillar/objects
+   pillar sst build --export data/exports/e1 --objstore s3://pillar-batches/prod \
+       --s3-endpoint http://127.0.0.1:7070 --register 127.0.0.1:7000 --token-file control.token
+   pillar sst build --export data/exports/e1 --objstore data/objects --partition 3 --partition 7 --compression zstd`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "export", Required: true, Usage: "export directory (holds export.json)"},
+			&cli.StringFlag{Name: "objstore", Required: true, EnvVars: []string{"PILLAR_OBJSTORE"}, Usage: "object store: a directory, file:///abs/dir or s3://bucket/prefix"},
+			sstS3EndpointFlag,
+			&cli.StringFlag{Name: "register", Usage: "control-plane address host:port to register batches with (default: do not register)"},
+			controlTokenFileFlag,
+			controlTLSCAFlag,
+			&cli.IntFlag{Name: "partitions", Usage: "the deployment's partition count (default: the control plane's with --register, else the export's)"},
+			&cli.IntSliceFlag{Name: "partition", Usage: "build only this partition (repeatable)"},
+			&cli.StringFlag{Name: "work-dir", Usage: "local directory for SST files and resume state (default <export>/.sst-build)"},
+			&cli.StringFlag{Name: "compression", Value: "lz4", Usage: "SST block compression: lz4, zstd or none (must match what the serving nodes expect to read fast)"},
+			&cli.StringFlag{Name: "block-size", Value: "16KiB", Usage: "SST block size"},
+			&cli.Float64Flag{Name: "bloom-bits", Value: 10, Usage: "bloom filter bits per key"},
+			&cli.StringFlag{Name: "target-file-size", Value: "256MiB", Usage: "start a new SST file past this size"},
+			&cli.StringFlag{Name: "max-value-size", Value: "16MiB", Usage: "reject a value larger than this (the error names the key)"},
+			&cli.IntFlag{Name: "parallel", Value: 2, Usage: "partitions built at once"},
+			&cli.BoolFlag{Name: "keep-files", Usage: "keep the local SST files after upload"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+		},
+		Action: runSSTBuild,
+	}
+}
+
+func runSSTBuild(c *cli.Context) error {
+	ctx := c.Context
+	log := logger()
+	var table rocks.TableConfig
+	var err error
+	table.Compression = c.String("compression")
+	table.BloomBitsPerKey = c.Float64("bloom-bits")
+	bs, err := sstParseSize(c.String("block-size"))
+	if err != nil {
+		return fmt.Errorf("--block-size: %w", err)
+	}
+	table.BlockSize = int(bs)
+	if err := table.Validate(); err != nil {
+		return err
+	}
+	target, err := sstParseSize(c.String("target-file-size"))
+	if err != nil {
+		return fmt.Errorf("--target-file-size: %w", err)
+	}
+	maxVal, err := sstParseSize(c.String("max-value-size"))
+	if err != nil {
+		return fmt.Errorf("--max-value-size: %w", err)
+	}
+	meta, err := sstbuilder.ReadExportMeta(c.String("export"))
+	if err != nil {
+		return err
+	}
+	// Credentials and the bucket are checked here, before any work.
+	store, err := sstOpenStore(c, c.String("objstore"))
+	if err != nil {
+		return err
+	}
+	partitions := c.Int("partitions")
+	var reg sstbuilder.Registerer = sstbuilder.NopRegisterer{Logger: log}
+	if addr := c.String("register"); addr != "" {
+		client, err := sstDialControl(c, addr)
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		cp, err := client.Partitions(ctx)
+		if err != nil {
+			return fmt.Errorf("--register %s: %w", addr, err)
+		}
+		if partitions != 0 && partitions != cp {
+			return fmt.Errorf("--partitions %d, but the control plane at %s has %d: %w", partitions, addr, cp, sstbuilder.ErrPartitions)
+		}
+		partitions = cp
+		reg = client
+	}
+	var total int64
+	for _, f := range meta.Files {
+		total += f.Rows
+	}
+	bar := progress.New(total, "sst build "+meta.ID, &progress.Options{Logger: log})
+	res, err := sstbuilder.BuildExport(ctx, &sstbuilder.ExportBuildOptions{
+		Export: c.String("export"), Store: store, Partitions: partitions, Only: c.IntSlice("partition"),
+		Registerer: reg, WorkDir: c.String("work-dir"), Table: table, TargetFileSize: target, MaxValueSize: int(maxVal),
+		Parallelism: c.Int("parallel"), KeepFiles: c.Bool("keep-files"), Progress: bar, Logger: log,
+	})
+	bar.Done()
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARTITION\tBATCH\tSTATUS\tKEYS\tDELETES\tFILES\tBYTES\tSEQ")
+	var bytes int64
+	for _, p := range res.Partitions {
+		if p.Manifest == nil {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t0\t0\t0\t0\t-\n", p.Partition, p.BatchID, p.Status)
+			continue
+		}
+		var size int64
+		for _, f := range p.Manifest.Files {
+			size += f.Size
+		}
+		bytes += size
+		seq := "-"
+		if p.Seq > 0 {
+			seq = strconv.FormatInt(p.Seq, 10)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", p.Partition, p.BatchID, p.Status, p.Manifest.Keys, p.Manifest.Deletes, len(p.Manifest.Files), size, seq)
+	}
+	tw.Flush()
+	fmt.Fprintf(c.App.Writer, "%d batches, %d SST bytes, %s\n", len(res.Partitions), bytes, res.Elapsed.Round(time.Millisecond))
+	if c.String("register") == "" {
+		fmt.Fprintln(c.App.Writer, "not registered (no --register given)")
+	}
+	return nil
+}
+
+func sstDialControl(c *cli.Context, addr string) (*control.Client, error) {
+	tok, err := readControlToken(c)
+	if err != nil {
+		return nil, err
+	}
+	opts := &control.ClientOptions{Token: tok}
+	if ca := c.String("tls-ca"); ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca %s: no PEM certificates", ca)
+		}
+		opts.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return control.Dial(addr, opts)
+}
+
+func sstInspectCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "inspect",
+		Usage:     "show and verify one batch: manifest, checksums, key range, sample records",
+		UsageText: "pillar sst inspect [--samples N] [--json] <objstore-url>/batches/p<NNNNN>/<batch-id>",
+		Description: `Downloads the batch, verifies every file's size and SHA-256 against manifest.json,
+ingests the files into a scratch RocksDB, checks the meta key (the batch id) and the key
+count and range, and decodes sample values as prepared page records.
+
+Examples:
+   pillar sst inspect file:///srv/pillar/objects/batches/p00007/e1-p00007
+   pillar sst inspect --samples 10 data/objects/batches/p00000/e1-p00000
+   pillar sst inspect --json s3://pillar-batches/prod/batches/p00007/e1-p00007`,
+		Flags: []cli.Flag{
+			sstS3EndpointFlag,
+			&cli.IntFlag{Name: "samples", Value: 5, Usage: "number of keys to decode"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return errors.New("want one argument: <objstore-url>/batches/p<NNNNN>/<batch-id>")
+			}
+			storeURL, p, id, err := sstbuilder.ParseBatchURL(c.Args().First())
+			if err != nil {
+				return err
+			}
+			store, err := sstOpenStore(c, storeURL)
+			if err != nil {
+				return err
+			}
+			in, err := sstbuilder.InspectBatch(c.Context, store, p, id, &sstbuilder.InspectOptions{Samples: c.Int("samples")})
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(in)
+			}
+			in.WriteText(c.App.Writer)
+			return nil
+		},
+	}
+}
+
+func sstSynthCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "synth-export",
+		Usage:     "write a synthetic partition-sorted export (to try or benchmark the builder)",
+		UsageText: "pillar sst synth-export --out DIR --pages N [options]",
+		Description: `Writes an export in the format "pillar sst build" reads, with synthetic prepared page
+records (random text and embeddings, ~48 KB each by default).
+
+Examples:
+   pillar sst synth-export --out data/exports/synth1 --partitions 8 --pages 2000
+   pillar sst synth-export --out data/exports/d1 --id d1 --kind delta --pages 500 --delete-every 5 --versions 2`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Required: true, Usage: "new export directory"},
+			&cli.StringFlag{Name: "id", Usage: "export id (default: the directory name, else \"synth\")"},
+			&cli.IntFlag{Name: "partitions", Value: 8, Usage: "partition count"},
+			&cli.IntFlag{Name: "pages", Required: true, Usage: "distinct pages"},
+			&cli.StringFlag{Name: "kind", Value: batch.KindSnapshot, Usage: "snapshot or delta"},
+			&cli.IntFlag{Name: "chunks", Value: 16, Usage: "chunks per page"},
+			&cli.IntFlag{Name: "text-bytes", Value: 2200, Usage: "text bytes per chunk"},
+			&cli.IntFlag{Name: "dims", Value: 384, Usage: "embedding dimensions"},
+			&cli.StringFlag{Name: "encoding", Value: "float16", Usage: "embedding encoding: float16, float32 or int8"},
+			&cli.IntFlag{Name: "versions", Value: 1, Usage: "versions per page (older ones are superseded)"},
+			&cli.IntFlag{Name: "delete-every", Usage: "delta only: every Nth page is a delete"},
+			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "random seed"},
+		},
+		Action: func(c *cli.Context) error {
+			enc, err := record.ParseEncoding(c.String("encoding"))
+			if err != nil {
+				return err
+			}
+			id := c.String("id")
+			if id == "" {
+				id = strings.ToLower(baseName(c.String("out")))
+				if !sstbuilder.ValidExportID(id) {
+					id = "synth"
+				}
+			}
+			meta, err := sstbuilder.SynthExport(c.String("out"), &sstbuilder.SynthOptions{
+				ID: id, Partitions: c.Int("partitions"), Pages: c.Int("pages"), Kind: c.String("kind"),
+				Chunks: c.Int("chunks"), TextBytes: c.Int("text-bytes"), Dims: c.Int("dims"), Encoding: enc,
+				Versions: c.Int("versions"), DeleteEvery: c.Int("delete-every"), Seed: c.Uint64("seed"),
+			})
+			if err != nil {
+				return err
+			}
+			var rows, bytes int64
+			for _, f := range meta.Files {
+				rows += f.Rows
+				bytes += f.Bytes
+			}
+			fmt.Fprintf(c.App.Writer, "export %s: %d partitions (%d with rows), %d rows, %d Parquet bytes in %s\n",
+				meta.ID, meta.Partitions, len(meta.Files), rows, bytes, c.String("out"))
+			return nil
+		},
+	}
+}
+
+func baseName(p string) string {
+	p = strings.TrimRight(p, "/")
+	if i := strings.LastIndex(p, "/"); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}
+
+// sstParseSize parses "16KiB", "256MiB", "1GiB", "4096", "1.5MB".
+func sstParseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.m
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("size %q: want a number with an optional KiB/MiB/GiB suffix", s)
+	}
+	return int64(f * float64(mult)), nil
+}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runSST(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	app := newApp()
+	var out, errb bytes.Buffer
+	app.Writer, app.ErrWriter = &out, &errb
+	app.Before = nil
+	err := app.Run(append([]string{"pillar"}, args...))
+	return out.String(), err
+}
+
+// synth-export → build → inspect, then a rerun that rebuilds nothing.
+func TestSSTBuildInspect(t *testing.T) {
+	dir := t.TempDir()
+	exp, objs := filepath.Join(dir, "exp1"), "file://"+filepath.Join(dir, "objs")
+	out, err := runSST(t, "sst", "synth-export", "--out", exp, "--partitions", "2", "--pages", "40", "--chunks", "2", "--text-bytes", "100", "--dims", "16")
+	if err != nil || !strings.Contains(out, "export exp1: 2 partitions") {
+		t.Fatalf("synth-export: %v\n%s", err, out)
+	}
+	out, err = runSST(t, "sst", "build", "--export", exp, "--objstore", objs, "--partitions", "2")
+	if err != nil || strings.Count(out, " built ") != 2 || !strings.Contains(out, "not registered") {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	out, err = runSST(t, "sst", "build", "--export", exp, "--objstore", objs)
+	if err != nil || strings.Count(out, " uploaded ") != 2 {
+		t.Fatalf("rebuild: %v\n%s", err, out)
+	}
+	if _, err = runSST(t, "sst", "build", "--export", exp, "--objstore", objs, "--partitions", "3"); err == nil || !strings.Contains(err.Error(), "partition count mismatch") {
+		t.Fatalf("wrong partition count: %v", err)
+	}
+	out, err = runSST(t, "sst", "inspect", "--samples", "2", objs+"/batches/p00001/exp1-p00001")
+	if err != nil || !strings.Contains(out, "meta key = \"exp1-p00001\"") || !strings.Contains(out, "https://synthetic.example/page/") {
+		t.Fatalf("inspect: %v\n%s", err, out)
+	}
+}
+
+func TestSSTParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"16KiB": 16 << 10, "256MiB": 256 << 20, "1GiB": 1 << 30, "4096": 4096, "1.5MB": 1500000} {
+		if got, err := sstParseSize(in); err != nil || got != want {
+			t.Errorf("sstParseSize(%q) = %d, %v", in, got, err)
+		}
+	}
+	if _, err := sstParseSize("lots"); err == nil {
+		t.Error("accepted lots")
+	}
+}
