@@ -81,9 +81,12 @@
 //     the overlap starts at the gap in that window of the highest class —
 //     paragraph and sentence counting alike, then line, then word, then none
 //     — the earliest among equals (so, the longest overlap that starts a
-//     sentence if there is one, else a line, else a word; no overlap if the
-//     window has white space nowhere). The next piece then always fits, so
-//     every chunk gains at least one new piece.
+//     sentence if there is one, else a line, else a word). There is no
+//     overlap when that gap is weaker than the boundary the chunk ended at
+//     (capped at sentence): after a chunk that ends a sentence the overlap is
+//     whole sentences or nothing, never the tail of one; and there is none
+//     when the window has white space nowhere. The next piece then always
+//     fits, so every chunk gains at least one new piece.
 //
 // The overlap is thus at most overlap tokens and may be shorter (or nothing)
 // when the next piece is large; chunks are at most size tokens.

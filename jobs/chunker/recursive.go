@@ -112,7 +112,8 @@ func (c *recursiveChunker) split(str []uint8, a, b int, out []seg) []seg {
 // budget tokens before e, after prevStart (chunks start strictly later than
 // their predecessor), at the boundary of the highest class, sentence and
 // paragraph counting alike, the earliest among equals. It returns e (no
-// overlap) when the window is empty or has white space nowhere.
+// overlap) when the window is empty, has white space nowhere, or has no
+// boundary as strong as the one at e (capped at sentence).
 func overlapStart(str []uint8, prevStart, e, budget int) int {
 	lo := max(prevStart+1, e-budget)
 	if budget <= 0 || lo >= e {
@@ -124,8 +125,11 @@ func overlapStart(str []uint8, prevStart, e, budget int) int {
 			best, bestRank = i, r
 		}
 	}
-	if bestRank == bNone {
-		return e // never start a chunk glued to the token before
+	if bestRank == bNone || bestRank < min(str[e], bSentence) {
+		// Never start a chunk glued to the token before, nor with a
+		// fragment of a sentence (line) when the chunk ends at a sentence
+		// (line) boundary.
+		return e
 	}
 	return best
 }
