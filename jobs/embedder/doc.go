@@ -27,7 +27,8 @@
 //
 // A real embedding that needs no model: feature hashing of word unigrams and
 // bigrams with signed hashing, sub-linear term frequency and L2
-// normalisation. It is the embedded default. Exactly, for dimension D:
+// normalisation. It is the embedded default. Its one parameter is dim (1 to
+// 65536, default 384: "hash" is "hash:dim=384"). Exactly, for dimension D:
 //
 //  1. Tokenize the text with chunker.Tokenize (documented in package
 //     chunker) and keep the Word and Ideograph tokens, in order: w₁ … wₙ.
