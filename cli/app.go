@@ -21,6 +21,10 @@ func commands() []*cli.Command {
 		tablesCommand(),
 		backfillCommand(),
 		versionsCommand(),
+		publishCommand(),
+		rollbackCommand(),
+		signalsCommand(),
+		exportCommand(),
 		subsetsCommand(),
 		sstCommand(), // SST builder (cmd_sst.go)
 		cobbledCommand(), getCommand(),

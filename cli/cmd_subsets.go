@@ -32,9 +32,9 @@ The predicate language (see go doc github.com/pillarkit/pillar/subsets):
 
 Examples:
    pillar subsets validate --policies testdata/policies.yaml`,
-		Subcommands: []*cli.Command{
+		Subcommands: append([]*cli.Command{
 			subsetsValidateCommand(),
-		},
+		}, subsetsStoreCommands()...),
 	}
 }
 

@@ -1,0 +1,470 @@
+package main
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/jobs/pipeline"
+	"github.com/pillarkit/pillar/pillar"
+	"github.com/pillarkit/pillar/sstbuilder"
+	"github.com/pillarkit/pillar/subsets"
+)
+
+func printPlan(p *pipeline.ExportPlan) {
+	if p == nil {
+		fmt.Println("  export: nothing published yet, so no export work (publish exports the members)")
+		return
+	}
+	if p.Bulk {
+		fmt.Printf("  export: bulk rebuild marked: %s\n", p.Reason)
+		return
+	}
+	fmt.Printf("  export: %d pages desired; queued %d puts and %d deletes; %d unchanged; %d member pages skipped (no current chunks/vectors)\n",
+		p.Desired, p.Puts, p.Deletes, p.Unchanged, p.Skipped)
+}
+
+func publishCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "publish",
+		Usage: "atomically publish a (chunk version, model) pair and queue the export work it causes",
+		Description: `Sets the published pair in one transaction together with its export work: puts for
+exported pages whose record changes and deletes for pages that can no longer be served, or,
+when most pages change (a new pair), a bulk-rebuild mark that ` + "`pillar export`" + ` carries out.
+Both versions must be complete. Re-publishing the same pair after an incremental backfill
+queues just the changed pages for Lorry.
+
+Examples:
+   pillar publish --store data/store --chunks recursive-s512-o64-54906c2d --model hash:dim=384
+   pillar publish --store data/store --chunks recursive-s512-o64-54906c2d --model hash-d384-ea4b8133 --dry-run`,
+		Flags: append([]cli.Flag{storeFlag,
+			&cli.StringFlag{Name: "chunks", Required: true, Usage: "chunk version id"},
+			&cli.StringFlag{Name: "model", Required: true, Usage: "model id or spec (e.g. hash:dim=384)"},
+		}, runFlags...),
+		Action: func(c *cli.Context) error {
+			st, err := openStore(c, false, 0)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			r, err := pipeline.Publish(c.Context, st, c.String("chunks"), c.String("model"), pipelineOptions(c))
+			if err != nil {
+				return err
+			}
+			return printPublish(c, "published", r)
+		},
+	}
+}
+
+func printPublish(c *cli.Context, verb string, r *pipeline.PublishResult) error {
+	if c.Bool("json") {
+		return json.NewEncoder(os.Stdout).Encode(r)
+	}
+	if r.DryRun {
+		fmt.Printf("dry run: would publish chunks %s, model %s; %s\n", r.Published.ChunkVersion, r.Published.Model, r.Export.Reason)
+		return nil
+	}
+	fmt.Printf("%s chunks %s, model %s\n", verb, r.Published.ChunkVersion, r.Published.Model)
+	if r.Previous != nil {
+		fmt.Printf("  previous: chunks %s, model %s (`pillar rollback` returns to it)\n", r.Previous.ChunkVersion, r.Previous.Model)
+	}
+	printPlan(r.Export)
+	return nil
+}
+
+func rollbackCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "rollback",
+		Usage: "republish the previous published pair (atomically, with its export work)",
+		Description: `Examples:
+   pillar rollback --store data/store`,
+		Flags: append([]cli.Flag{storeFlag}, runFlags...),
+		Action: func(c *cli.Context) error {
+			st, err := openStore(c, false, 0)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			r, err := pipeline.Rollback(c.Context, st, pipelineOptions(c))
+			if err != nil {
+				return err
+			}
+			return printPublish(c, "rolled back to", r)
+		},
+	}
+}
+
+// exportSink routes export rows to an sstbuilder.ExportWriter.
+type exportSink struct{ w *sstbuilder.ExportWriter }
+
+func (s exportSink) Write(key, op string, value []byte) error {
+	return s.w.Write(sstbuilder.ExportRow{PageKey: key, Op: op, Value: value})
+}
+
+func exportCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "export",
+		Usage: "bulk rebuild: write every exported page's record as a partition-sorted snapshot export",
+		Description: `Joins the exported subsets' members with the published chunk and embedding versions into
+prepared page records (protobuf; vectors float16 by default) and writes Parquet files per
+partition, rows sorted by page key, plus export.json. Then build SST batches from it with
+` + "`pillar sst build`" + `. Every partition gets a snapshot (an empty one deletes everything), so
+pages that left every exported subset disappear from the serving tier.
+
+Examples:
+   pillar export --store data/store --partitions 64 --out data/exports/exp1
+   pillar sst build --export data/exports/exp1 --objstore file://$PWD/data/objects --register 127.0.0.1:7000`,
+		Flags: []cli.Flag{storeFlag,
+			&cli.IntFlag{Name: "partitions", Usage: "the deployment's partition count (must equal the store's)"},
+			&cli.StringFlag{Name: "out", Required: true, Usage: "export directory (must not exist or be empty)"},
+			&cli.StringFlag{Name: "id", Usage: "export id (default: the --out folder's name)"},
+			&cli.StringFlag{Name: "encoding", Value: "float16", Usage: "vector encoding in records: float16, float32 or int8"},
+			&cli.IntFlag{Name: "workers", Usage: "parallel jobs (default: number of CPUs)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			st, err := openStore(c, false, 0)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			p := st.Info().Partitions
+			if c.IsSet("partitions") && c.Int("partitions") != p {
+				return fmt.Errorf("export: --partitions %d, but the store has %d partitions: %w", c.Int("partitions"), p, pillar.ErrPartitions)
+			}
+			out := c.String("out")
+			id := c.String("id")
+			if id == "" {
+				id = strings.ToLower(filepath.Base(out))
+			}
+			if !sstbuilder.ValidExportID(id) {
+				return fmt.Errorf("export: id %q: lower-case letters, digits, '.', '_' and '-' only (use --id)", id)
+			}
+			w, err := sstbuilder.NewExportWriter(out, p, batch.KindSnapshot, &sstbuilder.ExportOptions{ID: id, Source: "pillar export " + st.Info().Root})
+			if err != nil {
+				return err
+			}
+			opts := pipelineOptions(c)
+			opts.Encoding = c.String("encoding")
+			res, pending, err := pipeline.Export(c.Context, st, exportSink{w}, opts)
+			if err != nil {
+				w.Abort()
+				return err
+			}
+			meta, err := w.Close()
+			if err != nil {
+				pending.Abort()
+				return err
+			}
+			if err := pending.Commit(meta.ID, out); err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return json.NewEncoder(os.Stdout).Encode(map[string]any{"export": meta, "result": res})
+			}
+			fmt.Printf("exported %d pages (%s of records, %d member pages skipped) in %s to %s\n",
+				res.Pages, humanBytes(res.Bytes), res.Skipped, res.Duration, out)
+			fmt.Printf("  export id %s, %d partitions (%d with rows)\n", meta.ID, meta.Partitions, len(meta.Files))
+			fmt.Printf("  next: pillar sst build --export %s --objstore <url> --register <control addr>\n", out)
+			return nil
+		},
+	}
+}
+
+func subsetsStoreCommands() []*cli.Command {
+	return []*cli.Command{
+		{
+			Name:  "recompute",
+			Usage: "evaluate every policy over the store, write new generations and queue the export work",
+			Description: `One pass over docs (and signals) evaluates every policy; a new generation of each subset
+is written together with the export work (puts for pages entering an exported subset or
+whose record changed, deletes for pages that left every exported subset) in one
+transaction. A re-run with the same inputs and --as-of does nothing.
+
+Examples:
+   pillar subsets recompute --store data/store --policies testdata/policies.yaml
+   pillar subsets recompute --store data/store --policies testdata/policies.yaml --as-of 2026-11-30T00:00:00Z`,
+			Flags: append([]cli.Flag{storeFlag,
+				&cli.StringFlag{Name: "policies", Required: true, Usage: "policy file (YAML or JSON)", EnvVars: []string{"PILLAR_POLICIES"}},
+				&cli.TimestampFlag{Name: "as-of", Layout: time.RFC3339, Usage: "evaluation time for age() (default: now)"},
+			}, runFlags...),
+			Action: func(c *cli.Context) error {
+				set, err := subsets.ReadFile(c.String("policies"))
+				if err != nil {
+					return err
+				}
+				asOf := time.Now()
+				if t := c.Timestamp("as-of"); t != nil {
+					asOf = *t
+				}
+				st, err := openStore(c, false, 0)
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				r, err := pipeline.Recompute(c.Context, st, set, asOf, pipelineOptions(c))
+				if err != nil {
+					return err
+				}
+				if c.Bool("json") {
+					return json.NewEncoder(os.Stdout).Encode(r)
+				}
+				if r.Skipped {
+					fmt.Printf("subsets recompute: these inputs were already processed (run %s): nothing to do\n", r.RunID)
+					return nil
+				}
+				fmt.Printf("recomputed %d subsets over %d pages as of %s in %s\n", len(r.Subsets), r.Docs, r.AsOf.Format(time.RFC3339), r.Duration)
+				tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "  SUBSET\tEXPORTED\tGEN\tSIZE\tADDS\tREMOVES")
+				for _, s := range r.Subsets {
+					fmt.Fprintf(tw, "  %s\t%v\t%d\t%d\t%d\t%d\n", s.Name, s.Exported, s.Generation, s.Size, s.Adds, s.Removes)
+				}
+				tw.Flush()
+				printPlan(r.Export)
+				return nil
+			},
+		},
+		{
+			Name:  "show",
+			Usage: "list subsets with size, exported flag and generation history",
+			Description: `Examples:
+   pillar subsets show --store data/store`,
+			Flags: []cli.Flag{storeFlag, &cli.BoolFlag{Name: "json", Usage: "print as JSON"}},
+			Action: func(c *cli.Context) error {
+				st, err := openStore(c, false, 0)
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				sn, err := st.Snapshot(c.Context)
+				if err != nil {
+					return err
+				}
+				defer sn.Release()
+				ms, err := pipeline.SubsetInfo(c.Context, sn)
+				if err != nil {
+					return err
+				}
+				if c.Bool("json") {
+					return json.NewEncoder(os.Stdout).Encode(ms)
+				}
+				if len(ms) == 0 {
+					fmt.Println("no subsets yet: run `pillar subsets recompute --policies FILE`")
+					return nil
+				}
+				tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "SUBSET\tEXPORTED\tSIZE\tGEN\tAS OF\tHISTORY (gen: size +adds -removes)")
+				for _, m := range ms {
+					var h []string
+					for _, g := range m.History {
+						h = append(h, fmt.Sprintf("%d: %d +%d -%d", g.Generation, g.Size, g.Adds, g.Removes))
+					}
+					fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%s\t%s\n", m.Name, m.Exported, m.Size, m.Generation, m.AsOf.Format(time.RFC3339), strings.Join(h, "; "))
+				}
+				return tw.Flush()
+			},
+		},
+		{
+			Name:  "diff",
+			Usage: "the pages that entered and left a subset in its last recompute",
+			Description: `Examples:
+   pillar subsets diff --store data/store --subset fresh
+   pillar subsets diff --store data/store --subset long-pages --all`,
+			Flags: []cli.Flag{storeFlag,
+				&cli.StringFlag{Name: "subset", Required: true, Usage: "subset name"},
+				&cli.BoolFlag{Name: "all", Usage: "also list pages that stayed"},
+				&cli.IntFlag{Name: "limit", Value: 50, Usage: "list at most this many pages per kind (0: all)"},
+			},
+			Action: func(c *cli.Context) error {
+				st, err := openStore(c, false, 0)
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				sn, err := st.Snapshot(c.Context)
+				if err != nil {
+					return err
+				}
+				defer sn.Release()
+				meta, changes, err := pipeline.SubsetDiff(c.Context, sn, c.String("subset"))
+				if err != nil {
+					return err
+				}
+				count := map[subsets.ChangeKind]int{}
+				for _, ch := range changes {
+					count[ch.Kind]++
+				}
+				fmt.Printf("subset %s, generation %d (as of %s): %d entered, %d left, %d stayed\n", meta.Name, meta.Generation,
+					meta.AsOf.Format(time.RFC3339), count[subsets.Enter], count[subsets.Leave], count[subsets.Stay])
+				shown := map[subsets.ChangeKind]int{}
+				for _, ch := range changes {
+					if ch.Kind == subsets.Stay && !c.Bool("all") {
+						continue
+					}
+					if l := c.Int("limit"); l > 0 && shown[ch.Kind] >= l {
+						continue
+					}
+					shown[ch.Kind]++
+					fmt.Printf("  %-5s %s\n", ch.Kind, ch.PageKey)
+				}
+				return nil
+			},
+		},
+	}
+}
+
+func signalsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "signals",
+		Usage: "per-page signals (quality scores, …) that policies can use",
+		Subcommands: []*cli.Command{{
+			Name:  "import",
+			Usage: "load signals from a CSV file: url or page_key, then named columns",
+			Description: `The first column is "url" (normalized and hashed to the page key) or "page_key" (32 hex
+characters); every other column is a signal of that name, numeric where the value parses
+as a number, else a string. Rows for pages not in the store are counted and skipped. An
+imported signal replaces the same page's signal of the same name.
+
+Examples:
+   pillar signals import --store data/store --from scores.csv
+   printf 'url,score\nhttps://www.postgresql.org/docs/15/sql-select.html,0.93\n' > s.csv`,
+			Flags: []cli.Flag{storeFlag, &cli.StringFlag{Name: "from", Required: true, Usage: "CSV file"}},
+			Action: func(c *cli.Context) error {
+				st, err := openStore(c, false, 0)
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				n, unknown, err := importSignals(c, st, c.String("from"))
+				if err != nil {
+					return err
+				}
+				fmt.Printf("imported %d signals; %d rows named pages not in the store (skipped)\n", n, unknown)
+				return nil
+			},
+		}},
+	}
+}
+
+func importSignals(c *cli.Context, st pillar.Store, path string) (int, int, error) {
+	ctx := c.Context
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, fmt.Errorf("signals import: %w", err)
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	head, err := r.Read()
+	if err != nil {
+		return 0, 0, fmt.Errorf("signals import: %s: header: %w", path, err)
+	}
+	if len(head) < 2 || (head[0] != "url" && head[0] != "page_key") {
+		return 0, 0, fmt.Errorf("signals import: %s: the first column must be \"url\" or \"page_key\", then at least one signal column", path)
+	}
+	tx, err := st.Begin(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer tx.Abort()
+	known := map[string]bool{}
+	rr, err := tx.ReadTable(ctx, pillar.TableDocs, nil)
+	if err != nil {
+		return 0, 0, fmt.Errorf("signals import: %w", err)
+	}
+	for rr.Next() {
+		var d pillar.Doc
+		if err := rr.Scan(&d); err != nil {
+			rr.Close()
+			return 0, 0, err
+		}
+		known[d.PageKey] = true
+	}
+	rr.Close()
+	sigs := map[[2]string]pillar.Signal{}
+	if rr, err := tx.ReadTable(ctx, pillar.TableSignals, nil); err == nil {
+		for rr.Next() {
+			var s pillar.Signal
+			if err := rr.Scan(&s); err != nil {
+				rr.Close()
+				return 0, 0, err
+			}
+			sigs[[2]string{s.PageKey, s.Name}] = s
+		}
+		rr.Close()
+	} else if !errors.Is(err, pillar.ErrNotFound) {
+		return 0, 0, err
+	}
+	n, unknown, line := 0, 0, 1
+	for {
+		rec, err := r.Read()
+		line++
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("signals import: %s:%d: %w", path, line, err)
+		}
+		var key string
+		if head[0] == "url" {
+			k, _, err := pillar.KeyOfURL(rec[0])
+			if err != nil {
+				return 0, 0, fmt.Errorf("signals import: %s:%d: %w", path, line, err)
+			}
+			key = k.String()
+		} else {
+			k, err := pillar.ParseKey(rec[0])
+			if err != nil {
+				return 0, 0, fmt.Errorf("signals import: %s:%d: %w", path, line, err)
+			}
+			key = k.String()
+		}
+		if !known[key] {
+			unknown++
+			continue
+		}
+		for i := 1; i < len(head) && i < len(rec); i++ {
+			s := pillar.Signal{PageKey: key, Name: head[i], Str: rec[i]}
+			if v, err := strconv.ParseFloat(strings.TrimSpace(rec[i]), 64); err == nil {
+				s.Num, s.IsNum, s.Str = v, true, ""
+			}
+			sigs[[2]string{key, head[i]}] = s
+			n++
+		}
+	}
+	rows := make([]pillar.Signal, 0, len(sigs))
+	for _, s := range sigs {
+		rows = append(rows, s)
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].PageKey != rows[j].PageKey {
+			return rows[i].PageKey < rows[j].PageKey
+		}
+		return rows[i].Name < rows[j].Name
+	})
+	w, err := tx.WriteTable(ctx, pillar.TableSignals, pillar.Signal{}, &pillar.WriteOptions{SortedBy: []string{"page_key", "name"}})
+	if err != nil {
+		return 0, 0, err
+	}
+	for i := range rows {
+		if err := w.Write(&rows[i]); err != nil {
+			w.Close()
+			return 0, 0, err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return 0, 0, err
+	}
+	return n, unknown, tx.Commit(ctx)
+}
