@@ -219,7 +219,7 @@ func computeDesired(ctx context.Context, st pillar.Store, opts Options, pub pill
 	}
 	op := &jobs.Op{
 		Title: "export " + pub.ChunkVersion + "/" + pub.Model, Inputs: inputs, InputTypes: types,
-		Outputs: []jobs.Output{{Table: desired, RowType: Desired{}, SortedBy: []string{"page_key"}}, {Table: skipped, RowType: Skipped{}}},
+		Outputs:  []jobs.Output{{Table: desired, RowType: Desired{}, SortedBy: []string{"page_key"}}, {Table: skipped, RowType: Skipped{}}},
 		ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
 		Progress: opts.Progress, Logger: opts.Logger,
 	}
