@@ -1,0 +1,68 @@
+// Package lorry delivers Pillar's export queue to the serving tier: it reads
+// each partition's queue records, accumulates them into a delta batch (one
+// SST, newest record of a key wins, deletes become tombstones), uploads the
+// batch to the object store, registers it with the control plane and only
+// then advances the partition's committed offset.
+//
+// # State
+//
+// Everything Lorry remembers lives in store attributes it alone writes, so
+// its commits never conflict with backfills or publishes:
+//
+//	lorry/store-id             random id, set once; part of every batch id
+//	lorry/partition/p00007     PartitionState: offset, pending batch, lease
+//	lorry/worker/<id>          WorkerState: a live worker's heartbeat
+//
+// # Delivery
+//
+// A batch of partition p covers queue offsets [first, last] and is named
+// BatchID(store-id, p, first, last) = "lorry-<sid>-p00007-<first>-<last>".
+// It moves through four steps, each a retried, idempotent operation:
+//
+//	1 pending   CAS  {offset: first, pending: nil} → {offset: first, pending: [first,last]}
+//	2 upload    manifest already there? use it. Else build the SST and upload
+//	            files then manifest.json, each with a conditional create
+//	3 register  control plane RegisterBatch(manifest): idempotent by id
+//	4 commit    CAS  {pending: [first,last]} → {offset: last+1, pending: nil}
+//
+// Invariants:
+//
+//   - The committed offset moves only after the batch covering the offsets
+//     below it is registered (at-least-once), and a batch id is always the
+//     same offsets, so a retry after a crash at any point registers the same
+//     batch again, which the control plane answers with the original
+//     sequence number (exactly-once in effect).
+//   - Step 1 fixes the batch's range before anything is uploaded: a worker
+//     that takes a partition over finishes the recorded pending batch first,
+//     so two registered batches never cover the same offsets, whichever
+//     worker was slow. A worker that lost its lease (Owner or Token changed)
+//     fails every later CAS and stops; at worst it registers the pending id
+//     again, which is a no-op.
+//   - An object is never replaced: SST names are unique by content and every
+//     Put is a conditional create. Files of a crashed upload that a retry
+//     rebuilt under new names are orphans; Cleanup removes them after a grace
+//     period.
+//   - Backpressure: a partition reads at most MaxBatchBytes (or
+//     MaxBatchRecords) ahead of its committed offset, and reads nothing more
+//     while a step is being retried; a failing step is retried with
+//     exponential backoff forever (while the lease is kept alive), so records
+//     are delayed, never dropped.
+//
+// # Leases
+//
+// Each partition has one writer at a time: the worker named in its state
+// while ExpiresMS lies ahead. Every state write renews the lease, and an idle
+// partition renews it every LeaseTTL/3. Workers heartbeat under
+// lorry/worker/<id>; each takes free or lapsed partitions up to
+// ceil(partitions / live workers) and gives back any above that share, so
+// work spreads as workers come and go. A worker that dies loses its leases
+// LeaseTTL after its last renewal; a clean stop gives them back at once.
+//
+// # Concurrency
+//
+// A Worker runs one goroutine per held partition plus a balancer; at most
+// Options.Parallelism partitions build and upload at the same time. Run and
+// Drain are each called at most once per Worker; Stats may be called from any
+// goroutine. Several workers, in one process or many, may share a store,
+// object store and control plane.
+package lorry

@@ -1,0 +1,222 @@
+package lorry
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/objstore"
+	"github.com/pillarkit/pillar/internal/rocks"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+// Registry is the part of the control plane Lorry needs: registration of an
+// uploaded batch, idempotent by batch id (the same id with the same manifest
+// returns the original sequence number). *control.Client satisfies it.
+type Registry interface {
+	RegisterBatch(ctx context.Context, m *batch.Manifest) (seq int64, err error)
+}
+
+// Options configure a Worker. Store, Objects and Registry are required; every
+// other field's zero value means its default.
+type Options struct {
+	// Store is the Pillar store whose export queue is delivered. Required.
+	Store pillar.Store
+	// Objects receives the batches. Required.
+	Objects objstore.Store
+	// Registry is the control plane. Required.
+	Registry Registry
+
+	// ID names this worker in leases. A worker takes back at once the leases
+	// held under its own id (a restart with a stable id); two live processes
+	// must never share one. The default value is "<hostname>-<pid>-<random>".
+	ID string
+	// Partitions restricts the worker to these partitions. The default value
+	// (nil) means every partition of the store.
+	Partitions []int
+
+	// MaxBatchBytes closes a batch once its records' values reach this many
+	// bytes; it is also how far a partition reads ahead of its committed
+	// offset. The default value is 8 MiB.
+	MaxBatchBytes int64
+	// MaxBatchRecords closes a batch at this many records. The default value
+	// is 100000.
+	MaxBatchRecords int
+	// MaxBatchAge closes a batch once its oldest record was committed this
+	// long ago. The default value is 1s.
+	MaxBatchAge time.Duration
+	// PollInterval is how often an idle partition looks for new records.
+	// The default value is 100ms.
+	PollInterval time.Duration
+	// ReadChunk is how many records one queue read returns at most. The
+	// default value is 256.
+	ReadChunk int
+	// Parallelism bounds how many partitions build and upload a batch at the
+	// same time. The default value is 4.
+	Parallelism int
+
+	// LeaseTTL is how long a partition lease lasts without renewal; a worker
+	// that dies loses its partitions this long after its last renewal. Leases
+	// are renewed every LeaseTTL/3. The default value is 15s.
+	LeaseTTL time.Duration
+
+	// RetryMin and RetryMax bound the exponential backoff (with jitter)
+	// between attempts at a failed upload, registration or commit. A failing
+	// step is retried forever (records are never dropped) until the worker
+	// stops or loses the partition. The default values are 100ms and 10s.
+	RetryMin, RetryMax time.Duration
+
+	// OrphanGrace is how old an uploaded object no registered batch names
+	// must be before cleanup removes it. The default value is 15m.
+	OrphanGrace time.Duration
+	// CleanupInterval is how often the worker cleans the prefixes of the
+	// partitions it holds. Negative disables cleanup. The default value is
+	// 10m.
+	CleanupInterval time.Duration
+
+	// TempDir holds SST files while they are built and uploaded. The default
+	// value is a fresh directory under os.TempDir().
+	TempDir string
+	// Table is the SST layout; it must equal the serving nodes'. The default
+	// value is rocks.TableConfig{} (its defaults).
+	Table rocks.TableConfig
+
+	// Now is the clock. The default value is time.Now.
+	Now func() time.Time
+	// Logger receives lifecycle events and retries. The default value
+	// discards.
+	Logger *slog.Logger
+	// Metrics, when set, records deliveries. The binary registers
+	// Metrics.Collectors(). The default value nil records nothing.
+	Metrics *Metrics
+
+	// hook, when set, is called at each named step (tests); an error it
+	// returns makes the partition's loop return at once, as a crash would.
+	hook func(point string, p int) error
+}
+
+var workerIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+
+func (o *Options) ensureDefaults() {
+	if o.ID == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "lorry"
+		}
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		o.ID = fmt.Sprintf("%s-%d-%s", sanitize(host), os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if o.MaxBatchBytes == 0 {
+		o.MaxBatchBytes = 8 << 20
+	}
+	if o.MaxBatchRecords == 0 {
+		o.MaxBatchRecords = 100000
+	}
+	if o.MaxBatchAge == 0 {
+		o.MaxBatchAge = time.Second
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = 100 * time.Millisecond
+	}
+	if o.ReadChunk == 0 {
+		o.ReadChunk = 256
+	}
+	if o.Parallelism == 0 {
+		o.Parallelism = 4
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = 15 * time.Second
+	}
+	if o.RetryMin == 0 {
+		o.RetryMin = 100 * time.Millisecond
+	}
+	if o.RetryMax == 0 {
+		o.RetryMax = 10 * time.Second
+	}
+	if o.OrphanGrace == 0 {
+		o.OrphanGrace = 15 * time.Minute
+	}
+	if o.CleanupInterval == 0 {
+		o.CleanupInterval = 10 * time.Minute
+	}
+	if o.TempDir == "" {
+		o.TempDir = filepath.Join(os.TempDir(), "lorry-"+o.ID)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// sanitize keeps the characters a worker id may hold.
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+// Validate checks the options, with defaults applied, against each other.
+func (o Options) Validate() error {
+	o.ensureDefaults()
+	var errs []error
+	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf("lorry: options: "+format, a...)) }
+	if o.Store == nil {
+		fail("Store is required")
+	}
+	if o.Objects == nil {
+		fail("Objects is required")
+	}
+	if o.Registry == nil {
+		fail("Registry is required")
+	}
+	if !workerIDRE.MatchString(o.ID) {
+		fail("ID %q: use letters, digits, '.', '_' and '-' (at most 100)", o.ID)
+	}
+	if o.MaxBatchBytes < 1 || o.MaxBatchRecords < 1 || o.ReadChunk < 1 || o.Parallelism < 1 {
+		fail("MaxBatchBytes, MaxBatchRecords, ReadChunk and Parallelism must be positive")
+	}
+	if o.MaxBatchAge <= 0 || o.PollInterval <= 0 {
+		fail("MaxBatchAge %v and PollInterval %v must be positive", o.MaxBatchAge, o.PollInterval)
+	}
+	if o.LeaseTTL < 3*o.PollInterval {
+		fail("LeaseTTL %v must be at least 3 × PollInterval (%v): leases are renewed between polls", o.LeaseTTL, o.PollInterval)
+	}
+	if o.RetryMin <= 0 || o.RetryMax < o.RetryMin {
+		fail("RetryMin %v must be positive and at most RetryMax %v", o.RetryMin, o.RetryMax)
+	}
+	if o.OrphanGrace < time.Second {
+		fail("OrphanGrace %v below 1s: an upload in progress could be removed", o.OrphanGrace)
+	}
+	if o.Store != nil {
+		P := o.Store.Info().Partitions
+		seen := map[int]bool{}
+		for _, p := range o.Partitions {
+			if p < 0 || p >= P {
+				fail("partition %d out of range [0,%d)", p, P)
+			}
+			if seen[p] {
+				fail("partition %d listed twice", p)
+			}
+			seen[p] = true
+		}
+	}
+	if err := o.Table.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("lorry: options: %w", err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,453 @@
+package lorry
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/objstore"
+	"github.com/pillarkit/pillar/pillar"
+	"github.com/pillarkit/pillar/sstbuilder"
+)
+
+// errUnchanged, returned by a cas function, says the stored state already is
+// what the caller wanted (an earlier attempt committed after all).
+var errUnchanged = errors.New("unchanged")
+
+// lease is a held partition's committed state as this worker last wrote it.
+type lease struct {
+	w         *Worker
+	pt        *part
+	st        PartitionState
+	lastWrite time.Time
+}
+
+// cas changes the partition's state if it still names this worker and lease
+// token; otherwise errLost. Every write renews the lease.
+func (l *lease) cas(ctx context.Context, fn func(cur PartitionState) (PartitionState, error)) error {
+	w := l.w
+	var unchanged PartitionState
+	next, err := update(ctx, w.o.Store, l.pt.id, func(cur PartitionState) (PartitionState, error) {
+		if cur.Owner != w.o.ID || cur.Token != l.st.Token {
+			return cur, fmt.Errorf("partition %d: now held by %q (token %d), this worker had token %d: %w",
+				l.pt.id, cur.Owner, cur.Token, l.st.Token, errLost)
+		}
+		next, err := fn(cur)
+		if err != nil {
+			unchanged = cur
+			return cur, err
+		}
+		now := w.now()
+		next.ExpiresMS, next.UpdatedMS = now.Add(w.o.LeaseTTL).UnixMilli(), now.UnixMilli()
+		return next, nil
+	})
+	if errors.Is(err, errUnchanged) {
+		l.st = unchanged
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	l.st, l.lastWrite = next, w.now()
+	return nil
+}
+
+// renewIfDue extends the lease when a third of it has passed since the last
+// write.
+func (l *lease) renewIfDue(ctx context.Context) error {
+	if l.w.now().Sub(l.lastWrite) < l.w.o.LeaseTTL/3 {
+		return nil
+	}
+	return l.cas(ctx, func(cur PartitionState) (PartitionState, error) { return cur, nil })
+}
+
+// release gives the lease back (a pending batch stays recorded for the next
+// holder to finish).
+func (l *lease) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := update(ctx, l.w.o.Store, l.pt.id, func(cur PartitionState) (PartitionState, error) {
+		if cur.Owner != l.w.o.ID || cur.Token != l.st.Token {
+			return cur, errLost
+		}
+		cur.Owner, cur.ExpiresMS, cur.UpdatedMS = "", 0, l.w.now().UnixMilli()
+		return cur, nil
+	})
+	if err != nil && !errors.Is(err, errLost) {
+		l.w.o.Logger.Warn("lorry: release lease (it lapses by itself)", "partition", l.pt.id, "err", err)
+	}
+}
+
+// runPartition delivers one held partition until it is told to stop, the
+// context ends, a Drain target is reached or the lease is lost.
+func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) (err error) {
+	p := pt.id
+	l := &lease{w: w, pt: pt, st: st, lastWrite: w.now()}
+	defer func() {
+		if errors.Is(err, errLost) || errors.Is(err, errCrash) {
+			return // a crash leaves everything as it was; a lost lease is not ours
+		}
+		l.release()
+	}()
+	if st.Pending != nil {
+		w.o.Logger.Info("lorry: finishing a pending batch", "partition", p, "batch", st.Pending.ID)
+		if err := w.deliver(ctx, l, *st.Pending, nil); err != nil {
+			return err
+		}
+	}
+	var (
+		buf       []pillar.ExportRecord
+		bufBytes  int64
+		firstSeen time.Time
+		next      = l.st.Offset
+	)
+	setBuffered := func(n int64) {
+		w.bufs.Add(n - pt.buffered.Swap(n))
+		for {
+			cur, peak := w.bufs.Load(), w.peak.Load()
+			if cur <= peak || w.peak.CompareAndSwap(peak, cur) {
+				break
+			}
+		}
+	}
+	defer setBuffered(0)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if pt.release.Load() {
+			w.o.Logger.Info("lorry: giving partition back", "partition", p)
+			return nil
+		}
+		if pt.drainTo >= 0 && l.st.Offset >= pt.drainTo {
+			return nil
+		}
+		caughtUp := true
+		if bufBytes < w.o.MaxBatchBytes && len(buf) < w.o.MaxBatchRecords {
+			recs, end, rerr := w.read(ctx, p, next, pt.drainTo, w.o.MaxBatchRecords-len(buf))
+			if rerr != nil {
+				w.count(func(s *Stats) { s.Retries++ })
+				w.o.Logger.Warn("lorry: read queue", "partition", p, "err", rerr)
+			}
+			for _, r := range recs {
+				if bufBytes >= w.o.MaxBatchBytes || len(buf) >= w.o.MaxBatchRecords {
+					break
+				}
+				if r.Offset != next {
+					return fmt.Errorf("lorry: partition %d: queue returned offset %d, want %d", p, r.Offset, next)
+				}
+				if len(buf) == 0 {
+					firstSeen = w.now()
+				}
+				buf = append(buf, r)
+				bufBytes += int64(len(r.Value)) + 64
+				next++
+			}
+			setBuffered(bufBytes)
+			caughtUp = next >= end || rerr != nil
+		}
+		full := bufBytes >= w.o.MaxBatchBytes || len(buf) >= w.o.MaxBatchRecords
+		var wait time.Duration = w.o.PollInterval
+		if len(buf) > 0 {
+			oldest := firstSeen
+			if c := buf[0].CommittedAt; c > 0 && time.UnixMilli(c).Before(oldest) {
+				oldest = time.UnixMilli(c)
+			}
+			left := w.o.MaxBatchAge - w.now().Sub(oldest)
+			drained := pt.drainTo >= 0 && next >= pt.drainTo
+			if full || left <= 0 || drained {
+				pend := Pending{ID: BatchID(w.storeID, p, buf[0].Offset, buf[len(buf)-1].Offset), First: buf[0].Offset, Last: buf[len(buf)-1].Offset}
+				if err := w.deliver(ctx, l, pend, buf); err != nil {
+					return err
+				}
+				buf, bufBytes = nil, 0
+				setBuffered(0)
+				continue
+			}
+			wait = min(wait, left)
+		}
+		if !caughtUp && !full {
+			continue
+		}
+		if err := l.renewIfDue(ctx); err != nil {
+			if errors.Is(err, errLost) {
+				return err
+			}
+			w.o.Logger.Warn("lorry: renew lease", "partition", p, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+}
+
+// read returns up to limit records of partition p from offset from on (at
+// most ReadChunk, never at or beyond drainTo when that is set), and the
+// queue's end as the snapshot saw it.
+func (w *Worker) read(ctx context.Context, p int, from, drainTo int64, limit int) ([]pillar.ExportRecord, int64, error) {
+	sn, err := w.o.Store.Snapshot(ctx)
+	if err != nil {
+		return nil, from, fmt.Errorf("lorry: partition %d: snapshot: %w", p, err)
+	}
+	defer sn.Release()
+	end, err := sn.QueueEnd(ctx, p)
+	if err != nil {
+		return nil, from, fmt.Errorf("lorry: partition %d: queue end: %w", p, err)
+	}
+	if drainTo >= 0 {
+		end = min(end, drainTo)
+	}
+	n := min(int64(limit), int64(w.o.ReadChunk), end-from)
+	if n <= 0 {
+		return nil, end, nil
+	}
+	recs, err := sn.ReadQueue(ctx, p, from, int(n))
+	if err != nil {
+		return nil, end, fmt.Errorf("lorry: partition %d: read queue at %d: %w", p, from, err)
+	}
+	return recs, end, nil
+}
+
+// readRange reads queue offsets [first, last] of partition p (to rebuild a
+// pending batch after a takeover or a crash).
+func (w *Worker) readRange(ctx context.Context, p int, first, last int64) ([]pillar.ExportRecord, error) {
+	var out []pillar.ExportRecord
+	for next := first; next <= last; {
+		recs, _, err := w.read(ctx, p, next, last+1, int(last+1-next))
+		if err != nil {
+			return nil, err
+		}
+		if len(recs) == 0 {
+			return nil, fmt.Errorf("lorry: partition %d: queue ends before offset %d of pending batch [%d,%d]", p, next, first, last)
+		}
+		for _, r := range recs {
+			if r.Offset != next {
+				return nil, fmt.Errorf("lorry: partition %d: queue returned offset %d, want %d", p, r.Offset, next)
+			}
+			out = append(out, r)
+			next++
+		}
+	}
+	return out, nil
+}
+
+// deliver takes one batch (offsets pend.First..pend.Last) through the four
+// steps, each retried until it succeeds: record it as pending, upload it
+// (unless an earlier attempt did), register it, commit the new offset.
+// recs may be nil: the records are then read again from the queue.
+func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pillar.ExportRecord) error {
+	p := l.pt.id
+	start := w.now()
+	if l.st.Pending == nil {
+		err := w.retry(ctx, l, "record pending batch", func() error {
+			return l.cas(ctx, func(cur PartitionState) (PartitionState, error) {
+				if cur.Pending != nil && *cur.Pending == pend {
+					return cur, errUnchanged
+				}
+				if cur.Pending != nil || cur.Offset != pend.First {
+					return cur, fmt.Errorf("lorry: partition %d: state moved (offset %d, pending %v) under batch [%d,%d]: %w",
+						p, cur.Offset, cur.Pending, pend.First, pend.Last, errLost)
+				}
+				cur.Pending = &pend
+				return cur, nil
+			})
+		})
+		if err != nil {
+			return err
+		}
+	} else if *l.st.Pending != pend {
+		return fmt.Errorf("lorry: partition %d: pending batch %s, asked to deliver %s", p, l.st.Pending.ID, pend.ID)
+	}
+	if err := w.hook("pending", p); err != nil {
+		return err
+	}
+	var m *batch.Manifest
+	err := w.retry(ctx, l, "upload", func() error {
+		var err error
+		m, err = w.upload(ctx, p, pend, recs)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := w.hook("uploaded", p); err != nil {
+		return err
+	}
+	var seq int64
+	err = w.retry(ctx, l, "register", func() error {
+		var err error
+		seq, err = w.o.Registry.RegisterBatch(ctx, m)
+		if err != nil {
+			return fmt.Errorf("lorry: partition %d: register batch %s: %w", p, m.ID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := w.hook("registered", p); err != nil {
+		return err
+	}
+	n := pend.Last - pend.First + 1
+	err = w.retry(ctx, l, "commit offset", func() error {
+		return l.cas(ctx, func(cur PartitionState) (PartitionState, error) {
+			if cur.Pending == nil && cur.Batch == pend.ID && cur.Offset == pend.Last+1 {
+				return cur, errUnchanged
+			}
+			if cur.Pending == nil || *cur.Pending != pend {
+				return cur, fmt.Errorf("lorry: partition %d: pending batch changed under %s: %w", p, pend.ID, errLost)
+			}
+			cur.Offset, cur.Batch, cur.Seq, cur.Pending = pend.Last+1, pend.ID, seq, nil
+			cur.Delivered += n
+			return cur, nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	if err := w.hook("committed", p); err != nil {
+		return err
+	}
+	var size int64
+	for _, f := range m.Files {
+		size += f.Size
+	}
+	w.count(func(s *Stats) {
+		s.Batches++
+		s.Records += n
+		s.Keys += m.Keys
+		s.Deletes += m.Deletes
+		s.Bytes += size
+	})
+	var oldest time.Time
+	if len(recs) > 0 && recs[0].CommittedAt > 0 {
+		oldest = time.UnixMilli(recs[0].CommittedAt)
+	}
+	w.o.Metrics.delivered(p, n, m.Keys, size, w.now().Sub(start), oldest, w.now())
+	w.o.Logger.Debug("lorry: batch delivered", "partition", p, "batch", m.ID, "seq", seq, "records", n, "keys", m.Keys, "bytes", size)
+	return nil
+}
+
+// upload builds the batch's SST from its records and uploads it, unless its
+// manifest is already in the object store (a retry after a crash), which
+// then wins: the same manifest is registered again, idempotently.
+func (w *Worker) upload(ctx context.Context, p int, pend Pending, recs []pillar.ExportRecord) (*batch.Manifest, error) {
+	m, err := sstbuilder.ReadManifest(ctx, w.o.Objects, p, pend.ID)
+	if err == nil {
+		return m, nil
+	}
+	if !errors.Is(err, objstore.ErrNotFound) {
+		return nil, fmt.Errorf("lorry: partition %d: batch %s: %w", p, pend.ID, err)
+	}
+	if recs == nil {
+		if recs, err = w.readRange(ctx, p, pend.First, pend.Last); err != nil {
+			return nil, err
+		}
+	}
+	select {
+	case w.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-w.sem }()
+	rows, err := toRows(p, recs)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(w.o.TempDir, fmt.Sprintf("%s-%d", pend.ID, rand.Uint32()))
+	defer os.RemoveAll(dir)
+	built, paths, err := sstbuilder.BuildPartition(ctx, sstbuilder.SliceRows(rows), &sstbuilder.BuildOptions{
+		Dir: dir, Partition: p, Partitions: w.o.Store.Info().Partitions, Kind: batch.KindDelta,
+		BatchID: pend.ID, Source: fmt.Sprintf("lorry:p%d:%d-%d", p, pend.First, pend.Last),
+		Table: w.o.Table, Now: w.o.Now, Logger: w.o.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lorry: partition %d: build batch %s: %w", p, pend.ID, err)
+	}
+	if err := w.hook("built", p); err != nil {
+		return nil, err
+	}
+	m, err = sstbuilder.Upload(ctx, w.o.Objects, built, paths)
+	if err != nil {
+		return nil, fmt.Errorf("lorry: partition %d: %w", p, err)
+	}
+	return m, nil
+}
+
+// toRows turns queue records into builder rows sorted by (key, offset): the
+// builder keeps the last row of each key, so the newest record wins, and a
+// delete becomes a tombstone.
+func toRows(p int, recs []pillar.ExportRecord) ([]sstbuilder.Row, error) {
+	rows := make([]sstbuilder.Row, len(recs))
+	for i, r := range recs {
+		k, err := hex.DecodeString(r.PageKey)
+		if err != nil || len(k) != pillar.KeySize {
+			return nil, fmt.Errorf("lorry: partition %d: offset %d: page key %q is not 32 hex characters", p, r.Offset, r.PageKey)
+		}
+		row := sstbuilder.Row{Key: k, Seq: r.Offset}
+		switch r.Op {
+		case pillar.OpPut:
+			row.Value = r.Value
+		case pillar.OpDelete:
+			row.Delete = true
+		default:
+			return nil, fmt.Errorf("lorry: partition %d: offset %d: op %q is neither put nor delete", p, r.Offset, r.Op)
+		}
+		rows[i] = row
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if c := bytes.Compare(rows[i].Key, rows[j].Key); c != 0 {
+			return c < 0
+		}
+		return rows[i].Seq < rows[j].Seq
+	})
+	return rows, nil
+}
+
+// retry runs fn until it succeeds, with exponential backoff and jitter
+// between attempts, keeping the lease alive meanwhile. It gives up only when
+// ctx ends, the lease is lost or a crash is injected.
+func (w *Worker) retry(ctx context.Context, l *lease, step string, fn func() error) error {
+	delay := w.o.RetryMin
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil {
+			if attempt > 1 {
+				w.o.Logger.Info("lorry: recovered", "partition", l.pt.id, "step", step, "attempts", attempt)
+			}
+			return nil
+		}
+		if errors.Is(err, errLost) || errors.Is(err, errCrash) {
+			return err
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		msg := err.Error()
+		l.pt.lastErr.Store(&msg)
+		w.count(func(s *Stats) { s.Retries++; s.LastError = msg })
+		w.o.Metrics.retried(step)
+		if attempt == 1 || attempt%10 == 0 {
+			w.o.Logger.Warn("lorry: retrying", "partition", l.pt.id, "step", step, "attempt", attempt, "next_in", delay, "err", err)
+		}
+		if err := l.renewIfDue(ctx); errors.Is(err, errLost) {
+			return err
+		}
+		d := delay/2 + time.Duration(rand.Int64N(int64(delay/2)+1))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+		delay = min(2*delay, w.o.RetryMax)
+	}
+}
