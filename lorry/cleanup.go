@@ -183,5 +183,3 @@ func (w *Worker) cleanupLoop(ctx context.Context) {
 		}
 	}
 }
-
-

@@ -39,29 +39,29 @@ type Worker struct {
 
 // part is one held partition's loop.
 type part struct {
-	id      int
-	cancel  context.CancelFunc
-	done    chan struct{}
-	release atomic.Bool // rebalancing asked the loop to give the lease back
-	drainTo int64       // Drain: deliver up to this offset, then stop (-1: run)
+	id       int
+	cancel   context.CancelFunc
+	done     chan struct{}
+	release  atomic.Bool // rebalancing asked the loop to give the lease back
+	drainTo  int64       // Drain: deliver up to this offset, then stop (-1: run)
 	buffered atomic.Int64
 	lastErr  atomic.Pointer[string]
 }
 
 // Stats counts what a worker did.
 type Stats struct {
-	Batches   int64 // batches committed
-	Records   int64 // records in them (before last-write-wins)
-	Keys      int64 // keys written (puts + tombstones)
-	Deletes   int64 // tombstones among Keys
-	Bytes     int64 // SST bytes uploaded
-	Retries   int64 // failed attempts that were retried
-	Acquired  int64 // leases taken
-	Lost      int64 // leases lost to another worker
-	Held      []int // partitions held now
-	Buffered  int64 // bytes read ahead and not yet committed, now
+	Batches      int64 // batches committed
+	Records      int64 // records in them (before last-write-wins)
+	Keys         int64 // keys written (puts + tombstones)
+	Deletes      int64 // tombstones among Keys
+	Bytes        int64 // SST bytes uploaded
+	Retries      int64 // failed attempts that were retried
+	Acquired     int64 // leases taken
+	Lost         int64 // leases lost to another worker
+	Held         []int // partitions held now
+	Buffered     int64 // bytes read ahead and not yet committed, now
 	PeakBuffered int64 // the most Buffered has been
-	LastError string
+	LastError    string
 }
 
 // New validates the options and prepares a worker. It touches nothing yet.
