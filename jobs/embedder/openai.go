@@ -81,7 +81,7 @@ func (e *OpenAI) String() string { return e.id }
 type Stats struct {
 	Requests int64 // HTTP requests sent, retries included
 	Retries  int64 // requests that were retries
-	Failures int64 // Embed batches that failed for good
+	Failures int64 // Embed calls that failed (not counting the caller cancelling)
 	Vectors  int64 // vectors returned
 }
 
