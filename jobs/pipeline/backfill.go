@@ -45,6 +45,9 @@ type Options struct {
 	// than this fraction of the exported pages, it marks a bulk rebuild
 	// instead. The default value is 0.5.
 	BulkRatio float64
+	// BulkMinPages: below this many changes the work is always queued (the
+	// bulk path pays off for large rebuilds only). The default value is 256.
+	BulkMinPages int
 	// Batch is the embedder batch size. The default value is 64.
 	Batch int
 	// Encoding of vectors in exported records: "float16", "float32" or
@@ -64,6 +67,9 @@ func (o *Options) ensureDefaults(st pillar.Store) {
 	}
 	if o.BulkRatio == 0 {
 		o.BulkRatio = 0.5
+	}
+	if o.BulkMinPages == 0 {
+		o.BulkMinPages = 256
 	}
 }
 

@@ -302,7 +302,7 @@ func reconcile(ctx context.Context, tx pillar.Tx, opts Options, desired, skipped
 	plan.Deletes = len(deletes)
 	changes := plan.Puts + plan.Deletes
 	base := max(len(state), plan.Desired, 1)
-	if changes > 0 && float64(changes) > opts.BulkRatio*float64(base) {
+	if changes >= opts.BulkMinPages && float64(changes) > opts.BulkRatio*float64(base) {
 		plan.Bulk = true
 		plan.Reason = fmt.Sprintf("%d of %d pages change (over %.0f%%): bulk rebuild with `pillar export`", changes, base, 100*opts.BulkRatio)
 		if err := tx.SetAttr(ctx, AttrBulk, BulkMark{Reason: cause + ": " + plan.Reason, At: time.Now().UTC(), Published: pub, Changes: changes}); err != nil {
