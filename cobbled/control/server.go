@@ -184,7 +184,7 @@ func (s *Server) ListBatches(ctx context.Context, req *controlpb.ListBatchesRequ
 		// Take the wake-up channel before reading, so a batch registered
 		// after the read closes the channel we wait on.
 		woken := s.notify.batchChan(p)
-		entries, head, err := s.store.ListBatches(ctx, p, req.AfterSeq, limit)
+		entries, head, err := s.store.listRaw(ctx, p, req.AfterSeq, limit)
 		if err != nil {
 			return nil, err
 		}
@@ -207,14 +207,11 @@ func (s *Server) ListBatches(ctx context.Context, req *controlpb.ListBatchesRequ
 	}
 }
 
-func listResponse(entries []BatchEntry, head PartitionHead) (*controlpb.ListBatchesResponse, error) {
-	resp := &controlpb.ListBatchesResponse{NewestSeq: head.NewestSeq, CollectedThrough: head.CollectedThrough}
-	for _, e := range entries {
-		raw, err := e.Manifest.Encode()
-		if err != nil {
-			return nil, fmt.Errorf("control: batch %q: encode: %w", e.Manifest.ID, err)
-		}
-		resp.Batches = append(resp.Batches, &controlpb.BatchEntry{Seq: e.Seq, ManifestJson: raw, RegisteredAtMs: e.RegisteredAt.UnixMilli()})
+func listResponse(entries []rawEntry, head PartitionHead) (*controlpb.ListBatchesResponse, error) {
+	resp := &controlpb.ListBatchesResponse{NewestSeq: head.NewestSeq, CollectedThrough: head.CollectedThrough,
+		Batches: make([]*controlpb.BatchEntry, len(entries))}
+	for i, e := range entries {
+		resp.Batches[i] = &controlpb.BatchEntry{Seq: e.seq, ManifestJson: e.manifest, RegisteredAtMs: e.registeredAt.UnixMilli()}
 	}
 	return resp, nil
 }

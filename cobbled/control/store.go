@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -61,6 +62,20 @@ type Store struct {
 	backend    string
 	partitions int
 	target     string // for error messages, without credentials
+	// writeMu serializes writers on SQLite, which allows one writer at a
+	// time anyway: queueing them here instead of in SQLite's busy handler
+	// (which sleeps in growing steps) is ~10x faster under contention.
+	writeMu sync.Mutex
+}
+
+// lockWrites takes the SQLite writer lock; it does nothing on PostgreSQL,
+// where row locks order writers.
+func (s *Store) lockWrites() func() {
+	if s.backend != BackendSQLite {
+		return func() {}
+	}
+	s.writeMu.Lock()
+	return s.writeMu.Unlock
 }
 
 // OpenStore opens (and migrates) the database named by dsn:
@@ -242,6 +257,7 @@ func isUniqueViolation(err error) bool {
 // tx runs fn in a transaction (IMMEDIATE on SQLite: it takes the write lock
 // up front, so concurrent writers queue instead of failing to upgrade).
 func (s *Store) tx(ctx context.Context, op string, fn func(*sql.Tx) error) error {
+	defer s.lockWrites()()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return s.wrap(op, err)
@@ -251,6 +267,17 @@ func (s *Store) tx(ctx context.Context, op string, fn func(*sql.Tx) error) error
 		return s.wrap(op, err)
 	}
 	return s.wrap(op, tx.Commit())
+}
+
+// readTx runs fn in a read-only transaction: one consistent snapshot, and
+// on SQLite a deferred BEGIN that does not take the write lock.
+func (s *Store) readTx(ctx context.Context, op string, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return s.wrap(op, err)
+	}
+	defer tx.Rollback()
+	return s.wrap(op, fn(tx))
 }
 
 func (s *Store) migrate(ctx context.Context, log *slog.Logger) error {
@@ -322,7 +349,11 @@ func (s *Store) initCluster(ctx context.Context, partitions int) error {
 // assignment (reconcile, GC marking) on PostgreSQL; on SQLite every write
 // transaction is already exclusive.
 func (s *Store) lockCluster(ctx context.Context, tx *sql.Tx) (version int64, err error) {
-	err = tx.QueryRowContext(ctx, `UPDATE cluster SET routing_version = routing_version WHERE id = 1 RETURNING routing_version`).Scan(&version)
+	q := `SELECT routing_version FROM cluster WHERE id = 1`
+	if s.backend == BackendPostgres {
+		q += ` FOR UPDATE`
+	}
+	err = tx.QueryRowContext(ctx, q).Scan(&version)
 	return version, err
 }
 
@@ -425,6 +456,29 @@ func (s *Store) checkPartition(p int) error {
 // ListBatches returns up to limit live batches of partition with seq >
 // afterSeq, in seq order, and the partition's head.
 func (s *Store) ListBatches(ctx context.Context, partition int, afterSeq int64, limit int) ([]BatchEntry, PartitionHead, error) {
+	raws, head, err := s.listRaw(ctx, partition, afterSeq, limit)
+	if err != nil {
+		return nil, head, err
+	}
+	out := make([]BatchEntry, len(raws))
+	for i, r := range raws {
+		out[i] = BatchEntry{Seq: r.seq, RegisteredAt: r.registeredAt}
+		if err := json.Unmarshal(r.manifest, &out[i].Manifest); err != nil {
+			return nil, head, fmt.Errorf("control: %s: partition %d seq %d: stored manifest: %w", s.target, partition, r.seq, err)
+		}
+	}
+	return out, head, nil
+}
+
+// rawEntry is a batch with its manifest as stored (canonical JSON), so the
+// server can pass it on without decoding and re-encoding.
+type rawEntry struct {
+	seq          int64
+	manifest     []byte
+	registeredAt time.Time
+}
+
+func (s *Store) listRaw(ctx context.Context, partition int, afterSeq int64, limit int) ([]rawEntry, PartitionHead, error) {
 	var head PartitionHead
 	if err := s.checkPartition(partition); err != nil {
 		return nil, head, err
@@ -432,7 +486,7 @@ func (s *Store) ListBatches(ctx context.Context, partition int, afterSeq int64, 
 	if afterSeq < 0 {
 		return nil, head, errf(ErrInvalid, "partition %d: after seq %d is negative", partition, afterSeq)
 	}
-	var out []BatchEntry
+	var out []rawEntry
 	err := func() error {
 		var at int64
 		if err := s.db.QueryRowContext(ctx, s.q(`SELECT newest_seq, newest_at_ms, collected_through FROM partitions WHERE part = ?`), partition).
@@ -452,16 +506,12 @@ func (s *Store) ListBatches(ctx context.Context, partition int, afterSeq int64, 
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var e BatchEntry
-			var raw string
+			var e rawEntry
 			var ms int64
-			if err := rows.Scan(&e.Seq, &raw, &ms); err != nil {
+			if err := rows.Scan(&e.seq, &e.manifest, &ms); err != nil {
 				return err
 			}
-			if err := json.Unmarshal([]byte(raw), &e.Manifest); err != nil {
-				return fmt.Errorf("partition %d seq %d: stored manifest: %w", partition, e.Seq, err)
-			}
-			e.RegisteredAt = time.UnixMilli(ms)
+			e.registeredAt = time.UnixMilli(ms)
 			out = append(out, e)
 		}
 		return rows.Err()
@@ -499,6 +549,7 @@ func (s *Store) UpsertNode(ctx context.Context, n Node, now time.Time) (changed 
 // recorded state was not up (so the routing must be reconciled).
 func (s *Store) Heartbeat(ctx context.Context, id string, now time.Time) (wasDown bool, err error) {
 	var state string
+	defer s.lockWrites()()
 	err = s.db.QueryRowContext(ctx, s.q(`UPDATE nodes SET last_heartbeat_ms = ? WHERE id = ? RETURNING state`), now.UnixMilli(), id).Scan(&state)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, errf(ErrUnknownNode, "heartbeat: node %q is not registered", id)
@@ -531,9 +582,11 @@ func (s *Store) ReportApplied(ctx context.Context, node string, partition int, s
 	if seq < 1 || seq > newest {
 		return errf(ErrNotFound, "report applied: node %q partition %d: seq %d does not exist (newest is %d)", node, partition, seq, newest)
 	}
+	unlock := s.lockWrites()
 	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO progress (part, node_id, applied_seq, applied_at_ms) VALUES (?, ?, ?, ?)
 		ON CONFLICT (part, node_id) DO UPDATE SET applied_seq = excluded.applied_seq, applied_at_ms = excluded.applied_at_ms
 		WHERE progress.applied_seq <= excluded.applied_seq`), partition, node, seq, now.UnixMilli())
+	unlock()
 	if err != nil {
 		return s.wrap("report applied", err)
 	}
@@ -703,11 +756,10 @@ func (s *Store) RoutingVersion(ctx context.Context) (int64, error) {
 func (s *Store) Routing(ctx context.Context, now time.Time) (*Routing, error) {
 	r := &Routing{Partitions: s.partitions, GeneratedAt: now,
 		Replicas: make([][]Replica, s.partitions), NewestSeq: make([]int64, s.partitions), NewestAt: make([]time.Time, s.partitions)}
-	err := s.tx(ctx, "routing", func(tx *sql.Tx) error {
-		// A transaction gives one consistent snapshot on PostgreSQL (the
-		// statements see the same version on REPEATABLE READ; on READ
-		// COMMITTED the version is read first, so it is never newer than
-		// the rows).
+	err := s.readTx(ctx, "routing", func(tx *sql.Tx) error {
+		// On PostgreSQL (READ COMMITTED) each statement has its own
+		// snapshot; the version is read first, so it is never newer than
+		// the rows it comes with.
 		if err := tx.QueryRowContext(ctx, `SELECT routing_version FROM cluster WHERE id = 1`).Scan(&r.Version); err != nil {
 			return err
 		}
@@ -860,6 +912,7 @@ func (s *Store) PendingCollections(ctx context.Context, limit int) ([]Collectabl
 
 // FinishCollection records that a collected batch's objects are deleted.
 func (s *Store) FinishCollection(ctx context.Context, id string) error {
+	defer s.lockWrites()()
 	_, err := s.db.ExecContext(ctx, s.q(`UPDATE batches SET gc_state = 2 WHERE id = ? AND gc_state = 1`), id)
 	return s.wrap("gc finish "+id, err)
 }
