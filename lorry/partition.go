@@ -123,6 +123,9 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if err := w.hook("poll", p); err != nil {
+			return err
+		}
 		if pt.release.Load() {
 			w.o.Logger.Info("lorry: giving partition back", "partition", p)
 			return nil

@@ -273,6 +273,9 @@ func (w *Worker) setErr(err error) {
 // workers, asks surplus partitions to give their leases back and takes free
 // ones up to the share.
 func (w *Worker) balance(ctx context.Context) error {
+	if err := w.hook("balance", -1); err != nil {
+		return err
+	}
 	now := w.now()
 	if err := w.heartbeat(ctx, now); err != nil {
 		return err

@@ -1,0 +1,274 @@
+package lorry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// crashAt returns a hook that crashes the first time point is reached in
+// partition p.
+func crashAt(point string, p int) func(string, int) error {
+	var done atomic.Bool
+	return func(at string, part int) error {
+		if at == point && part == p && done.CompareAndSwap(false, true) {
+			return errors.New("crash at " + point)
+		}
+		return nil
+	}
+}
+
+// TestCrashRecovery crashes a worker at each point of a delivery (after the
+// pending record, mid-upload, after upload, after registration, before and
+// after the offset commit), then runs a fresh worker on the same store,
+// object store and control plane: every record is delivered, each offset
+// range is registered exactly once, and nothing registered is lost.
+func TestCrashRecovery(t *testing.T) {
+	points := []string{"pending", "mid-upload", "built", "uploaded", "registered", "committed"}
+	for _, point := range points {
+		t.Run(point, func(t *testing.T) {
+			const parts = 2
+			e := newEnv(t, parts)
+			var universe []string
+			want := map[string]string{}
+			for p := 0; p < parts; p++ {
+				ks := keysIn(6, p, parts)
+				universe = append(universe, ks...)
+				var rs []rec
+				for i, k := range ks {
+					rs = append(rs, rec{key: k, val: fmt.Sprintf("%s-v%d", point, i)})
+					want[k] = fmt.Sprintf("%s-v%d", point, i)
+				}
+				rs = append(rs, rec{key: ks[0], del: true})
+				delete(want, ks[0])
+				e.enqueue(rs...)
+			}
+			o := e.opts("first")
+			if point == "mid-upload" {
+				// The SST goes up, then the process dies before manifest.json.
+				e.objs.crashAfterPuts(1)
+			} else {
+				o.hook = crashAt(point, 1)
+			}
+			_, err := e.worker(o).Drain(context.Background())
+			if !errors.Is(err, errCrash) {
+				t.Fatalf("first worker: %v, want an injected crash", err)
+			}
+			st := e.state(1)
+			switch point {
+			case "committed":
+				if st.Offset != 7 || st.Pending != nil {
+					t.Fatalf("after a crash past the commit: %+v", st)
+				}
+			default:
+				if st.Offset != 0 || st.Pending == nil || st.Pending.First != 0 || st.Pending.Last != 6 {
+					t.Fatalf("after a crash at %s: state %+v, want the batch pending", point, st)
+				}
+			}
+			if st.Owner != "first" {
+				t.Fatalf("a crashed worker keeps its lease until it lapses: %+v", st)
+			}
+			regBefore := len(e.registered(1))
+
+			// A second worker with another id waits for the lease to lapse.
+			start := time.Now()
+			res, err := e.worker(e.opts("second")).Drain(context.Background())
+			must(t, err)
+			if len(res.Skipped) != 1 || res.Skipped[0] != 1 {
+				t.Fatalf("second worker took partition 1 while the lease was live: %+v", res)
+			}
+			time.Sleep(time.Until(start.Add(650 * time.Millisecond)))
+			res, err = e.worker(e.opts("second")).Drain(context.Background())
+			must(t, err)
+			if len(res.Skipped) != 0 {
+				t.Fatalf("lapsed lease not taken over: %+v", res)
+			}
+			for p := 0; p < parts; p++ {
+				e.checkChain(p, 7)
+			}
+			if n := len(e.registered(1)); n != 1 {
+				t.Fatalf("partition 1 has %d registered batches (had %d before recovery), want exactly 1", n, regBefore)
+			}
+			e.checkServed(want, universe)
+
+			// Orphans: only the mid-upload crash leaves one (its SST, rebuilt
+			// under a new content name). Cleanup removes it once older than
+			// the grace period, and nothing a manifest names.
+			before := e.objectKeys()
+			cs, err := Cleanup(context.Background(), CleanupOptions{Store: e.store, Objects: e.objs, Grace: time.Second,
+				Now: func() time.Time { return time.Now().Add(time.Hour) }})
+			must(t, err)
+			wantRemoved := 0
+			if point == "mid-upload" {
+				wantRemoved = 1
+			}
+			if cs.Removed != wantRemoved {
+				t.Fatalf("cleanup removed %d (%v) of %v, want %d", cs.Removed, cs.Keys, before, wantRemoved)
+			}
+			for _, k := range cs.Keys {
+				if path.Ext(k) != ".sst" {
+					t.Fatalf("cleanup removed %s", k)
+				}
+			}
+			e.checkServed(want, universe) // every registered batch still downloads
+		})
+	}
+}
+
+// TestCleanupKeepsYoungAndPending: orphans younger than the grace period
+// and the objects of a pending batch stay.
+func TestCleanupKeepsYoungAndPending(t *testing.T) {
+	e := newEnv(t, 1)
+	ks := keysIn(3, 0, 1)
+	e.enqueue(rec{key: ks[0], val: "a"}, rec{key: ks[1], val: "b"})
+	e.objs.crashAfterPuts(1)
+	_, err := e.worker(e.opts("w")).Drain(context.Background())
+	if !errors.Is(err, errCrash) {
+		t.Fatal(err)
+	}
+	pend := e.state(0).Pending
+	if pend == nil {
+		t.Fatal("no pending batch")
+	}
+	late := func() time.Time { return time.Now().Add(time.Hour) }
+	cs, err := Cleanup(context.Background(), CleanupOptions{Store: e.store, Objects: e.objs, Grace: time.Second, Now: late})
+	must(t, err)
+	if cs.Removed != 0 || cs.Batches != 1 {
+		t.Fatalf("cleanup touched the pending batch: %+v", cs)
+	}
+	// Restarted under the same id, the worker takes its lease back at once.
+	_, err = e.worker(e.opts("w")).Drain(context.Background())
+	must(t, err)
+	e.checkChain(0, 2)
+	cs, err = Cleanup(context.Background(), CleanupOptions{Store: e.store, Objects: e.objs, Grace: time.Minute})
+	must(t, err)
+	if cs.Removed != 0 || cs.Young != 1 {
+		t.Fatalf("young orphan: %+v", cs)
+	}
+	cs, err = Cleanup(context.Background(), CleanupOptions{Store: e.store, Objects: e.objs, Grace: time.Minute, Now: late, DryRun: true})
+	must(t, err)
+	if cs.Removed != 1 || len(e.objectKeys()) != 3 {
+		t.Fatalf("dry run: %+v, objects %v", cs, e.objectKeys())
+	}
+}
+
+// TestLeaseTakeover: two running workers split the partitions; when one
+// dies (stops renewing without giving its leases back) the other takes its
+// partitions after the lease lapses and delivers everything exactly once.
+func TestLeaseTakeover(t *testing.T) {
+	const parts = 4
+	e := newEnv(t, parts)
+	var dead atomic.Bool
+	oa := e.opts("a")
+	oa.hook = func(string, int) error {
+		if dead.Load() {
+			return errors.New("killed")
+		}
+		return nil
+	}
+	a := e.worker(oa)
+	runWorker(t, a)
+	waitFor(t, "a holds every partition", 5*time.Second, func() bool { return len(a.Stats().Held) == parts })
+	b := e.worker(e.opts("b"))
+	runWorker(t, b)
+	waitFor(t, "a and b hold two partitions each", 5*time.Second, func() bool {
+		return len(a.Stats().Held) == 2 && len(b.Stats().Held) == 2
+	})
+	var universe []string
+	want := map[string]string{}
+	counts := make([]int64, parts)
+	put := func(round int) {
+		var rs []rec
+		for p := 0; p < parts; p++ {
+			for _, k := range keysIn(3, p, parts) {
+				v := fmt.Sprintf("r%d", round)
+				rs = append(rs, rec{key: k, val: v})
+				want[k] = v
+				universe = append(universe, k)
+				counts[p]++
+			}
+		}
+		e.enqueue(rs...)
+	}
+	put(1)
+	waitFor(t, "round 1 delivered", 10*time.Second, func() bool {
+		for p := 0; p < parts; p++ {
+			if e.state(p).Offset != counts[p] {
+				return false
+			}
+		}
+		return true
+	})
+	aHeld := a.Stats().Held
+	dead.Store(true) // a hangs: no renewals, no release
+	put(2)
+	waitFor(t, "b holds every partition", 10*time.Second, func() bool { return len(b.Stats().Held) == parts })
+	waitFor(t, "round 2 delivered", 10*time.Second, func() bool {
+		for p := 0; p < parts; p++ {
+			if e.state(p).Offset != counts[p] {
+				return false
+			}
+		}
+		return true
+	})
+	for _, p := range aHeld {
+		if st := e.state(p); st.Owner != "b" || st.Token < 2 {
+			t.Fatalf("partition %d after takeover: %+v", p, st)
+		}
+	}
+	for p := 0; p < parts; p++ {
+		e.checkChain(p, counts[p])
+	}
+	e.checkServed(want, universe)
+}
+
+// TestStaleWorkerFenced: a worker that stalls after registering (a long GC
+// pause) loses its lease; the new holder finishes the same pending batch
+// (registered once) and moves on; when the stale worker wakes, its commit
+// fails and it stops. No offset range is registered twice.
+func TestStaleWorkerFenced(t *testing.T) {
+	e := newEnv(t, 1)
+	ks := keysIn(4, 0, 1)
+	e.enqueue(rec{key: ks[0], val: "a"}, rec{key: ks[1], val: "b"})
+	stall, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	oa := e.opts("a")
+	oa.hook = func(at string, p int) error {
+		if at == "registered" {
+			once.Do(func() { close(stall); <-resume })
+		}
+		return nil
+	}
+	a := e.worker(oa)
+	aDone := make(chan error, 1)
+	go func() { _, err := a.Drain(context.Background()); aDone <- err }()
+	<-stall
+	time.Sleep(700 * time.Millisecond) // a's lease lapses
+	e.enqueue(rec{key: ks[2], val: "c"}, rec{key: ks[0], val: "a2"})
+	res, err := e.worker(e.opts("b")).Drain(context.Background())
+	must(t, err)
+	if res.Stats.Batches != 2 {
+		t.Fatalf("b delivered %d batches, want the pending one and the new one", res.Stats.Batches)
+	}
+	close(resume)
+	err = <-aDone
+	if !errors.Is(err, errLost) {
+		t.Fatalf("stale worker: %v, want a lost lease", err)
+	}
+	if a.Stats().Lost != 1 {
+		t.Fatalf("stale worker stats %+v", a.Stats())
+	}
+	if r := e.checkChain(0, 4); len(r) != 2 {
+		t.Fatalf("chain %v", r)
+	}
+	e.checkServed(map[string]string{ks[0]: "a2", ks[1]: "b", ks[2]: "c"}, ks)
+	if st := e.state(0); st.Owner != "" || !strings.HasPrefix(st.Batch, "lorry-") {
+		t.Fatalf("state %+v", st)
+	}
+}
