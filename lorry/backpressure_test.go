@@ -1,0 +1,112 @@
+package lorry
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBackpressureObjectStoreDown: while the object store is down the worker
+// retries with backoff, keeps its leases, reads no further ahead than one
+// batch per partition and commits nothing; when it comes back every record
+// is delivered, each exactly once.
+func TestBackpressureObjectStoreDown(t *testing.T) {
+	const parts = 2
+	e := newEnv(t, parts)
+	o := e.opts("w")
+	const val = 1000
+	o.MaxBatchBytes = 5 * (val + 64)
+	w := e.worker(o)
+	runWorker(t, w)
+	waitFor(t, "worker holds both partitions", 5*time.Second, func() bool { return len(w.Stats().Held) == parts })
+
+	var universe []string
+	want := map[string]string{}
+	counts := make([]int64, parts)
+	put := func(round, n int) {
+		var rs []rec
+		for p := 0; p < parts; p++ {
+			for _, k := range keysIn(n, p, parts) {
+				v := strings.Repeat(fmt.Sprint(round%10), val)
+				rs = append(rs, rec{key: k, val: v})
+				want[k] = v
+				universe = append(universe, k)
+				counts[p]++
+			}
+		}
+		e.enqueue(rs...)
+	}
+	put(0, 3)
+	waitFor(t, "first records delivered", 10*time.Second, func() bool { return e.state(0).Offset == 3 && e.state(1).Offset == 3 })
+
+	e.objs.down.Store(true)
+	for round := 1; round <= 6; round++ {
+		put(round, 4) // 24 records per partition queue up behind the outage
+		time.Sleep(150 * time.Millisecond)
+	}
+	if f := e.objs.failed.Load(); f < 5 {
+		t.Fatalf("only %d failed calls during the outage: the worker is not retrying", f)
+	}
+	st := w.Stats()
+	bound := int64(parts) * (o.MaxBatchBytes + val + 64)
+	if st.PeakBuffered > bound || st.Buffered == 0 {
+		t.Fatalf("read ahead %d (peak %d) bytes, bound %d", st.Buffered, st.PeakBuffered, bound)
+	}
+	for p := 0; p < parts; p++ {
+		s := e.state(p)
+		if s.Offset != 3 {
+			t.Fatalf("partition %d committed %d during the outage", p, s.Offset)
+		}
+		if s.Owner != "w" || time.UnixMilli(s.ExpiresMS).Before(time.Now()) {
+			t.Fatalf("partition %d lease not kept alive during retries: %+v", p, s)
+		}
+	}
+	ss, err := Status(context.Background(), e.store, time.Now())
+	must(t, err)
+	if ss[0].Depth != counts[0]-3 || ss[0].OldestAge < 500*time.Millisecond {
+		t.Fatalf("status during the outage: %+v", ss[0])
+	}
+
+	e.objs.down.Store(false)
+	waitFor(t, "backlog delivered", 20*time.Second, func() bool {
+		return e.state(0).Offset == counts[0] && e.state(1).Offset == counts[1]
+	})
+	st = w.Stats()
+	if st.Retries == 0 || st.Lost != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	for p := 0; p < parts; p++ {
+		e.checkChain(p, counts[p])
+	}
+	e.checkServed(want, universe)
+}
+
+// TestBackpressureControlPlaneDown: the control plane stops; uploads go on
+// but nothing is committed past an unregistered batch; when it comes back
+// (same address, same database) the backlog is registered once.
+func TestBackpressureControlPlaneDown(t *testing.T) {
+	e := newEnv(t, 1)
+	w := e.worker(e.opts("w"))
+	runWorker(t, w)
+	ks := keysIn(6, 0, 1)
+	e.enqueue(rec{key: ks[0], val: "a"})
+	waitFor(t, "first record delivered", 10*time.Second, func() bool { return e.state(0).Offset == 1 })
+	addr := e.ctlAddr
+	e.ctlSrv.Stop()
+	e.enqueue(rec{key: ks[1], val: "b"}, rec{key: ks[2], val: "c"})
+	time.Sleep(300 * time.Millisecond)
+	e.enqueue(rec{key: ks[3], val: "d"})
+	time.Sleep(300 * time.Millisecond)
+	if s := e.state(0); s.Offset != 1 || s.Pending == nil {
+		t.Fatalf("state during the outage: %+v", s)
+	}
+	if w.Stats().Retries == 0 {
+		t.Fatal("no retries while the control plane is down")
+	}
+	e.startControl(addr)
+	waitFor(t, "backlog delivered", 30*time.Second, func() bool { return e.state(0).Offset == 4 })
+	e.checkChain(0, 4)
+	e.checkServed(map[string]string{ks[0]: "a", ks[1]: "b", ks[2]: "c", ks[3]: "d"}, ks)
+}
