@@ -44,6 +44,9 @@ type WordCountMapper struct {
 	FailOn string
 	// PanicOn makes the job panic on a page whose title equals it (tests).
 	PanicOn string
+	// VaultHost, when set, names a secret (Op.Secrets, the secure vault on
+	// YTsaurus) whose value replaces DocWords.Host (tests the vault).
+	VaultHost string
 }
 
 func (*WordCountMapper) InputTypes() []any  { return []any{&pillar.Doc{}} }
@@ -52,6 +55,13 @@ func (*WordCountMapper) OutputTypes() []any { return []any{&WordCount{}, &DocWor
 // Do implements mapreduce.Job.
 func (m *WordCountMapper) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
 	minLen := max(m.MinLen, 1)
+	host := ""
+	if m.VaultHost != "" {
+		var ok bool
+		if host, ok = ctx.LookupVault(m.VaultHost); !ok {
+			return fmt.Errorf("wordcount: secret %q is not in the vault", m.VaultHost)
+		}
+	}
 	var d pillar.Doc
 	counts := map[string]int64{}
 	var order []string
@@ -86,7 +96,11 @@ func (m *WordCountMapper) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out 
 			}
 		}
 		if len(out) > 1 {
-			if err := out[1].Write(&DocWords{PageKey: d.PageKey, Host: d.Host, Words: total, Table: int64(in.TableIndex())}); err != nil {
+			dw := &DocWords{PageKey: d.PageKey, Host: d.Host, Words: total, Table: int64(in.TableIndex())}
+			if host != "" {
+				dw.Host = host
+			}
+			if err := out[1].Write(dw); err != nil {
 				return err
 			}
 		}
