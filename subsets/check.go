@@ -79,6 +79,7 @@ type boolExpr struct {
 	// below): computed once, so most matches cost no allocation.
 	static   string
 	isStatic bool
+	vals     []shown // operands an explanation shows (atoms only)
 }
 
 // finish computes the static reason of b from its kids.
@@ -93,6 +94,24 @@ func (b *boolExpr) finish() *boolExpr {
 		b.static, b.isStatic = b.kids[0].static, b.kids[0].isStatic
 	default:
 		b.static, b.isStatic = strings.Join(strings.Fields(b.src), " "), true
+	}
+	return b
+}
+
+// shown is an operand whose value an explanation shows.
+type shown struct {
+	desc string
+	f    func(env) string
+}
+
+// withVals records the non-literal operands of an atom (all arguments but
+// the last, which is the atom) for Explain, and returns the atom.
+func (c *compiler) withVals(args ...cexpr) cexpr {
+	b := args[len(args)-1]
+	for _, x := range args[:len(args)-1] {
+		if x.lit == nil {
+			b.b.vals = append(b.b.vals, shown{desc: x.desc, f: showFn(x)})
+		}
 	}
 	return b
 }
@@ -345,10 +364,10 @@ func (c *compiler) call(n *callNode) cexpr {
 		}
 		if x.n != nil {
 			f := x.n
-			return c.boolOf(n, tEOF, func(e env) tri { _, ok := f(e); return triOf(ok) })
+			return c.withVals(x, c.boolOf(n, tEOF, func(e env) tri { _, ok := f(e); return triOf(ok) }))
 		}
 		f := x.s
-		return c.boolOf(n, tEOF, func(e env) tri { _, ok := f(e); return triOf(ok) })
+		return c.withVals(x, c.boolOf(n, tEOF, func(e env) tri { _, ok := f(e); return triOf(ok) }))
 	case "time":
 		if !want(1) {
 			return bad
@@ -361,7 +380,10 @@ func (c *compiler) call(n *callNode) cexpr {
 		for _, layout := range timeLayouts {
 			if t, err := time.Parse(layout, l.str); err == nil {
 				v := float64(t.UnixMilli())
-				return cexpr{t: TypeTime, desc: c.text(n), n: func(env) (float64, bool) { return v, true }}
+				// A constant: lit makes comparisons take the constant fast
+				// path and keeps it out of explanations.
+				return cexpr{t: TypeTime, desc: c.text(n), n: func(env) (float64, bool) { return v, true },
+					lit: &litNode{off: n.off, end: n.end, kind: tNumber, num: v, text: c.text(n)}}
 			}
 		}
 		c.errorf(l.off, `time %s: want RFC 3339 ("2026-01-31T12:00:00Z") or a date ("2026-01-31")`, l.text)
@@ -445,13 +467,13 @@ func (c *compiler) match(n *binaryNode) cexpr {
 		return bad
 	}
 	f, neg := x.s, n.op == tNoMatch
-	return c.boolOf(n, tEOF, func(e env) tri {
+	return c.withVals(x, c.boolOf(n, tEOF, func(e env) tri {
 		s, ok := f(e)
 		if !ok {
 			return triUnknown
 		}
 		return triOf(re.MatchString(s) != neg)
-	})
+	}))
 }
 
 func (c *compiler) in(n *binaryNode) cexpr {
@@ -488,28 +510,28 @@ func (c *compiler) in(n *binaryNode) cexpr {
 			set[el.str] = struct{}{}
 		}
 		f := x.s
-		return c.boolOf(n, tEOF, func(e env) tri {
+		return c.withVals(x, c.boolOf(n, tEOF, func(e env) tri {
 			s, ok := f(e)
 			if !ok {
 				return triUnknown
 			}
 			_, hit := set[s]
 			return triOf(hit != neg)
-		})
+		}))
 	}
 	set := make(map[float64]struct{}, len(l.elems))
 	for _, el := range l.elems {
 		set[el.num] = struct{}{}
 	}
 	f := x.n
-	return c.boolOf(n, tEOF, func(e env) tri {
+	return c.withVals(x, c.boolOf(n, tEOF, func(e env) tri {
 		v, ok := f(e)
 		if !ok {
 			return triUnknown
 		}
 		_, hit := set[v]
 		return triOf(hit != neg)
-	})
+	}))
 }
 
 func (c *compiler) compare(n *binaryNode) cexpr {
@@ -540,7 +562,7 @@ func (c *compiler) compare(n *binaryNode) cexpr {
 	}
 	if x.t == TypeString {
 		fx, fy := x.s, y.s
-		return c.boolOf(n, tEOF, func(e env) tri {
+		return c.withVals(x, y, c.boolOf(n, tEOF, func(e env) tri {
 			a, ok := fx(e)
 			if !ok {
 				return triUnknown
@@ -565,15 +587,15 @@ func (c *compiler) compare(n *binaryNode) cexpr {
 				r = a >= b
 			}
 			return triOf(r)
-		})
+		}))
 	}
 	fx := x.n
 	if y.lit != nil { // the common case: field op constant
 		b := y.lit.num
-		return c.boolOf(n, tEOF, numCmpConst(fx, op, b))
+		return c.withVals(x, y, c.boolOf(n, tEOF, numCmpConst(fx, op, b)))
 	}
 	fy := y.n
-	return c.boolOf(n, tEOF, func(e env) tri {
+	return c.withVals(x, y, c.boolOf(n, tEOF, func(e env) tri {
 		a, ok := fx(e)
 		if !ok {
 			return triUnknown
@@ -583,7 +605,7 @@ func (c *compiler) compare(n *binaryNode) cexpr {
 			return triUnknown
 		}
 		return triOf(cmpNum(op, a, b))
-	})
+	}))
 }
 
 func cmpNum(op tokKind, a, b float64) bool {

@@ -335,6 +335,23 @@ func TestDataDriven(t *testing.T) {
 						fmt.Fprintf(&b, "%s: %s\n", label(pages[i].Key), strings.Join(names, " "))
 					}
 					return b.String()
+				case "explain":
+					// explain as-of=T [key=K]: every policy's verdict per page.
+					if set == nil {
+						t.Fatalf("line %d: explain without a valid parse", c.line)
+					}
+					asOf := asOfArg(t, c)
+					var b strings.Builder
+					for i := range pages {
+						if k := c.args["key"]; k != "" && pages[i].Key != k {
+							continue
+						}
+						fmt.Fprintf(&b, "%s:\n", label(pages[i].Key))
+						for _, v := range set.Explain(&pages[i], asOf) {
+							fmt.Fprintf(&b, "  %s: %s: %s\n", v.Subset, v.Result, v.Why)
+						}
+					}
+					return b.String()
 				case "members":
 					if set == nil {
 						t.Fatalf("line %d: members without a valid parse", c.line)
