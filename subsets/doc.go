@@ -90,7 +90,24 @@
 // by Diff or DiffSeq (enter, leave, stay). Per page, ExportDecision turns the
 // exported subsets it was and is in, and whether its record changed, into
 // put, delete or nothing; a page that leaves one exported subset but stays
-// in another is not deleted. Prune picks the generations to drop.
+// in another is not deleted. Prune picks the generations to drop, and
+// Generation is the record to keep with each one (its exported flag above
+// all: members of a policy that stops being exported must be deleted).
+//
+// Set.Plan runs the whole recompute in memory (Eval, top-K, Diff,
+// ExportDecision): the reference the MapReduce job must agree with, and
+// enough for small corpora.
+//
+// A member's reason names the parts of its predicate that held
+// ("lang == "en" and url ~ "/docs/""; for or, the first branch that held),
+// and for top-K its rank. Set.Explain says, for every policy, why a page is
+// or is not a member, with the page's values:
+//
+//	fresh: no: age(fetched_at) < 30d [age(fetched_at) = 47d12h]
+//	high-value: unknown: score >= 0.8 [score = missing]
+//
+// Positions in errors are exact for plain, single-quoted and block (| and >)
+// YAML scalars; escapes in double-quoted scalars may shift a column.
 //
 // # Concurrency
 //
