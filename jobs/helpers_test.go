@@ -18,14 +18,14 @@ import (
 
 // env is a store in a temp dir and a runner whose spill dir is watched.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	tmp    string
 	store  *local.Store
 	runner *jobs.Local
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "store")
 	st, err := local.Create(dir, &local.Options{Partitions: 4})
