@@ -106,7 +106,8 @@ start with a different count is refused. Mutating calls need the bearer token fr
 --token-file. With --objects, batches every replica has moved past (they precede a
 snapshot all replicas applied) are garbage-collected, objects included.
 
-Run ONE instance per database: long polls are woken in-process.
+An SQLite database belongs to one instance; several instances may share a PostgreSQL
+database (long polls hear of each other's writes through LISTEN/NOTIFY).
 
 Examples:
    pillar control serve --db sqlite:data/control.db --listen 127.0.0.1:7000 --partitions 64 --token-file control.token

@@ -34,11 +34,14 @@
 // database; a later start with a different P is refused (ErrPartitions).
 //
 // Long poll. ListBatches with a wait returns as soon as a batch after the
-// caller's seq exists. Waiters are woken by an in-process notifier, so
-// run ONE control-plane instance per database: a second instance would
-// answer correctly but its waiters would only learn of batches registered
-// through it after their wait expires. (PostgreSQL LISTEN/NOTIFY would lift
-// this; it is not implemented.)
+// caller's seq exists; GetRouting with a known version and a wait returns
+// as soon as the routing version moves past it. Waiters are woken by an
+// in-process notifier. On PostgreSQL, Server.Run also LISTENs for the
+// notifications every registration and routing change sends (pg_notify in
+// the writing transaction), so several control-plane instances may share
+// one database and each one's waiters hear of every instance's writes; after
+// the listening connection is lost and re-established, every waiter is woken
+// to re-read. An SQLite file belongs to one instance.
 //
 // Nodes. A node registers (id, address, zone) and heartbeats. A node whose
 // last heartbeat is older than DownAfter is "down": it keeps its

@@ -111,7 +111,9 @@ func TestPostgresOutage(t *testing.T) {
 	proxy := newTCPProxy(t, host)
 	proxied := strings.Replace(dsn, host, proxy.addr, 1)
 	e := startEnv(t, proxied+"&connect_timeout=2", 4, nil)
-	ctx := context.Background()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go e.srv.Run(ctx) // the background loops must ride out the outage too
 	c := e.client
 	if _, err := c.RegisterBatch(ctx, manifest("before", 0, 4, batch.KindDelta)); err != nil {
 		t.Fatal(err)

@@ -453,6 +453,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
 		s.o.Logger.Warn("control: reconcile failed", "err", err)
 	}
+	// On PostgreSQL, also wake long polls for changes other control-plane
+	// processes make (see doc.go).
+	go s.store.Listen(ctx, Listener{Batch: s.notify.batch, Routing: s.notify.routing, Resync: s.notify.all}, time.Second, s.o.Logger)
 	for {
 		select {
 		case <-ctx.Done():
@@ -517,6 +520,14 @@ func (n *notifier) batch(p int) {
 	defer n.mu.Unlock()
 	close(n.batches[p])
 	n.batches[p] = make(chan struct{})
+}
+
+// all wakes every waiter (they re-read and wait again if nothing changed).
+func (n *notifier) all() {
+	for p := range n.batches {
+		n.batch(p)
+	}
+	n.routing()
 }
 
 func (n *notifier) routingChan() <-chan struct{} {

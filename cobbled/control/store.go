@@ -62,6 +62,7 @@ type Store struct {
 	backend    string
 	partitions int
 	target     string // for error messages, without credentials
+	dsn        string // PostgreSQL only: for the LISTEN connection
 	// writeMu serializes writers on SQLite, which allows one writer at a
 	// time anyway: queueing them here instead of in SQLite's busy handler
 	// (which sleeps in growing steps) is ~10x faster under contention.
@@ -113,7 +114,7 @@ func OpenStore(ctx context.Context, dsn string, opts *StoreOptions) (*Store, err
 			s.db.SetMaxOpenConns(8)
 		}
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		s.backend, s.target = BackendPostgres, "postgres "+redact(dsn)
+		s.backend, s.target, s.dsn = BackendPostgres, "postgres "+redact(dsn), dsn
 		s.db, err = sql.Open("pgx", dsn)
 		if err == nil {
 			s.db.SetMaxOpenConns(32)
@@ -402,9 +403,11 @@ func (s *Store) RegisterBatch(ctx context.Context, m *batch.Manifest, now time.T
 				}
 				return err
 			}
-			_, err := tx.ExecContext(ctx, s.q(`INSERT INTO batches (part, seq, id, kind, manifest, registered_at_ms) VALUES (?, ?, ?, ?, ?, ?)`),
-				m.Partition, seq, m.ID, m.Kind, string(raw), now.UnixMilli())
-			return err
+			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO batches (part, seq, id, kind, manifest, registered_at_ms) VALUES (?, ?, ?, ?, ?, ?)`),
+				m.Partition, seq, m.ID, m.Kind, string(raw), now.UnixMilli()); err != nil {
+				return err
+			}
+			return s.notifyTx(ctx, tx, channelBatches, strconv.Itoa(m.Partition))
 		})
 		switch {
 		case errors.Is(err, errRollback):
@@ -657,7 +660,10 @@ func (s *Store) Reconcile(ctx context.Context, fn ReconcileFunc) (version int64,
 			}
 		}
 		if changed {
-			return tx.QueryRowContext(ctx, `UPDATE cluster SET routing_version = routing_version + 1 WHERE id = 1 RETURNING routing_version`).Scan(&version)
+			if err := tx.QueryRowContext(ctx, `UPDATE cluster SET routing_version = routing_version + 1 WHERE id = 1 RETURNING routing_version`).Scan(&version); err != nil {
+				return err
+			}
+			return s.notifyTx(ctx, tx, channelRouting, strconv.FormatInt(version, 10))
 		}
 		return nil
 	})
