@@ -449,21 +449,21 @@ func (n *Node) fetchFile(ctx context.Context, key, path string, f batch.File) er
 
 // PartitionStats describes one replica.
 type PartitionStats struct {
-	Partition  int
-	AppliedSeq int64
-	NewestSeq  int64 // newest registered seq seen; 0 if unknown
-	LastError  string
-	LastApply  time.Time
+	Partition  int       `json:"partition"`
+	AppliedSeq int64     `json:"applied_seq"`
+	NewestSeq  int64     `json:"newest_seq"` // newest registered seq seen; 0 if unknown
+	LastError  string    `json:"last_error,omitempty"`
+	LastApply  time.Time `json:"last_apply,omitzero"`
 }
 
 // Stats is a snapshot of the node.
 type Stats struct {
-	Partitions    int
-	Held          []PartitionStats
-	CacheUsage    uint64
-	CacheCapacity uint64
-	CacheHits     uint64
-	CacheMisses   uint64
+	Partitions    int              `json:"partitions"`
+	Held          []PartitionStats `json:"held"`
+	CacheUsage    uint64           `json:"cache_usage_bytes"`
+	CacheCapacity uint64           `json:"cache_capacity_bytes"`
+	CacheHits     uint64           `json:"cache_hits"`
+	CacheMisses   uint64           `json:"cache_misses"`
 }
 
 // Stats returns a snapshot of the node's replicas and block cache.

@@ -7,7 +7,8 @@ import (
 // DialOptions tunes a client connection for BatchGet's large responses
 // (~600 KB for 12 keys of ~50 KB): flow-control windows that cover several
 // responses in flight and a receive limit of maxRecv bytes (0: 64 MiB, the
-// node's default response limit, plus headroom).
+// node's default response limit, plus headroom), decoding responses with
+// ClientCodec (values alias one receive buffer instead of being copied).
 func DialOptions(maxRecv int) []grpc.DialOption {
 	if maxRecv <= 0 {
 		maxRecv = 65 << 20
@@ -17,6 +18,6 @@ func DialOptions(maxRecv int) []grpc.DialOption {
 		grpc.WithInitialConnWindowSize(64 << 20),
 		grpc.WithReadBufferSize(256 << 10),
 		grpc.WithWriteBufferSize(64 << 10),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecv)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecv), CallOption()),
 	}
 }

@@ -1,0 +1,115 @@
+package servepb
+
+import (
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// ClientCodec is a client-side gRPC codec that decodes a BatchGetResponse
+// with one copy: the received frames are gathered into one new buffer that
+// the Result values then alias (the standard codec gathers, then copies
+// every value again), and allocates all Results at once. Other messages go
+// through the standard proto codec.
+// Use it with CallOption (or DialOptions, which includes it). Values stay
+// valid as long as the response is referenced.
+type ClientCodec struct{}
+
+var protoCodec = encoding.GetCodecV2(proto.Name)
+
+// Marshal implements encoding.CodecV2.
+func (ClientCodec) Marshal(v any) (mem.BufferSlice, error) { return protoCodec.Marshal(v) }
+
+// Unmarshal implements encoding.CodecV2.
+func (ClientCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	resp, ok := v.(*BatchGetResponse)
+	if !ok {
+		return protoCodec.Unmarshal(data, v)
+	}
+	return DecodeBatchGetResponse(data.Materialize(), resp)
+}
+
+// DecodeBatchGetResponse decodes b into resp; the values alias b. It
+// accepts exactly the protobuf encodings of BatchGetResponse (unknown fields
+// are skipped).
+func DecodeBatchGetResponse(b []byte, resp *BatchGetResponse) error {
+	n := 0 // count results first: one allocation for all of them
+	for rest := b; len(rest) > 0; {
+		num, typ, l := protowire.ConsumeTag(rest)
+		if l < 0 {
+			return protowire.ParseError(l)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, rest[l:])
+		if m < 0 {
+			return protowire.ParseError(m)
+		}
+		if num == 1 && typ == protowire.BytesType {
+			n++
+		}
+		rest = rest[l+m:]
+	}
+	results := make([]Result, n)
+	resp.Results = make([]*Result, 0, n)
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		b = b[l:]
+		if num != 1 || typ != protowire.BytesType {
+			m := protowire.ConsumeFieldValue(num, typ, b)
+			b = b[m:]
+			continue
+		}
+		inner, m := protowire.ConsumeBytes(b)
+		if m < 0 {
+			return protowire.ParseError(m)
+		}
+		b = b[m:]
+		r := &results[len(resp.Results)]
+		if err := decodeResult(inner, r); err != nil {
+			return err
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	return nil
+}
+
+func decodeResult(b []byte, r *Result) error {
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return protowire.ParseError(l)
+		}
+		b = b[l:]
+		var m int
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			var v uint64
+			v, m = protowire.ConsumeVarint(b)
+			r.Found = v != 0
+		case num == 2 && typ == protowire.BytesType:
+			r.Value, m = protowire.ConsumeBytes(b)
+		case num == 3 && typ == protowire.VarintType:
+			var v uint64
+			v, m = protowire.ConsumeVarint(b)
+			r.Status = KeyStatus(v)
+		case num == 4 && typ == protowire.BytesType:
+			var v []byte
+			v, m = protowire.ConsumeBytes(b)
+			r.Error = string(v)
+		default:
+			m = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if m < 0 {
+			return protowire.ParseError(m)
+		}
+		b = b[m:]
+	}
+	return nil
+}
+
+// Name implements encoding.CodecV2; the wire format is plain protobuf.
+func (ClientCodec) Name() string { return proto.Name }
+
+// CallOption selects ClientCodec for a call.
+func CallOption() grpc.CallOption { return grpc.ForceCodecV2(ClientCodec{}) }

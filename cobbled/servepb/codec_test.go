@@ -1,0 +1,37 @@
+package servepb
+
+import (
+	"bytes"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// TestDecodeBatchGetResponse checks the hand decoder against the generated
+// code on every field combination, including unknown fields.
+func TestDecodeBatchGetResponse(t *testing.T) {
+	want := &BatchGetResponse{Results: []*Result{
+		{Found: true, Value: bytes.Repeat([]byte("v"), 300)},
+		{},
+		{Found: true},
+		{Status: KeyStatus_KEY_NOT_SERVED, Error: "partition 3 not served by node n1"},
+		{Status: KeyStatus_KEY_ERROR, Error: "boom"},
+	}}
+	b, err := proto.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = append(b, 0x10, 0x07) // unknown field 2 (varint)
+	var got BatchGetResponse
+	if err := DecodeBatchGetResponse(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(&got, want) {
+		t.Fatalf("got %v, want %v", &got, want)
+	}
+	for _, bad := range [][]byte{{0x0a, 0x05, 0x08}, {0x0a}, {0x0a, 0x02, 0x12, 0x09}} {
+		if err := DecodeBatchGetResponse(bad, &got); err == nil {
+			t.Errorf("%x: no error", bad)
+		}
+	}
+}
