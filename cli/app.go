@@ -29,6 +29,7 @@ func commands() []*cli.Command {
 		sstCommand(), // SST builder (cmd_sst.go)
 		cobbledCommand(), getCommand(),
 		controlCommand(), statusCommand(), // control plane (cmd_control.go)
+		lorryCommand(), // export-queue delivery (cmd_lorry.go)
 	}
 }
 

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/pillarkit/pillar/lorry"
+)
+
+func lorryCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "lorry",
+		Usage: "deliver the export queue to the serving tier (batches → object store → control plane)",
+		Description: `Lorry reads each partition's export-queue records from the store, accumulates them
+into delta batches (newest record of a key wins, deletes become tombstones), uploads each
+batch to the object store, registers it with the control plane and only then advances the
+partition's committed offset in the store. Several workers may run at once: partitions are
+leased (one writer each) and shared out fairly; a dead worker's leases lapse after
+--lease-ttl. See 'pillar lorry run --help'.
+
+Examples:
+   pillar lorry run --store data/store --objstore data/objects --control 127.0.0.1:7000 --once
+   pillar lorry status --store data/store
+   pillar lorry cleanup --store data/store --objstore data/objects --dry-run`,
+		Subcommands: []*cli.Command{lorryRunCommand(), lorryStatusCommand(), lorryCleanupCommand()},
+	}
+}
+
+func lorryRunCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run a Lorry worker (until interrupted, or --once: drain what is queued now and exit)",
+		UsageText: "pillar lorry run --store DIR --objstore URL --control HOST:PORT [--once] [options]",
+		Description: `Delivers the export queue of the partitions this worker can lease. A batch closes when
+its records reach --max-batch-bytes or --max-batch-records, or when its oldest record is
+--max-batch-age old, whichever comes first. Each batch is recorded as pending in the store
+first, then uploaded (conditional creates: nothing is ever overwritten), registered (the
+batch id comes from the partition and its offsets, so a retry registers the same batch
+once) and committed. A failing step is retried with backoff for as long as it takes; the
+worker reads at most one batch ahead per partition meanwhile and never drops a record.
+
+With --once the worker leases every partition no live worker holds, delivers everything
+queued at start (without waiting for batch ages), gives the leases back and exits;
+partitions held by a running worker are listed as skipped. Without it the worker runs
+until SIGINT/SIGTERM, then gives its leases back.
+
+Examples:
+   pillar lorry run --store data/store --objstore data/objects --control 127.0.0.1:7000 --once
+   pillar lorry run --store data/store --objstore s3://pillar-batches/prod --s3-endpoint http://127.0.0.1:7070 \
+       --control 127.0.0.1:7000 --token-file control.token --max-batch-age 500ms
+   pillar lorry run --store data/store --objstore data/objects --control 127.0.0.1:7000 --id lorry-a --partitions 0-15`,
+		Flags: controlClientFlags(
+			storeFlag,
+			&cli.StringFlag{Name: "objstore", Required: true, EnvVars: []string{"PILLAR_OBJSTORE"}, Usage: "object store: a directory, file:///abs/dir or s3://bucket/prefix"},
+			sstS3EndpointFlag,
+			&cli.BoolFlag{Name: "once", Usage: "drain what is queued now, then exit"},
+			&cli.StringFlag{Name: "id", Usage: "worker id in leases (default: host-pid-random); a restart with the same id takes its leases back at once — never run two workers with one id"},
+			&cli.StringFlag{Name: "partitions", Usage: "only these partitions: a list of numbers and ranges, e.g. 0-7,12 (default: all)"},
+			&cli.Int64Flag{Name: "max-batch-bytes", Value: 8 << 20, Usage: "close a batch at this many bytes of values (also the read-ahead bound per partition)"},
+			&cli.IntFlag{Name: "max-batch-records", Value: 100000, Usage: "close a batch at this many records"},
+			&cli.DurationFlag{Name: "max-batch-age", Value: time.Second, Usage: "close a batch once its oldest record is this old"},
+			&cli.DurationFlag{Name: "poll", Value: 100 * time.Millisecond, Usage: "how often an idle partition looks for new records"},
+			&cli.DurationFlag{Name: "lease-ttl", Value: 15 * time.Second, Usage: "a dead worker's partitions are taken over this long after its last renewal"},
+			&cli.IntFlag{Name: "parallelism", Value: 4, Usage: "partitions building and uploading at the same time"},
+			&cli.DurationFlag{Name: "orphan-grace", Value: 15 * time.Minute, Usage: "unregistered uploads older than this are removed by the periodic cleanup"},
+			&cli.DurationFlag{Name: "cleanup-interval", Value: 10 * time.Minute, Usage: "how often the held partitions' orphans are cleaned (0: never)"},
+			&cli.StringFlag{Name: "tmp", Usage: "directory for SST files being built (default: under $TMPDIR)"},
+			&cli.BoolFlag{Name: "json", Usage: "with --once: print the result as JSON"},
+		),
+		Action: func(c *cli.Context) error {
+			st, err := openStore(c, false, 0)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			objs, err := sstOpenStore(c, c.String("objstore"))
+			if err != nil {
+				return err
+			}
+			ctl, err := dialControl(c)
+			if err != nil {
+				return err
+			}
+			defer ctl.Close()
+			if n, err := ctl.Partitions(c.Context); err != nil {
+				return fmt.Errorf("lorry: control plane %s: %w", c.String("control"), err)
+			} else if n != st.Info().Partitions {
+				return fmt.Errorf("lorry: the store has %d partitions, the control plane %d", st.Info().Partitions, n)
+			}
+			parts, err := parsePartitionList(c.String("partitions"))
+			if err != nil {
+				return err
+			}
+			cleanup := c.Duration("cleanup-interval")
+			if cleanup == 0 {
+				cleanup = -1
+			}
+			w, err := lorry.New(lorry.Options{
+				Store: st, Objects: objs, Registry: ctl, ID: c.String("id"), Partitions: parts,
+				MaxBatchBytes: c.Int64("max-batch-bytes"), MaxBatchRecords: c.Int("max-batch-records"),
+				MaxBatchAge: c.Duration("max-batch-age"), PollInterval: c.Duration("poll"),
+				LeaseTTL: c.Duration("lease-ttl"), Parallelism: c.Int("parallelism"),
+				OrphanGrace: c.Duration("orphan-grace"), CleanupInterval: cleanup, TempDir: c.String("tmp"),
+				Logger: logger(),
+			})
+			if err != nil {
+				return err
+			}
+			if !c.Bool("once") {
+				logger().Info("lorry: running", "id", w.ID(), "store", st.Info().Root, "objstore", c.String("objstore"), "control", c.String("control"))
+				return w.Run(c.Context)
+			}
+			start := time.Now()
+			res, err := w.Drain(c.Context)
+			if c.Bool("json") {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				_ = enc.Encode(res)
+			} else {
+				s := res.Stats
+				fmt.Printf("lorry: drained %d partitions in %s: %d batches, %d records, %d keys (%d tombstones), %s uploaded, %d retries\n",
+					len(res.Delivered), time.Since(start).Round(time.Millisecond), s.Batches, s.Records, s.Keys, s.Deletes, humanBytes(s.Bytes), s.Retries)
+				if len(res.Skipped) > 0 {
+					fmt.Printf("lorry: skipped partitions held by a running worker: %v\n", res.Skipped)
+				}
+			}
+			return err
+		},
+	}
+}
+
+func lorryStatusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "show per-partition queue depth, committed offset, oldest undelivered record and lease",
+		Description: `Reads the store (read-only, safe beside running workers). Per partition: the queue end,
+the committed offset (everything below it is in a registered batch), the depth (queue end −
+committed), the age of the oldest undelivered record, the last batch's control-plane seq,
+a pending batch if one is in flight, and the lease holder (or "lapsed").
+
+Examples:
+   pillar lorry status --store data/store
+   pillar lorry status --store data/store --all --json`,
+		Flags: []cli.Flag{
+			storeFlag,
+			&cli.BoolFlag{Name: "all", Usage: "also list partitions with an empty queue"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			st, err := openStore(c, false, 0)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			now := time.Now()
+			ss, err := lorry.Status(c.Context, st, now)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(ss)
+			}
+			var depth int64
+			var oldest time.Duration
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PARTITION\tQUEUE END\tCOMMITTED\tDEPTH\tOLDEST\tSEQ\tPENDING\tLEASE")
+			for _, s := range ss {
+				depth += s.Depth
+				oldest = max(oldest, s.OldestAge)
+				if !c.Bool("all") && s.QueueEnd == 0 && s.Owner == "" {
+					continue
+				}
+				age, pend, lease := "-", "-", "free"
+				if s.Depth > 0 {
+					age = s.OldestAge.Round(time.Millisecond).String()
+				}
+				if s.Pending != nil {
+					pend = fmt.Sprintf("%d-%d", s.Pending.First, s.Pending.Last)
+				}
+				if s.Owner != "" {
+					if s.LeaseExpires.After(now) {
+						lease = fmt.Sprintf("%s (%s left)", s.Owner, s.LeaseExpires.Sub(now).Round(time.Second))
+					} else {
+						lease = s.Owner + " (lapsed)"
+					}
+				}
+				fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s\t%d\t%s\t%s\n", s.Partition, s.QueueEnd, s.Committed, s.Depth, age, s.Seq, pend, lease)
+			}
+			tw.Flush()
+			fmt.Printf("total depth %d records, oldest undelivered %s\n", depth, oldest.Round(time.Millisecond))
+			return nil
+		},
+	}
+}
+
+func lorryCleanupCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "cleanup",
+		Usage: "remove uploaded Lorry objects that no registered batch names",
+		Description: `Removes, under batches/pNNNNN/lorry-<store id>-…/, objects older than --grace that no
+batch manifest names (files of an upload that crashed and was rebuilt under new names) and
+prefixes without a manifest that are not a partition's pending batch. Running workers do the
+same for their partitions every --cleanup-interval; this is for a one-off pass.
+
+Examples:
+   pillar lorry cleanup --store data/store --objstore data/objects --dry-run
+   pillar lorry cleanup --store data/store --objstore s3://pillar-batches/prod --grace 1h`,
+		Flags: []cli.Flag{
+			storeFlag,
+			&cli.StringFlag{Name: "objstore", Required: true, EnvVars: []string{"PILLAR_OBJSTORE"}, Usage: "object store: a directory, file:///abs/dir or s3://bucket/prefix"},
+			sstS3EndpointFlag,
+			&cli.DurationFlag{Name: "grace", Value: 15 * time.Minute, Usage: "only remove objects older than this"},
+			&cli.StringFlag{Name: "partitions", Usage: "only these partitions, e.g. 0-7,12 (default: all)"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "list what would be removed, remove nothing"},
+		},
+		Action: func(c *cli.Context) error {
+			st, err := openStore(c, false, 0)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			objs, err := sstOpenStore(c, c.String("objstore"))
+			if err != nil {
+				return err
+			}
+			parts, err := parsePartitionList(c.String("partitions"))
+			if err != nil {
+				return err
+			}
+			res, err := lorry.Cleanup(c.Context, lorry.CleanupOptions{Store: st, Objects: objs, Partitions: parts,
+				Grace: c.Duration("grace"), DryRun: c.Bool("dry-run"), Logger: logger()})
+			verb := "removed"
+			if c.Bool("dry-run") {
+				verb = "would remove"
+			}
+			for _, k := range res.Keys {
+				fmt.Printf("%s %s\n", verb, k)
+			}
+			fmt.Printf("lorry cleanup: %d batches, %d objects looked at; %s %d; %d orphans younger than %s kept\n",
+				res.Batches, res.Objects, verb, res.Removed, res.Young, c.Duration("grace"))
+			return err
+		},
+	}
+}
+
+// parsePartitionList parses "0-7,12" ("" is nil: all partitions).
+func parsePartitionList(s string) ([]int, error) {
+	var out []int
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("--partitions %q: %q is not a partition number or range", s, part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("--partitions %q: bad range %q", s, part)
+			}
+		}
+		for p := a; p <= b; p++ {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
