@@ -159,6 +159,47 @@ func ExportDecision(pageKey string, oldExported, newExported []string, recordCha
 	return d
 }
 
+// Decide is ExportDecision for a reducer that groups the changes of all
+// subsets by page key: changes are one page's changes (any order, any
+// subsets, Stay included), oldExported and newExported tell whether a subset
+// was exported in the old generation and is in the new one.
+func Decide(pageKey string, changes []Change, oldExported, newExported func(subset string) bool, recordChanged bool) Decision {
+	var oldE, newE []string
+	for _, c := range changes {
+		if c.Kind != Enter && oldExported(c.Subset) {
+			oldE = append(oldE, c.Subset)
+		}
+		if c.Kind != Leave && newExported(c.Subset) {
+			newE = append(newE, c.Subset)
+		}
+	}
+	return ExportDecision(pageKey, oldE, newE, recordChanged)
+}
+
+// ReadMembers adapts a reader of a subsets/<name> table (rows of
+// pillar.SubsetMember, sorted by page key) to the sequence DiffSeq takes.
+// The sequence ends early on a read error, which err then returns; the
+// caller still closes r.
+func ReadMembers(r pillar.RowReader) (seq iter.Seq[pillar.SubsetMember], err func() error) {
+	var readErr error
+	seq = func(yield func(pillar.SubsetMember) bool) {
+		for r.Next() {
+			var m pillar.SubsetMember
+			if e := r.Scan(&m); e != nil {
+				readErr = fmt.Errorf("subsets: read members: %w", e)
+				return
+			}
+			if !yield(m) {
+				return
+			}
+		}
+		if e := r.Err(); e != nil {
+			readErr = fmt.Errorf("subsets: read members: %w", e)
+		}
+	}
+	return seq, func() error { return readErr }
+}
+
 func joinSorted(names []string) string {
 	s := slices.Clone(names)
 	slices.Sort(s)

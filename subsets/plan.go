@@ -43,29 +43,15 @@ func (s *Set) Plan(pages []Page, asOf time.Time, prev map[string]Previous, chang
 		matches = s.AppendEval(matches, &pages[i], asOf)
 	}
 	pl := &Plan{Members: make(map[string][]pillar.SubsetMember, len(s.policies))}
-	type pageState struct{ old, new []string }
-	state := map[string]*pageState{}
-	get := func(k string) *pageState {
-		st := state[k]
-		if st == nil {
-			st = &pageState{}
-			state[k] = st
-		}
-		return st
-	}
-	diff := func(name string, exportedOld, exportedNew bool, old, new []pillar.SubsetMember) error {
+	byPage := map[string][]Change{}
+	diff := func(name string, old, new []pillar.SubsetMember) error {
 		ch, err := Diff(name, old, new)
 		if err != nil {
 			return err
 		}
 		pl.Changes = append(pl.Changes, ch...)
 		for _, c := range ch {
-			if c.Kind != Enter && exportedOld {
-				get(c.PageKey).old = append(get(c.PageKey).old, name)
-			}
-			if c.Kind != Leave && exportedNew {
-				get(c.PageKey).new = append(get(c.PageKey).new, name)
-			}
+			byPage[c.PageKey] = append(byPage[c.PageKey], c)
 		}
 		return nil
 	}
@@ -78,8 +64,7 @@ func (s *Set) Plan(pages []Page, asOf time.Time, prev map[string]Previous, chang
 			m = []pillar.SubsetMember{}
 		}
 		pl.Members[name] = m
-		p := prev[name]
-		if err := diff(name, p.Exported, s.Exported(name), p.Members, m); err != nil {
+		if err := diff(name, prev[name].Members, m); err != nil {
 			return nil, err
 		}
 	}
@@ -91,18 +76,18 @@ func (s *Set) Plan(pages []Page, asOf time.Time, prev map[string]Previous, chang
 	}
 	sort.Strings(gone)
 	for _, name := range gone {
-		if err := diff(name, prev[name].Exported, false, prev[name].Members, nil); err != nil {
+		if err := diff(name, prev[name].Members, nil); err != nil {
 			return nil, err
 		}
 	}
-	keys := make([]string, 0, len(state))
-	for k := range state {
+	keys := make([]string, 0, len(byPage))
+	for k := range byPage {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	oldExported := func(name string) bool { return prev[name].Exported }
 	for _, k := range keys {
-		st := state[k]
-		d := ExportDecision(k, st.old, st.new, changed != nil && changed(k))
+		d := Decide(k, byPage[k], oldExported, s.Exported, changed != nil && changed(k))
 		if d.Op != "" {
 			pl.Decisions = append(pl.Decisions, d)
 		}
