@@ -1,0 +1,546 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+// Result is one key's outcome. Found=false with Err=nil means the key's
+// partition answered and the key is absent. Err is set only when every
+// usable replica of the key's partition failed, or the deadline passed
+// before one answered. Value may be shared by duplicate keys of a request:
+// do not modify it.
+type Result struct {
+	Found bool
+	Value []byte
+	Err   error
+}
+
+// Attempt kinds.
+const (
+	kindPrimary = iota
+	kindHedge
+	kindFailover
+)
+
+var kindNames = [...]string{"primary", "hedge", "failover"}
+
+// part is one partition's share of a request.
+type part struct {
+	p        int
+	keys     [][]byte // distinct keys, in first-seen order
+	pos      [][]int  // pos[j]: request positions of keys[j]
+	tried    []*node
+	inflight int // attempts in flight that cover it
+	done     bool
+	err      error // final error (the partition failed)
+	lastErr  error
+	res      []*servepb.Result
+}
+
+func (pt *part) open() bool { return !pt.done && pt.err == nil }
+
+// attempt is one sub-request: a set of partitions sent to one node.
+type attempt struct {
+	n         *node
+	parts     []*part
+	kind      int
+	cancel    context.CancelFunc
+	timer     *time.Timer
+	over      bool // answered, failed or cancelled
+	cancelled bool // cancelled by the router (it lost, or the request ended)
+	won       bool
+}
+
+type event struct {
+	a     *attempt
+	hedge bool // the hedge timer fired
+	resp  *servepb.BatchGetResponse
+	err   error
+	d     time.Duration
+}
+
+// gather runs one BatchGet: the attempts, their events and every decision
+// about them happen on the calling goroutine; the RPCs and hedge timers only
+// send events to it, so the state below needs no lock.
+type gather struct {
+	r        *Router
+	t        *table
+	ctx      context.Context
+	ev       chan event
+	quit     chan struct{}
+	parts    []*part
+	live     []*attempt
+	open     int // parts neither done nor failed
+	assigned map[*node]int
+	counts   [3]int
+	won      int
+}
+
+// BatchGet returns one Result per key, in request order. Keys are raw
+// 16-byte page keys; duplicates are answered per position. It returns an
+// error wrapping ErrEmpty, ErrTooManyKeys or ErrBadKey for a bad request
+// (and no results), and otherwise all results, with an error wrapping the
+// first key's failure (ErrUnavailable, ErrNoReplica, context.DeadlineExceeded,
+// …) when some keys failed. Without a deadline in ctx, Options.Timeout
+// applies. It is safe for concurrent use.
+func (r *Router) BatchGet(ctx context.Context, keys [][]byte) ([]Result, error) {
+	start := time.Now()
+	m := r.opts.Metrics
+	if err := r.check(keys); err != nil {
+		m.requests.WithLabelValues("invalid").Inc()
+		return nil, err
+	}
+	if r.closed.Load() {
+		return nil, ErrClosed
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.opts.Timeout)
+		defer cancel()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // every attempt still in flight (the losers) ends here
+
+	g := &gather{r: r, t: r.table.Load(), ctx: ctx, ev: make(chan event, 4), quit: make(chan struct{}), assigned: map[*node]int{}}
+	defer close(g.quit)
+	g.split(keys)
+	g.run()
+
+	out := make([]Result, len(keys))
+	var failed int
+	var first error
+	for _, pt := range g.parts {
+		for j, pos := range pt.pos {
+			var res Result
+			if pt.done {
+				res = Result{Found: pt.res[j].Found, Value: pt.res[j].Value}
+			} else {
+				res.Err = pt.err
+				if first == nil {
+					first = pt.err
+				}
+				failed += len(pos)
+			}
+			for _, i := range pos {
+				out[i] = res
+			}
+		}
+	}
+	r.account(g, len(keys), failed, time.Since(start))
+	if failed > 0 {
+		return out, fmt.Errorf("router: %d of %d keys failed: %w", failed, len(keys), first)
+	}
+	return out, nil
+}
+
+func (r *Router) check(keys [][]byte) error {
+	if len(keys) == 0 {
+		return fmt.Errorf("router: BatchGet: %w", ErrEmpty)
+	}
+	if len(keys) > r.opts.MaxKeys {
+		return fmt.Errorf("router: BatchGet: %d keys, over the limit of %d: %w", len(keys), r.opts.MaxKeys, ErrTooManyKeys)
+	}
+	for i, k := range keys {
+		if len(k) != pillar.KeySize {
+			return fmt.Errorf("router: BatchGet: key %d (%x): %d bytes, want %d: %w", i, k, len(k), pillar.KeySize, ErrBadKey)
+		}
+	}
+	return nil
+}
+
+// split groups keys by partition (partitions in increasing order, keys in
+// first-seen order, duplicates folded into one key with several positions).
+func (g *gather) split(keys [][]byte) {
+	byPart := map[int]*part{}
+	for i, k := range keys {
+		p := pillar.Partition(k, g.t.partitions)
+		pt := byPart[p]
+		if pt == nil {
+			pt = &part{p: p}
+			byPart[p] = pt
+			g.parts = append(g.parts, pt)
+		}
+		j := slices.IndexFunc(pt.keys, func(x []byte) bool { return string(x) == string(k) })
+		if j < 0 {
+			pt.keys = append(pt.keys, k)
+			pt.pos = append(pt.pos, nil)
+			j = len(pt.keys) - 1
+		}
+		pt.pos[j] = append(pt.pos[j], i)
+	}
+	slices.SortFunc(g.parts, func(a, b *part) int { return a.p - b.p })
+	g.open = len(g.parts)
+}
+
+func (g *gather) run() {
+	// Primaries: each partition to its own pick, grouped by node.
+	groups := map[*node][]*part{}
+	var order []*node
+	for _, pt := range g.parts {
+		n := g.pick(pt, nil)
+		if n == nil {
+			g.fail(pt, g.noReplica(pt))
+			continue
+		}
+		if groups[n] == nil {
+			order = append(order, n)
+		}
+		groups[n] = append(groups[n], pt)
+		g.assigned[n]++
+	}
+	for _, n := range order {
+		g.launch(n, groups[n], kindPrimary)
+	}
+	for g.open > 0 {
+		select {
+		case e := <-g.ev:
+			if e.hedge {
+				g.onHedgeTimer(e.a)
+			} else {
+				g.onAnswer(e)
+			}
+			g.cancelFinished()
+		case <-g.ctx.Done():
+			g.abort(g.ctx.Err())
+		}
+	}
+	for _, a := range g.live {
+		g.stop(a) // the request is over: cancel what is left
+	}
+}
+
+// launch sends parts to n as one sub-request.
+func (g *gather) launch(n *node, parts []*part, kind int) {
+	r := g.r
+	var keys [][]byte
+	for _, pt := range parts {
+		pt.tried = append(pt.tried, n)
+		pt.inflight++
+		keys = append(keys, pt.keys...)
+	}
+	actx, cancel := context.WithCancel(g.ctx)
+	a := &attempt{n: n, parts: parts, kind: kind, cancel: cancel}
+	g.live = append(g.live, a)
+	g.counts[kind]++
+	r.opts.Metrics.rpcs.WithLabelValues(kindNames[kind]).Inc()
+	n.rpcs.Add(1)
+	n.outstanding.Add(1)
+	if kind == kindPrimary {
+		r.budget.earn()
+		if !r.opts.DisableHedging {
+			a.timer = time.AfterFunc(r.hedgeDelay(n), func() { g.send(event{a: a, hedge: true}) })
+		}
+	}
+	go func() {
+		start := time.Now()
+		resp, err := n.client.BatchGet(actx, &servepb.BatchGetRequest{Keys: keys})
+		n.outstanding.Add(-1)
+		g.send(event{a: a, resp: resp, err: err, d: time.Since(start)})
+	}()
+}
+
+func (g *gather) send(e event) {
+	select {
+	case g.ev <- e:
+	case <-g.quit:
+	}
+}
+
+// stop ends an attempt that is no longer needed.
+func (g *gather) stop(a *attempt) {
+	if a.over {
+		return
+	}
+	a.over, a.cancelled = true, true
+	a.cancel()
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	for _, pt := range a.parts {
+		pt.inflight--
+	}
+	g.r.opts.Metrics.cancelled.Inc()
+	g.r.cancelled.Add(1)
+}
+
+func (g *gather) retireLive() {
+	g.live = slices.DeleteFunc(g.live, func(a *attempt) bool { return a.over })
+}
+
+// cancelFinished cancels attempts all of whose partitions are settled: the
+// losers of hedges and of failovers.
+func (g *gather) cancelFinished() {
+	for _, a := range g.live {
+		if a.over {
+			continue
+		}
+		if !slices.ContainsFunc(a.parts, (*part).open) {
+			g.stop(a)
+		}
+	}
+	g.retireLive()
+}
+
+func (g *gather) onAnswer(e event) {
+	a := e.a
+	if a.over { // cancelled by us before the answer arrived
+		return
+	}
+	a.over = true
+	a.cancel()
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	for _, pt := range a.parts {
+		pt.inflight--
+	}
+	n, r := a.n, g.r
+	err := e.err
+	if err == nil {
+		want := 0
+		for _, pt := range a.parts {
+			want += len(pt.keys)
+		}
+		if len(e.resp.Results) != want {
+			err = fmt.Errorf("router: node %s answered %d results for %d keys", n.id, len(e.resp.Results), want)
+		}
+	}
+	if err != nil {
+		code := status.Code(err)
+		if g.ctx.Err() != nil || (code == codes.DeadlineExceeded && g.nearDeadline()) {
+			// The request's deadline passed (the node may notice it a little
+			// before this process does): abort reports it.
+			return
+		}
+		n.errs.Add(1)
+		r.opts.Metrics.rpcErrors.WithLabelValues(n.id, code.String()).Inc()
+		if code == codes.Unavailable || code == codes.DeadlineExceeded {
+			n.fail(r.opts.EjectFor) // unreachable, shutting down or stuck
+		}
+		werr := fmt.Errorf("node %s (%s): %w", n.id, n.addr, err)
+		var again []*part
+		for _, pt := range a.parts {
+			if pt.open() {
+				pt.lastErr = werr
+				again = append(again, pt)
+			}
+		}
+		g.failover(again)
+		return
+	}
+	n.observe(e.d)
+	r.opts.Metrics.nodeLatency.WithLabelValues(n.id).Observe(e.d.Seconds())
+	off := 0
+	var again []*part
+	for _, pt := range a.parts {
+		rs := e.resp.Results[off : off+len(pt.keys)]
+		off += len(pt.keys)
+		if !pt.open() {
+			continue
+		}
+		if perr := partStatus(rs); perr != nil {
+			if errors.Is(perr, ErrNotServed) {
+				r.kick() // the table is stale
+			}
+			pt.lastErr = fmt.Errorf("node %s (%s): partition %d: %w", n.id, n.addr, pt.p, perr)
+			again = append(again, pt)
+			continue
+		}
+		pt.res, pt.done = rs, true
+		g.open--
+		if a.kind == kindHedge && !a.won {
+			a.won = true
+			g.won++
+		}
+	}
+	g.failover(again)
+}
+
+// partStatus is the error of a partition's results on one node, if any key
+// was not served or failed there.
+func partStatus(rs []*servepb.Result) error {
+	for _, x := range rs {
+		switch x.Status {
+		case servepb.KeyStatus_KEY_OK:
+		case servepb.KeyStatus_KEY_NOT_SERVED:
+			return fmt.Errorf("%s: %w", x.Error, ErrNotServed)
+		default:
+			return fmt.Errorf("%s: %w", x.Error, ErrKeyError)
+		}
+	}
+	return nil
+}
+
+// failover sends parts that failed on a node to other replicas; a part with
+// another attempt still in flight waits for it, and a part with no replica
+// left fails.
+func (g *gather) failover(parts []*part) {
+	var todo []*part
+	for _, pt := range parts {
+		if pt.open() && pt.inflight == 0 {
+			todo = append(todo, pt)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	groups, order, left := g.group(todo)
+	for _, pt := range left {
+		g.fail(pt, fmt.Errorf("router: partition %d: every replica failed (%d tried), last: %w: %w", pt.p, len(pt.tried), pt.lastErr, ErrUnavailable))
+	}
+	for _, n := range order {
+		g.r.opts.Metrics.failovers.Inc()
+		g.launch(n, groups[n], kindFailover)
+	}
+}
+
+// onHedgeTimer hedges the partitions of a primary that is still waiting,
+// when the budget allows and another replica exists.
+func (g *gather) onHedgeTimer(a *attempt) {
+	if a.over {
+		return
+	}
+	var todo []*part
+	for _, pt := range a.parts {
+		if pt.open() && pt.inflight == 1 {
+			todo = append(todo, pt)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	groups, order, _ := g.group(todo) // parts with no other replica just keep waiting
+	m := g.r.opts.Metrics
+	for _, n := range order {
+		if !g.r.budget.take() {
+			m.hedgesDenied.Inc()
+			g.r.denied.Add(1)
+			return
+		}
+		g.launch(n, groups[n], kindHedge)
+	}
+}
+
+// group picks a replica for each part (one not tried yet), putting parts on
+// a node already chosen in this call when it is among their best choices, so
+// a hedge or failover is one sub-request where the replicas allow. Parts
+// without a replica come back in left.
+func (g *gather) group(parts []*part) (map[*node][]*part, []*node, []*part) {
+	groups := map[*node][]*part{}
+	var order []*node
+	var left []*part
+	for _, pt := range parts {
+		n := g.pick(pt, order)
+		if n == nil {
+			left = append(left, pt)
+			continue
+		}
+		if groups[n] == nil {
+			order = append(order, n)
+		}
+		groups[n] = append(groups[n], pt)
+	}
+	return groups, order, left
+}
+
+// pick chooses a replica of pt not tried yet: among the usable (up, not
+// lagging) replicas, the caller's zone first, then other zones, and nodes
+// that failed recently last; within the first non-empty tier, a node in
+// prefer if there is one, else the better of two random choices by
+// latency × load.
+func (g *gather) pick(pt *part, prefer []*node) *node {
+	now := time.Now().UnixNano()
+	var tiers [3][]*node
+	for _, rep := range g.t.reps[pt.p] {
+		if !rep.eligible || slices.Contains(pt.tried, rep.node) {
+			continue
+		}
+		tier := 1
+		switch {
+		case rep.node.ejected(now):
+			tier = 2
+		case g.r.opts.Zone != "" && rep.node.zoneName() == g.r.opts.Zone:
+			tier = 0
+		}
+		tiers[tier] = append(tiers[tier], rep.node)
+	}
+	for _, c := range tiers {
+		if len(c) == 0 {
+			continue
+		}
+		for _, n := range prefer {
+			if slices.Contains(c, n) {
+				return n
+			}
+		}
+		if len(c) == 1 {
+			return c[0]
+		}
+		i := rand.IntN(len(c))
+		j := rand.IntN(len(c) - 1)
+		if j >= i {
+			j++
+		}
+		if c[j].score(g.assigned[c[j]]) < c[i].score(g.assigned[c[i]]) {
+			return c[j]
+		}
+		return c[i]
+	}
+	return nil
+}
+
+// noReplica explains why a partition has no usable replica.
+func (g *gather) noReplica(pt *part) error {
+	reps := g.t.reps[pt.p]
+	if len(reps) == 0 {
+		return fmt.Errorf("router: partition %d: no replicas in routing version %d: %w", pt.p, g.t.version, ErrNoReplica)
+	}
+	var why []string
+	for _, rep := range reps {
+		if !rep.eligible {
+			why = append(why, rep.why)
+		}
+	}
+	return fmt.Errorf("router: partition %d: no usable replica (%s): %w", pt.p, strings.Join(why, "; "), ErrNoReplica)
+}
+
+func (g *gather) fail(pt *part, err error) {
+	if !pt.open() {
+		return
+	}
+	pt.err = err
+	g.open--
+}
+
+// nearDeadline reports whether the request's deadline is at most a few
+// milliseconds away: a node's DEADLINE_EXCEEDED then means that deadline,
+// not a stuck node, and is neither failed over nor held against the node.
+func (g *gather) nearDeadline() bool {
+	d, ok := g.ctx.Deadline()
+	return ok && time.Until(d) < 20*time.Millisecond
+}
+
+// abort ends the request at its deadline (or cancellation).
+func (g *gather) abort(cause error) {
+	for _, pt := range g.parts {
+		if pt.open() {
+			names := make([]string, len(pt.tried))
+			for i, n := range pt.tried {
+				names[i] = n.id
+			}
+			g.fail(pt, fmt.Errorf("router: partition %d: no answer before the deadline (tried %s): %w", pt.p, strings.Join(names, ", "), cause))
+		}
+	}
+}

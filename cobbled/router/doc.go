@@ -1,0 +1,70 @@
+// Package router reads batches of page keys from the cobbled serving tier:
+// it fans a BatchGet out to the nodes holding the keys' partitions, prefers
+// replicas in the caller's zone, hedges slow sub-requests within a budget,
+// fails over on errors, and honours the caller's deadline. grpc-go has no
+// hedging of its own; this is it. The same logic runs as a library
+// (New, (*Router).BatchGet) and as a stateless gRPC server speaking cobbled's
+// servepb Serve API (NewServer; `pillar router serve`) for callers in other
+// languages.
+//
+// # Routing
+//
+// New fetches the routing table (partition → replicas with address, zone,
+// state and applied sequence number) from the control plane and fails with
+// ErrNoRouting when it cannot. Afterwards the table is re-fetched every
+// Options.RefreshInterval (also long-polled for a new version when the
+// source is a RoutingWatcher, as *control.Client is) and at once, at most
+// every MinRefreshGap, when a node answers "not my partition". A failing
+// control plane leaves the cached table in use; a table with a different
+// partition count is refused. A replica whose node is not "up", or which
+// lags its partition's newest batch by more than MaxLagBatches, is never
+// chosen.
+//
+// # One BatchGet
+//
+//	keys ──group by partition──▶ pick a replica per partition ──group by node──▶ one sub-request per node, in parallel
+//	                                                                               │
+//	  answer ◀── results in request order ◀── first answer per partition ◀────────┤ timer: HedgeQuantile of the node's
+//	                                                                               │ latencies (≥ HedgeMinDelay) passed and a
+//	                                                                               │ budget token: same partitions to another
+//	                                                                               │ replica; the loser is cancelled
+//	                                                                               └ error / "not my partition": next replica
+//
+// Picking: among the usable replicas not tried yet for the partition, those
+// in Options.Zone first, then the others, then nodes that failed with a
+// transport error in the last EjectFor; within a tier, the better of two
+// random choices by recent latency × (outstanding sub-requests + 1). Hedges
+// and failovers put a request's partitions on as few nodes as the replicas
+// allow.
+//
+// Budget: each primary sub-request earns HedgeBudget tokens (at most
+// HedgeBurst banked) and each hedge spends one, so hedges stay below
+// HedgeBudget × primaries + HedgeBurst however slow the cluster gets.
+// Failovers do not spend tokens: they replace a failed sub-request.
+//
+// Results: duplicate keys are asked for once and answered at every
+// position; an absent key is Found=false without error. A key gets an error
+// only when its partition has no usable replica (ErrNoReplica), every
+// replica failed (ErrUnavailable, wrapping the last node's error), or the
+// deadline passed first (context.DeadlineExceeded); BatchGet then also
+// returns an error wrapping the first of them, next to all results. A
+// request without a deadline gets Options.Timeout.
+//
+// # Concurrency
+//
+// A Router is safe for concurrent use. Each BatchGet runs its decisions on
+// the calling goroutine; its sub-requests and hedge timers only post events
+// to it, and every sub-request still in flight when BatchGet returns is
+// cancelled. Routing tables are immutable once published and swapped
+// atomically; nodes (connections, latency windows, outstanding counts) are
+// shared by successive tables while their id and address stay the same, and
+// a node that leaves the table is closed after Options.Timeout. Close stops
+// the refresh loops and closes every connection.
+//
+// # Observability
+//
+// Stats() returns counters (primaries, hedges sent, won and denied,
+// failovers, cancelled losers, extra-request ratio) and per-node latency;
+// Metrics holds the same as Prometheus collectors, which the binary
+// registers.
+package router

@@ -1,0 +1,126 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pillarkit/pillar/cobbled"
+	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
+)
+
+// startCluster runs real cobbled nodes on 127.0.0.1 with small data: 8
+// partitions, values up to 4 KiB.
+func startCluster(t testing.TB, mutate func(*cluster.Options)) *cluster.Cluster {
+	t.Helper()
+	o := cluster.Options{Dir: t.TempDir(), Partitions: 8, Keys: 240, MaxValue: 4 << 10, CacheBytes: 8 << 20}
+	if mutate != nil {
+		mutate(&o)
+	}
+	c, err := cluster.Start(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newRouter(t testing.TB, src RoutingSource, mutate func(*Options)) *Router {
+	t.Helper()
+	o := Options{Source: src}
+	if mutate != nil {
+		mutate(&o)
+	}
+	r, err := New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// checkResults compares results with the cluster's data: known keys found
+// with their values, others not found, no errors.
+func checkResults(t testing.TB, c *cluster.Cluster, keys [][]byte, res []Result) {
+	t.Helper()
+	if len(res) != len(keys) {
+		t.Fatalf("%d results for %d keys", len(res), len(keys))
+	}
+	known := map[string]bool{}
+	for _, k := range c.Keys() {
+		known[string(k)] = true
+	}
+	for i, k := range keys {
+		r := res[i]
+		switch {
+		case r.Err != nil:
+			t.Errorf("key %d (%x): %v", i, k, r.Err)
+		case known[string(k)] && (!r.Found || !bytes.Equal(r.Value, c.Value(k))):
+			t.Errorf("key %d (%x): found %v, %d bytes; want its %d-byte value", i, k, r.Found, len(r.Value), len(c.Value(k)))
+		case !known[string(k)] && r.Found:
+			t.Errorf("key %d (%x): unknown key found", i, k)
+		}
+	}
+}
+
+// nodeRequests reads a node's cobbled_batchget_requests_total for a gRPC code.
+func nodeRequests(t testing.TB, m *cobbled.Metrics, code string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "cobbled_batchget_requests_total" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "code" && l.GetValue() == code {
+					return mt.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func nodeStats(r *Router, id string) NodeStats {
+	for _, n := range r.Stats().Nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	return NodeStats{}
+}
+
+// routingSource is a routing table the test edits, counting fetches.
+type routingSource struct {
+	fetches chan struct{}
+	get     func() (*control.Routing, error)
+}
+
+func (s *routingSource) GetRouting(ctx context.Context) (*control.Routing, error) {
+	select {
+	case s.fetches <- struct{}{}:
+	default:
+	}
+	return s.get()
+}
+
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

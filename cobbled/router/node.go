@@ -1,0 +1,164 @@
+package router
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/pillarkit/pillar/cobbled/servepb"
+)
+
+// node is one serving node as the router sees it: its connection, its
+// outstanding sub-requests and its recent latencies. Nodes are shared by
+// successive routing tables while their id and address stay the same.
+type node struct {
+	id, addr string
+	zone     atomic.Pointer[string]
+	conn     *grpc.ClientConn
+	client   servepb.ServeClient
+
+	outstanding atomic.Int64
+	ewmaNanos   atomic.Int64 // smoothed latency of answered sub-requests
+	ejectUntil  atomic.Int64 // unix nanos; avoided until then after a transport error
+	failStreak  atomic.Int64
+
+	lat latencies
+
+	// counters for Stats
+	rpcs, errs atomic.Int64
+}
+
+func (r *Router) newNode(id, addr, zone string) (*node, error) {
+	opts := append(servepb.DialOptions(0), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, append(opts, r.opts.DialOptions...)...)
+	if err != nil {
+		return nil, err
+	}
+	n := &node{id: id, addr: addr, conn: conn, client: servepb.NewServeClient(conn)}
+	n.zone.Store(&zone)
+	n.lat.init(r.opts.LatencyWindow, r.opts.HedgeQuantile)
+	return n, nil
+}
+
+func (n *node) zoneName() string { return *n.zone.Load() }
+
+// ejected reports whether the node failed recently.
+func (n *node) ejected(now int64) bool { return now < n.ejectUntil.Load() }
+
+// observe records an answered sub-request.
+func (n *node) observe(d time.Duration) {
+	n.failStreak.Store(0)
+	n.ejectUntil.Store(0)
+	n.lat.add(d)
+	// EWMA with weight 1/8, good enough for choosing between two nodes.
+	for {
+		old := n.ewmaNanos.Load()
+		next := int64(d)
+		if old != 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if n.ewmaNanos.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// fail records a transport-level failure: the node is avoided for
+// base × 2^(streak-1), at most 8 × base.
+func (n *node) fail(base time.Duration) {
+	streak := min(n.failStreak.Add(1), 4)
+	n.ejectUntil.Store(time.Now().Add(base << (streak - 1)).UnixNano())
+}
+
+// score orders nodes for power-of-two choices: lower is better. A node
+// without samples counts as fast (so it gets some, and is then measured).
+func (n *node) score(extra int) float64 {
+	ewma := float64(n.ewmaNanos.Load())
+	if ewma == 0 {
+		ewma = float64(time.Millisecond)
+	}
+	return ewma * float64(n.outstanding.Load()+1+int64(extra))
+}
+
+// latencies is a ring of a node's recent answered sub-request latencies and
+// the quantiles computed from it every few samples (sorting 512 durations
+// per request would cost more than the request).
+type latencies struct {
+	mu     sync.Mutex
+	ring   []time.Duration
+	next   int
+	filled bool
+	since  int // samples since the last recomputation
+	q      float64
+
+	hedgeQ, p50, p99 atomic.Int64 // nanos; 0 until enough samples
+	count            atomic.Int64
+}
+
+func (l *latencies) init(window int, q float64) {
+	l.ring = make([]time.Duration, window)
+	l.q = q
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ring[l.next] = d
+	l.next++
+	if l.next == len(l.ring) {
+		l.next, l.filled = 0, true
+	}
+	l.count.Add(1)
+	l.since++
+	if l.since >= 16 || (!l.filled && l.next <= 64) {
+		l.since = 0
+		l.recompute()
+	}
+}
+
+func (l *latencies) recompute() {
+	n := l.next
+	if l.filled {
+		n = len(l.ring)
+	}
+	s := slices.Clone(l.ring[:n])
+	slices.Sort(s)
+	at := func(q float64) int64 {
+		i := int(math.Ceil(q*float64(n))) - 1
+		return int64(s[max(0, min(i, n-1))])
+	}
+	l.hedgeQ.Store(at(l.q))
+	l.p50.Store(at(0.50))
+	l.p99.Store(at(0.99))
+}
+
+// samples is how many latencies the window holds.
+func (l *latencies) samples() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.filled {
+		return len(l.ring)
+	}
+	return l.next
+}
+
+// hedgeDelay is how long a sub-request to n may go unanswered before it is
+// hedged: its recent HedgeQuantile, clamped to [HedgeMinDelay,
+// HedgeMaxDelay], or HedgeInitialDelay until MinSamples are known.
+//
+// Only answered sub-requests are sampled: a primary that lost to its hedge
+// is cancelled and its latency never recorded. Recording it (it is at least
+// the hedge delay) would drag the quantile up to the delay itself, and the
+// slow tail the hedge exists for would stop being hedged.
+func (r *Router) hedgeDelay(n *node) time.Duration {
+	if n.lat.count.Load() < int64(r.opts.MinSamples) {
+		return r.opts.HedgeInitialDelay
+	}
+	d := time.Duration(n.lat.hedgeQ.Load())
+	return min(max(d, r.opts.HedgeMinDelay), r.opts.HedgeMaxDelay)
+}

@@ -1,0 +1,182 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+// Options configure a Router. The zero value of every field means its
+// default; Source is required.
+type Options struct {
+	// Source is the control plane (a *control.Client satisfies it, and its
+	// WatchRouting makes the router see new versions at once). Required.
+	Source RoutingSource
+	// Zone is the caller's zone: replicas in it are preferred. The default
+	// value is "" (no preference).
+	Zone string
+	// Partitions is the deployment's partition count P. The default value
+	// is 0: take it from the first routing table. A routing table with a
+	// different P is refused (the cached one stays in use).
+	Partitions int
+
+	// MaxKeys is the largest BatchGet request, in keys. The default value is
+	// 1024 (cobbled's default limit).
+	MaxKeys int
+	// Timeout is the deadline of a BatchGet whose context has none. The
+	// default value is 2s.
+	Timeout time.Duration
+	// InitTimeout bounds the first routing fetch in New. The default value
+	// is 5s.
+	InitTimeout time.Duration
+	// RefreshInterval is how often the routing table is fetched again (also
+	// without a version change, to see replicas' fresh applied sequence
+	// numbers); with a RoutingWatcher it is also the long-poll wait. The
+	// default value is 2s.
+	RefreshInterval time.Duration
+	// MinRefreshGap is the least time between two routing fetches triggered
+	// by routing errors ("not my partition", unknown node). The default
+	// value is 100ms.
+	MinRefreshGap time.Duration
+	// MaxLagBatches: a replica more than this many batches behind its
+	// partition's newest is never chosen. The default value is 2; a negative
+	// value disables the check.
+	MaxLagBatches int64
+
+	// DisableHedging turns hedged requests off. The default value is false.
+	DisableHedging bool
+	// HedgeQuantile is the quantile of a node's recent latencies after
+	// which an unanswered sub-request is hedged. The default value is 0.95.
+	HedgeQuantile float64
+	// HedgeMinDelay is the floor of the hedge delay. The default value is
+	// 2ms.
+	HedgeMinDelay time.Duration
+	// HedgeMaxDelay caps the hedge delay. The default value is 200ms.
+	HedgeMaxDelay time.Duration
+	// HedgeInitialDelay is the hedge delay of a node with fewer than
+	// MinSamples latencies. The default value is 20ms.
+	HedgeInitialDelay time.Duration
+	// HedgeBudget is the most hedges per primary sub-request, as a ratio
+	// (a token bucket earns this many tokens per primary sub-request; a hedge
+	// spends one). The default value is 0.05.
+	HedgeBudget float64
+	// HedgeBurst is the token bucket's capacity (and initial fill). The
+	// default value is 10.
+	HedgeBurst float64
+	// LatencyWindow is how many recent latencies per node the hedge delay
+	// is learned from. The default value is 512.
+	LatencyWindow int
+	// MinSamples is how many latencies a node needs before its own quantile
+	// is used. The default value is 32.
+	MinSamples int
+
+	// EjectFor is how long a node that failed a sub-request with a transport
+	// error (unreachable, reset) is avoided while other replicas exist. The
+	// default value is 1s.
+	EjectFor time.Duration
+	// DialOptions are appended to the node connections' own
+	// (servepb.DialOptions and plaintext). The default value is none.
+	DialOptions []grpc.DialOption
+
+	// Logger receives routing changes and errors. The default value
+	// discards.
+	Logger *slog.Logger
+	// Metrics receives measurements. The default value is a fresh,
+	// unregistered set (the binary registers Metrics.Collectors()).
+	Metrics *Metrics
+}
+
+func (o *Options) ensureDefaults() {
+	if o.MaxKeys == 0 {
+		o.MaxKeys = 1024
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Second
+	}
+	if o.InitTimeout == 0 {
+		o.InitTimeout = 5 * time.Second
+	}
+	if o.RefreshInterval == 0 {
+		o.RefreshInterval = 2 * time.Second
+	}
+	if o.MinRefreshGap == 0 {
+		o.MinRefreshGap = 100 * time.Millisecond
+	}
+	if o.MaxLagBatches == 0 {
+		o.MaxLagBatches = 2
+	}
+	if o.HedgeQuantile == 0 {
+		o.HedgeQuantile = 0.95
+	}
+	if o.HedgeMinDelay == 0 {
+		o.HedgeMinDelay = 2 * time.Millisecond
+	}
+	if o.HedgeMaxDelay == 0 {
+		o.HedgeMaxDelay = 200 * time.Millisecond
+	}
+	if o.HedgeInitialDelay == 0 {
+		o.HedgeInitialDelay = 20 * time.Millisecond
+	}
+	if o.HedgeBudget == 0 {
+		o.HedgeBudget = 0.05
+	}
+	if o.HedgeBurst == 0 {
+		o.HedgeBurst = 10
+	}
+	if o.LatencyWindow == 0 {
+		o.LatencyWindow = 512
+	}
+	if o.MinSamples == 0 {
+		o.MinSamples = 32
+	}
+	if o.EjectFor == 0 {
+		o.EjectFor = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+}
+
+// Validate checks the options, with defaults applied, against each other.
+func (o Options) Validate() error {
+	o.ensureDefaults()
+	var errs []error
+	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf("router: options: "+format, a...)) }
+	if o.Source == nil {
+		fail("Source (the control plane) is required")
+	}
+	if o.Partitions < 0 {
+		fail("Partitions %d is negative", o.Partitions)
+	}
+	if o.MaxKeys < 1 {
+		fail("MaxKeys %d must be positive", o.MaxKeys)
+	}
+	if o.Timeout < 0 || o.InitTimeout < 0 || o.RefreshInterval < 0 || o.MinRefreshGap < 0 || o.EjectFor < 0 {
+		fail("durations must not be negative")
+	}
+	if o.HedgeQuantile <= 0 || o.HedgeQuantile >= 1 {
+		fail("HedgeQuantile %v must be in (0,1)", o.HedgeQuantile)
+	}
+	if o.HedgeMinDelay < 0 || o.HedgeMaxDelay < o.HedgeMinDelay {
+		fail("HedgeMinDelay %v must be non-negative and at most HedgeMaxDelay %v", o.HedgeMinDelay, o.HedgeMaxDelay)
+	}
+	if o.HedgeInitialDelay < o.HedgeMinDelay || o.HedgeInitialDelay > o.HedgeMaxDelay {
+		fail("HedgeInitialDelay %v must lie between HedgeMinDelay %v and HedgeMaxDelay %v", o.HedgeInitialDelay, o.HedgeMinDelay, o.HedgeMaxDelay)
+	}
+	if o.HedgeBudget < 0 || o.HedgeBudget > 1 {
+		fail("HedgeBudget %v must be in [0,1]", o.HedgeBudget)
+	}
+	if o.HedgeBurst < 1 {
+		fail("HedgeBurst %v must be at least 1", o.HedgeBurst)
+	}
+	if o.LatencyWindow < 16 || o.MinSamples < 1 || o.MinSamples > o.LatencyWindow {
+		fail("LatencyWindow %d must be at least 16 and MinSamples %d in [1, LatencyWindow]", o.LatencyWindow, o.MinSamples)
+	}
+	return errors.Join(errs...)
+}

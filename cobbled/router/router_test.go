@@ -1,0 +1,659 @@
+package router
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/pillarkit/pillar/cobbled"
+	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
+	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+func randomKey() []byte {
+	k := make([]byte, 16)
+	rand.Read(k)
+	return k
+}
+
+// With one replica per partition (partition p on node p%3), a request's
+// keys go out as exactly one sub-request per node that holds some of them,
+// and come back in request order, duplicates and unknown keys included.
+func TestBatchGetGroupingAndOrder(t *testing.T) {
+	c := startCluster(t, func(o *cluster.Options) { o.Replicas = 1 })
+	r := newRouter(t, c, nil)
+	ks := c.Keys()
+	keys := [][]byte{ks[5], ks[0], randomKey(), ks[17], ks[5], ks[3], ks[99], randomKey(), ks[0], ks[42]}
+	nodes := map[int]bool{}
+	for _, k := range keys {
+		nodes[pillar.Partition(k, c.Partitions())%3] = true
+	}
+	res, err := r.BatchGet(context.Background(), keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, c, keys, res)
+	if res[2].Found || res[7].Found {
+		t.Error("unknown keys found")
+	}
+	s := r.Stats()
+	if s.Primaries != int64(len(nodes)) || s.Hedges != 0 || s.Failovers != 0 {
+		t.Errorf("sub-requests: %d primaries (want %d, one per node), %d hedges, %d failovers", s.Primaries, len(nodes), s.Hedges, s.Failovers)
+	}
+	// Only unknown keys: found=false, not an error.
+	res, err = r.BatchGet(context.Background(), [][]byte{randomKey(), randomKey()})
+	if err != nil || res[0].Found || res[1].Found || res[0].Err != nil {
+		t.Errorf("unknown keys: %+v, %v", res, err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	c := startCluster(t, nil)
+	r := newRouter(t, c, func(o *Options) { o.MaxKeys = 16 })
+	ctx := context.Background()
+	many := make([][]byte, 17)
+	for i := range many {
+		many[i] = c.Keys()[i]
+	}
+	for _, tc := range []struct {
+		name string
+		keys [][]byte
+		want error
+		msg  string
+	}{
+		{"empty", nil, ErrEmpty, "empty request"},
+		{"too many", many, ErrTooManyKeys, "17 keys, over the limit of 16"},
+		{"short key", [][]byte{c.Keys()[0], []byte("short")}, ErrBadKey, "key 1"},
+	} {
+		res, err := r.BatchGet(ctx, tc.keys)
+		if !errors.Is(err, tc.want) || res != nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: got %v (%d results), want %v containing %q", tc.name, err, len(res), tc.want, tc.msg)
+		}
+	}
+	if s := r.Stats(); s.Requests != 0 || s.Primaries != 0 {
+		t.Errorf("bad requests reached nodes: %+v", s)
+	}
+}
+
+func TestZonePreference(t *testing.T) {
+	c := startCluster(t, nil)
+	ctx := context.Background()
+	batches := c.Batches(12)
+	r := newRouter(t, c, func(o *Options) { o.Zone = "zone-b"; o.DisableHedging = true })
+	for _, b := range batches[:20] {
+		res, err := r.BatchGet(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResults(t, c, b, res)
+	}
+	if a, b, cc := nodeStats(r, "node-0").RPCs, nodeStats(r, "node-1").RPCs, nodeStats(r, "node-2").RPCs; b != 20 || a != 0 || cc != 0 {
+		t.Errorf("zone-b caller: sub-requests per node %d/%d/%d, want 0/20/0", a, b, cc)
+	}
+
+	// Without a zone, load spreads over every node.
+	r2 := newRouter(t, c, func(o *Options) { o.DisableHedging = true })
+	for _, b := range batches[:20] {
+		if _, err := r2.BatchGet(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"node-0", "node-1", "node-2"} {
+		if n := nodeStats(r2, id).RPCs; n == 0 {
+			t.Errorf("no zone: %s got no sub-requests", id)
+		}
+	}
+
+	// The same-zone replica marked down is never used.
+	c.SetDown(1, true)
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := nodeStats(r, "node-1").RPCs
+	for _, b := range batches[:10] {
+		res, err := r.BatchGet(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResults(t, c, b, res)
+	}
+	if n := nodeStats(r, "node-1").RPCs; n != before {
+		t.Errorf("down node-1 got %d sub-requests", n-before)
+	}
+}
+
+// A replica lagging more than MaxLagBatches is never chosen; a partition
+// whose replicas all lag fails with ErrNoReplica.
+func TestLaggingReplica(t *testing.T) {
+	c := startCluster(t, nil)
+	lag := map[string]int64{"node-0": 5}
+	src := RoutingFunc(func(ctx context.Context) (*control.Routing, error) {
+		rt, _ := c.GetRouting(ctx)
+		for p := range rt.Replicas {
+			rt.NewestSeq[p] = 6
+			for i := range rt.Replicas[p] {
+				rt.Replicas[p][i].AppliedSeq = 6 - lag[rt.Replicas[p][i].NodeID]
+			}
+		}
+		return rt, nil
+	})
+	r := newRouter(t, src, func(o *Options) { o.Zone = "zone-a"; o.MaxLagBatches = 2; o.DisableHedging = true })
+	for _, b := range c.Batches(12)[:10] {
+		res, err := r.BatchGet(context.Background(), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResults(t, c, b, res)
+	}
+	if n := nodeStats(r, "node-0").RPCs; n != 0 {
+		t.Errorf("lagging node-0 got %d sub-requests", n)
+	}
+	lag["node-1"], lag["node-2"] = 3, 3
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.BatchGet(context.Background(), c.Keys()[:1])
+	if !errors.Is(err, ErrNoReplica) || !strings.Contains(err.Error(), "lags 5 batches") {
+		t.Errorf("all lagging: %v, want ErrNoReplica naming the lag", err)
+	}
+}
+
+// The hedge goes out only after the delay, the first answer wins, and the
+// loser is cancelled on its node.
+func TestHedgeAfterDelayLoserCancelled(t *testing.T) {
+	c := startCluster(t, nil)
+	ctx := context.Background()
+	const delay = 80 * time.Millisecond
+	r := newRouter(t, c, func(o *Options) {
+		o.Zone = "zone-a"
+		o.HedgeInitialDelay, o.MinSamples = delay, 512 // keep the initial delay
+	})
+	// Healthy: answers come well before the delay, nothing is hedged.
+	for _, b := range c.Batches(12)[:20] {
+		if _, err := r.BatchGet(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := r.Stats(); s.Hedges != 0 {
+		t.Fatalf("healthy cluster: %d hedges", s.Hedges)
+	}
+
+	slow := c.Members()[0]
+	okBefore := nodeRequests(t, slow.Metrics, "OK")
+	if err := slow.Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	b := c.Batches(12)[3]
+	start := time.Now()
+	res, err := r.BatchGet(ctx, b)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, c, b, res)
+	s := r.Stats()
+	if took < delay || took > time.Second {
+		t.Errorf("hedged request took %v; want at least the hedge delay %v and far less than the slow node's 2s", took, delay)
+	}
+	if s.Hedges != 1 || s.HedgesWon != 1 || s.Cancelled != 1 {
+		t.Errorf("hedges %d won %d cancelled %d, want 1/1/1", s.Hedges, s.HedgesWon, s.Cancelled)
+	}
+	// The slow node saw the cancellation (it would otherwise answer OK after 2s).
+	waitFor(t, "the slow node to see its request cancelled", time.Second, func() bool {
+		return nodeRequests(t, slow.Metrics, "Canceled") == 1
+	})
+	if ok := nodeRequests(t, slow.Metrics, "OK"); ok != okBefore {
+		t.Errorf("slow node answered %v requests", ok-okBefore)
+	}
+}
+
+// Hedges spend from a token bucket: at most HedgeBudget per primary plus
+// the burst, however slow the cluster is.
+func TestHedgeBudget(t *testing.T) {
+	c := startCluster(t, nil)
+	ctx := context.Background()
+	if err := c.Members()[0].Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: 40 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	r := newRouter(t, c, func(o *Options) {
+		o.Zone = "zone-a"
+		o.HedgeInitialDelay, o.MinSamples = 5*time.Millisecond, 512
+		o.HedgeBudget, o.HedgeBurst = 0.1, 2
+	})
+	const clients, each = 8, 15
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				k := c.Keys()[w*each+i]
+				res, err := r.BatchGet(ctx, [][]byte{k}) // one partition: one primary
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				checkResults(t, c, [][]byte{k}, res)
+			}
+		}()
+	}
+	wg.Wait()
+	s := r.Stats()
+	limit := int64(0.1*float64(s.Primaries)) + 2
+	if s.Primaries != clients*each || s.Hedges > limit || s.Hedges < limit-3 || s.HedgesDenied == 0 {
+		t.Errorf("%d primaries, %d hedges (budget allows %d), %d denied", s.Primaries, s.Hedges, limit, s.HedgesDenied)
+	}
+	if s.HedgeRatio > 0.1+2.0/float64(s.Primaries) {
+		t.Errorf("hedge ratio %.3f over the budget", s.HedgeRatio)
+	}
+}
+
+func TestHedgeDelayLearned(t *testing.T) {
+	r := &Router{opts: Options{Source: RoutingFunc(nil)}}
+	r.opts.ensureDefaults()
+	n := &node{}
+	n.lat.init(r.opts.LatencyWindow, r.opts.HedgeQuantile)
+	if d := r.hedgeDelay(n); d != r.opts.HedgeInitialDelay {
+		t.Errorf("no samples: delay %v, want the initial %v", d, r.opts.HedgeInitialDelay)
+	}
+	for i := 1; i <= 100; i++ {
+		n.observe(time.Duration(i) * time.Millisecond)
+	}
+	if d := r.hedgeDelay(n); d < 90*time.Millisecond || d > 95*time.Millisecond {
+		t.Errorf("1..100ms: delay %v, want p95 of the samples so far (recomputed every 16)", d)
+	}
+	n.lat.mu.Lock()
+	n.lat.recompute()
+	n.lat.mu.Unlock()
+	if d := r.hedgeDelay(n); d != 95*time.Millisecond {
+		t.Errorf("1..100ms: delay %v, want p95 = 95ms", d)
+	}
+	for range 2000 { // the window forgets the old samples
+		n.observe(100 * time.Microsecond)
+	}
+	if d := r.hedgeDelay(n); d != r.opts.HedgeMinDelay {
+		t.Errorf("fast node: delay %v, want the floor %v", d, r.opts.HedgeMinDelay)
+	}
+}
+
+func TestBudget(t *testing.T) {
+	b := newBudget(0.05, 2)
+	if !b.take() || !b.take() || b.take() {
+		t.Fatal("burst of 2 not honoured")
+	}
+	for range 19 {
+		b.earn()
+	}
+	if b.take() {
+		t.Fatal("hedge allowed after 19 primaries at 5%")
+	}
+	b.earn()
+	if !b.take() || b.take() {
+		t.Fatal("20 primaries at 5% should allow exactly one hedge")
+	}
+	for range 1000 {
+		b.earn()
+	}
+	if b.level() != 2 {
+		t.Fatalf("bucket over its burst: %v", b.level())
+	}
+}
+
+// A killed node: its sub-requests fail over, then it is avoided.
+func TestFailoverOnKilledNode(t *testing.T) {
+	c := startCluster(t, nil)
+	ctx := context.Background()
+	r := newRouter(t, c, func(o *Options) { o.Zone = "zone-a"; o.EjectFor = 10 * time.Second })
+	c.Members()[0].Kill()
+	b := c.Batches(12)[0]
+	res, err := r.BatchGet(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, c, b, res)
+	s := r.Stats()
+	if s.Failovers != 1 {
+		t.Errorf("%d failovers, want 1", s.Failovers)
+	}
+	if !nodeStats(r, "node-0").Ejected {
+		t.Error("killed node not avoided")
+	}
+	for _, b := range c.Batches(12)[1:10] {
+		res, err := r.BatchGet(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResults(t, c, b, res)
+	}
+	if s2 := r.Stats(); s2.Failovers != 1 || nodeStats(r, "node-0").RPCs != 1 {
+		t.Errorf("after ejection: %d failovers, %d sub-requests to node-0; want 1 and 1", s2.Failovers, nodeStats(r, "node-0").RPCs)
+	}
+}
+
+// A routing table naming a node that is gone (nothing listens at its
+// address): its partitions fail over to the other replicas.
+func TestRoutingNamesGoneNode(t *testing.T) {
+	c := startCluster(t, nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := lis.Addr().String()
+	lis.Close()
+	src := RoutingFunc(func(ctx context.Context) (*control.Routing, error) {
+		rt, _ := c.GetRouting(ctx)
+		for p := range rt.Replicas {
+			rt.Replicas[p] = append([]control.Replica{{NodeID: "node-gone", Addr: gone, Zone: "zone-x", State: control.StateUp, AppliedSeq: 1}}, rt.Replicas[p]...)
+		}
+		return rt, nil
+	})
+	r := newRouter(t, src, func(o *Options) { o.Zone = "zone-x" })
+	for _, b := range c.Batches(12)[:5] {
+		res, err := r.BatchGet(context.Background(), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResults(t, c, b, res)
+	}
+	if s := r.Stats(); s.Failovers < 1 || nodeStats(r, "node-gone").Errors < 1 {
+		t.Errorf("%d failovers, %d errors on the gone node", s.Failovers, nodeStats(r, "node-gone").Errors)
+	}
+}
+
+// "Not my partition" fails over to the next replica and refreshes routing.
+func TestNotServedFailoverAndRefresh(t *testing.T) {
+	c := startCluster(t, func(o *cluster.Options) { o.Replicas = 1 })
+	var mu sync.Mutex
+	wrong := true
+	src := &routingSource{fetches: make(chan struct{}, 16), get: func() (*control.Routing, error) {
+		rt, _ := c.GetRouting(context.Background())
+		mu.Lock()
+		defer mu.Unlock()
+		if wrong { // list a node that does not hold the partition first
+			for p := range rt.Replicas {
+				right := rt.Replicas[p][0]
+				other, _ := c.GetRouting(context.Background())
+				bad := other.Replicas[(p+1)%len(other.Replicas)][0]
+				rt.Replicas[p] = []control.Replica{bad, right}
+			}
+		} else {
+			rt.Version = 2
+		}
+		return rt, nil
+	}}
+	r := newRouter(t, src, func(o *Options) { o.RefreshInterval = time.Hour })
+	<-src.fetches // New's fetch
+	mu.Lock()
+	wrong = false
+	mu.Unlock()
+	// Keys of partition 0 (node-0); the table says node-1 first.
+	var keys [][]byte
+	for _, k := range c.Keys() {
+		if pillar.Partition(k, c.Partitions()) == 0 && len(keys) < 3 {
+			keys = append(keys, k)
+		}
+	}
+	res, err := r.BatchGet(context.Background(), keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, c, keys, res)
+	if s := r.Stats(); s.Failovers != 1 {
+		t.Errorf("%d failovers, want 1", s.Failovers)
+	}
+	select {
+	case <-src.fetches:
+	case <-time.After(2 * time.Second):
+		t.Fatal("'not my partition' did not trigger a routing refresh")
+	}
+	waitFor(t, "routing version 2", time.Second, func() bool { return r.RoutingVersion() == 2 })
+}
+
+// Every replica failed: only that partition's keys fail, with
+// ErrUnavailable; the others answer.
+func TestAllReplicasFailed(t *testing.T) {
+	c := startCluster(t, func(o *cluster.Options) { o.Replicas = 1 })
+	r := newRouter(t, c, nil)
+	c.Members()[0].Kill()
+	keys := c.Batches(12)[0]
+	res, err := r.BatchGet(context.Background(), keys)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("got %v, want ErrUnavailable", err)
+	}
+	var failed int
+	for i, k := range keys {
+		if pillar.Partition(k, c.Partitions())%3 == 0 {
+			failed++
+			if !errors.Is(res[i].Err, ErrUnavailable) || !strings.Contains(res[i].Err.Error(), "node-0") {
+				t.Errorf("key %d on the dead node: %v", i, res[i].Err)
+			}
+		} else if res[i].Err != nil || !res[i].Found {
+			t.Errorf("key %d on a live node: %+v", i, res[i])
+		}
+	}
+	if failed == 0 {
+		t.Fatal("batch has no key of node-0; pick another")
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	c := startCluster(t, nil)
+	ctx := context.Background()
+	for _, m := range c.Members() {
+		if err := m.Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: 3 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newRouter(t, c, func(o *Options) { o.Timeout = 150 * time.Millisecond; o.HedgeInitialDelay = 20 * time.Millisecond })
+	keys := c.Batches(12)[0]
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want time.Duration
+	}{
+		{"caller's deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 100*time.Millisecond) }, 100 * time.Millisecond},
+		{"default timeout", func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }, 150 * time.Millisecond},
+	} {
+		cctx, cancel := tc.ctx()
+		start := time.Now()
+		res, err := r.BatchGet(cctx, keys)
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || len(res) != len(keys) {
+			t.Errorf("%s: %v, want DeadlineExceeded and per-key results", tc.name, err)
+			continue
+		}
+		for i, x := range res {
+			if !errors.Is(x.Err, context.DeadlineExceeded) {
+				t.Errorf("%s: key %d: %v", tc.name, i, x.Err)
+			}
+		}
+		if took < tc.want || took > tc.want+300*time.Millisecond {
+			t.Errorf("%s: returned after %v, want about %v", tc.name, took, tc.want)
+		}
+	}
+}
+
+// A routing version change is picked up by the periodic refresh.
+func TestRoutingRefreshOnVersionChange(t *testing.T) {
+	c := startCluster(t, nil)
+	ctx := context.Background()
+	c.SetDown(0, true)
+	r := newRouter(t, c, func(o *Options) {
+		o.Zone = "zone-a"
+		o.RefreshInterval = 20 * time.Millisecond
+		o.DisableHedging = true
+	})
+	v := r.RoutingVersion()
+	b := c.Batches(12)[0]
+	if _, err := r.BatchGet(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if n := nodeStats(r, "node-0").RPCs; n != 0 {
+		t.Fatalf("down node-0 got %d sub-requests", n)
+	}
+	c.SetDown(0, false)
+	waitFor(t, "a newer routing version", 2*time.Second, func() bool { return r.RoutingVersion() > v })
+	if _, err := r.BatchGet(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if n := nodeStats(r, "node-0").RPCs; n != 1 {
+		t.Errorf("node-0 back up in zone-a: %d sub-requests, want 1", n)
+	}
+}
+
+// A real control plane (SQLite) as the routing source: it is needed at
+// start, and its later outage leaves the cached table serving.
+func TestControlPlane(t *testing.T) {
+	ctx := context.Background()
+	// Down at start: a clear error.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := lis.Addr().String()
+	lis.Close()
+	dead, err := control.Dial(deadAddr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	start := time.Now()
+	_, err = New(ctx, Options{Source: dead, InitTimeout: 300 * time.Millisecond})
+	if !errors.Is(err, ErrNoRouting) || !strings.Contains(err.Error(), "control plane") || time.Since(start) > 2*time.Second {
+		t.Fatalf("control plane down at start: %v", err)
+	}
+
+	c := startCluster(t, nil)
+	store, err := control.OpenStore(ctx, "sqlite:"+filepath.Join(t.TempDir(), "control.db"), &control.StoreOptions{Partitions: c.Partitions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cp, err := control.NewServer(&control.Options{Store: store, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := cp.GRPCServer()
+	go gs.Serve(lis)
+	defer gs.Stop()
+	cli, err := control.Dial(lis.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	for _, m := range c.Members() {
+		if err := cli.RegisterNode(ctx, control.Node{ID: m.ID, Addr: m.Addr, Zone: m.Zone}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newRouter(t, cli, func(o *Options) { o.RefreshInterval = 20 * time.Millisecond; o.InitTimeout = 300 * time.Millisecond })
+	b := c.Batches(12)[0]
+	res, err := r.BatchGet(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, c, b, res)
+
+	gs.Stop() // the control plane goes away
+	waitFor(t, "a failed routing refresh", 5*time.Second, func() bool {
+		return r.Stats().RoutingErrors > 0
+	})
+	for _, b := range c.Batches(12)[1:4] {
+		res, err := r.BatchGet(ctx, b)
+		if err != nil {
+			t.Fatalf("with the control plane down: %v", err)
+		}
+		checkResults(t, c, b, res)
+	}
+}
+
+// The router as a gRPC server speaks cobbled's Serve API.
+func TestServer(t *testing.T) {
+	c := startCluster(t, nil)
+	r := newRouter(t, c, nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := NewServer(r).GRPCServer()
+	go gs.Serve(lis)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), append(servepb.DialOptions(0), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cli := servepb.NewServeClient(conn)
+	keys := append(append([][]byte{}, c.Batches(12)[1]...), randomKey(), c.Keys()[12])
+	resp, err := cli.BatchGet(context.Background(), &servepb.BatchGetRequest{Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make([]Result, len(resp.Results))
+	for i, x := range resp.Results {
+		res[i] = Result{Found: x.Found, Value: x.Value}
+		if x.Status != servepb.KeyStatus_KEY_OK {
+			res[i].Err = errors.New(x.Error)
+		}
+	}
+	checkResults(t, c, keys, res)
+	_, err = cli.BatchGet(context.Background(), &servepb.BatchGetRequest{})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "empty request") {
+		t.Errorf("empty request: %v", err)
+	}
+}
+
+// Many concurrent requests with hedges, failovers and a node going away
+// (run with -race).
+func TestConcurrent(t *testing.T) {
+	c := startCluster(t, nil)
+	ctx := context.Background()
+	if err := c.Members()[1].Restart(ctx, cobbled.FaultDelay{Fraction: 0.2, Delay: 30 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	r := newRouter(t, c, func(o *Options) { o.HedgeInitialDelay = 5 * time.Millisecond; o.HedgeBudget = 0.5 })
+	batches := c.Batches(12)
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 30 {
+				if w == 0 && i == 10 {
+					c.Members()[2].Kill()
+				}
+				b := batches[(w*30+i)%len(batches)]
+				res, err := r.BatchGet(ctx, b)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				checkResults(t, c, b, res)
+			}
+		}()
+	}
+	wg.Wait()
+	s := r.Stats()
+	if s.Requests != 180 || s.FailedKeys != 0 {
+		t.Errorf("stats: %+v", s)
+	}
+	t.Logf("primaries %d hedges %d won %d failovers %d cancelled %d", s.Primaries, s.Hedges, s.HedgesWon, s.Failovers, s.Cancelled)
+}

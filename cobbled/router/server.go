@@ -1,0 +1,69 @@
+package router
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pillarkit/pillar/cobbled/servepb"
+)
+
+// Server answers the cobbled Serve API (servepb BatchGet) through a Router,
+// for callers in other languages: the same request, the same per-key
+// statuses. A key whose partition failed on every replica answers
+// KEY_NOT_SERVED (no replica holds it) or KEY_ERROR with the router's error
+// text; a bad request fails with INVALID_ARGUMENT as on a node.
+type Server struct {
+	servepb.UnimplementedServeServer
+	r *Router
+}
+
+// NewServer returns a Server backed by r.
+func NewServer(r *Router) *Server { return &Server{r: r} }
+
+// GRPCServer returns a gRPC server with the Serve service registered, tuned
+// like a node's for large responses.
+func (s *Server) GRPCServer(extra ...grpc.ServerOption) *grpc.Server {
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(16 << 20),
+		grpc.MaxSendMsgSize(65 << 20),
+		grpc.InitialWindowSize(16 << 20),
+		grpc.InitialConnWindowSize(64 << 20),
+		grpc.WriteBufferSize(256 << 10),
+	}
+	g := grpc.NewServer(append(opts, extra...)...)
+	servepb.RegisterServeServer(g, s)
+	return g
+}
+
+// BatchGet implements servepb.ServeServer.
+func (s *Server) BatchGet(ctx context.Context, req *servepb.BatchGetRequest) (*servepb.BatchGetResponse, error) {
+	res, err := s.r.BatchGet(ctx, req.Keys)
+	if res == nil {
+		switch {
+		case errors.Is(err, ErrEmpty), errors.Is(err, ErrTooManyKeys), errors.Is(err, ErrBadKey):
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		case errors.Is(err, ErrClosed):
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if ctx.Err() != nil {
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	out := &servepb.BatchGetResponse{Results: make([]*servepb.Result, len(res))}
+	for i, x := range res {
+		switch {
+		case x.Err == nil:
+			out.Results[i] = &servepb.Result{Found: x.Found, Value: x.Value}
+		case errors.Is(x.Err, ErrNotServed):
+			out.Results[i] = &servepb.Result{Status: servepb.KeyStatus_KEY_NOT_SERVED, Error: x.Err.Error()}
+		default:
+			out.Results[i] = &servepb.Result{Status: servepb.KeyStatus_KEY_ERROR, Error: x.Err.Error()}
+		}
+	}
+	return out, nil
+}
