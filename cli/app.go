@@ -19,6 +19,7 @@ func commands() []*cli.Command {
 		// One line per component, in pipeline order.
 		ingestCommand(),
 		tablesCommand(),
+		jobsCommand(), // MapReduce jobs and runners (cmd_jobs.go)
 		backfillCommand(),
 		versionsCommand(),
 		publishCommand(),

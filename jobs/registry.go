@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"go.ytsaurus.tech/yt/go/mapreduce"
+
+	"github.com/pillarkit/pillar/pillar"
 )
 
 // Entry is a registered job: a name for the CLI and the job's type.
@@ -67,4 +69,61 @@ func New(name string, params []byte) (mapreduce.Job, error) {
 		}
 	}
 	return v.Interface().(mapreduce.Job), nil
+}
+
+var rowTypes = map[string]any{
+	"doc":           pillar.Doc{},
+	"signal":        pillar.Signal{},
+	"chunk":         pillar.Chunk{},
+	"embedding":     pillar.Embedding{},
+	"subset_member": pillar.SubsetMember{},
+	"word_count":    WordCount{},
+	"doc_words":     DocWords{},
+}
+
+// RegisterRowType names a row type for the CLI (pillar jobs sort
+// --row-type). Registering a name twice panics.
+func RegisterRowType(name string, row any) {
+	catalogMu.Lock()
+	defer catalogMu.Unlock()
+	if _, dup := rowTypes[name]; dup {
+		panic(fmt.Sprintf("jobs: row type %q registered twice", name))
+	}
+	rowTypes[name] = row
+}
+
+// RowType returns the row type registered under name.
+func RowType(name string) (any, bool) {
+	catalogMu.Lock()
+	defer catalogMu.Unlock()
+	v, ok := rowTypes[name]
+	return v, ok
+}
+
+// RowTypeNames lists the registered row type names.
+func RowTypeNames() []string {
+	catalogMu.Lock()
+	defer catalogMu.Unlock()
+	out := make([]string, 0, len(rowTypes))
+	for n := range rowTypes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Params describes the exported fields of a job (its parameters) as
+// "Name type" strings.
+func Params(job mapreduce.Job) []string {
+	t := reflect.TypeOf(job)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	var out []string
+	for i := 0; i < t.NumField(); i++ {
+		if f := t.Field(i); f.IsExported() && !f.Anonymous {
+			out = append(out, f.Name+" "+f.Type.String())
+		}
+	}
+	return out
 }
