@@ -52,7 +52,7 @@ func TestCrashRecovery(t *testing.T) {
 			o := e.opts("first")
 			if point == "mid-upload" {
 				// The SST goes up, then the process dies before manifest.json.
-				e.objs.crashAfterPuts(1)
+				e.objs.crashAfterPuts("batches/p00001/", 1)
 			} else {
 				o.hook = crashAt(point, 1)
 			}
@@ -127,7 +127,7 @@ func TestCleanupKeepsYoungAndPending(t *testing.T) {
 	e := newEnv(t, 1)
 	ks := keysIn(3, 0, 1)
 	e.enqueue(rec{key: ks[0], val: "a"}, rec{key: ks[1], val: "b"})
-	e.objs.crashAfterPuts(1)
+	e.objs.crashAfterPuts("batches/", 1)
 	_, err := e.worker(e.opts("w")).Drain(context.Background())
 	if !errors.Is(err, errCrash) {
 		t.Fatal(err)

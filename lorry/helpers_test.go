@@ -241,14 +241,15 @@ func (e *env) checkServed(want map[string]string, universe []string) {
 	}
 }
 
-// faultObjects wraps an object store: Down makes every call fail (an
-// outage); CrashAfterPuts makes the Put after n successful ones fail with
-// errCrash (the process dies mid-upload).
+// faultObjects wraps an object store: down makes every call fail (an
+// outage); crashAfterPuts makes the Put after n successful ones under a key
+// prefix fail with errCrash (the process dies mid-upload).
 type faultObjects struct {
 	objstore.Store
 	down       atomic.Bool
 	mu         sync.Mutex
-	crashAfter int // -1: off
+	crashAfter int    // 0: off
+	crashIn    string // key prefix the crash applies to
 	puts       int
 	failed     atomic.Int64
 }
@@ -263,9 +264,9 @@ func (f *faultObjects) check() error {
 	return nil
 }
 
-func (f *faultObjects) crashAfterPuts(n int) {
+func (f *faultObjects) crashAfterPuts(prefix string, n int) {
 	f.mu.Lock()
-	f.crashAfter, f.puts = n, 0
+	f.crashAfter, f.crashIn, f.puts = n, prefix, 0
 	f.mu.Unlock()
 }
 
@@ -274,12 +275,14 @@ func (f *faultObjects) Put(ctx context.Context, key string, r io.Reader, size in
 		return err
 	}
 	f.mu.Lock()
-	if f.crashAfter > 0 && f.puts >= f.crashAfter {
-		f.crashAfter = 0
-		f.mu.Unlock()
-		return fmt.Errorf("faultObjects: put %s: %w", key, errCrash)
+	if f.crashAfter > 0 && strings.HasPrefix(key, f.crashIn) {
+		if f.puts >= f.crashAfter {
+			f.crashAfter = 0
+			f.mu.Unlock()
+			return fmt.Errorf("faultObjects: put %s: %w", key, errCrash)
+		}
+		f.puts++
 	}
-	f.puts++
 	f.mu.Unlock()
 	return f.Store.Put(ctx, key, r, size, opts)
 }
@@ -354,4 +357,3 @@ func runWorker(t testing.TB, w *Worker) (stop func()) {
 	return stop
 }
 
-var _ = strings.HasPrefix
