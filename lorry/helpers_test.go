@@ -356,4 +356,3 @@ func runWorker(t testing.TB, w *Worker) (stop func()) {
 	t.Cleanup(stop)
 	return stop
 }
-
