@@ -101,9 +101,12 @@ func BenchmarkBatchGet(b *testing.B) {
 			b.Run(mode.name+"/grpc"+suffix, func(b *testing.B) {
 				ctx := context.Background()
 				p50 := runLatency(b, par, reqs, func(buf []byte, r [][]byte) ([]byte, error) {
-					resp, err := cli.BatchGet(ctx, &servepb.BatchGetRequest{Keys: r})
+					resp, err := cli.BatchGet(ctx, &servepb.BatchGetRequest{Keys: r}, servepb.PooledCallOption())
 					if err == nil && len(resp.Results) != len(r) {
 						err = fmt.Errorf("%d results", len(resp.Results))
+					}
+					if err == nil {
+						servepb.Release(resp)
 					}
 					return buf, err
 				})

@@ -1,6 +1,8 @@
 package servepb
 
 import (
+	"sync"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
@@ -9,13 +11,19 @@ import (
 )
 
 // ClientCodec is a client-side gRPC codec that decodes a BatchGetResponse
-// with one copy: the received frames are gathered into one new buffer that
-// the Result values then alias (the standard codec gathers, then copies
-// every value again), and allocates all Results at once. Other messages go
-// through the standard proto codec.
-// Use it with CallOption (or DialOptions, which includes it). Values stay
-// valid as long as the response is referenced.
-type ClientCodec struct{}
+// with one copy: the received frames are gathered into one buffer that the
+// Result values then alias (the standard codec gathers, then copies every
+// value again), and allocates all Results at once. Other messages go
+// through the standard proto codec. Use it with CallOption (or DialOptions,
+// which includes it).
+//
+// With Pooled false, the buffer is a fresh allocation and values stay valid
+// as long as the response is referenced. With Pooled true, the buffer comes
+// from a pool and the caller must call Release(resp) once it no longer uses
+// any value: this saves a large allocation per response (and the GC and page
+// faults it costs), which matters to a router that re-encodes values and
+// drops them at once.
+type ClientCodec struct{ Pooled bool }
 
 var protoCodec = encoding.GetCodecV2(proto.Name)
 
@@ -23,12 +31,54 @@ var protoCodec = encoding.GetCodecV2(proto.Name)
 func (ClientCodec) Marshal(v any) (mem.BufferSlice, error) { return protoCodec.Marshal(v) }
 
 // Unmarshal implements encoding.CodecV2.
-func (ClientCodec) Unmarshal(data mem.BufferSlice, v any) error {
+func (c ClientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	resp, ok := v.(*BatchGetResponse)
 	if !ok {
 		return protoCodec.Unmarshal(data, v)
 	}
-	return DecodeBatchGetResponse(data.Materialize(), resp)
+	if !c.Pooled {
+		return DecodeBatchGetResponse(data.Materialize(), resp)
+	}
+	bufp := decodePool.Get(data.Len())
+	data.CopyTo(*bufp)
+	if err := DecodeBatchGetResponse(*bufp, resp); err != nil {
+		decodePool.Put(bufp)
+		return err
+	}
+	pooledMu.Lock()
+	pooled[resp] = bufp
+	pooledMu.Unlock()
+	return nil
+}
+
+var (
+	decodePool = func() mem.BufferPool {
+		var exps []uint8
+		for e := uint8(10); e <= 27; e++ { // 1 KiB … 128 MiB
+			exps = append(exps, e)
+		}
+		p, err := mem.NewBinaryTieredBufferPool(exps...)
+		if err != nil {
+			panic(err)
+		}
+		return p
+	}()
+	pooledMu sync.Mutex
+	pooled   = map[*BatchGetResponse]*[]byte{}
+)
+
+// Release returns the buffer behind a response decoded by a Pooled
+// ClientCodec to the pool; its values must not be used afterwards. It is a
+// no-op for other responses.
+func Release(resp *BatchGetResponse) {
+	pooledMu.Lock()
+	bufp, ok := pooled[resp]
+	delete(pooled, resp)
+	pooledMu.Unlock()
+	if ok {
+		resp.Results = nil
+		decodePool.Put(bufp)
+	}
 }
 
 // DecodeBatchGetResponse decodes b into resp; the values alias b. It
@@ -111,5 +161,9 @@ func decodeResult(b []byte, r *Result) error {
 // Name implements encoding.CodecV2; the wire format is plain protobuf.
 func (ClientCodec) Name() string { return proto.Name }
 
-// CallOption selects ClientCodec for a call.
+// CallOption selects ClientCodec (not pooled) for a call.
 func CallOption() grpc.CallOption { return grpc.ForceCodecV2(ClientCodec{}) }
+
+// PooledCallOption selects ClientCodec{Pooled: true} for a call: the caller
+// must Release the response.
+func PooledCallOption() grpc.CallOption { return grpc.ForceCodecV2(ClientCodec{Pooled: true}) }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -33,5 +34,26 @@ func TestDecodeBatchGetResponse(t *testing.T) {
 		if err := DecodeBatchGetResponse(bad, &got); err == nil {
 			t.Errorf("%x: no error", bad)
 		}
+	}
+}
+
+func TestPooledCodecRelease(t *testing.T) {
+	want := &BatchGetResponse{Results: []*Result{{Found: true, Value: []byte("abc")}, {}}}
+	b, _ := proto.Marshal(want)
+	var resp BatchGetResponse
+	if err := (ClientCodec{Pooled: true}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(b[:3]), mem.SliceBuffer(b[3:])}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(&resp, want) {
+		t.Fatalf("got %v", &resp)
+	}
+	Release(&resp)
+	if resp.Results != nil {
+		t.Fatal("Release kept the results that alias the pooled buffer")
+	}
+	pooledMu.Lock()
+	defer pooledMu.Unlock()
+	if len(pooled) != 0 {
+		t.Fatalf("%d buffers still tracked", len(pooled))
 	}
 }
