@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,4 +102,67 @@ func (m *Metrics) nodeStates(states map[string]string) {
 	for st, n := range count {
 		m.nodes.WithLabelValues(st).Set(float64(n))
 	}
+}
+
+// lagCollector reads the routing table at scrape time and exports the
+// worst replica lag, so alerting needs no per-replica series.
+type lagCollector struct {
+	s                                *Server
+	maxBatches, maxSeconds, behind   *prometheus.Desc
+	downReplicas, unassigned, scrape *prometheus.Desc
+}
+
+// LagCollector returns a Prometheus collector that, at each scrape, reads
+// the routing table and reports the largest replica lag (batches and
+// seconds), how many replicas are behind or down, and how many partitions
+// have no replica. Register it with the binary's registry next to Metrics.
+func (s *Server) LagCollector() prometheus.Collector {
+	return &lagCollector{s: s,
+		maxBatches:   prometheus.NewDesc("pillar_control_max_replica_lag_batches", "Largest number of batches any assigned replica is behind its partition's newest.", nil, nil),
+		maxSeconds:   prometheus.NewDesc("pillar_control_max_replica_lag_seconds", "Age of the oldest batch some assigned replica has not applied.", nil, nil),
+		behind:       prometheus.NewDesc("pillar_control_replicas_behind", "Assigned replicas that have not applied their partition's newest batch.", nil, nil),
+		downReplicas: prometheus.NewDesc("pillar_control_replicas_down", "Assigned replicas on nodes that are down.", nil, nil),
+		unassigned:   prometheus.NewDesc("pillar_control_partitions_without_replicas", "Partitions with no assigned replica.", nil, nil),
+		scrape:       prometheus.NewDesc("pillar_control_lag_scrape_ok", "1 when the lag figures could be read from the database.", nil, nil),
+	}
+}
+
+func (l *lagCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{l.maxBatches, l.maxSeconds, l.behind, l.downReplicas, l.unassigned, l.scrape} {
+		ch <- d
+	}
+}
+
+func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := l.s.store.Routing(ctx, l.s.o.Now())
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(l.scrape, prometheus.GaugeValue, 0)
+		return
+	}
+	var maxB int64
+	var maxLag time.Duration
+	var behind, down, unassigned int
+	for _, reps := range r.Replicas {
+		if len(reps) == 0 {
+			unassigned++
+		}
+		for _, rep := range reps {
+			maxB = max(maxB, rep.LagBatches)
+			maxLag = max(maxLag, rep.Lag)
+			if rep.LagBatches > 0 {
+				behind++
+			}
+			if rep.State != StateUp {
+				down++
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(l.scrape, prometheus.GaugeValue, 1)
+	ch <- prometheus.MustNewConstMetric(l.maxBatches, prometheus.GaugeValue, float64(maxB))
+	ch <- prometheus.MustNewConstMetric(l.maxSeconds, prometheus.GaugeValue, maxLag.Seconds())
+	ch <- prometheus.MustNewConstMetric(l.behind, prometheus.GaugeValue, float64(behind))
+	ch <- prometheus.MustNewConstMetric(l.downReplicas, prometheus.GaugeValue, float64(down))
+	ch <- prometheus.MustNewConstMetric(l.unassigned, prometheus.GaugeValue, float64(unassigned))
 }
