@@ -26,6 +26,11 @@ type ClientOptions struct {
 	// TLS, when set, makes the connection use TLS. The default value nil
 	// means plaintext (the server listens on loopback unless told otherwise).
 	TLS *tls.Config
+	// MaxAttempts is how many times a call that failed with Unavailable
+	// (server unreachable or its database down) is tried in all, with
+	// backoff; every call is safe to repeat (registration is idempotent by
+	// batch id, progress by seq). 1 disables retries. The default value is 3.
+	MaxAttempts int
 	// DialOptions are appended to the client's own. The default value is
 	// none.
 	DialOptions []grpc.DialOption
@@ -49,7 +54,16 @@ func Dial(addr string, opts *ClientOptions) (*Client, error) {
 	if o.TLS != nil {
 		creds = credentials.NewTLS(o.TLS)
 	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 3
+	}
 	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if o.MaxAttempts > 1 {
+		dopts = append(dopts, grpc.WithDefaultServiceConfig(fmt.Sprintf(`{"methodConfig": [{
+			"name": [{"service": "pillar.control.v1.Control"}],
+			"retryPolicy": {"maxAttempts": %d, "initialBackoff": "0.1s", "maxBackoff": "1s",
+				"backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`, min(o.MaxAttempts, 5))))
+	}
 	if o.Token != "" {
 		dopts = append(dopts, grpc.WithPerRPCCredentials(bearer{token: o.Token}))
 	}

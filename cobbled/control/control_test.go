@@ -779,6 +779,13 @@ func TestPartitionCountRecorded(t *testing.T) {
 		if err := st.db.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != len(migrations) {
 			t.Fatalf("schema_migrations rows %d, %v", n, err)
 		}
+		// A database migrated by a newer binary is refused.
+		if _, err := st.db.Exec(st.q(`INSERT INTO schema_migrations (version, name, applied_at_ms) VALUES (?, 'future', 0)`), SchemaVersion+1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := OpenStore(ctx, dsn, nil); err == nil || !strings.Contains(err.Error(), "newer than this binary") {
+			t.Fatalf("newer schema: %v", err)
+		}
 	})
 }
 
