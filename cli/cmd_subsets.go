@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,9 +9,11 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/subsets"
 )
 
@@ -31,9 +34,12 @@ The predicate language (see go doc github.com/pillarkit/pillar/subsets):
    top: {k: 1000, per: host, by: score desc}
 
 Examples:
-   pillar subsets validate --policies testdata/policies.yaml`,
+   pillar subsets validate --policies testdata/policies.yaml
+   pillar subsets explain --store data/store --policies testdata/policies.yaml \
+       --url https://www.postgresql.org/docs/15/sql-select.html`,
 		Subcommands: append([]*cli.Command{
 			subsetsValidateCommand(),
+			subsetsExplainCommand(),
 		}, subsetsStoreCommands()...),
 	}
 }
@@ -150,4 +156,170 @@ func printPolicies(w io.Writer, path string, set *subsets.Set) error {
 		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%d\n", p.Name, p.Exported, where, top, set.History(p.Name))
 	}
 	return tw.Flush()
+}
+
+func subsetsExplainCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "explain",
+		Usage: "say why one page is or is not in each subset, with its values",
+		Description: `Reads the page's docs row and signals from the store, evaluates every policy of the file
+at --as-of and prints, per policy, "member" (for a policy with top: "candidate", which
+top-K may still drop), "no" or "unknown" (a value the predicate needs is missing),
+with the parts of the predicate that decided and the page's values in brackets:
+
+   fresh        no       age(fetched_at) < 30d [age(fetched_at) = 47d12h]
+   high-value   unknown  score >= 0.8 [score = missing]
+
+Examples:
+   pillar subsets explain --store data/store --policies testdata/policies.yaml \
+       --url https://www.postgresql.org/docs/15/sql-select.html
+   pillar subsets explain --store data/store --policies testdata/policies.yaml \
+       --key 1017679c3c0f532d2fcb25510a4f0224 --as-of 2026-12-31T00:00:00Z --json`,
+		Flags: []cli.Flag{
+			storeFlag,
+			&cli.StringFlag{Name: "policies", Usage: "policy file (YAML or JSON)", Required: true, EnvVars: []string{"PILLAR_POLICIES"}},
+			&cli.StringFlag{Name: "url", Usage: "the page's URL (normalized and hashed to its key)"},
+			&cli.StringFlag{Name: "key", Usage: "the page key (32 hex characters), instead of --url"},
+			&cli.TimestampFlag{Name: "as-of", Layout: time.RFC3339, Usage: "evaluation time for age() (default: now)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the verdicts as JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			set, err := subsets.ReadFile(c.String("policies"))
+			if err != nil {
+				return err
+			}
+			var key pillar.Key
+			switch {
+			case c.String("url") != "" && c.String("key") == "":
+				if key, _, err = pillar.KeyOfURL(c.String("url")); err != nil {
+					return fmt.Errorf("subsets explain: --url: %w", err)
+				}
+			case c.String("key") != "" && c.String("url") == "":
+				if key, err = pillar.ParseKey(c.String("key")); err != nil {
+					return fmt.Errorf("subsets explain: --key: %w", err)
+				}
+			default:
+				return errors.New("subsets explain: give exactly one of --url and --key")
+			}
+			asOf := time.Now()
+			if t := c.Timestamp("as-of"); t != nil {
+				asOf = *t
+			}
+			st, err := openStore(c, false, 0)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			sn, err := st.Snapshot(c.Context)
+			if err != nil {
+				return err
+			}
+			defer sn.Release()
+			page, err := loadPage(c.Context, sn, key.String())
+			if err != nil {
+				return err
+			}
+			verdicts := set.Explain(page, asOf)
+			if c.Bool("json") {
+				type row struct {
+					Subset   string `json:"subset"`
+					Exported bool   `json:"exported"`
+					Result   string `json:"result"`
+					Why      string `json:"why"`
+				}
+				out := struct {
+					PageKey string    `json:"page_key"`
+					URL     string    `json:"url"`
+					AsOf    time.Time `json:"as_of"`
+					Verdict []row     `json:"verdicts"`
+				}{PageKey: page.Key, URL: page.URL, AsOf: asOf.UTC()}
+				for _, v := range verdicts {
+					out.Verdict = append(out.Verdict, row{v.Subset, set.Exported(v.Subset), v.Result, v.Why})
+				}
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				enc.SetEscapeHTML(false)
+				return enc.Encode(out)
+			}
+			w := c.App.Writer
+			fmt.Fprintf(w, "page %s %s, as of %s\n\n", page.Key, page.URL, asOf.UTC().Format(time.RFC3339))
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SUBSET\tEXPORTED\tRESULT\tWHY")
+			var members, candidates []string
+			for _, v := range verdicts {
+				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\n", v.Subset, set.Exported(v.Subset), v.Result, v.Why)
+				if set.Exported(v.Subset) && v.Result == "member" {
+					members = append(members, v.Subset)
+				}
+				if set.Exported(v.Subset) && v.Result == "candidate" {
+					candidates = append(candidates, v.Subset)
+				}
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			switch {
+			case len(members) > 0:
+				fmt.Fprintf(w, "\nexported: a member of %s\n", strings.Join(members, ", "))
+			case len(candidates) > 0:
+				fmt.Fprintf(w, "\nexported only if top-K keeps it in %s (see pillar subsets diff)\n", strings.Join(candidates, ", "))
+			default:
+				fmt.Fprintln(w, "\nnot exported: in no exported subset")
+			}
+			return nil
+		},
+	}
+}
+
+// loadPage reads one page's docs row and signals (the docs and signals
+// tables are sorted by page_key: the scans stop past the key).
+func loadPage(ctx context.Context, sn pillar.Snapshot, key string) (*subsets.Page, error) {
+	rr, err := sn.ReadTable(ctx, pillar.TableDocs, nil)
+	if err != nil {
+		return nil, fmt.Errorf("subsets explain: %w (run `pillar ingest` first)", err)
+	}
+	defer rr.Close()
+	var doc *pillar.Doc
+	for rr.Next() {
+		var d pillar.Doc
+		if err := rr.Scan(&d); err != nil {
+			return nil, fmt.Errorf("subsets explain: docs: %w", err)
+		}
+		if d.PageKey == key {
+			doc = &d
+			break
+		}
+	}
+	if err := rr.Err(); err != nil {
+		return nil, fmt.Errorf("subsets explain: docs: %w", err)
+	}
+	if doc == nil {
+		return nil, fmt.Errorf("subsets explain: page %s is not in the docs table: %w", key, pillar.ErrNotFound)
+	}
+	var sigs []pillar.Signal
+	sr, err := sn.ReadTable(ctx, pillar.TableSignals, nil)
+	switch {
+	case errors.Is(err, pillar.ErrNotFound): // no signals imported
+	case err != nil:
+		return nil, fmt.Errorf("subsets explain: signals: %w", err)
+	default:
+		defer sr.Close()
+		for sr.Next() {
+			var s pillar.Signal
+			if err := sr.Scan(&s); err != nil {
+				return nil, fmt.Errorf("subsets explain: signals: %w", err)
+			}
+			if s.PageKey == key {
+				sigs = append(sigs, s)
+			}
+		}
+		if err := sr.Err(); err != nil {
+			return nil, fmt.Errorf("subsets explain: signals: %w", err)
+		}
+	}
+	p, err := subsets.NewPage(doc, sigs)
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
 }

@@ -141,7 +141,8 @@ func formatValue(t Type, v float64) string {
 	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
-// formatDuration writes milliseconds in the language's units: 3d4h5m.
+// formatDuration writes milliseconds in the language's units, rounded down
+// to the two largest: 3d4h, 5m12s, 250ms.
 func formatDuration(ms float64) string {
 	neg := ms < 0
 	if neg {
@@ -152,13 +153,17 @@ func formatDuration(ms float64) string {
 		b.WriteByte('-')
 	}
 	rest := int64(ms)
+	units := 0
 	for _, u := range []struct {
 		name string
 		ms   int64
 	}{{"d", 86400e3}, {"h", 3600e3}, {"m", 60e3}, {"s", 1e3}, {"ms", 1}} {
-		if n := rest / u.ms; n > 0 {
+		if n := rest / u.ms; n > 0 && units < 2 {
 			fmt.Fprintf(&b, "%d%s", n, u.name)
 			rest -= n * u.ms
+			units++
+		} else if units > 0 {
+			units = 2 // only adjacent units: 3d0h5m shows as 3d
 		}
 	}
 	if b.Len() == 0 || (neg && b.Len() == 1) {
