@@ -50,6 +50,12 @@ func (c *counters) begin(name string, rows, bytes int64) {
 	c.bytes.Store(0)
 }
 
+func (c *counters) totalRowsLocked() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.totalRows
+}
+
 // line renders "rows 1200/5000 bytes 3.1 MiB/12.0 MiB 2400 rows/s 5.2 MiB/s ETA 2s".
 func (c *counters) line() string {
 	c.mu.Lock()
@@ -120,20 +126,30 @@ func (p *LogProgress) Add(rows, bytes int64) {
 }
 
 func (p *LogProgress) flush() {
-	if p.phase != "" {
+	p.mu.Lock()
+	active := p.phase != ""
+	p.mu.Unlock()
+	if active {
 		p.logger.Info("jobs: phase done " + p.line())
 	}
 }
 
-func (p *LogProgress) Done() { p.flush(); p.phase = "" }
+// Done logs the end of the last phase.
+func (p *LogProgress) Done() {
+	p.flush()
+	p.mu.Lock()
+	p.phase = ""
+	p.mu.Unlock()
+}
 
 // BarProgress draws a progress bar (github.com/schollz/progressbar/v3) of
 // bytes done with rows, rate and ETA.
 type BarProgress struct {
 	w io.Writer
 	counters
-	mu  sync.Mutex
-	bar *progressbar.ProgressBar
+	barMu sync.Mutex // guards bar and name
+	bar   *progressbar.ProgressBar
+	name  string
 }
 
 // NewBarProgress returns a Progress that draws on w.
@@ -142,8 +158,9 @@ func NewBarProgress(w io.Writer) *BarProgress { return &BarProgress{w: w} }
 func (p *BarProgress) Phase(name string, rows, bytes int64) {
 	p.Done()
 	p.begin(name, rows, bytes)
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.barMu.Lock()
+	defer p.barMu.Unlock()
+	p.name = name
 	max := bytes
 	if max <= 0 {
 		max = -1
@@ -162,17 +179,17 @@ func (p *BarProgress) Phase(name string, rows, bytes int64) {
 func (p *BarProgress) Add(rows, bytes int64) {
 	n := p.rows.Add(rows)
 	p.bytes.Add(bytes)
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.barMu.Lock()
+	defer p.barMu.Unlock()
 	if p.bar != nil {
-		p.bar.Describe(fmt.Sprintf("%s %d/%d rows", p.phase, n, p.totalRows))
+		p.bar.Describe(fmt.Sprintf("%s %d/%d rows", p.name, n, p.totalRowsLocked()))
 		p.bar.Add64(bytes)
 	}
 }
 
 func (p *BarProgress) Done() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.barMu.Lock()
+	defer p.barMu.Unlock()
 	if p.bar != nil {
 		p.bar.Finish()
 		p.bar = nil
