@@ -106,7 +106,8 @@ start with a different count is refused. Mutating calls need the bearer token fr
 --token-file. With --objects, batches every replica has moved past (they precede a
 snapshot all replicas applied) are garbage-collected, objects included.
 
-An SQLite database belongs to one instance; several instances may share a PostgreSQL
+Keep database passwords out of the URL (it shows in ps): pgx reads PGPASSWORD and
+~/.pgpass. An SQLite database belongs to one instance; several instances may share a PostgreSQL
 database (long polls hear of each other's writes through LISTEN/NOTIFY).
 
 Examples:
