@@ -125,17 +125,31 @@ func TestConformance(t *testing.T) {
 		}
 		t.Logf("map: %d + %d rows equal", n, m)
 	})
-	t.Run("reduce", func(t *testing.T) {
-		// Input: the map's output, unsorted; both sides sort it first.
-		op := func() *jobs.Op {
-			return &jobs.Op{Inputs: []string{"wc"}, Outputs: []jobs.Output{{Table: "sums"}, {Table: "frequent"}},
+	t.Run("sort+reduce", func(t *testing.T) {
+		// A reduce on YTsaurus reads sorted tables (the fake refuses
+		// unsorted ones): sort the map's output first, on both sides.
+		sortOp := func() *jobs.Op {
+			return &jobs.Op{Inputs: []string{"wc"}, Outputs: []jobs.Output{{Table: "wc_sorted", RowType: jobs.WordCount{}}}, SortBy: []string{"word"}}
+		}
+		if err := c.e.runner.Sort(ctx, sortOp()); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.yt.Sort(ctx, sortOp()); err != nil {
+			t.Fatal(err)
+		}
+		compareOutput[jobs.WordCount](c, "wc_sorted")
+		op := func(in string) *jobs.Op {
+			return &jobs.Op{Inputs: []string{in}, Outputs: []jobs.Output{{Table: "sums"}, {Table: "frequent"}},
 				ReduceBy: []string{"word"}, Workers: 2}
 		}
 		reducer := &jobs.WordSumReducer{Frequent: 60}
-		if err := c.e.runner.Reduce(ctx, reducer, op()); err != nil {
+		if err := c.yt.Reduce(ctx, reducer, op("wc")); err == nil || !strings.Contains(err.Error(), "not sorted") {
+			t.Fatalf("reduce of an unsorted table on the cluster: %v, want a 'not sorted' failure", err)
+		}
+		if err := c.e.runner.Reduce(ctx, reducer, op("wc_sorted")); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.yt.Reduce(ctx, reducer, op()); err != nil {
+		if err := c.yt.Reduce(ctx, reducer, op("wc_sorted")); err != nil {
 			t.Fatal(err)
 		}
 		n := compareOutput[jobs.WordCount](c, "sums")
@@ -175,8 +189,8 @@ func TestConformance(t *testing.T) {
 
 	// What the SDK handed the cluster: the job command, the binary and
 	// job-state files, the vault with the job-state key.
-	if len(c.fake.specs) != 4 {
-		t.Fatalf("%d operations started, want 4", len(c.fake.specs))
+	if len(c.fake.specs) != 6 {
+		t.Fatalf("%d operations started, want 6", len(c.fake.specs))
 	}
 	ms := c.fake.specs[0]
 	if want := "./go-binary -job github.com/pillarkit/pillar/jobs.WordCountMapper -output-pipes 2"; ms.Mapper.Command != want {
@@ -202,7 +216,7 @@ func TestConformance(t *testing.T) {
 			}
 		}))
 	}
-	if mr := c.fake.specs[2]; mr.Reducer.Command != "./go-binary -job github.com/pillarkit/pillar/jobs.WordSumReducer -output-pipes 2" ||
+	if mr := c.fake.specs[4]; mr.Reducer.Command != "./go-binary -job github.com/pillarkit/pillar/jobs.WordSumReducer -output-pipes 2" ||
 		mr.Mapper.Command != "./go-binary -job github.com/pillarkit/pillar/jobs.WordCountMapper -output-pipes 2" {
 		t.Fatalf("map_reduce commands %q / %q", mr.Mapper.Command, mr.Reducer.Command)
 	}

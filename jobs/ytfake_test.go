@@ -25,6 +25,7 @@ import (
 	"go.ytsaurus.tech/yt/go/yterrors"
 
 	"github.com/pillarkit/pillar/jobs/internal/exechost"
+	"github.com/pillarkit/pillar/jobs/internal/rowkey"
 )
 
 type fakeNode struct {
@@ -442,6 +443,10 @@ func (c *fakeYT) execute(ctx context.Context, v view, id yt.OperationID, s *spec
 		}
 		results = outs
 	case yt.OperationReduce:
+		// As on YTsaurus, a reduce reads sorted tables; it does not sort.
+		if err := checkSorted(inputs, s.SortBy); err != nil {
+			return fail("%v", err)
+		}
 		groups, err := exechost.SortAndGroup(inputs, s.SortBy, s.ReduceBy)
 		if err != nil {
 			return fail("%v", err)
@@ -504,4 +509,21 @@ func (c *fakeYT) execute(ctx context.Context, v view, id yt.OperationID, s *spec
 		v.put(pathOf(p), n)
 	}
 	return op
+}
+
+// checkSorted fails unless every input table's rows are sorted by cols.
+func checkSorted(rows []exechost.Row, cols []string) error {
+	enc := rowkey.New(cols)
+	var prev []byte
+	for i, r := range rows {
+		k, err := enc.AppendYSON(nil, r.YSON)
+		if err != nil {
+			return err
+		}
+		if i > 0 && rows[i-1].Table == r.Table && bytes.Compare(prev, k) > 0 {
+			return fmt.Errorf("input table %d is not sorted by %v at row %d", r.Table, cols, r.Index)
+		}
+		prev = k
+	}
+	return nil
 }
