@@ -53,6 +53,32 @@
 //     read (table, index) and the cause; errors.Is(err, ErrJobPanic) for a
 //     panic. No output table appears and no file stays behind.
 //
+// # YTsaurus runner
+//
+// YT builds each operation's spec with BuildSpec (a pure function; the
+// golden files under testdata/spec pin it): input and output Cypress paths
+// under YTOptions.Root, reduce_by/sort_by, the job count (Op.Workers), the
+// memory limit, the pool, Op.Secrets in the secure vault, and the YSON
+// format the SDK's reader and writers speak. It uploads YTOptions.JobBinary
+// (jobs/cmd/pillar-job, built with CGO_ENABLED=0) to a Cypress file cache
+// once, attaches it as go-binary, and hands the spec to
+// mapreduce.New(client), which adds the job command, the gob-encoded and
+// encrypted job-state file and its key (vault entry job_state_key). The
+// operation runs inside a YTsaurus transaction (the caller's, when Op.Tx
+// implements YTTxer, else one of the runner's, committed on success), so a
+// failed or cancelled operation leaves no output table; cancelling ctx
+// aborts the operation. Reduce needs inputs sorted by SortBy on the cluster
+// (run Sort first); the local runner sorts them itself.
+//
+// The job protocol is tested without a cluster: a fake yt.Client records
+// what the SDK sends and runs each job through internal/exechost, which
+// executes the real job binary as an exec node does (sandbox with go-binary
+// and job-state, YT_JOB_ID, YT_JOB_COOKIE, YT_SECURE_VAULT, YSON rows with
+// control attributes on stdin, output i on descriptor 3i+1), and the
+// outputs are compared row for row with the local runner's
+// (conformance_test.go). With YT_PROXY set, TestYTIntegration runs the
+// same jobs on a real cluster.
+//
 // Concurrency: a Local or YT runner may run several operations at once from
 // different goroutines; one Op value may be shared by runs that do not set
 // Stats. Progress implementations must accept Add from many goroutines.
