@@ -161,6 +161,7 @@ type Builder struct {
 	envOpts  *grocksdb.EnvOptions
 	dbOpts   *grocksdb.Options
 	w        *grocksdb.SSTFileWriter
+	hasher   *tailHasher // hashes the current file as it is written
 	tmpPath  string
 	fileKeys int64
 
@@ -301,6 +302,11 @@ func (b *Builder) openFile() error {
 	}
 	b.w = w
 	b.fileKeys = 0
+	h, err := startTailHasher(b.tmpPath)
+	if err != nil {
+		return b.fail(nil, "%w", err)
+	}
+	b.hasher = h
 	if n == 1 {
 		if err := w.Put(batch.MetaKey, []byte(b.o.BatchID)); err != nil {
 			return b.fail(nil, "write meta key: %w", err)
@@ -312,16 +318,22 @@ func (b *Builder) openFile() error {
 // finishFile closes the current SST, hashes it and gives it its final,
 // content-unique name.
 func (b *Builder) finishFile() error {
-	w := b.w
-	b.w = nil
+	w, h := b.w, b.hasher
+	b.w, b.hasher = nil, nil
 	err := w.Finish()
 	w.Destroy()
 	if err != nil {
+		h.abort()
 		return b.fail(nil, "finish sst %s: %w", b.tmpPath, err)
 	}
-	sum, size, err := fileSHA256(b.tmpPath)
+	sum, size, err := h.finish()
 	if err != nil {
+		return b.fail(nil, "%s: %w", b.tmpPath, err)
+	}
+	if st, err := os.Stat(b.tmpPath); err != nil {
 		return b.fail(nil, "%w", err)
+	} else if st.Size() != size {
+		return b.fail(nil, "%s: hashed %d bytes, the file has %d", b.tmpPath, size, st.Size())
 	}
 	name := fmt.Sprintf("%06d-%s.sst", len(b.files)+1, sum[:12])
 	path := filepath.Join(b.o.Dir, name)
@@ -344,7 +356,7 @@ func fileSHA256(path string) (string, int64, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	n, err := io.CopyBuffer(h, f, make([]byte, tailChunk))
 	if err != nil {
 		return "", 0, fmt.Errorf("hash %s: %w", path, err)
 	}
@@ -419,6 +431,8 @@ func (b *Builder) cleanup() {
 		b.w.Destroy()
 		b.w = nil
 	}
+	b.hasher.abort()
+	b.hasher = nil
 	if b.tmpPath != "" {
 		os.Remove(b.tmpPath)
 		b.tmpPath = ""
@@ -439,6 +453,8 @@ func (b *Builder) release() {
 		b.w.Destroy()
 		b.w = nil
 	}
+	b.hasher.abort()
+	b.hasher = nil
 	b.envOpts.Destroy()
 	b.dbOpts.Destroy()
 }

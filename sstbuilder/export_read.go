@@ -44,8 +44,11 @@ type PartitionReader struct {
 	name      string
 	f         *os.File
 	r         *parquet.GenericReader[ExportRow]
+	batches   chan rowBatch // filled by the prefetching goroutine
+	stop      chan struct{}
+	fetched   chan struct{} // closed when the prefetching goroutine exits
 	buf       []ExportRow
-	i, n      int
+	i         int
 	want      int64
 	rows      int64
 	bytes     int64
@@ -54,6 +57,20 @@ type PartitionReader struct {
 	err       error
 	done      bool
 }
+
+// rowBatch is one batch of decoded rows; eof marks the last one.
+type rowBatch struct {
+	rows []ExportRow
+	err  error
+	eof  bool
+}
+
+// prefetchBatch is the number of rows decoded at a time; prefetchDepth
+// batches are decoded ahead, so Parquet decoding overlaps the SST writing.
+const (
+	prefetchBatch = 64
+	prefetchDepth = 4
+)
 
 // OpenPartition opens partition p of the export in dir. A partition without a
 // file reads as no rows.
@@ -73,31 +90,54 @@ func OpenPartition(dir string, meta *ExportMeta, p int) (*PartitionReader, error
 	}
 	r.f = f
 	r.r = parquet.NewGenericReader[ExportRow](f)
-	r.buf = make([]ExportRow, 64)
+	r.batches = make(chan rowBatch, prefetchDepth)
+	r.stop = make(chan struct{})
+	r.fetched = make(chan struct{})
+	go r.prefetch()
 	return r, nil
+}
+
+func (r *PartitionReader) prefetch() {
+	defer close(r.fetched)
+	for {
+		buf := make([]ExportRow, prefetchBatch)
+		n, err := r.r.Read(buf)
+		b := rowBatch{rows: buf[:n], eof: errors.Is(err, io.EOF)}
+		if err != nil && !b.eof {
+			b.err = err
+		}
+		select {
+		case r.batches <- b:
+		case <-r.stop:
+			return
+		}
+		if b.eof || b.err != nil {
+			return
+		}
+	}
 }
 
 // Next advances to the next row.
 func (r *PartitionReader) Next() bool {
-	if r.err != nil || r.done && r.i >= r.n {
+	if r.err != nil {
 		return false
 	}
-	for r.i >= r.n {
+	for r.i >= len(r.buf) {
 		if r.done {
 			return false
 		}
-		clear(r.buf)
-		n, err := r.r.Read(r.buf)
-		r.i, r.n = 0, n
-		if errors.Is(err, io.EOF) {
-			r.done = true
-		} else if err != nil {
-			r.err = fmt.Errorf("sstbuilder: export partition %d: %s: read row %d: %w", r.partition, r.name, r.rows, err)
+		b := <-r.batches
+		r.buf, r.i = b.rows, 0
+		if b.err != nil {
+			r.err = fmt.Errorf("sstbuilder: export partition %d: %s: read row %d: %w", r.partition, r.name, r.rows, b.err)
 			return false
 		}
-		if r.done && r.rows+int64(n) != r.want {
-			r.err = fmt.Errorf("sstbuilder: export partition %d: %s holds %d rows, export.json says %d: %w", r.partition, r.name, r.rows+int64(n), r.want, ErrCorruptExport)
-			return false
+		if b.eof {
+			r.done = true
+			if n := r.rows + int64(len(b.rows)); n != r.want {
+				r.err = fmt.Errorf("sstbuilder: export partition %d: %s holds %d rows, export.json says %d: %w", r.partition, r.name, n, r.want, ErrCorruptExport)
+				return false
+			}
 		}
 	}
 	er := &r.buf[r.i]
@@ -138,6 +178,8 @@ func (r *PartitionReader) Close() error {
 	if r.f == nil {
 		return nil
 	}
+	close(r.stop)
+	<-r.fetched // the prefetcher no longer touches the file
 	r.r.Close()
 	err := r.f.Close()
 	r.f = nil

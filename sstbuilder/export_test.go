@@ -177,3 +177,22 @@ func TestExportMetaValidate(t *testing.T) {
 		t.Fatalf("missing export.json: %v", err)
 	}
 }
+
+// Closing a reader before the end stops its prefetcher (no hang, no leak).
+func TestPartitionReaderEarlyClose(t *testing.T) {
+	dir := t.TempDir()
+	meta, _ := writeExport(t, dir, 1, 300, batch.KindSnapshot, nil)
+	r, err := OpenPartition(dir, meta, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Next() {
+		t.Fatal(r.Err())
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -129,3 +129,7 @@ func (r *recordingRegisterer) registered() int {
 	defer r.mu.Unlock()
 	return len(r.seqs)
 }
+
+func sortSlice(keys []pillar.Key) {
+	sort.Slice(keys, func(i, j int) bool { return bytes.Compare(keys[i][:], keys[j][:]) < 0 })
+}
