@@ -7,7 +7,9 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,6 +161,17 @@ func TestControlServeCLI(t *testing.T) {
 			}
 			if got := strings.Join(behind, " "); !strings.Contains(got, "node0=0") || !strings.Contains(got, "node1=2") || !strings.Contains(got, "node2=3") {
 				t.Fatalf("per-replica lag %q:\n%s", got, out)
+			}
+			for path, want := range map[string]string{"/healthz": "ok " + name, "/metrics": "pillar_control_max_replica_lag_batches 3"} {
+				resp, err := http.Get("http://" + httpAddr + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+					t.Fatalf("GET %s: %d, want %q in:\n%.2000s", path, resp.StatusCode, want, body)
+				}
 			}
 			out, err = runControlCLI(t, ctx, "control", "nodes", "--control", addr)
 			if err != nil || strings.Count(out, " up ") != 3 {

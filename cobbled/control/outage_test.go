@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -134,6 +136,12 @@ func TestPostgresOutage(t *testing.T) {
 		t.Fatalf("routing during outage: %v, want ErrUnavailable", err)
 	}
 
+	rec := httptest.NewRecorder()
+	e.srv.Healthz().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("healthz during outage: %d %s", rec.Code, rec.Body)
+	}
+
 	proxy.restore(t)
 	var err error
 	deadline := time.Now().Add(15 * time.Second)
@@ -149,6 +157,11 @@ func TestPostgresOutage(t *testing.T) {
 	}
 	if err != nil {
 		t.Fatalf("no recovery after the database returned: %v", err)
+	}
+	rec = httptest.NewRecorder()
+	e.srv.Healthz().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("healthz after recovery: %d %s", rec.Code, rec.Body)
 	}
 	list, err := c.ListBatches(ctx, 0, 0, 0, 0)
 	if err != nil || len(list) != 2 || list[0].Manifest.ID != "before" || list[1].Manifest.ID != "after" {
