@@ -33,6 +33,13 @@ The predicate language (see go doc github.com/pillarkit/pillar/subsets):
    url ~ "/docs/15/sql-" and not (text_len < 200)
    top: {k: 1000, per: host, by: score desc}
 
+Fields: url, host, title, lang, key (strings); text_len, out_links, html_bytes (numbers);
+fetched_at, updated_at (times). Signals are declared under signals: (number or string)
+and named bare or as signal.<name>. Functions: age(time), has(name), time("2026-01-31").
+Operators: == != < <= > >= ~ !~ in, not in, and, or, not. Durations: 250ms 30s 5m 12h 7d 2w.
+A comparison with a missing signal is unknown (SQL-style three-valued logic); a page is a
+member only if its predicate is true.
+
 Examples:
    pillar subsets validate --policies testdata/policies.yaml
    pillar subsets explain --store data/store --policies testdata/policies.yaml \

@@ -70,14 +70,13 @@ type Top struct {
 type filePos struct {
 	lines    []string
 	policies []policyPos
-	signals  map[string][2]int
 }
 
+// policyPos holds where a policy's parts are in the file.
 type policyPos struct {
-	line, col          int // the policy's mapping
-	name               [2]int
-	where, per, by     *yaml.Node
-	k, history, topPos [2]int
+	name           [2]int     // line, column of the name
+	topPos         [2]int     // line, column of top
+	where, per, by *yaml.Node // expression scalars, aligned by yamlPosMap
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$`)
@@ -127,7 +126,7 @@ func decodeFile(filename string, src []byte, c *errs) *File {
 		c.add(at(root, "", "", "policy file must be a mapping with policies: (and optionally signals:, history:)"))
 		return nil
 	}
-	f := &File{Name: filename, pos: &filePos{lines: splitLines(src), signals: map[string][2]int{}}}
+	f := &File{Name: filename, pos: &filePos{lines: splitLines(src)}}
 	var policiesNode *yaml.Node
 	eachKey(root, "", "", c, func(key string, k, v *yaml.Node) {
 		switch key {
@@ -193,13 +192,12 @@ func decodeSignals(f *File, v *yaml.Node, c *errs) {
 			c.add(at(tv, "", "signals."+name, fmt.Sprintf("unknown type %q (want number or string)", tv.Value)))
 			return
 		}
-		f.pos.signals[name] = [2]int{k.Line, k.Column}
 	})
 }
 
 func decodePolicy(pn *yaml.Node, c *errs) (Policy, policyPos) {
 	var p Policy
-	pp := policyPos{line: pn.Line, col: pn.Column, name: [2]int{pn.Line, pn.Column}}
+	pp := policyPos{name: [2]int{pn.Line, pn.Column}}
 	if pn.Kind != yaml.MappingNode {
 		c.add(at(pn, "", "", "a policy must be a mapping with name, where, exported, top"))
 		return p, pp
@@ -234,7 +232,6 @@ func decodePolicy(pn *yaml.Node, c *errs) (Policy, policyPos) {
 			pp.where = v
 		case "history":
 			p.History = intValue(v, p.Name, "history", c)
-			pp.history = [2]int{v.Line, v.Column}
 			if p.History < 1 && v.Tag == "!!int" {
 				c.add(at(v, p.Name, "history", fmt.Sprintf("must be at least 1, got %s", v.Value)))
 			}
@@ -263,7 +260,6 @@ func decodeTop(v *yaml.Node, policy string, pp *policyPos, c *errs) *Top {
 		case "k":
 			hasK = true
 			t.K = intValue(vn, policy, "top.k", c)
-			pp.k = [2]int{vn.Line, vn.Column}
 			if t.K < 1 && vn.Tag == "!!int" {
 				c.add(at(vn, policy, "top.k", fmt.Sprintf("must be at least 1, got %s", vn.Value)))
 			}

@@ -278,3 +278,26 @@ func TestNewPage(t *testing.T) {
 		t.Errorf("duplicate signal: %v", err)
 	}
 }
+
+// TestSourceRoundTrip: a job re-parses Set.Source and gets the same policies.
+func TestSourceRoundTrip(t *testing.T) {
+	a := demoSet(t)
+	b, err := Parse(a.Filename(), a.Source())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.Names(), b.Names()) {
+		t.Fatalf("names %v vs %v", a.Names(), b.Names())
+	}
+	for _, n := range a.Names() {
+		if a.Fingerprint(n) != b.Fingerprint(n) || a.Exported(n) != b.Exported(n) || a.History(n) != b.History(n) || a.HasTop(n) != b.HasTop(n) {
+			t.Errorf("%s differs after the round trip", n)
+		}
+	}
+	if a.Filename() != "../testdata/policies.yaml" || len(a.Source()) == 0 {
+		t.Errorf("filename %q, %d source bytes", a.Filename(), len(a.Source()))
+	}
+	if c, _ := Compile(&File{Policies: []Policy{{Name: "x"}}}); c.Source() != nil {
+		t.Error("a set built in code has source")
+	}
+}
