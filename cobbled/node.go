@@ -54,6 +54,7 @@ type Node struct {
 	create    func(path string) (stagedFile, error)
 	closed    atomic.Bool
 	closeOnce sync.Once
+	lifeMu    sync.RWMutex // Stats holds it shared; Close exclusively while freeing handles
 }
 
 type stagedFile interface {
@@ -254,6 +255,8 @@ func (n *Node) dropPartition(id int) {
 // after Close answer ErrNotServed.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
+		n.lifeMu.Lock()
+		defer n.lifeMu.Unlock()
 		n.partsMu.Lock()
 		n.closed.Store(true)
 		n.partsMu.Unlock()
@@ -469,6 +472,8 @@ type Stats struct {
 // Stats returns a snapshot of the node's replicas and block cache.
 func (n *Node) Stats() Stats {
 	s := Stats{Partitions: n.p}
+	n.lifeMu.RLock()
+	defer n.lifeMu.RUnlock()
 	if n.closed.Load() {
 		return s
 	}
