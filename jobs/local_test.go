@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -480,5 +481,93 @@ func TestValidation(t *testing.T) {
 		Outputs: []jobs.Output{{Table: "a"}}, ReduceBy: []string{"word"}, SortBy: []string{"count", "word"}})
 	if !errors.Is(err, jobs.ErrInvalidOp) {
 		t.Errorf("reduce_by not a prefix of sort_by: %v", err)
+	}
+}
+
+// panickyReducer panics on one word, or blocks forever on it until the
+// context ends (Block).
+type panickyReducer struct {
+	Word  string
+	Block bool
+}
+
+var reducerBlocked = make(chan struct{}, 16)
+
+func (*panickyReducer) InputTypes() []any  { return nil }
+func (*panickyReducer) OutputTypes() []any { return []any{&jobs.WordCount{}} }
+func (p *panickyReducer) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
+	return mapreduce.GroupKeys(in, func(g mapreduce.Reader) error {
+		for g.Next() {
+			var wc jobs.WordCount
+			g.MustScan(&wc)
+			if wc.Word == p.Word {
+				if p.Block {
+					reducerBlocked <- struct{}{}
+					for g.Next() { // returns false once the operation is cancelled
+					}
+					return nil
+				}
+				panic("reducer hates " + wc.Word)
+			}
+			out[0].MustWrite(&wc)
+		}
+		return nil
+	})
+}
+
+func init() { mapreduce.Register(&panickyReducer{}) }
+
+// TestReducePhaseFailures: a reducer that panics, and an operation
+// cancelled while its reduce jobs run, leave nothing behind (no output, no
+// files, no goroutines).
+func TestReducePhaseFailures(t *testing.T) {
+	e := newEnv(t)
+	docs := makeDocs(15, 1500)
+	writeTable(e, "docs", docs)
+	word := strings.ToLower(vocab[7])
+	op := func() *jobs.Op {
+		return &jobs.Op{Inputs: []string{"docs"}, Outputs: []jobs.Output{{Table: "dw"}, {Table: "out"}}, MapperOutputs: 1,
+			ReduceBy: []string{"word"}, Workers: 3, MemoryLimit: 128 << 10}
+	}
+	goroutines := runtime.NumGoroutine()
+
+	before := e.files()
+	err := e.runner.MapReduce(context.Background(), &jobs.WordCountMapper{}, &panickyReducer{Word: word}, op())
+	var je *jobs.JobError
+	if !errors.As(err, &je) || !errors.Is(err, jobs.ErrJobPanic) || je.Phase != "reduce" || je.Table != "(map output)" || je.Row < 0 {
+		t.Fatalf("err = %v, want a reduce-phase panic naming a map output row", err)
+	}
+	if !strings.Contains(err.Error(), "reducer hates "+word) {
+		t.Fatalf("cause missing: %v", err)
+	}
+	e.assertClean(before, "dw", "out")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- e.runner.MapReduce(ctx, &jobs.WordCountMapper{}, &panickyReducer{Word: word, Block: true}, op())
+	}()
+	select {
+	case <-reducerBlocked:
+	case err := <-done:
+		t.Fatalf("finished before the reducer blocked: %v", err)
+	}
+	cancel()
+	select {
+	case err = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("MapReduce did not stop within 5 s of cancellation")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	e.assertClean(before, "dw", "out")
+
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > goroutines {
+		t.Fatalf("%d goroutines left over (had %d)", n, goroutines)
 	}
 }
