@@ -17,6 +17,7 @@ import (
 func commands() []*cli.Command {
 	return []*cli.Command{
 		// One line per component, in pipeline order.
+		demoCommand(),
 		ingestCommand(),
 		tablesCommand(),
 		jobsCommand(), // MapReduce jobs and runners (cmd_jobs.go)
@@ -31,6 +32,7 @@ func commands() []*cli.Command {
 		cobbledCommand(), getCommand(),
 		controlCommand(), statusCommand(), // control plane (cmd_control.go)
 		lorryCommand(), // export-queue delivery (cmd_lorry.go)
+		routerCommand(), benchCommand(), // hedging router and read benchmark (cmd_router.go)
 	}
 }
 

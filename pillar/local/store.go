@@ -68,9 +68,11 @@ type Store struct {
 	opts Options
 	meta storeFile
 
-	mu     sync.Mutex
-	cached *manifest // last manifest read, by generation
-	closed bool
+	mu          sync.Mutex
+	cached      *manifest // last manifest read, by generation
+	closed      bool
+	commits     int       // commits by this Store since the last cleanup
+	lastCleanup time.Time // when this Store last ran cleanup
 }
 
 var _ pillar.Store = (*Store)(nil)
@@ -154,6 +156,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if err := s.cleanup(); err != nil {
 		o.Logger.Warn("local store: cleanup", "dir", dir, "err", err)
 	}
+	s.lastCleanup = time.Now()
 	return s, nil
 }
 

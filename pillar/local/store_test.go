@@ -26,7 +26,7 @@ func mustCreate(t *testing.T, dir string) *Store {
 	return s
 }
 
-func writeDocs(t *testing.T, tx pillar.Tx, table string, mode pillar.WriteMode, keys ...string) {
+func writeDocs(t testing.TB, tx pillar.Tx, table string, mode pillar.WriteMode, keys ...string) {
 	t.Helper()
 	w, err := tx.WriteTable(ctx, table, pillar.Doc{}, &pillar.WriteOptions{Mode: mode})
 	if err != nil {
@@ -42,7 +42,7 @@ func writeDocs(t *testing.T, tx pillar.Tx, table string, mode pillar.WriteMode, 
 	}
 }
 
-func readKeys(t *testing.T, sn pillar.Snapshot, table string, r *pillar.Range) []string {
+func readKeys(t testing.TB, sn pillar.Snapshot, table string, r *pillar.Range) []string {
 	t.Helper()
 	rr, err := sn.ReadTable(ctx, table, r)
 	if err != nil {
@@ -489,4 +489,38 @@ func checkNoOrphans(t *testing.T, dir string) {
 		}
 	}
 	_ = s
+}
+
+// BenchmarkSmallCommit measures a Lorry-sized commit (one attribute, one
+// queue record) against a store with a few tables, next to the floor: the
+// fsyncs a commit needs (data dir, manifest, CURRENT, store dir).
+func BenchmarkSmallCommit(b *testing.B) {
+	dir := b.TempDir()
+	s, _ := Create(dir, &Options{Partitions: 8})
+	tx, _ := s.Begin(ctx)
+	for i := 0; i < 20; i++ {
+		writeDocs(b, tx, fmt.Sprintf("t/%d", i), pillar.Replace, "a", "b")
+	}
+	tx.Commit(ctx)
+	k, _, _ := pillar.KeyOfURL("http://example.com/")
+	b.Run("commit", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			tx, _ := s.Begin(ctx)
+			tx.SetAttr(ctx, "lorry/p", i)
+			tx.Enqueue(ctx, pillar.ExportRecord{Partition: int32(k.Partition(8)), PageKey: k.String(), Op: pillar.OpPut})
+			if err := tx.Commit(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("floor-4-fsyncs", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			for j := 0; j < 4; j++ {
+				f, _ := os.Create(filepath.Join(dir, "floor"))
+				f.Write([]byte("x"))
+				f.Sync()
+				f.Close()
+			}
+		}
+	})
 }

@@ -492,12 +492,29 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	s.mu.Lock()
 	s.cached = nm
 	s.mu.Unlock()
-	if cerr := s.cleanupLocked(); cerr != nil {
-		s.opts.Logger.Warn("local store: cleanup after commit", "err", cerr)
+	// Cleanup reads every retained manifest: run it every few commits, not
+	// after each one (unreferenced files wait a little longer, that's all).
+	s.mu.Lock()
+	s.commits++
+	due := s.commits >= cleanupEvery || time.Since(s.lastCleanup) > cleanupAfter
+	if due {
+		s.commits, s.lastCleanup = 0, time.Now()
+	}
+	s.mu.Unlock()
+	if due {
+		if cerr := s.cleanupLocked(); cerr != nil {
+			s.opts.Logger.Warn("local store: cleanup after commit", "err", cerr)
+		}
 	}
 	s.opts.Logger.Debug("local store: committed", "generation", gen, "tables", len(t.tables), "attrs", len(t.attrs), "queued", len(t.queue))
 	return nil
 }
+
+// Cleanup cadence after commits.
+const (
+	cleanupEvery = 16
+	cleanupAfter = 30 * time.Second
+)
 
 // writeCurrent replaces CURRENT; the rename is the commit point.
 func writeCurrent(s *Store, name string) error {

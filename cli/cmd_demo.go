@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/pillarkit/pillar/internal/demo"
+)
+
+func demoCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "demo",
+		Usage: "run the whole pipeline on embedded defaults and write a report (what `make demo` runs)",
+		Description: `Ingests a corpus (default: the PostgreSQL HTML docs from Debian's postgresql-doc-15),
+re-chunks and embeds it, computes subsets from the policy file, publishes, bulk-exports SST
+batches into a local object store, starts a control plane (SQLite) and three cobbled nodes
+in zones a/b/c as child processes, reads every exported page back through the hedging
+router and checks it, re-chunks and re-publishes while a reader keeps reading, delivers
+edited pages and a policy change with Lorry, and writes demo-report.md with plots.
+Any mismatch or failed read fails the demo. Child processes are stopped at the end.
+
+Examples:
+   pillar demo --out demo-out
+   pillar demo --out demo-out --corpus ./my-html-pages --base-url https://example.org/
+   pillar demo --out demo-out --synthetic 5000
+   pillar demo --out demo-out --reuse          # keep the store from the last run`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Value: "demo-out", Usage: "output folder (store, objects, exports, logs, report)"},
+			&cli.StringFlag{Name: "corpus", Value: demo.DefaultCorpus, Usage: "folder of HTML or text files"},
+			&cli.StringFlag{Name: "base-url", Usage: "URL prefix for corpus files without a canonical link"},
+			&cli.IntFlag{Name: "synthetic", Usage: "generate N pages of realistic size instead of reading a corpus"},
+			&cli.StringFlag{Name: "policies", Value: "testdata/policies.yaml", Usage: "subset policy file"},
+			&cli.IntFlag{Name: "partitions", Value: 64, Usage: "partition count"},
+			&cli.BoolFlag{Name: "reuse", Usage: "reuse the store and objects of an earlier run (default: start fresh)"},
+		},
+		Action: func(c *cli.Context) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			_, err = demo.Run(c.Context, demo.Options{
+				Pillar: bin, Out: c.String("out"), Corpus: c.String("corpus"), BaseURL: c.String("base-url"),
+				Synthetic: c.Int("synthetic"), Policies: c.String("policies"), Partitions: c.Int("partitions"),
+				Reuse: c.Bool("reuse"), Stdout: os.Stdout, Logger: logger(),
+			})
+			if err != nil {
+				return fmt.Errorf("%w (logs of the child processes: %s/serve/logs)", err, c.String("out"))
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,846 @@
+// Package demo runs the whole Pillar pipeline on embedded defaults: ingest a
+// corpus, backfill, compute subsets, publish, bulk export to SST batches in a
+// local object store, serve them from three cobbled nodes (child processes)
+// under a control plane (SQLite), read every page back through the hedging
+// router, re-chunk and re-publish while reading, deliver incremental changes
+// with Lorry, and write a report with plots.
+//
+// Every check is real: a content-hash mismatch, a failed read during the
+// re-publish, or a change that is not readable after Lorry fails the run.
+// Child processes are stopped when Run returns, whatever happened.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pillarkit/pillar/cobbled/router"
+	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/objstore"
+	"github.com/pillarkit/pillar/internal/record"
+	"github.com/pillarkit/pillar/jobs/pipeline"
+	"github.com/pillarkit/pillar/lorry"
+	"github.com/pillarkit/pillar/pillar"
+	"github.com/pillarkit/pillar/pillar/ingest"
+	"github.com/pillarkit/pillar/pillar/local"
+	"github.com/pillarkit/pillar/sstbuilder"
+	"github.com/pillarkit/pillar/subsets"
+)
+
+// DefaultCorpus is the PostgreSQL HTML documentation from Debian's
+// postgresql-doc-15 package.
+const DefaultCorpus = "/usr/share/doc/postgresql-doc-15/html"
+
+// Options configure a demo run. The zero value runs the default demo.
+type Options struct {
+	// Pillar is the pillar binary started for the control plane and the
+	// nodes. Required.
+	Pillar string
+	// Out is the output folder. The default value is "demo-out".
+	Out string
+	// Corpus is a folder of HTML or text files. The default value is
+	// DefaultCorpus; ignored when Synthetic > 0.
+	Corpus string
+	// BaseURL for corpus files without a canonical link. The default value
+	// is the PostgreSQL docs' URL when Corpus is the default, else
+	// "http://corpus.local/".
+	BaseURL string
+	// Synthetic generates this many pages of realistic size instead of
+	// reading a corpus. The default value is 0.
+	Synthetic int
+	// Policies is the subset policy file. The default value is
+	// testdata/policies.yaml under the working directory.
+	Policies string
+	// Partitions is the deployment's partition count. The default value is
+	// 64.
+	Partitions int
+	// Reuse keeps an existing store and object store in Out (the serving
+	// side always starts fresh). The default value (false) starts fresh.
+	Reuse bool
+	// Stdout receives the step-by-step narrative. The default value is
+	// os.Stdout.
+	Stdout io.Writer
+	// Logger receives component logs. The default value discards.
+	Logger *slog.Logger
+}
+
+func (o *Options) ensureDefaults() {
+	if o.Out == "" {
+		o.Out = "demo-out"
+	}
+	if o.Corpus == "" {
+		o.Corpus = DefaultCorpus
+	}
+	if o.BaseURL == "" {
+		if o.Corpus == DefaultCorpus {
+			o.BaseURL = "https://www.postgresql.org/docs/15/"
+		} else {
+			o.BaseURL = "http://corpus.local/"
+		}
+	}
+	if o.Policies == "" {
+		o.Policies = "testdata/policies.yaml"
+	}
+	if o.Partitions == 0 {
+		o.Partitions = 64
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Report is what the demo measured.
+type Report struct {
+	Corpus        string
+	Pages         int
+	HTMLBytes     int64
+	Chunks        int64
+	ChunksV2      int64
+	Exported      int
+	RecordBytes   int64
+	SSTBytes      int64
+	SSTFiles      int
+	Batches       int
+	Stages        []Stage
+	Reads         Latencies // step 4: every exported page read back
+	ReadsDuring   Latencies // step 5: reads while re-publishing
+	FailedDuring  int
+	Hedges        int64
+	HedgesWon     int64
+	Failovers     int64
+	Incremental   Incremental
+	Lag           []LagSample
+	ConvergeBulk1 time.Duration
+	ConvergeBulk2 time.Duration
+	ConvergeLorry time.Duration
+	Versions      [2]string
+}
+
+// Stage is the wall time of one step.
+type Stage struct {
+	Name string
+	Dur  time.Duration
+}
+
+// Incremental is what step 6 changed.
+type Incremental struct {
+	ChangedPages int
+	Puts         int
+	Deletes      int
+	Batches      int
+	Verified     int
+}
+
+// LagSample is the total number of batches replicas were behind at a time.
+type LagSample struct {
+	At     time.Duration
+	Behind int64
+}
+
+type demo struct {
+	o      Options
+	ctx    context.Context
+	rep    *Report
+	start  time.Time
+	st     *local.Store
+	objs   objstore.Store
+	objURL string
+	cl     *cluster
+	rt     *router.Router
+	set    *subsets.Set
+	lagMu  sync.Mutex
+	lagWG  sync.WaitGroup
+	lagEnd chan struct{}
+}
+
+func (d *demo) say(format string, a ...any) {
+	fmt.Fprintf(d.o.Stdout, format+"\n", a...)
+}
+
+func (d *demo) stage(name string, fn func() error) error {
+	d.say("==> %s", name)
+	t0 := time.Now()
+	err := fn()
+	dur := time.Since(t0)
+	d.rep.Stages = append(d.rep.Stages, Stage{Name: name, Dur: dur})
+	if err != nil {
+		return fmt.Errorf("demo: %s: %w", name, err)
+	}
+	d.say("    done in %s", dur.Round(time.Millisecond))
+	return nil
+}
+
+// Run runs the demo and writes the report into opts.Out.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	opts.ensureDefaults()
+	if opts.Pillar == "" {
+		return nil, errors.New("demo: Options.Pillar (the pillar binary) is required")
+	}
+	d := &demo{o: opts, ctx: ctx, rep: &Report{}, start: time.Now()}
+	if !opts.Reuse {
+		for _, sub := range []string{"store", "objects", "exports", "corpus", "serve"} {
+			if err := os.RemoveAll(filepath.Join(opts.Out, sub)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	_ = os.RemoveAll(filepath.Join(opts.Out, "serve")) // the serving side always starts fresh
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(opts.Out)
+	if err != nil {
+		return nil, err
+	}
+	d.o.Out = abs
+	d.objURL = "file://" + filepath.Join(abs, "objects")
+	if d.objs, err = objstore.Open(ctx, d.objURL, nil); err != nil {
+		return nil, err
+	}
+	if d.set, err = subsets.ReadFile(opts.Policies); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if d.lagEnd != nil {
+			close(d.lagEnd)
+			d.lagWG.Wait()
+		}
+		if d.rt != nil {
+			d.rt.Close()
+		}
+		if d.cl != nil {
+			d.cl.stop()
+		}
+		if d.st != nil {
+			d.st.Close()
+		}
+	}()
+	steps := []func() error{d.step1, d.step2, d.step3, d.step4, d.step5, d.step6}
+	for _, s := range steps {
+		if err := s(); err != nil {
+			return d.rep, err
+		}
+	}
+	if d.lagEnd != nil {
+		close(d.lagEnd)
+		d.lagWG.Wait()
+		d.lagEnd = nil
+	}
+	if d.rt != nil {
+		st := d.rt.Stats()
+		d.rep.Hedges, d.rep.HedgesWon, d.rep.Failovers = st.Hedges, st.HedgesWon, st.Failovers
+	}
+	path, err := writeReport(d.o.Out, d.rep)
+	if err != nil {
+		return d.rep, err
+	}
+	d.say("\nreport: %s (plots beside it)", path)
+	return d.rep, nil
+}
+
+// step1 ingests the corpus.
+func (d *demo) step1() error {
+	return d.stage("1. ingest the corpus into an embedded store", func() error {
+		src := filepath.Join(d.o.Out, "corpus")
+		if _, err := os.Stat(src); err != nil {
+			if d.o.Synthetic > 0 {
+				d.rep.Corpus = fmt.Sprintf("%d synthetic pages", d.o.Synthetic)
+				if err := writeSynthetic(src, d.o.Synthetic); err != nil {
+					return err
+				}
+			} else {
+				// A private copy, so step 6 can change pages.
+				d.rep.Corpus = d.o.Corpus
+				if err := copyTree(d.o.Corpus, src); err != nil {
+					return fmt.Errorf("corpus %s: %w (install it with `make deps`, or pass --corpus DIR or --synthetic N)", d.o.Corpus, err)
+				}
+			}
+		} else if d.rep.Corpus == "" {
+			d.rep.Corpus = d.o.Corpus
+		}
+		st, err := local.Open(filepath.Join(d.o.Out, "store"), nil)
+		if errors.Is(err, pillar.ErrNotFound) {
+			st, err = local.Create(filepath.Join(d.o.Out, "store"), &local.Options{Partitions: d.o.Partitions})
+		}
+		if err != nil {
+			return err
+		}
+		if st.Info().Partitions != d.o.Partitions {
+			return fmt.Errorf("the reused store has %d partitions, not %d", st.Info().Partitions, d.o.Partitions)
+		}
+		d.st = st
+		base := d.o.BaseURL
+		if d.o.Synthetic > 0 {
+			base = "https://synthetic.example/"
+		}
+		stats, err := ingest.Run(d.ctx, st, ingest.Options{From: src, BaseURL: base, Progress: true, Logger: d.o.Logger})
+		if err != nil {
+			return err
+		}
+		d.rep.Pages, d.rep.HTMLBytes = stats.Pages, stats.HTMLBytes
+		d.say("    %d pages (%.1f MB of HTML), %d new, %d unchanged, %d skipped", stats.Pages, float64(stats.HTMLBytes)/1e6,
+			stats.New, stats.Unchanged, stats.Binary+stats.Unreadable+stats.TooLarge+stats.Duplicates)
+		return nil
+	})
+}
+
+const (
+	chunkerV1 = "recursive:size=512,overlap=64"
+	chunkerV2 = "tokens:size=256,overlap=32"
+	model     = "hash:dim=384"
+)
+
+// asOf is the evaluation time of the subsets: a day after the newest page,
+// so "fresh" means the same whenever the demo runs.
+func (d *demo) asOf() (time.Time, error) {
+	sn, err := d.st.Snapshot(d.ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer sn.Release()
+	rr, err := sn.ReadTable(d.ctx, pillar.TableDocs, nil)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer rr.Close()
+	var newest int64
+	for rr.Next() {
+		var doc pillar.Doc
+		if err := rr.Scan(&doc); err != nil {
+			return time.Time{}, err
+		}
+		newest = max(newest, doc.FetchedAt)
+	}
+	return time.UnixMilli(newest).Add(24 * time.Hour).UTC(), rr.Err()
+}
+
+// step2 backfills v1, computes subsets and publishes.
+func (d *demo) step2() error {
+	return d.stage("2. rechunk (v1), embed, compute subsets, publish", func() error {
+		o := pipeline.Options{Logger: d.o.Logger}
+		r, err := pipeline.Rechunk(d.ctx, d.st, chunkerV1, o)
+		if err != nil {
+			return err
+		}
+		d.rep.Chunks = r.Rows
+		d.rep.Versions[0] = r.Version
+		d.say("    chunk version %s: %d chunks for %d pages", r.Version, r.Rows, r.Pages)
+		e, err := pipeline.Embed(d.ctx, d.st, r.Version, model, o)
+		if err != nil {
+			return err
+		}
+		d.say("    embedding version %s: %d vectors", e.Version, e.Rows)
+		asOf, err := d.asOf()
+		if err != nil {
+			return err
+		}
+		rc, err := pipeline.Recompute(d.ctx, d.st, d.set, asOf, o)
+		if err != nil {
+			return err
+		}
+		for _, s := range rc.Subsets {
+			d.say("    subset %-14s exported=%-5v %5d pages", s.Name, s.Exported, s.Size)
+		}
+		p, err := pipeline.Publish(d.ctx, d.st, r.Version, model, o)
+		if err != nil {
+			return err
+		}
+		d.say("    published %s + %s; export: %d pages desired, bulk=%v", p.Published.ChunkVersion, p.Published.Model, p.Export.Desired, p.Export.Bulk)
+		return nil
+	})
+}
+
+// bulkExport exports, builds SST batches and registers them.
+func (d *demo) bulkExport(id string) error {
+	dir := filepath.Join(d.o.Out, "exports", id)
+	_ = os.RemoveAll(dir)
+	w, err := sstbuilder.NewExportWriter(dir, d.o.Partitions, batch.KindSnapshot, &sstbuilder.ExportOptions{ID: id, Source: "demo"})
+	if err != nil {
+		return err
+	}
+	res, pending, err := pipeline.Export(d.ctx, d.st, sinkOf(w), pipeline.Options{Logger: d.o.Logger})
+	if err != nil {
+		w.Abort()
+		return err
+	}
+	meta, err := w.Close()
+	if err != nil {
+		pending.Abort()
+		return err
+	}
+	if err := pending.Commit(meta.ID, dir); err != nil {
+		return err
+	}
+	d.rep.Exported = int(res.Pages)
+	d.rep.RecordBytes = res.Bytes
+	d.say("    export %s: %d pages, %.1f MB of records (%d member pages skipped)", id, res.Pages, float64(res.Bytes)/1e6, res.Skipped)
+	// Records queued before the export must be delivered before its
+	// snapshots are registered: drain Lorry first.
+	if err := d.drainLorry(); err != nil {
+		return err
+	}
+	br, err := sstbuilder.BuildExport(d.ctx, &sstbuilder.ExportBuildOptions{
+		Export: dir, Store: d.objs, Partitions: d.o.Partitions, Registerer: d.cl.client, Logger: d.o.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	var bytes int64
+	files := 0
+	for _, p := range br.Partitions {
+		if p.Manifest != nil {
+			for _, f := range p.Manifest.Files {
+				bytes += f.Size
+				files++
+			}
+		}
+	}
+	d.rep.SSTBytes, d.rep.SSTFiles = bytes, files
+	d.rep.Batches += len(br.Partitions)
+	d.say("    built and registered %d snapshot batches (%d SST files, %.1f MB) in %s", len(br.Partitions), files, float64(bytes)/1e6, br.Elapsed.Round(time.Millisecond))
+	return nil
+}
+
+type sink struct{ w *sstbuilder.ExportWriter }
+
+func (s sink) Write(key, op string, value []byte) error {
+	return s.w.Write(sstbuilder.ExportRow{PageKey: key, Op: op, Value: value})
+}
+
+func sinkOf(w *sstbuilder.ExportWriter) pipeline.ExportSink { return sink{w} }
+
+// step3 starts the serving side and loads the first bulk export.
+func (d *demo) step3() error {
+	return d.stage("3. bulk export → SST batches → object store → control plane → 3 cobbled nodes", func() error {
+		cl, err := startCluster(d.ctx, d.o.Pillar, filepath.Join(d.o.Out, "serve"), d.objURL, d.o.Partitions)
+		if err != nil {
+			return err
+		}
+		d.cl = cl
+		d.say("    control plane %s (SQLite); nodes %s/%s/%s in zones a/b/c", cl.control, cl.nodes[0].addr, cl.nodes[1].addr, cl.nodes[2].addr)
+		d.lagEnd = make(chan struct{})
+		d.lagWG.Add(1)
+		go d.sampleLag()
+		if err := d.bulkExport("bulk-1"); err != nil {
+			return err
+		}
+		took, err := cl.waitConverged(d.ctx, 3*time.Minute)
+		if err != nil {
+			return err
+		}
+		d.rep.ConvergeBulk1 = took
+		d.say("    every replica caught up %s after registration", took.Round(time.Millisecond))
+		d.rt, err = router.New(d.ctx, router.Options{Source: cl.client, Zone: "a", Partitions: d.o.Partitions, Logger: d.o.Logger})
+		return err
+	})
+}
+
+// expected is what a page's record must say.
+type expected struct {
+	url, hash string
+}
+
+// exportedPages returns the pages the serving tier should hold, from the
+// store: export/state joined with docs.
+func (d *demo) exportedPages() (map[string]expected, error) {
+	sn, err := d.st.Snapshot(d.ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer sn.Release()
+	want := map[string]bool{}
+	rr, err := sn.ReadTable(d.ctx, pipeline.TableExportState, nil)
+	if err != nil {
+		return nil, err
+	}
+	for rr.Next() {
+		var s pipeline.ExportState
+		if err := rr.Scan(&s); err != nil {
+			rr.Close()
+			return nil, err
+		}
+		want[s.PageKey] = true
+	}
+	rr.Close()
+	out := map[string]expected{}
+	rr, err = sn.ReadTable(d.ctx, pillar.TableDocs, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer rr.Close()
+	for rr.Next() {
+		var doc pillar.Doc
+		if err := rr.Scan(&doc); err != nil {
+			return nil, err
+		}
+		if want[doc.PageKey] {
+			out[doc.PageKey] = expected{url: doc.URL, hash: doc.ContentHash}
+		}
+	}
+	return out, rr.Err()
+}
+
+// readAll reads every page of want through the router in batches of 12 and
+// checks each record. chunker, when set, is the chunk version every record
+// must carry.
+func (d *demo) readAll(want map[string]expected, chunker string, lat *Latencies) (int, error) {
+	keys := make([]string, 0, len(want))
+	for k := range want {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	bad := 0
+	var firstBad string
+	for i := 0; i < len(keys); i += 12 {
+		batchKeys := keys[i:min(i+12, len(keys))]
+		raw := make([][]byte, len(batchKeys))
+		for j, k := range batchKeys {
+			kk, _ := pillar.ParseKey(k)
+			raw[j] = kk[:]
+		}
+		t0 := time.Now()
+		res, err := d.rt.BatchGet(d.ctx, raw)
+		if lat != nil {
+			lat.Add(time.Since(t0))
+		}
+		if err != nil {
+			return 0, err
+		}
+		for j, r := range res {
+			k := batchKeys[j]
+			why := ""
+			switch {
+			case r.Err != nil:
+				why = r.Err.Error()
+			case !r.Found:
+				why = "not found"
+			default:
+				rec, err := record.Unmarshal(r.Value)
+				switch {
+				case err != nil:
+					why = err.Error()
+				case rec.ContentHash != want[k].hash:
+					why = fmt.Sprintf("content hash %s, store has %s", rec.ContentHash, want[k].hash)
+				case rec.Url != want[k].url:
+					why = fmt.Sprintf("url %s, store has %s", rec.Url, want[k].url)
+				case chunker != "" && rec.ChunkerVersion != chunker:
+					why = fmt.Sprintf("chunker version %s, want %s", rec.ChunkerVersion, chunker)
+				}
+			}
+			if why != "" {
+				bad++
+				if firstBad == "" {
+					firstBad = k + ": " + why
+				}
+			}
+		}
+	}
+	if bad > 0 {
+		return len(keys), fmt.Errorf("%d of %d records do not match the store (first: %s)", bad, len(keys), firstBad)
+	}
+	return len(keys), nil
+}
+
+// step4 reads every exported page back and checks it.
+func (d *demo) step4() error {
+	return d.stage("4. read every exported page back through the hedged router and check it", func() error {
+		want, err := d.exportedPages()
+		if err != nil {
+			return err
+		}
+		n, err := d.readAll(want, d.rep.Versions[0], &d.rep.Reads)
+		if err != nil {
+			return err
+		}
+		d.say("    %d records read in batches of 12, all match the store (content hash, URL, chunk version); p50 %s p99 %s",
+			n, d.rep.Reads.Quantile(0.5), d.rep.Reads.Quantile(0.99))
+		return nil
+	})
+}
+
+// step5 re-chunks and re-publishes while a reader keeps reading.
+func (d *demo) step5() error {
+	return d.stage("5. ML engineer's day: re-chunk (v2), re-embed, publish while reading", func() error {
+		want, err := d.exportedPages()
+		if err != nil {
+			return err
+		}
+		keys := make([][]byte, 0, len(want))
+		for k := range want {
+			kk, _ := pillar.ParseKey(k)
+			keys = append(keys, append([]byte(nil), kk[:]...))
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var reads, failed int
+		var firstErr error
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(1))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b := make([][]byte, 12)
+				for i := range b {
+					b[i] = keys[rng.Intn(len(keys))]
+				}
+				t0 := time.Now()
+				res, err := d.rt.BatchGet(d.ctx, b)
+				d.rep.ReadsDuring.Add(time.Since(t0))
+				reads++
+				if err == nil {
+					for _, r := range res {
+						if r.Err != nil || !r.Found {
+							err = fmt.Errorf("found=%v err=%v", r.Found, r.Err)
+							break
+						}
+					}
+				}
+				if err != nil {
+					failed++
+					if firstErr == nil {
+						firstErr = err
+					}
+				}
+			}
+		}()
+		finish := func() {
+			close(stop)
+			wg.Wait()
+		}
+		o := pipeline.Options{Logger: d.o.Logger}
+		r, err := pipeline.Rechunk(d.ctx, d.st, chunkerV2, o)
+		if err != nil {
+			finish()
+			return err
+		}
+		d.rep.ChunksV2 = r.Rows
+		d.rep.Versions[1] = r.Version
+		d.say("    chunk version %s: %d chunks", r.Version, r.Rows)
+		if _, err := pipeline.Embed(d.ctx, d.st, r.Version, model, o); err != nil {
+			finish()
+			return err
+		}
+		p, err := pipeline.Publish(d.ctx, d.st, r.Version, model, o)
+		if err != nil {
+			finish()
+			return err
+		}
+		d.say("    published %s; export: bulk=%v (%s)", r.Version, p.Export.Bulk, p.Export.Reason)
+		if err := d.bulkExport("bulk-2"); err != nil {
+			finish()
+			return err
+		}
+		took, err := d.cl.waitConverged(d.ctx, 3*time.Minute)
+		finish()
+		if err != nil {
+			return err
+		}
+		d.rep.ConvergeBulk2 = took
+		d.rep.FailedDuring = failed
+		d.say("    %d batch reads during the switch, %d failed; replicas converged %s after registration", reads, failed, took.Round(time.Millisecond))
+		if failed > 0 {
+			return fmt.Errorf("%d reads failed during the re-publish (first: %v)", failed, firstErr)
+		}
+		want, err = d.exportedPages()
+		if err != nil {
+			return err
+		}
+		n, err := d.readAll(want, r.Version, nil)
+		if err != nil {
+			return err
+		}
+		d.say("    all %d records now carry chunk version %s", n, r.Version)
+		return nil
+	})
+}
+
+// drainLorry delivers everything queued now (in-process Lorry worker).
+func (d *demo) drainLorry() error {
+	w, err := lorry.New(lorry.Options{Store: d.st, Objects: d.objs, Registry: d.cl.client, ID: "demo-lorry", Logger: d.o.Logger})
+	if err != nil {
+		return err
+	}
+	res, err := w.Drain(d.ctx)
+	if err != nil {
+		return err
+	}
+	d.rep.Incremental.Batches += int(res.Stats.Batches)
+	return nil
+}
+
+// step6 changes pages and a policy and delivers the changes with Lorry.
+func (d *demo) step6() error {
+	return d.stage("6. incremental: change pages and a policy, deliver with Lorry", func() error {
+		changed, err := editPages(filepath.Join(d.o.Out, "corpus"), 5)
+		if err != nil {
+			return err
+		}
+		base := d.o.BaseURL
+		if d.o.Synthetic > 0 {
+			base = "https://synthetic.example/"
+		}
+		stats, err := ingest.Run(d.ctx, d.st, ingest.Options{From: filepath.Join(d.o.Out, "corpus"), BaseURL: base, Logger: d.o.Logger})
+		if err != nil {
+			return err
+		}
+		d.rep.Incremental.ChangedPages = stats.Changed
+		d.say("    edited %d files; ingest: %d changed pages", len(changed), stats.Changed)
+		o := pipeline.Options{Logger: d.o.Logger}
+		r, err := pipeline.Rechunk(d.ctx, d.st, chunkerV2, o)
+		if err != nil {
+			return err
+		}
+		if _, err := pipeline.Embed(d.ctx, d.st, r.Version, model, o); err != nil {
+			return err
+		}
+		p, err := pipeline.Publish(d.ctx, d.st, r.Version, model, o)
+		if err != nil {
+			return err
+		}
+		d.say("    incremental backfill: %d pages re-chunked; re-publish queued %d puts", r.PendingPages, p.Export.Puts)
+		// A policy change: "sql-reference" stops covering the ALTER pages.
+		src, err := os.ReadFile(d.o.Policies)
+		if err != nil {
+			return err
+		}
+		v2 := strings.Replace(string(src), `where: url ~ "/docs/15/sql-"`, `where: url ~ "/docs/15/sql-" and url !~ "/docs/15/sql-alter"`, 1)
+		v2 = strings.Replace(v2, `where: 'age(fetched_at) < 30d and lang == "en"'`, `where: 'age(fetched_at) < 30d and lang == "en" and url !~ "/docs/15/sql-alter"'`, 1)
+		pol := filepath.Join(d.o.Out, "policies-v2.yaml")
+		if err := os.WriteFile(pol, []byte(v2), 0o644); err != nil {
+			return err
+		}
+		set2, err := subsets.ReadFile(pol)
+		if err != nil {
+			return err
+		}
+		asOf, err := d.asOf()
+		if err != nil {
+			return err
+		}
+		rc, err := pipeline.Recompute(d.ctx, d.st, set2, asOf, o)
+		if err != nil {
+			return err
+		}
+		if rc.Export != nil {
+			d.rep.Incremental.Puts = p.Export.Puts + rc.Export.Puts
+			d.rep.Incremental.Deletes = rc.Export.Deletes
+			d.say("    policy change (sql-alter pages out of sql-reference and fresh): queued %d puts, %d deletes, bulk=%v", rc.Export.Puts, rc.Export.Deletes, rc.Export.Bulk)
+		}
+		ls, err := lorry.Status(d.ctx, d.st, time.Now())
+		if err != nil {
+			return err
+		}
+		depth := int64(0)
+		for _, s := range ls {
+			depth += s.Depth
+		}
+		d.say("    export queue: %d undelivered records; running Lorry", depth)
+		t0 := time.Now()
+		before := d.rep.Incremental.Batches
+		if err := d.drainLorry(); err != nil {
+			return err
+		}
+		took, err := d.cl.waitConverged(d.ctx, 2*time.Minute)
+		if err != nil {
+			return err
+		}
+		d.rep.ConvergeLorry = time.Since(t0)
+		d.say("    Lorry delivered %d delta batches; readable on every replica %s after the drain started", d.rep.Incremental.Batches-before, d.rep.ConvergeLorry.Round(time.Millisecond))
+		_ = took
+		want, err := d.exportedPages()
+		if err != nil {
+			return err
+		}
+		n, err := d.readAll(want, r.Version, nil)
+		if err != nil {
+			return err
+		}
+		// Deleted pages are gone.
+		gone := 0
+		for _, k := range deletedKeys(d, want) {
+			res, err := d.rt.BatchGet(d.ctx, [][]byte{k})
+			if err != nil {
+				return err
+			}
+			if res[0].Found {
+				return fmt.Errorf("page %x was deleted from every exported subset but is still served", k)
+			}
+			gone++
+		}
+		d.rep.Incremental.Verified = n
+		d.say("    verified: %d records match the store (incl. the edited pages), %d deleted pages are gone", n, gone)
+		return nil
+	})
+}
+
+// deletedKeys returns the sql-alter pages that are no longer exported.
+func deletedKeys(d *demo, want map[string]expected) [][]byte {
+	sn, err := d.st.Snapshot(d.ctx)
+	if err != nil {
+		return nil
+	}
+	defer sn.Release()
+	rr, err := sn.ReadTable(d.ctx, pillar.TableDocs, nil)
+	if err != nil {
+		return nil
+	}
+	defer rr.Close()
+	var out [][]byte
+	for rr.Next() {
+		var doc pillar.Doc
+		if rr.Scan(&doc) != nil {
+			return out
+		}
+		if _, ok := want[doc.PageKey]; !ok && strings.Contains(doc.URL, "/sql-alter") {
+			k, _ := pillar.ParseKey(doc.PageKey)
+			out = append(out, append([]byte(nil), k[:]...))
+		}
+	}
+	return out
+}
+
+// sampleLag records the replicas' total lag every 250ms until the cluster
+// stops.
+func (d *demo) sampleLag() {
+	defer d.lagWG.Done()
+	t0 := time.Now()
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-d.lagEnd:
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+		ctx, cancel := context.WithTimeout(d.ctx, time.Second)
+		_, behind, err := d.cl.converged(ctx)
+		cancel()
+		if err != nil {
+			if strings.Contains(err.Error(), "closing") {
+				return
+			}
+			continue
+		}
+		d.lagMu.Lock()
+		d.rep.Lag = append(d.rep.Lag, LagSample{At: time.Since(t0), Behind: behind})
+		d.lagMu.Unlock()
+	}
+}

@@ -1,0 +1,154 @@
+package demo
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// writeReport writes demo-report.md and its PNG plots into dir.
+func writeReport(dir string, r *Report) (string, error) {
+	var plots []string
+	if p, err := latencyPlot(dir, r); err == nil {
+		plots = append(plots, p)
+	} else {
+		return "", err
+	}
+	if p, err := lagPlot(dir, r); err == nil && p != "" {
+		plots = append(plots, p)
+	}
+	if p, err := stagePlot(dir, r); err == nil {
+		plots = append(plots, p)
+	} else {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Pillar demo report\n\n%s, on %s.\n\n", time.Now().UTC().Format(time.RFC3339), r.Corpus)
+	fmt.Fprintf(&b, "## Data\n\n| what | value |\n|---|---|\n")
+	fmt.Fprintf(&b, "| pages ingested | %d (%.1f MB of HTML) |\n", r.Pages, float64(r.HTMLBytes)/1e6)
+	fmt.Fprintf(&b, "| chunks, v1 `%s` | %d |\n", r.Versions[0], r.Chunks)
+	fmt.Fprintf(&b, "| chunks, v2 `%s` | %d |\n", r.Versions[1], r.ChunksV2)
+	fmt.Fprintf(&b, "| pages exported (in an exported subset) | %d |\n", r.Exported)
+	fmt.Fprintf(&b, "| prepared records (float16 vectors) | %.1f MB |\n", float64(r.RecordBytes)/1e6)
+	fmt.Fprintf(&b, "| SST files / bytes, last bulk export | %d / %.1f MB |\n", r.SSTFiles, float64(r.SSTBytes)/1e6)
+	fmt.Fprintf(&b, "| batches registered (snapshots + Lorry deltas) | %d |\n", r.Batches+r.Incremental.Batches)
+	fmt.Fprintf(&b, "\n## Stage timings\n\n| stage | time |\n|---|---|\n")
+	var total time.Duration
+	for _, s := range r.Stages {
+		fmt.Fprintf(&b, "| %s | %s |\n", s.Name, s.Dur.Round(time.Millisecond))
+		total += s.Dur
+	}
+	fmt.Fprintf(&b, "| **total** | %s |\n", total.Round(time.Millisecond))
+	fmt.Fprintf(&b, "\n## Reads (12-key batches through the router, zone a)\n\n| phase | batches | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|\n")
+	for _, ph := range []struct {
+		name string
+		l    *Latencies
+	}{{"read-back of every page (step 4)", &r.Reads}, {"during the re-publish (step 5)", &r.ReadsDuring}} {
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s |\n", ph.name, ph.l.N(), ph.l.Quantile(0.5), ph.l.Quantile(0.9), ph.l.Quantile(0.99), ph.l.Quantile(1))
+	}
+	fmt.Fprintf(&b, "\nFailed reads during the re-publish: **%d**. Hedges sent: %d (won %d), failovers: %d.\n", r.FailedDuring, r.Hedges, r.HedgesWon, r.Failovers)
+	fmt.Fprintf(&b, "\n## Convergence\n\n| event | every replica caught up after |\n|---|---|\n")
+	fmt.Fprintf(&b, "| bulk export 1 registered | %s |\n| bulk export 2 (v2) registered | %s |\n| Lorry drain started (incremental) | %s |\n",
+		r.ConvergeBulk1.Round(time.Millisecond), r.ConvergeBulk2.Round(time.Millisecond), r.ConvergeLorry.Round(time.Millisecond))
+	fmt.Fprintf(&b, "\n## Incremental path\n\n%d pages edited; %d puts and %d deletes queued; delivered by Lorry in %d delta batches; %d records verified against the store afterwards.\n",
+		r.Incremental.ChangedPages, r.Incremental.Puts, r.Incremental.Deletes, r.Incremental.Batches, r.Incremental.Verified)
+	fmt.Fprintf(&b, "\n## Plots\n\n")
+	for _, p := range plots {
+		fmt.Fprintf(&b, "![%s](%s)\n\n", strings.TrimSuffix(p, ".png"), p)
+	}
+	path := filepath.Join(dir, "demo-report.md")
+	return path, os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+func save(p *plot.Plot, dir, name string) (string, error) {
+	if err := p.Save(7*vg.Inch, 4*vg.Inch, filepath.Join(dir, name)); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+func latencyPlot(dir string, r *Report) (string, error) {
+	p := plot.New()
+	p.Title.Text = "Read latency CDF, 12-key batches through the router"
+	p.X.Label.Text = "latency (ms, log scale)"
+	p.Y.Label.Text = "fraction of batches at or below"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top = false
+	p.Legend.Left = false
+	for i, ph := range []struct {
+		name string
+		l    *Latencies
+	}{{"read-back of every page", &r.Reads}, {"during the re-publish", &r.ReadsDuring}} {
+		d := ph.l.Samples()
+		if len(d) == 0 {
+			continue
+		}
+		sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+		step := max(1, len(d)/2000)
+		var pts plotter.XYs
+		for j := 0; j < len(d); j += step {
+			pts = append(pts, plotter.XY{X: math.Max(float64(d[j].Microseconds())/1000, 0.01), Y: float64(j+1) / float64(len(d))})
+		}
+		pts = append(pts, plotter.XY{X: math.Max(float64(d[len(d)-1].Microseconds())/1000, 0.01), Y: 1})
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return "", err
+		}
+		l.LineStyle.Width = vg.Points(1.5)
+		l.LineStyle.Color = plotutil.Color(i)
+		p.Add(l)
+		p.Legend.Add(ph.name, l)
+	}
+	return save(p, dir, "read-latency.png")
+}
+
+func lagPlot(dir string, r *Report) (string, error) {
+	if len(r.Lag) == 0 {
+		return "", nil
+	}
+	pts := make(plotter.XYs, len(r.Lag))
+	for i, s := range r.Lag {
+		pts[i].X = s.At.Seconds()
+		pts[i].Y = float64(s.Behind)
+	}
+	p := plot.New()
+	p.Title.Text = "Replica lag: batches not yet applied, all replicas"
+	p.X.Label.Text = "time since the serving side started (s)"
+	p.Y.Label.Text = "batches behind"
+	l, err := plotter.NewLine(pts)
+	if err != nil {
+		return "", err
+	}
+	p.Add(l)
+	return save(p, dir, "replica-lag.png")
+}
+
+func stagePlot(dir string, r *Report) (string, error) {
+	var v plotter.Values
+	var names []string
+	for _, s := range r.Stages {
+		v = append(v, s.Dur.Seconds())
+		names = append(names, strings.SplitN(s.Name, " ", 2)[0])
+	}
+	p := plot.New()
+	p.Title.Text = "Stage timings"
+	p.Y.Label.Text = "seconds"
+	bars, err := plotter.NewBarChart(v, vg.Points(30))
+	if err != nil {
+		return "", err
+	}
+	p.Add(bars)
+	p.NominalX(names...)
+	p.X.Label.Text = "step (see demo-report.md)"
+	return save(p, dir, "stage-timings.png")
+}
