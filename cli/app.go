@@ -31,7 +31,7 @@ func commands() []*cli.Command {
 		sstCommand(), // SST builder (cmd_sst.go)
 		cobbledCommand(), getCommand(),
 		controlCommand(), statusCommand(), // control plane (cmd_control.go)
-		lorryCommand(), // export-queue delivery (cmd_lorry.go)
+		lorryCommand(),                  // export-queue delivery (cmd_lorry.go)
 		routerCommand(), benchCommand(), // hedging router and read benchmark (cmd_router.go)
 	}
 }

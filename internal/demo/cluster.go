@@ -37,7 +37,7 @@ type cluster struct {
 
 type nodeInfo struct {
 	id, zone, addr, http string
-	proc             *proc
+	proc                 *proc
 }
 
 func freePort() (string, error) {

@@ -3,9 +3,9 @@ package demo
 import (
 	"fmt"
 	"math"
-	"sort"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
