@@ -27,9 +27,9 @@
 //
 // # Local runner guarantees
 //
-//   - Map splits each input into row ranges (about two per worker, at least
-//     one per file of the table) and runs one job per range, Op.Workers at a
-//     time. Output i of the job of range k lands after that of range k-1:
+//   - Map splits each input into row ranges (about two per worker over all
+//     inputs, in proportion to their rows) and runs one job per range,
+//     Op.Workers at a time. Output i of the job of range k lands after that of range k-1:
 //     outputs keep input order (inputs in Op.Inputs order).
 //   - Reduce and MapReduce key the rows by Op.SortBy (ReduceBy its prefix),
 //     sort them with an external sort bounded by Op.MemoryLimit (sorted runs

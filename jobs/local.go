@@ -333,7 +333,9 @@ type split struct {
 }
 
 // splits cuts the inputs into row ranges: about two per worker over all
-// inputs, in proportion to each table's rows, never empty.
+// inputs, in proportion to each table's rows, none empty and none under
+// minSplitRows unless the table is smaller. (Every range becomes one file
+// per output table, so more ranges would only fragment the outputs.)
 func (r *run) splits() ([]split, int64, int64) {
 	var rows, bytes int64
 	for _, t := range r.tables {
@@ -347,8 +349,7 @@ func (r *run) splits() ([]split, int64, int64) {
 			continue
 		}
 		n := max(1, (t.Rows*target+rows-1)/rows)
-		n = max(n, int64(t.Files)) // at least one per file of the table
-		n = min(n, t.Rows)
+		n = max(1, min(n, t.Rows/minSplitRows))
 		per := (t.Rows + n - 1) / n
 		for s := int64(0); s < t.Rows; s += per {
 			out = append(out, split{idx: len(out), table: ti, start: s, end: min(s+per, t.Rows)})
@@ -356,6 +357,9 @@ func (r *run) splits() ([]split, int64, int64) {
 	}
 	return out, rows, bytes
 }
+
+// minSplitRows is the smallest row range worth a job of its own.
+const minSplitRows = 64
 
 func (r *run) rowBytes(table int) int64 {
 	t := r.tables[table]
