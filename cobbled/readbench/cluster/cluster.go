@@ -224,10 +224,8 @@ func KeyOf(seed uint64, i int) []byte {
 
 // Value returns key's value in a data set with value sizes [lo, hi].
 func Value(key []byte, lo, hi int) []byte {
-	seed := sha256.Sum256(key)
-	rng := rand.NewChaCha8(seed)
-	n := lo + int(binary.BigEndian.Uint64(seed[:8])%uint64(hi-lo+1))
-	v := make([]byte, n)
+	rng := rand.NewChaCha8(sha256.Sum256(key))
+	v := make([]byte, ValueLen(key, lo, hi))
 	rng.Read(v)
 	return v
 }
@@ -444,4 +442,10 @@ func (c *Cluster) Close() error {
 		m.Kill()
 	}
 	return nil
+}
+
+// ValueLen is the length of Value(key, lo, hi), without generating it.
+func ValueLen(key []byte, lo, hi int) int {
+	seed := sha256.Sum256(key)
+	return lo + int(binary.BigEndian.Uint64(seed[:8])%uint64(hi-lo+1))
 }

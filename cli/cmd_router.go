@@ -1,0 +1,274 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/urfave/cli/v2"
+
+	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/cobbled/readbench"
+	"github.com/pillarkit/pillar/cobbled/router"
+)
+
+// routerFlags are the router's tuning flags, shared by `router serve` and
+// `bench read`.
+func routerFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "zone", Usage: "the caller's zone: replicas there are preferred (default: none)"},
+		&cli.DurationFlag{Name: "timeout", Value: 2 * time.Second, Usage: "deadline of a request that brings none"},
+		&cli.IntFlag{Name: "max-keys", Value: 1024, Usage: "largest BatchGet request in keys"},
+		&cli.Int64Flag{Name: "max-lag", Value: 2, Usage: "never read a replica more than this many batches behind (at least 1; -1: no limit)"},
+		&cli.BoolFlag{Name: "no-hedge", Usage: "turn hedged requests off"},
+		&cli.Float64Flag{Name: "hedge-quantile", Value: 0.95, Usage: "hedge a sub-request unanswered after this quantile of its node's recent latencies"},
+		&cli.DurationFlag{Name: "hedge-min", Value: 2 * time.Millisecond, Usage: "floor of the hedge delay"},
+		&cli.Float64Flag{Name: "hedge-budget", Value: 0.05, Usage: "most hedges per primary sub-request (token bucket)"},
+		&cli.DurationFlag{Name: "refresh", Value: 2 * time.Second, Usage: "routing refresh interval (and long-poll wait)"},
+	}
+}
+
+// routerOptionsFrom applies the router flags to o: all of them, or with
+// onlySet only those given on the command line.
+func routerOptionsFrom(c *cli.Context, o *router.Options, onlySet bool) {
+	set := func(name string) bool { return !onlySet || c.IsSet(name) }
+	if set("zone") {
+		o.Zone = c.String("zone")
+	}
+	if set("timeout") {
+		o.Timeout = c.Duration("timeout")
+	}
+	if set("max-keys") {
+		o.MaxKeys = c.Int("max-keys")
+	}
+	if set("max-lag") {
+		o.MaxLagBatches = c.Int64("max-lag")
+	}
+	if set("no-hedge") {
+		o.DisableHedging = c.Bool("no-hedge")
+	}
+	if set("hedge-quantile") {
+		o.HedgeQuantile = c.Float64("hedge-quantile")
+	}
+	if set("hedge-min") {
+		o.HedgeMinDelay = c.Duration("hedge-min")
+		o.HedgeInitialDelay = max(20*time.Millisecond, o.HedgeMinDelay)
+	}
+	if set("hedge-budget") {
+		o.HedgeBudget = c.Float64("hedge-budget")
+	}
+	if set("refresh") {
+		o.RefreshInterval = c.Duration("refresh")
+	}
+}
+
+func routerCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "router",
+		Usage: "the hedging read router (BatchGet fan-out over cobbled nodes)",
+		Subcommands: []*cli.Command{{
+			Name:  "serve",
+			Usage: "serve cobbled's BatchGet API through the router, for callers in other languages",
+			Description: `A stateless server speaking the same gRPC BatchGet API as a cobbled node (service
+pillar.serve.v1.Serve). It fetches the routing table from the control plane (and
+refreshes it on version change, every --refresh, and on "not my partition"), groups each
+request's keys by partition, sends one sub-request per chosen node in parallel (same-zone
+replicas first, then the least loaded of two random choices), hedges a sub-request that
+has not answered after its node's recent p95 (within a 5% extra-request budget), fails
+over on errors and honours the caller's deadline. Results come back in request order;
+a key fails only when every replica of its partition failed.
+
+Metrics (hedges sent and won, failovers, per-node latency, extra-request ratio) are on
+--http /metrics. The control plane must be reachable at start; later outages leave the
+cached routing table in use.
+
+Examples:
+   pillar router serve --control 127.0.0.1:7000 --listen 127.0.0.1:7400 --zone a
+   pillar router serve --control cp.internal:7000 --listen :7400 --http :8400 --hedge-budget 0.02
+   pillar router serve --control 127.0.0.1:7000 --no-hedge   # compare tails without hedging`,
+			Flags: append([]cli.Flag{
+				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true},
+				&cli.StringFlag{Name: "control-token", Usage: "bearer token for the control plane (read-only use needs none)", EnvVars: []string{"PILLAR_CONTROL_TOKEN"}},
+				&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", Usage: "gRPC listen address for BatchGet"},
+				&cli.StringFlag{Name: "http", Value: "127.0.0.1:8400", Usage: "listen address for /metrics and /healthz"},
+				&cli.DurationFlag{Name: "drain", Value: 10 * time.Second, Usage: "how long shutdown waits for in-flight requests"},
+			}, routerFlags()...),
+			Action: routerServe,
+		}},
+	}
+}
+
+func routerServe(c *cli.Context) error {
+	ctx := c.Context
+	if c.Int64("max-lag") == 0 {
+		return fmt.Errorf("--max-lag 0: use 1 or more, or -1 for no limit")
+	}
+	log := logger().With("component", "router")
+	cc, err := control.Dial(c.String("control"), &control.ClientOptions{Token: c.String("control-token")})
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	metrics := router.NewMetrics()
+	o := router.Options{Source: cc, Logger: log, Metrics: metrics}
+	routerOptionsFrom(c, &o, false)
+	r, err := router.New(ctx, o)
+	if err != nil {
+		return fmt.Errorf("%w (is the control plane running at %s?)", err, c.String("control"))
+	}
+	defer r.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(metrics.Collectors()...)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		s := r.Stats()
+		fmt.Fprintf(w, "ok routing_version=%d routing_errors=%d nodes=%d\n", s.RoutingVersion, s.RoutingErrors, len(s.Nodes))
+	})
+	hlis, err := net.Listen("tcp", c.String("http"))
+	if err != nil {
+		return fmt.Errorf("router: http listen: %w", err)
+	}
+	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go hsrv.Serve(hlis)
+	defer hsrv.Close()
+
+	lis, err := net.Listen("tcp", c.String("listen"))
+	if err != nil {
+		return fmt.Errorf("router: listen: %w", err)
+	}
+	gsrv := router.NewServer(r).GRPCServer()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- gsrv.Serve(lis) }()
+	log.Info("router: serving", "listen", lis.Addr().String(), "http", hlis.Addr().String(), "partitions", r.Partitions(),
+		"routing_version", r.RoutingVersion(), "zone", o.Zone, "hedging", !o.DisableHedging)
+	select {
+	case <-ctx.Done():
+		log.Info("router: shutting down: draining requests")
+	case err := <-serveErr:
+		return fmt.Errorf("router: grpc serve: %w", err)
+	}
+	drained := make(chan struct{})
+	go func() { gsrv.GracefulStop(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(c.Duration("drain")):
+		gsrv.Stop()
+		<-drained
+	}
+	return nil
+}
+
+func benchCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "benchmarks of the serving path",
+		Subcommands: []*cli.Command{{
+			Name:  "read",
+			Usage: "read benchmark: router over a loopback cobbled cluster, with a slow node, a killed node, and Redis MGET as the peer",
+			Description: `Starts --nodes cobbled nodes in this process, each with its own RocksDB directories and
+its own gRPC server on 127.0.0.1 (distinct zones), loads --keys synthetic keys (values
+100 B–100 KiB, mean ≈ 50 KB) as --partitions partitions × --replicas replicas, and runs
+--clients closed-loop clients issuing 12-key BatchGets for --duration per scenario:
+
+  healthy       the cluster as is, through the router (hedging on)
+  redis         the same batches from Redis with MGET (keys under a per-run prefix,
+                deleted afterwards); skipped with a note when Redis is not reachable
+  slow-nohedge  node --slow-node delays --slow (fraction:delay) of its requests
+                (cobbled's test-only fault), hedging off
+  slow-hedge    the same, hedging on
+  kill          node --kill-node is killed (listener closed) a third of the way in,
+                and marked down in the routing table --down-after later
+
+Writes results.md (table and targets), results.json and latency.png (latency by
+percentile per scenario) to --out, and prints the table.
+
+Examples:
+   pillar bench read --out bench-out/read
+   pillar bench read --out /tmp/read --duration 30s --clients 8 --keys 12000
+   pillar bench read --out /tmp/read --scenarios healthy,redis --via-server
+   pillar bench read --out /tmp/read --duration 2s --keys 1200 --partitions 16   # quick look`,
+			Flags: append([]cli.Flag{
+				&cli.StringFlag{Name: "out", Value: "bench-out/read", Usage: "folder for results.md, results.json and latency.png"},
+				&cli.StringFlag{Name: "data", Usage: "folder for the cluster's data (default: a temporary folder, removed afterwards)"},
+				&cli.DurationFlag{Name: "duration", Value: 10 * time.Second, Usage: "measured time per scenario"},
+				&cli.DurationFlag{Name: "warmup", Value: time.Second, Usage: "warm-up before each scenario"},
+				&cli.IntFlag{Name: "clients", Value: 4, Usage: "closed-loop clients"},
+				&cli.IntFlag{Name: "keys", Value: 6000, Usage: "keys in the data set (12-key batches)"},
+				&cli.IntFlag{Name: "batch-keys", Value: 12, Usage: "keys per request"},
+				&cli.IntFlag{Name: "nodes", Value: 3, Usage: "cobbled nodes"},
+				&cli.IntFlag{Name: "partitions", Value: 64, Usage: "partitions"},
+				&cli.IntFlag{Name: "replicas", Value: 3, Usage: "replicas per partition"},
+				&cli.StringFlag{Name: "scenarios", Value: strings.Join(readbench.AllScenarios, ","), Usage: "comma-separated scenarios to run"},
+				&cli.StringFlag{Name: "slow", Value: "0.05:50ms", Usage: "FRACTION:DELAY of the slow node's requests"},
+				&cli.IntFlag{Name: "slow-node", Value: 0, Usage: "index of the node made slow"},
+				&cli.IntFlag{Name: "kill-node", Value: 2, Usage: "index of the node killed"},
+				&cli.DurationFlag{Name: "down-after", Value: 2 * time.Second, Usage: "when the killed node is marked down in routing (as the control plane's down-after)"},
+				&cli.DurationFlag{Name: "deadline", Value: time.Second, Usage: "each request's deadline"},
+				&cli.BoolFlag{Name: "via-server", Usage: "go through the router's gRPC server on loopback instead of the library"},
+				&cli.StringFlag{Name: "redis", Value: "127.0.0.1:6379", Usage: "Redis address for the peer scenario (- to skip)"},
+			}, routerFlags()...),
+			Action: benchRead,
+		}},
+	}
+}
+
+func benchRead(c *cli.Context) error {
+	frac, delay, err := routerParseFault(c.String("slow"))
+	if err != nil {
+		return fmt.Errorf("--slow: %w", err)
+	}
+	var scen []string
+	for _, s := range strings.Split(c.String("scenarios"), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			scen = append(scen, s)
+		}
+	}
+	o := readbench.Options{
+		Out: c.String("out"), Dir: c.String("data"), Duration: c.Duration("duration"), Warmup: c.Duration("warmup"),
+		Clients: c.Int("clients"), Keys: c.Int("keys"), BatchKeys: c.Int("batch-keys"),
+		Nodes: c.Int("nodes"), Partitions: c.Int("partitions"), Replicas: c.Int("replicas"),
+		Zone: c.String("zone"), SlowNode: c.Int("slow-node"), SlowFraction: frac, SlowDelay: delay,
+		KillNode: c.Int("kill-node"), DownAfter: c.Duration("down-after"), Deadline: c.Duration("deadline"),
+		ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, Logger: logger(),
+		Router: func(ro *router.Options) {
+			// The scenario decides hedging, --deadline the request deadline.
+			noHedge := ro.DisableHedging
+			routerOptionsFrom(c, ro, true)
+			ro.DisableHedging = noHedge
+		},
+	}
+	rep, err := readbench.Run(c.Context, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(os.Stdout, rep.Markdown())
+	fmt.Fprintf(os.Stdout, "\nwritten to %s (results.md, results.json, latency.png)\n", o.Out)
+	return nil
+}
+
+// routerParseFault parses FRACTION:DELAY, e.g. 0.05:50ms.
+func routerParseFault(s string) (float64, time.Duration, error) {
+	f, d, ok := strings.Cut(s, ":")
+	if !ok {
+		return 0, 0, fmt.Errorf("%q: want FRACTION:DELAY, e.g. 0.05:50ms", s)
+	}
+	frac, err := strconv.ParseFloat(f, 64)
+	if err != nil || frac < 0 || frac > 1 {
+		return 0, 0, fmt.Errorf("%q: fraction must be a number in [0,1]", s)
+	}
+	delay, err := time.ParseDuration(d)
+	if err != nil || delay < 0 {
+		return 0, 0, fmt.Errorf("%q: delay must be a duration like 50ms", s)
+	}
+	return frac, delay, nil
+}

@@ -1,0 +1,19 @@
+// Package readbench is the read-path benchmark behind `pillar bench read`:
+// it starts a loopback cobbled cluster (package cluster: real nodes, each its
+// own gRPC server and RocksDB directories, synthetic 12-key batches with
+// values of 100 B–100 KiB), drives it through the router with closed-loop
+// clients for a fixed duration per scenario, and compares with Redis MGET
+// over the same values as the peer a user would otherwise pick.
+//
+// Scenarios, in order: healthy (hedging on); redis (the same batches,
+// loaded under a per-run key prefix and deleted afterwards); slow-nohedge
+// and slow-hedge (one node restarted with cobbled's fault delay, delaying a
+// fraction of its requests); kill (a node's gRPC server and listener stopped
+// a third of the way in, then marked down in routing DownAfter later, as the
+// control plane would). Each router scenario uses a fresh router with a
+// warm-up, and reports the router's counters over the measured part only.
+//
+// The report (Report.Markdown, results.json, a latency-by-percentile PNG)
+// includes the issue's targets, evaluated. Run is not safe for concurrent
+// use with another Run on the same Dir.
+package readbench

@@ -1,0 +1,564 @@
+package readbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/pillarkit/pillar/cobbled"
+	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
+	"github.com/pillarkit/pillar/cobbled/router"
+	"github.com/pillarkit/pillar/cobbled/servepb"
+)
+
+// Scenario names, in the order Run runs them.
+const (
+	Healthy     = "healthy"
+	Redis       = "redis"
+	SlowNoHedge = "slow-nohedge"
+	SlowHedge   = "slow-hedge"
+	Kill        = "kill"
+)
+
+// AllScenarios lists every scenario in run order.
+var AllScenarios = []string{Healthy, Redis, SlowNoHedge, SlowHedge, Kill}
+
+// Options configure Run. The zero value of every field means its default.
+type Options struct {
+	// Out is the folder the table (results.md), the plot (latency.png) and
+	// the raw figures (results.json) are written to. The default value ""
+	// writes nothing.
+	Out string
+	// Dir holds the cluster's data. The default value "" is a temporary
+	// folder, removed afterwards.
+	Dir string
+	// Duration is how long each scenario measures. The default value is 10s.
+	Duration time.Duration
+	// Warmup runs before each scenario's measurement (routers learn node
+	// latencies, caches fill). The default value is 1s.
+	Warmup time.Duration
+	// Clients is the number of closed-loop clients. The default value is 4.
+	Clients int
+	// Keys is the data set's size; requests are its consecutive BatchKeys
+	// slices. The default value is 6000.
+	Keys int
+	// BatchKeys is the keys per request. The default value is 12.
+	BatchKeys int
+	// Nodes, Partitions and Replicas shape the cluster. The default values
+	// are 3, 64 and 3.
+	Nodes, Partitions, Replicas int
+	// MinValue and MaxValue bound value sizes. The default values are 100
+	// and 102400 (mean ≈ 50 KB).
+	MinValue, MaxValue int
+	// Zone is the router's zone. The default value "" prefers none (a caller
+	// outside the nodes' zones).
+	Zone string
+	// SlowNode is the node made slow in the slow scenarios; SlowFraction of
+	// its requests are delayed by SlowDelay (cobbled's fault delay). The
+	// default values are 0, 0.05 and 50ms.
+	SlowNode     int
+	SlowFraction float64
+	SlowDelay    time.Duration
+	// KillNode is the node killed a third of the way into the kill
+	// scenario; DownAfter later the routing marks it down, as the control
+	// plane does when heartbeats stop. The default values are 2 and 2s.
+	KillNode  int
+	DownAfter time.Duration
+	// Deadline is each request's deadline. The default value is 1s.
+	Deadline time.Duration
+	// ViaServer sends requests through the router's gRPC server on
+	// loopback instead of the library. The default value is false.
+	ViaServer bool
+	// RedisAddr is the Redis peer. The default value is "127.0.0.1:6379";
+	// "-" skips the Redis scenario.
+	RedisAddr string
+	// Scenarios to run. The default value is AllScenarios.
+	Scenarios []string
+	// Router adjusts the router's options (after the benchmark's own). The
+	// default value nil changes nothing.
+	Router func(*router.Options)
+	// Logger receives progress. The default value discards.
+	Logger *slog.Logger
+}
+
+func (o *Options) ensureDefaults() {
+	if o.Duration == 0 {
+		o.Duration = 10 * time.Second
+	}
+	if o.Warmup == 0 {
+		o.Warmup = time.Second
+	}
+	if o.Clients == 0 {
+		o.Clients = 4
+	}
+	if o.Keys == 0 {
+		o.Keys = 6000
+	}
+	if o.BatchKeys == 0 {
+		o.BatchKeys = 12
+	}
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	if o.Partitions == 0 {
+		o.Partitions = 64
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 3
+	}
+	if o.MinValue == 0 {
+		o.MinValue = 100
+	}
+	if o.MaxValue == 0 {
+		o.MaxValue = 100 << 10
+	}
+	if o.SlowFraction == 0 {
+		o.SlowFraction = 0.05
+	}
+	if o.SlowDelay == 0 {
+		o.SlowDelay = 50 * time.Millisecond
+	}
+	if o.KillNode == 0 {
+		o.KillNode = 2
+	}
+	if o.DownAfter == 0 {
+		o.DownAfter = 2 * time.Second
+	}
+	if o.Deadline == 0 {
+		o.Deadline = time.Second
+	}
+	if o.RedisAddr == "" {
+		o.RedisAddr = "127.0.0.1:6379"
+	}
+	if len(o.Scenarios) == 0 {
+		o.Scenarios = AllScenarios
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate checks the options, with defaults applied.
+func (o Options) Validate() error {
+	o.ensureDefaults()
+	var errs []error
+	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf("readbench: options: "+format, a...)) }
+	for _, s := range o.Scenarios {
+		if !slices.Contains(AllScenarios, s) {
+			fail("unknown scenario %q (want some of %v)", s, AllScenarios)
+		}
+	}
+	if o.Keys < o.BatchKeys || o.BatchKeys < 1 {
+		fail("Keys %d must be at least BatchKeys %d, which must be positive", o.Keys, o.BatchKeys)
+	}
+	if o.SlowNode < 0 || o.SlowNode >= o.Nodes || o.KillNode < 0 || o.KillNode >= o.Nodes {
+		fail("SlowNode %d and KillNode %d must name one of %d nodes", o.SlowNode, o.KillNode, o.Nodes)
+	}
+	if o.Replicas < 2 {
+		fail("Replicas %d: hedging and failover need at least 2", o.Replicas)
+	}
+	if o.Clients < 1 || o.Duration <= 0 {
+		fail("Clients and Duration must be positive")
+	}
+	if o.SlowFraction < 0 || o.SlowFraction > 1 {
+		fail("SlowFraction %v must be in [0,1]", o.SlowFraction)
+	}
+	return errors.Join(errs...)
+}
+
+// Result is one scenario's figures.
+type Result struct {
+	Scenario    string
+	Description string
+	Requests    int
+	Errors      int
+	Elapsed     time.Duration
+	RPS         float64
+	// Latency percentiles of all requests (failed ones at their failure time).
+	P50, P90, P99, P999, Max time.Duration
+	// Router counters during the measurement (zero for Redis).
+	Primaries, Hedges, HedgesWon, HedgesDenied, Failovers int64
+	HedgeRatio, ExtraRatio                                float64
+	// Kill scenario: when the node was killed (offset from the start), how
+	// long until latency was back within 2× the pre-kill p99 with no error,
+	// and the worst latency after the kill.
+	KilledAt, Recovery, MaxAfterKill time.Duration
+
+	lat []time.Duration // sorted
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Options Options
+	Started time.Time
+	Results []*Result
+	Checks  []Check
+	Notes   []string
+}
+
+// Check is one target of the issue, evaluated.
+type Check struct {
+	Target string
+	Value  string
+	Pass   bool
+}
+
+// Result returns the named scenario's result, or nil.
+func (r *Report) Result(name string) *Result {
+	for _, x := range r.Results {
+		if x.Scenario == name {
+			return x
+		}
+	}
+	return nil
+}
+
+// Run starts a loopback cluster, runs the scenarios and, with Options.Out,
+// writes the report there.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	opts.ensureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	rep := &Report{Options: opts, Started: time.Now()}
+	dir := opts.Dir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "pillar-readbench-")
+		if err != nil {
+			return nil, fmt.Errorf("readbench: %w", err)
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	log.Info("readbench: building cluster", "nodes", opts.Nodes, "partitions", opts.Partitions, "replicas", opts.Replicas, "keys", opts.Keys, "dir", dir)
+	c, err := cluster.Start(ctx, cluster.Options{Dir: dir, Nodes: opts.Nodes, Partitions: opts.Partitions, Replicas: opts.Replicas,
+		Keys: opts.Keys, MinValue: opts.MinValue, MaxValue: opts.MaxValue, CacheBytes: 256 << 20, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("readbench: %w", err)
+	}
+	defer c.Close()
+	b := &bench{opts: opts, c: c, batches: c.Batches(opts.BatchKeys), log: log}
+
+	for _, name := range opts.Scenarios {
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+		var res *Result
+		var err error
+		switch name {
+		case Healthy:
+			res, err = b.routerScenario(ctx, Healthy, "healthy cluster, hedging on", nil, nil)
+		case Redis:
+			if opts.RedisAddr == "-" {
+				continue
+			}
+			res, err = b.redisScenario(ctx)
+			if errors.Is(err, errRedisUnavailable) {
+				rep.Notes = append(rep.Notes, err.Error())
+				log.Warn("readbench: skipping the Redis scenario", "err", err)
+				continue
+			}
+		case SlowNoHedge, SlowHedge:
+			hedge := name == SlowHedge
+			desc := fmt.Sprintf("node-%d delays %.0f%% of requests by %v, hedging %s", opts.SlowNode, opts.SlowFraction*100, opts.SlowDelay, map[bool]string{true: "on", false: "off"}[hedge])
+			slow := c.Members()[opts.SlowNode]
+			if err := slow.Restart(ctx, cobbled.FaultDelay{Fraction: opts.SlowFraction, Delay: opts.SlowDelay}); err != nil {
+				return rep, err
+			}
+			res, err = b.routerScenario(ctx, name, desc, func(o *router.Options) { o.DisableHedging = !hedge }, nil)
+			if rerr := slow.Restart(ctx, cobbled.FaultDelay{}); rerr != nil && err == nil {
+				err = rerr
+			}
+		case Kill:
+			res, err = b.killScenario(ctx)
+		}
+		if err != nil {
+			return rep, fmt.Errorf("readbench: scenario %s: %w", name, err)
+		}
+		log.Info("readbench: scenario done", "scenario", name, "requests", res.Requests, "rps", fmt.Sprintf("%.0f", res.RPS),
+			"p50", res.P50, "p99", res.P99, "p999", res.P999, "errors", res.Errors, "hedges", res.Hedges, "extra", fmt.Sprintf("%.3f", res.ExtraRatio))
+		rep.Results = append(rep.Results, res)
+	}
+	rep.evaluate()
+	if opts.Out != "" {
+		if err := rep.Write(opts.Out); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+type bench struct {
+	opts    Options
+	c       *cluster.Cluster
+	batches [][][]byte
+	log     *slog.Logger
+}
+
+// getter is one way of issuing a request.
+type getter func(ctx context.Context, keys [][]byte) error
+
+func (b *bench) newRouter(ctx context.Context, mutate func(*router.Options)) (*router.Router, getter, func(), error) {
+	o := router.Options{Source: b.c, Zone: b.opts.Zone, Timeout: b.opts.Deadline, RefreshInterval: 500 * time.Millisecond}
+	if mutate != nil {
+		mutate(&o)
+	}
+	if b.opts.Router != nil {
+		b.opts.Router(&o)
+	}
+	r, err := router.New(ctx, o)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if !b.opts.ViaServer {
+		get := func(ctx context.Context, keys [][]byte) error {
+			res, err := r.BatchGet(ctx, keys)
+			if err != nil {
+				return err
+			}
+			return b.verify(keys, len(res), func(i int) (bool, []byte) { return res[i].Found, res[i].Value })
+		}
+		return r, get, func() { r.Close() }, nil
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		r.Close()
+		return nil, nil, nil, err
+	}
+	gs := router.NewServer(r).GRPCServer()
+	go gs.Serve(lis)
+	conn, err := grpc.NewClient(lis.Addr().String(), append(servepb.DialOptions(0), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		gs.Stop()
+		r.Close()
+		return nil, nil, nil, err
+	}
+	cli := servepb.NewServeClient(conn)
+	get := func(ctx context.Context, keys [][]byte) error {
+		resp, err := cli.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys})
+		if err != nil {
+			return err
+		}
+		for i, x := range resp.Results {
+			if x.Status != servepb.KeyStatus_KEY_OK {
+				return fmt.Errorf("key %d: %s: %s", i, x.Status, x.Error)
+			}
+		}
+		return b.verify(keys, len(resp.Results), func(i int) (bool, []byte) { return resp.Results[i].Found, resp.Results[i].Value })
+	}
+	return r, get, func() { conn.Close(); gs.Stop(); r.Close() }, nil
+}
+
+// verify checks every key is found with a value of the right length, and
+// compares whole values for one request in 64.
+func (b *bench) verify(keys [][]byte, n int, at func(int) (bool, []byte)) error {
+	if n != len(keys) {
+		return fmt.Errorf("readbench: %d results for %d keys", n, len(keys))
+	}
+	full := rand.IntN(64) == 0
+	for i, k := range keys {
+		found, v := at(i)
+		if !found {
+			return fmt.Errorf("readbench: key %x not found", k)
+		}
+		if full {
+			if want := b.c.Value(k); string(want) != string(v) {
+				return fmt.Errorf("readbench: key %x: wrong value (%d bytes, want %d)", k, len(v), len(want))
+			}
+		} else if want := cluster.ValueLen(k, b.opts.MinValue, b.opts.MaxValue); len(v) != want {
+			return fmt.Errorf("readbench: key %x: %d bytes, want %d", k, len(v), want)
+		}
+	}
+	return nil
+}
+
+func (b *bench) routerScenario(ctx context.Context, name, desc string, mutate func(*router.Options), during func(start time.Time, res *Result)) (*Result, error) {
+	r, get, closeFn, err := b.newRouter(ctx, mutate)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	b.log.Info("readbench: scenario", "scenario", name, "what", desc)
+	b.load(ctx, b.opts.Warmup, get, nil)
+	before := r.Stats()
+	res := &Result{Scenario: name, Description: desc}
+	s := b.load(ctx, b.opts.Duration, get, func(start time.Time) {
+		if during != nil {
+			during(start, res)
+		}
+	})
+	after := r.Stats()
+	s.fill(res)
+	res.Primaries = after.Primaries - before.Primaries
+	res.Hedges = after.Hedges - before.Hedges
+	res.HedgesWon = after.HedgesWon - before.HedgesWon
+	res.HedgesDenied = after.HedgesDenied - before.HedgesDenied
+	res.Failovers = after.Failovers - before.Failovers
+	if res.Primaries > 0 {
+		res.HedgeRatio = float64(res.Hedges) / float64(res.Primaries)
+		res.ExtraRatio = float64(res.Hedges+res.Failovers) / float64(res.Primaries)
+	}
+	return res, nil
+}
+
+func (b *bench) killScenario(ctx context.Context) (*Result, error) {
+	victim := b.opts.KillNode
+	m := b.c.Members()[victim]
+	desc := fmt.Sprintf("node-%d killed at 1/3 of the run (listener closed), marked down in routing %v later", victim, b.opts.DownAfter)
+	res, err := b.routerScenario(ctx, Kill, desc, nil, func(start time.Time, res *Result) {
+		go func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(b.opts.Duration / 3):
+			}
+			res.KilledAt = time.Since(start)
+			m.Kill()
+			b.log.Info("readbench: node killed", "node", m.ID)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(b.opts.DownAfter):
+			}
+			b.c.SetDown(victim, true)
+		}()
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Bring the node back for whatever runs next.
+	b.c.SetDown(victim, false)
+	if err := m.Restart(ctx, cobbled.FaultDelay{}); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// sample is what the clients measured.
+type sample struct {
+	start time.Time
+	end   time.Time
+	lat   []time.Duration
+	at    []time.Duration // offset of each request's completion from start
+	bad   []bool
+	errs  int
+	first error
+}
+
+// load runs the closed-loop clients for d.
+func (b *bench) load(ctx context.Context, d time.Duration, get getter, started func(time.Time)) *sample {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	per := make([]*sample, b.opts.Clients)
+	start := time.Now()
+	if started != nil {
+		started(start)
+	}
+	var wg sync.WaitGroup
+	for w := range per {
+		s := &sample{}
+		per[w] = s
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
+			for ctx.Err() == nil {
+				keys := b.batches[rng.IntN(len(b.batches))]
+				rctx, rcancel := context.WithTimeout(context.Background(), b.opts.Deadline)
+				t0 := time.Now()
+				err := get(rctx, keys)
+				t1 := time.Now()
+				rcancel()
+				if err != nil && ctx.Err() != nil && t1.Sub(start) >= d {
+					break // cut off by the end of the run, not a failure
+				}
+				s.lat = append(s.lat, t1.Sub(t0))
+				s.at = append(s.at, t1.Sub(start))
+				s.bad = append(s.bad, err != nil)
+				if err != nil {
+					s.errs++
+					if s.first == nil {
+						s.first = err
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	all := &sample{start: start, end: time.Now()}
+	for _, s := range per {
+		all.lat = append(all.lat, s.lat...)
+		all.at = append(all.at, s.at...)
+		all.bad = append(all.bad, s.bad...)
+		all.errs += s.errs
+		if all.first == nil {
+			all.first = s.first
+		}
+	}
+	if all.first != nil {
+		b.log.Warn("readbench: failed requests", "count", all.errs, "first", all.first)
+	}
+	return all
+}
+
+func (s *sample) fill(r *Result) {
+	r.Requests = len(s.lat)
+	r.Errors = s.errs
+	r.Elapsed = s.end.Sub(s.start)
+	r.RPS = float64(r.Requests) / r.Elapsed.Seconds()
+	r.lat = slices.Clone(s.lat)
+	slices.Sort(r.lat)
+	r.P50, r.P90, r.P99, r.P999 = pct(r.lat, 0.50), pct(r.lat, 0.90), pct(r.lat, 0.99), pct(r.lat, 0.999)
+	if len(r.lat) > 0 {
+		r.Max = r.lat[len(r.lat)-1]
+	}
+	if r.KilledAt > 0 {
+		r.Recovery, r.MaxAfterKill = s.recovery(r.KilledAt)
+	}
+}
+
+// recovery is the time from the kill to the end of the last 100 ms window
+// with a failed request or a latency over 2× the pre-kill p99 (at least
+// +5 ms), and the worst latency after the kill.
+func (s *sample) recovery(killedAt time.Duration) (time.Duration, time.Duration) {
+	var pre []time.Duration
+	for i, at := range s.at {
+		if at < killedAt {
+			pre = append(pre, s.lat[i])
+		}
+	}
+	slices.Sort(pre)
+	limit := max(2*pct(pre, 0.99), pct(pre, 0.99)+5*time.Millisecond)
+	var last, worst time.Duration
+	for i, at := range s.at {
+		if at < killedAt {
+			continue
+		}
+		worst = max(worst, s.lat[i])
+		if s.bad[i] || s.lat[i] > limit {
+			const window = 100 * time.Millisecond
+			end := (at/window + 1) * window
+			last = max(last, end-killedAt)
+		}
+	}
+	return last, worst
+}
+
+func pct(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*q+0.999999) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}

@@ -1,0 +1,110 @@
+package readbench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A short run of every scenario with small data: the harness works end to
+// end and its report is complete (the figures themselves are the
+// benchmark's business).
+func TestRunShort(t *testing.T) {
+	out := t.TempDir()
+	rep, err := Run(context.Background(), Options{Out: out, Dir: t.TempDir(), Duration: 600 * time.Millisecond, Warmup: 200 * time.Millisecond,
+		Clients: 2, Keys: 240, Partitions: 8, MaxValue: 8 << 10, DownAfter: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range AllScenarios {
+		x := rep.Result(name)
+		if x == nil {
+			if name == Redis && len(rep.Notes) > 0 {
+				continue // Redis not running here
+			}
+			t.Fatalf("no result for %s", name)
+		}
+		if x.Requests == 0 || x.P50 <= 0 || x.P99 < x.P50 || x.Max < x.P999 {
+			t.Errorf("%s: implausible figures %+v", name, x)
+		}
+		if name != Kill && x.Errors != 0 {
+			t.Errorf("%s: %d failed requests", name, x.Errors)
+		}
+	}
+	if k := rep.Result(Kill); k.KilledAt <= 0 || k.Failovers == 0 {
+		t.Errorf("kill scenario: killed at %v, %d failovers", k.KilledAt, k.Failovers)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| healthy |", "| slow-hedge |", "| kill |", "p99 ≤ 1.5 × healthy p99"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
+	}
+	for _, f := range []string{"results.json", "latency.png"} {
+		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, o := range []Options{
+		{Scenarios: []string{"nope"}},
+		{Replicas: 1},
+		{SlowNode: 3},
+		{Keys: 5},
+	} {
+		if err := o.Validate(); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+	if err := (Options{}).Validate(); err != nil {
+		t.Error(err)
+	}
+}
+
+// BenchmarkRead runs a short version of `pillar bench read` (full-size
+// values, 1 s per scenario; PILLAR_READBENCH_DURATION overrides) and reports
+// the headline figures and the ratios to the targets and to Redis.
+func BenchmarkRead(b *testing.B) {
+	d := time.Second
+	if s := os.Getenv("PILLAR_READBENCH_DURATION"); s != "" {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var rep *Report
+	for b.Loop() {
+		var err error
+		rep, err = Run(context.Background(), Options{Dir: b.TempDir(), Duration: d, Warmup: d / 4, Keys: 1200, Partitions: 16, DownAfter: d / 3})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Log("\n" + rep.Markdown())
+	h := rep.Result(Healthy)
+	b.ReportMetric(msf(h.P50), "healthy-p50-ms")
+	b.ReportMetric(msf(h.P99), "healthy-p99-ms")
+	b.ReportMetric(h.RPS, "healthy-req/s")
+	if sh, sn := rep.Result(SlowHedge), rep.Result(SlowNoHedge); sh != nil && sn != nil {
+		b.ReportMetric(msf(sn.P99), "slow-nohedge-p99-ms")
+		b.ReportMetric(msf(sh.P99), "slow-hedge-p99-ms")
+		b.ReportMetric(ratio(sh.P99, h.P99), "slow-hedge/healthy-p99")
+		b.ReportMetric(100*sh.ExtraRatio, "slow-hedge-extra-%")
+	}
+	if k := rep.Result(Kill); k != nil {
+		b.ReportMetric(float64(k.Errors), "kill-failed-requests")
+		b.ReportMetric(msf(k.Recovery), "kill-recovery-ms")
+	}
+	if rd := rep.Result(Redis); rd != nil {
+		b.ReportMetric(ratio(h.P50, rd.P50), "router/redis-p50")
+		b.ReportMetric(ratio(h.P99, rd.P99), "router/redis-p99")
+	}
+}

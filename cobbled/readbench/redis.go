@@ -1,0 +1,77 @@
+package readbench
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+	"unsafe"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var errRedisUnavailable = errors.New("readbench: Redis unavailable")
+
+// redisScenario loads the same keys and values into Redis under a prefix of
+// this run, reads the same 12-key batches with MGET from the same number of
+// closed-loop clients, and deletes its keys afterwards.
+func (b *bench) redisScenario(ctx context.Context) (*Result, error) {
+	o := b.opts
+	rdb := redis.NewClient(&redis.Options{Addr: o.RedisAddr, PoolSize: o.Clients + 2, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	defer rdb.Close()
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err := rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("%w at %s: %v", errRedisUnavailable, o.RedisAddr, err)
+	}
+	prefix := fmt.Sprintf("pillar:readbench:%d-%d:", os.Getpid(), time.Now().UnixNano())
+	name := func(k []byte) string { return prefix + hex.EncodeToString(k) }
+	keys := b.c.Keys()
+	b.log.Info("readbench: loading Redis", "addr", o.RedisAddr, "prefix", prefix, "keys", len(keys))
+	defer func() {
+		// Clean up even when the run was interrupted.
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for i := 0; i < len(keys); i += 500 {
+			var names []string
+			for _, k := range keys[i:min(i+500, len(keys))] {
+				names = append(names, name(k))
+			}
+			if err := rdb.Unlink(cctx, names...).Err(); err != nil {
+				b.log.Warn("readbench: Redis cleanup", "prefix", prefix, "err", err)
+				return
+			}
+		}
+	}()
+	for i := 0; i < len(keys); i += 64 {
+		pipe := rdb.Pipeline()
+		for _, k := range keys[i:min(i+64, len(keys))] {
+			pipe.Set(ctx, name(k), b.c.Value(k), 0)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("readbench: load Redis at %s: %w", o.RedisAddr, err)
+		}
+	}
+	get := func(ctx context.Context, keys [][]byte) error {
+		names := make([]string, len(keys))
+		for i, k := range keys {
+			names[i] = name(k)
+		}
+		vals, err := rdb.MGet(ctx, names...).Result()
+		if err != nil {
+			return err
+		}
+		return b.verify(keys, len(vals), func(i int) (bool, []byte) {
+			s, ok := vals[i].(string)
+			return ok, unsafe.Slice(unsafe.StringData(s), len(s)) // read only; no copy
+
+		})
+	}
+	res := &Result{Scenario: Redis, Description: "the same batches from Redis with MGET (go-redis v9, one pool)"}
+	b.load(ctx, o.Warmup, get, nil)
+	b.load(ctx, o.Duration, get, nil).fill(res)
+	return res, nil
+}

@@ -1,0 +1,199 @@
+package readbench
+
+import (
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// evaluate checks the targets against the results at hand.
+func (r *Report) evaluate() {
+	o := r.Options
+	h, rd, sn, sh, k := r.Result(Healthy), r.Result(Redis), r.Result(SlowNoHedge), r.Result(SlowHedge), r.Result(Kill)
+	add := func(target, value string, pass bool) { r.Checks = append(r.Checks, Check{target, value, pass}) }
+	if h != nil && sh != nil {
+		add("slow node, hedging: p99 ≤ 1.5 × healthy p99", fmt.Sprintf("%s vs %s (%.2f×)", ms(sh.P99), ms(h.P99), ratio(sh.P99, h.P99)), float64(sh.P99) <= 1.5*float64(h.P99))
+	}
+	if sh != nil {
+		add("slow node, hedging: extra requests ≤ 5%", fmt.Sprintf("%.2f%% (hedges %d, failovers %d, primaries %d)", 100*sh.ExtraRatio, sh.Hedges, sh.Failovers, sh.Primaries), sh.ExtraRatio <= 0.05)
+	}
+	if sn != nil {
+		add(fmt.Sprintf("slow node, no hedging: p99 ≥ %v", o.SlowDelay), ms(sn.P99), sn.P99 >= o.SlowDelay)
+	}
+	if k != nil {
+		add("node killed: no failed requests", fmt.Sprintf("%d failed of %d; recovery %s, worst after kill %s", k.Errors, k.Requests, ms(k.Recovery), ms(k.MaxAfterKill)), k.Errors == 0)
+	}
+	if h != nil && rd != nil {
+		add("healthy router p50 ≤ 1.5 × Redis MGET p50", fmt.Sprintf("%s vs %s (%.2f×)", ms(h.P50), ms(rd.P50), ratio(h.P50, rd.P50)), float64(h.P50) <= 1.5*float64(rd.P50))
+		add("healthy router p99 ≤ Redis MGET p99", fmt.Sprintf("%s vs %s (%.2f×)", ms(h.P99), ms(rd.P99), ratio(h.P99, rd.P99)), h.P99 <= rd.P99)
+	}
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return math.Inf(1)
+	}
+	return float64(a) / float64(b)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
+
+// Markdown returns the results table, the targets and the setup.
+func (r *Report) Markdown() string {
+	o := r.Options
+	var b strings.Builder
+	via := "library (in-process router)"
+	if o.ViaServer {
+		via = "router gRPC server on loopback"
+	}
+	fmt.Fprintf(&b, "# pillar bench read\n\n")
+	fmt.Fprintf(&b, "%d cobbled nodes on 127.0.0.1 (zones zone-a…), %d partitions × %d replicas, %d keys in %d-key batches, values %d B–%d KiB (mean ≈ %d KB), %d closed-loop clients, %v per scenario after %v warm-up, request deadline %v, through the %s, router zone %q. %s\n\n",
+		o.Nodes, o.Partitions, o.Replicas, o.Keys, o.BatchKeys, o.MinValue, o.MaxValue>>10, (o.MinValue+o.MaxValue)/2/1000, o.Clients, o.Duration, o.Warmup, o.Deadline, via, o.Zone, r.Started.UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "| scenario | requests | req/s | p50 | p90 | p99 | p99.9 | max | failed | hedges (won) | extra requests | failovers |\n")
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.Results {
+		hedges, extra, fo := "–", "–", "–"
+		if x.Scenario != Redis {
+			hedges = fmt.Sprintf("%d (%d)", x.Hedges, x.HedgesWon)
+			extra = fmt.Sprintf("%.2f%%", 100*x.ExtraRatio)
+			fo = fmt.Sprint(x.Failovers)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %d | %s | %s | %s |\n", x.Scenario, x.Requests, x.RPS,
+			msn(x.P50), msn(x.P90), msn(x.P99), msn(x.P999), msn(x.Max), x.Errors, hedges, extra, fo)
+	}
+	fmt.Fprintf(&b, "\nLatencies in ms. Extra requests = (hedges + failovers) / primary sub-requests.\n\n")
+	for _, x := range r.Results {
+		fmt.Fprintf(&b, "- **%s**: %s", x.Scenario, x.Description)
+		if x.KilledAt > 0 {
+			fmt.Fprintf(&b, "; killed at %s, recovery %s (until latency stayed within 2× the pre-kill p99 with no failure), worst latency after the kill %s", ms(x.KilledAt), ms(x.Recovery), ms(x.MaxAfterKill))
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Checks) > 0 {
+		fmt.Fprintf(&b, "\n| target | measured | met |\n|---|---|---|\n")
+		for _, c := range r.Checks {
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", c.Target, c.Value, map[bool]string{true: "yes", false: "**no**"}[c.Pass])
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "\nNote: %s\n", n)
+	}
+	return b.String()
+}
+
+func msn(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/1e6) }
+
+// Write writes results.md, results.json and latency.png into dir.
+func (r *Report) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("readbench: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.Markdown()), 0o644); err != nil {
+		return fmt.Errorf("readbench: %w", err)
+	}
+	type jsonResult struct {
+		*Result
+		P50ms, P90ms, P99ms, P999ms, MaxMS float64
+	}
+	out := struct {
+		Options any
+		Results []jsonResult
+		Checks  []Check
+		Notes   []string
+	}{Options: optionsJSON(r.Options), Checks: r.Checks, Notes: r.Notes}
+	for _, x := range r.Results {
+		out.Results = append(out.Results, jsonResult{x, msf(x.P50), msf(x.P90), msf(x.P99), msf(x.P999), msf(x.Max)})
+	}
+	js, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return fmt.Errorf("readbench: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), js, 0o644); err != nil {
+		return fmt.Errorf("readbench: %w", err)
+	}
+	return r.Plot(filepath.Join(dir, "latency.png"))
+}
+
+func msf(d time.Duration) float64 { return float64(d) / 1e6 }
+
+func optionsJSON(o Options) map[string]any {
+	return map[string]any{"duration": o.Duration.String(), "warmup": o.Warmup.String(), "clients": o.Clients, "keys": o.Keys,
+		"batch_keys": o.BatchKeys, "nodes": o.Nodes, "partitions": o.Partitions, "replicas": o.Replicas,
+		"min_value": o.MinValue, "max_value": o.MaxValue, "zone": o.Zone, "slow_node": o.SlowNode, "slow_fraction": o.SlowFraction,
+		"slow_delay": o.SlowDelay.String(), "kill_node": o.KillNode, "down_after": o.DownAfter.String(), "deadline": o.Deadline.String(),
+		"via_server": o.ViaServer, "redis": o.RedisAddr, "scenarios": o.Scenarios}
+}
+
+// nines maps a quantile q to -log10(1-q): 50% → 0.3, 90% → 1, 99% → 2, …
+func nines(q float64) float64 { return -math.Log10(1 - q) }
+
+type ninesTicks struct{}
+
+func (ninesTicks) Ticks(min, max float64) []plot.Tick {
+	var ts []plot.Tick
+	for _, t := range []struct {
+		q     float64
+		label string
+	}{{0, "0%"}, {0.5, "50%"}, {0.9, "90%"}, {0.99, "99%"}, {0.999, "99.9%"}, {0.9999, "99.99%"}} {
+		if x := nines(t.q); x >= min && x <= max+1e-9 {
+			ts = append(ts, plot.Tick{Value: x, Label: t.label})
+		}
+	}
+	return ts
+}
+
+// Plot draws latency by percentile (log latency over a "nines" axis), one
+// line per scenario.
+func (r *Report) Plot(path string) error {
+	p := plot.New()
+	p.Title.Text = "BatchGet latency by percentile (12 keys, ~600 KB)"
+	p.X.Label.Text = "percentile"
+	p.Y.Label.Text = "latency (ms, log)"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.X.Tick.Marker = ninesTicks{}
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Add(plotter.NewGrid())
+	maxX := 0.0
+	for i, x := range r.Results {
+		n := len(x.lat)
+		if n == 0 {
+			continue
+		}
+		var pts plotter.XYs
+		for j := 0; j < n; j++ {
+			q := float64(j) / float64(n)
+			pts = append(pts, plotter.XY{X: nines(q), Y: math.Max(msf(x.lat[j]), 0.01)})
+		}
+		maxX = math.Max(maxX, nines(float64(n-1)/float64(n)))
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return fmt.Errorf("readbench: plot: %w", err)
+		}
+		l.Color = plotutil.Color(i)
+		l.Dashes = plotutil.Dashes(0)
+		l.Width = vg.Points(1.5)
+		if x.Scenario == Redis {
+			l.Color = color.Black
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+		}
+		p.Add(l)
+		p.Legend.Add(x.Scenario, l)
+	}
+	p.X.Min, p.X.Max = 0, math.Min(maxX, 4)
+	if err := p.Save(9*vg.Inch, 5.5*vg.Inch, path); err != nil {
+		return fmt.Errorf("readbench: plot %s: %w", path, err)
+	}
+	return nil
+}
