@@ -68,6 +68,10 @@ func (s *sliceRows) Next() bool { s.i++; return s.i < len(s.rows) }
 func (s *sliceRows) Row() Row   { return s.rows[s.i] }
 func (s *sliceRows) Err() error { return nil }
 
+// stable marks Rows whose rows stay valid after Next (a slice): the builder
+// then holds a row back without copying it.
+func (s *sliceRows) stable() {}
+
 // BuildOptions configure a Builder. Partition, Partitions, BatchID and Dir are
 // required.
 type BuildOptions struct {
@@ -174,6 +178,7 @@ type Builder struct {
 	pendKey    []byte
 	pendVal    []byte
 	hasPending bool
+	noCopy     bool // rows stay valid after the next Add (SliceRows)
 	lastKey    []byte
 	lastSeq    int64
 	hasLast    bool
@@ -246,10 +251,13 @@ func (b *Builder) Add(r Row) error {
 	}
 	b.lastKey = append(b.lastKey[:0], r.Key...)
 	b.lastSeq, b.hasLast = r.Seq, true
-	// Copy: the caller may reuse its buffers.
-	b.pendKey = append(b.pendKey[:0], r.Key...)
-	b.pendVal = append(b.pendVal[:0], r.Value...)
-	b.pending = Row{Key: b.pendKey, Seq: r.Seq, Delete: r.Delete, Value: b.pendVal}
+	if b.noCopy {
+		b.pending = r
+	} else { // copy: the caller may reuse its buffers
+		b.pendKey = append(b.pendKey[:0], r.Key...)
+		b.pendVal = append(b.pendVal[:0], r.Value...)
+		b.pending = Row{Key: b.pendKey, Seq: r.Seq, Delete: r.Delete, Value: b.pendVal}
+	}
 	b.hasPending = true
 	return nil
 }
@@ -473,6 +481,7 @@ func buildPartition(ctx context.Context, rows Rows, opts *BuildOptions) (*batch.
 	if err != nil {
 		return nil, nil, BuildStats{}, err
 	}
+	_, b.noCopy = rows.(interface{ stable() })
 	n := 0
 	for rows.Next() {
 		if err := b.Add(rows.Row()); err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parquet-go/parquet-go"
+
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/internal/s3test"
@@ -264,5 +266,42 @@ func TestUploadConflicts(t *testing.T) {
 	raw, _ := objstore.ReadAll(ctx, store, batch.ManifestKey(0, "b2"))
 	if !bytes.Contains(raw, []byte(`"b2"`)) {
 		t.Fatal("manifest not uploaded")
+	}
+}
+
+// An export written by another tool with rows out of order is refused with
+// an error naming the partition and the key; nothing is uploaded.
+func TestBuildExportOutOfOrder(t *testing.T) {
+	ctx := context.Background()
+	exp := t.TempDir()
+	keys := pageKeys(3, 1, 2)
+	hk := func(i int) string { return hexKey(keys[i]) }
+	rows := []ExportRow{
+		{PageKey: hk(0), Seq: 1, Op: "put", Value: []byte("a")},
+		{PageKey: hk(2), Seq: 1, Op: "put", Value: []byte("c")},
+		{PageKey: hk(1), Seq: 1, Op: "put", Value: []byte("b")},
+	}
+	f, err := os.Create(filepath.Join(exp, PartitionFileName(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw := parquet.NewGenericWriter[ExportRow](f)
+	if _, err := pw.Write(rows); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	f.Close()
+	sum, size, _ := fileSHA256(f.Name())
+	if err := WriteExportMeta(exp, &ExportMeta{Format: 1, ID: "bad", Partitions: 2, Kind: "delta",
+		Files: []ExportFile{{Partition: 1, Name: PartitionFileName(1), Rows: 3, Bytes: size, SHA256: sum}}}); err != nil {
+		t.Fatal(err)
+	}
+	store, _ := objstore.Open(ctx, t.TempDir(), nil)
+	_, err = BuildExport(ctx, &ExportBuildOptions{Export: exp, Store: store, Partitions: 2})
+	if !errors.Is(err, ErrOutOfOrder) || !strings.Contains(err.Error(), "partition 1: key "+hk(1)) {
+		t.Fatalf("out-of-order export: %v", err)
+	}
+	if list, _ := store.List(ctx, ""); len(list) != 0 {
+		t.Fatalf("%d objects uploaded", len(list))
 	}
 }

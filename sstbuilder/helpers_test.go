@@ -3,6 +3,7 @@ package sstbuilder
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -133,3 +134,5 @@ func (r *recordingRegisterer) registered() int {
 func sortSlice(keys []pillar.Key) {
 	sort.Slice(keys, func(i, j int) bool { return bytes.Compare(keys[i][:], keys[j][:]) < 0 })
 }
+
+func hexKey(k []byte) string { return hex.EncodeToString(k) }
