@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pillarkit/pillar/jobs"
 	"github.com/pillarkit/pillar/jobs/internal/exechost"
@@ -265,6 +266,47 @@ func TestConformanceFailures(t *testing.T) {
 	}
 	if c.fake.calls[len(c.fake.calls)-1] != "AbortTx" {
 		t.Fatalf("last call %q, want AbortTx", c.fake.calls[len(c.fake.calls)-1])
+	}
+}
+
+// TestYTCancel: cancelling the context while the operation runs aborts the
+// operation and the runner's transaction.
+func TestYTCancel(t *testing.T) {
+	fake := newFakeYT(t)
+	fake.hold = true
+	r, err := jobs.NewYT(fake, &jobs.YTOptions{PollInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.setTable("//home/pillar/docs", makeDocs(25, 3))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Map(ctx, &jobs.WordCountMapper{}, &jobs.Op{Inputs: []string{"docs"}, Outputs: []jobs.Output{{Table: "wc"}}})
+	}()
+	for {
+		fake.mu.Lock()
+		n := len(fake.ops)
+		fake.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	select {
+	case err = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Map did not return within 5 s of cancellation")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	fake.mu.Lock()
+	calls := strings.Join(fake.calls, "\n")
+	fake.mu.Unlock()
+	if !strings.Contains(calls, "AbortOperation\nAbortTx") || fake.hasNode("//home/pillar/wc") {
+		t.Fatalf("operation or transaction not aborted, or output left:\n%s", calls)
 	}
 }
 

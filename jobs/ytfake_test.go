@@ -55,6 +55,8 @@ type fakeYT struct {
 	specs  []*spec.Spec
 	jobs   []*exechost.Job // every job run, in order
 	nextTx int
+	// hold keeps operations running (not executed) until aborted.
+	hold bool
 }
 
 func newFakeYT(t *testing.T) *fakeYT {
@@ -137,6 +139,15 @@ func (v view) StartOperation(ctx context.Context, typ yt.OperationType, sp any, 
 	v.c.specs = append(v.c.specs, s)
 	v.c.mu.Unlock()
 	id := yt.OperationID(guid.New())
+	v.c.mu.Lock()
+	hold := v.c.hold
+	v.c.mu.Unlock()
+	if hold {
+		v.c.mu.Lock()
+		v.c.ops[id] = &fakeOp{state: yt.StateRunning}
+		v.c.mu.Unlock()
+		return id, nil
+	}
 	op := v.c.execute(ctx, v, id, s)
 	v.c.mu.Lock()
 	v.c.ops[id] = op
@@ -224,6 +235,9 @@ func (c *fakeYT) AbortOperation(ctx context.Context, id yt.OperationID, o *yt.Ab
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.record("AbortOperation")
+	if op := c.ops[id]; op != nil && !op.state.IsFinished() {
+		op.state = yt.StateAborted
+	}
 	return nil
 }
 
