@@ -41,9 +41,16 @@ type env struct {
 }
 
 func newEnv(t testing.TB, parts int) *env {
+	return newEnvRetain(t, parts, time.Second)
+}
+
+// newEnvRetain is newEnv with the store keeping old manifests for retain
+// (benchmarks keep few: the store's cleanup reads every retained manifest
+// after each commit).
+func newEnvRetain(t testing.TB, parts int, retain time.Duration) *env {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := local.Create(filepath.Join(dir, "store"), &local.Options{Partitions: parts, RetainFor: time.Second})
+	st, err := local.Create(filepath.Join(dir, "store"), &local.Options{Partitions: parts, RetainFor: retain})
 	must(t, err)
 	t.Cleanup(func() { st.Close() })
 	objDir := filepath.Join(dir, "objects")

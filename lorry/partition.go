@@ -35,7 +35,7 @@ type lease struct {
 func (l *lease) cas(ctx context.Context, fn func(cur PartitionState) (PartitionState, error)) error {
 	w := l.w
 	var unchanged PartitionState
-	next, err := update(ctx, w.o.Store, l.pt.id, func(cur PartitionState) (PartitionState, error) {
+	next, err := w.cas(ctx, l.pt.id, func(cur PartitionState) (PartitionState, error) {
 		if cur.Owner != w.o.ID || cur.Token != l.st.Token {
 			return cur, fmt.Errorf("partition %d: now held by %q (token %d), this worker had token %d: %w",
 				l.pt.id, cur.Owner, cur.Token, l.st.Token, errLost)
@@ -74,7 +74,7 @@ func (l *lease) renewIfDue(ctx context.Context) error {
 func (l *lease) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := update(ctx, l.w.o.Store, l.pt.id, func(cur PartitionState) (PartitionState, error) {
+	_, err := l.w.cas(ctx, l.pt.id, func(cur PartitionState) (PartitionState, error) {
 		if cur.Owner != l.w.o.ID || cur.Token != l.st.Token {
 			return cur, errLost
 		}
@@ -135,7 +135,12 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 		}
 		caughtUp := true
 		if bufBytes < w.o.MaxBatchBytes && len(buf) < w.o.MaxBatchRecords {
+			readStart := w.now()
 			recs, end, rerr := w.read(ctx, p, next, pt.drainTo, w.o.MaxBatchRecords-len(buf))
+			if len(recs) > 0 {
+				took := w.now().Sub(readStart)
+				w.count(func(s *Stats) { s.ReadTime += took })
+			}
 			if rerr != nil {
 				w.count(func(s *Stats) { s.Retries++ })
 				w.o.Logger.Warn("lorry: read queue", "partition", p, "err", rerr)
@@ -250,6 +255,13 @@ func (w *Worker) readRange(ctx context.Context, p int, first, last int64) ([]pil
 func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pillar.ExportRecord) error {
 	p := l.pt.id
 	start := w.now()
+	mark := start
+	step := func(d *time.Duration) func(*Stats) {
+		now := w.now()
+		took := now.Sub(mark)
+		mark = now
+		return func(s *Stats) { *d += took }
+	}
 	if l.st.Pending == nil {
 		err := w.retry(ctx, l, "record pending batch", func() error {
 			return l.cas(ctx, func(cur PartitionState) (PartitionState, error) {
@@ -270,6 +282,7 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 	} else if *l.st.Pending != pend {
 		return fmt.Errorf("lorry: partition %d: pending batch %s, asked to deliver %s", p, l.st.Pending.ID, pend.ID)
 	}
+	w.count(func(s *Stats) { step(&s.PendingTime)(s) })
 	if err := w.hook("pending", p); err != nil {
 		return err
 	}
@@ -282,6 +295,7 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 	if err != nil {
 		return err
 	}
+	w.count(func(s *Stats) { step(&s.UploadTime)(s) })
 	if err := w.hook("uploaded", p); err != nil {
 		return err
 	}
@@ -297,6 +311,7 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 	if err != nil {
 		return err
 	}
+	w.count(func(s *Stats) { step(&s.RegisterTime)(s) })
 	if err := w.hook("registered", p); err != nil {
 		return err
 	}
@@ -317,6 +332,7 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 	if err != nil {
 		return err
 	}
+	w.count(func(s *Stats) { step(&s.CommitTime)(s) })
 	if err := w.hook("committed", p); err != nil {
 		return err
 	}

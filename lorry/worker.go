@@ -32,6 +32,7 @@ type Worker struct {
 	mu    sync.Mutex
 	held  map[int]*part
 	wg    sync.WaitGroup
+	casCh chan casReq // group committer's requests (nil: commit directly)
 	stats Stats
 	bufs  atomic.Int64 // bytes read ahead, all partitions
 	peak  atomic.Int64
@@ -62,6 +63,10 @@ type Stats struct {
 	Buffered     int64 // bytes read ahead and not yet committed, now
 	PeakBuffered int64 // the most Buffered has been
 	LastError    string
+	// Cumulative time spent in each delivery step (including retries):
+	// reading the queue, recording the pending batch, building and
+	// uploading, registering, committing the offset.
+	ReadTime, PendingTime, UploadTime, RegisterTime, CommitTime time.Duration
 }
 
 // New validates the options and prepares a worker. It touches nothing yet.
@@ -142,10 +147,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.o.Logger.Info("lorry: worker started", "id", w.o.ID, "partitions", len(w.parts), "store_id", w.storeID)
 	defer w.o.Logger.Info("lorry: worker stopped", "id", w.o.ID)
 	defer os.RemoveAll(w.o.TempDir)
+	stopCommitter := w.startCommitter()
 	pctx, cancelParts := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		cancelParts()
 		w.wg.Wait()
+		stopCommitter()
 		w.retire()
 	}()
 	go func() { // a cancelled Run stops the loops, which give their leases back
@@ -192,6 +199,8 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 		return res, err
 	}
 	defer os.RemoveAll(w.o.TempDir)
+	stopCommitter := w.startCommitter()
+	defer stopCommitter()
 	got, skipped, err := w.acquire(ctx, w.parts)
 	if err != nil {
 		return res, err
