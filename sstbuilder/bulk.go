@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -100,6 +101,9 @@ type partState struct {
 // stops the other partitions and returns that error; batches completed
 // before stay uploaded and registered, and a rerun skips them.
 func BuildExport(ctx context.Context, opts *ExportBuildOptions) (*ExportBuildResult, error) {
+	if opts == nil {
+		return nil, fmt.Errorf("sstbuilder: BuildExport needs options")
+	}
 	o := *opts
 	if o.Export == "" || o.Store == nil {
 		return nil, fmt.Errorf("sstbuilder: ExportBuildOptions.Export and Store are required")
@@ -130,16 +134,23 @@ func BuildExport(ctx context.Context, opts *ExportBuildOptions) (*ExportBuildRes
 	if o.Partitions != 0 && meta.Partitions != o.Partitions {
 		return nil, fmt.Errorf("sstbuilder: export %s has %d partitions, the deployment has %d: %w", meta.ID, meta.Partitions, o.Partitions, ErrPartitions)
 	}
-	parts := o.Only
-	if parts == nil {
+	var parts []int
+	if len(o.Only) == 0 {
 		for p := range meta.Partitions {
 			parts = append(parts, p)
 		}
-	}
-	for _, p := range parts {
-		if p < 0 || p >= meta.Partitions {
-			return nil, fmt.Errorf("sstbuilder: export %s: partition %d out of range [0,%d)", meta.ID, p, meta.Partitions)
+	} else {
+		seen := map[int]bool{}
+		for _, p := range o.Only {
+			if p < 0 || p >= meta.Partitions {
+				return nil, fmt.Errorf("sstbuilder: export %s: partition %d out of range [0,%d)", meta.ID, p, meta.Partitions)
+			}
+			if !seen[p] {
+				seen[p] = true
+				parts = append(parts, p)
+			}
 		}
+		sort.Ints(parts)
 	}
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return nil, fmt.Errorf("sstbuilder: work dir: %w", err)

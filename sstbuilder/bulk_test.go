@@ -305,3 +305,23 @@ func TestBuildExportOutOfOrder(t *testing.T) {
 		t.Fatalf("%d objects uploaded", len(list))
 	}
 }
+
+func TestBuildExportOnly(t *testing.T) {
+	ctx := context.Background()
+	exp := t.TempDir()
+	writeExport(t, exp, 3, 5, batch.KindSnapshot, nil)
+	store, _ := objstore.Open(ctx, t.TempDir(), nil)
+	res, err := BuildExport(ctx, &ExportBuildOptions{Export: exp, Store: store, Only: []int{2, 1, 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Partitions) != 2 || res.Partitions[0].Partition != 1 || res.Partitions[1].Partition != 2 {
+		t.Fatalf("only 1,2: %+v", res.Partitions)
+	}
+	if list, _ := store.List(ctx, "batches/p00000/"); len(list) != 0 {
+		t.Fatal("partition 0 built")
+	}
+	if _, err := BuildExport(ctx, &ExportBuildOptions{Export: exp, Store: store, Only: []int{3}}); err == nil {
+		t.Fatal("partition 3 of 3 accepted")
+	}
+}

@@ -225,7 +225,10 @@ func (s *S3) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, s.mapErr("get", key, err)
 	}
-	vr := &verifyReader{rc: out.Body, where: s.String() + "/" + key, size: aws.ToInt64(out.ContentLength), want: out.Metadata[metaSHA256]}
+	vr := &verifyReader{rc: out.Body, where: s.String() + "/" + key, size: -1, want: out.Metadata[metaSHA256]}
+	if out.ContentLength != nil {
+		vr.size = *out.ContentLength
+	}
 	if vr.want != "" {
 		vr.h = sha256.New()
 	}
@@ -237,7 +240,7 @@ type verifyReader struct {
 	where string
 	h     hash.Hash
 	want  string
-	size  int64
+	size  int64 // -1 when the server did not say
 	n     int64
 }
 
@@ -248,7 +251,7 @@ func (v *verifyReader) Read(p []byte) (int, error) {
 		v.h.Write(p[:n])
 	}
 	if err == io.EOF {
-		if v.n != v.size {
+		if v.size >= 0 && v.n != v.size {
 			return n, fmt.Errorf("objstore: get %s: %w: read %d bytes, object has %d", v.where, ErrChecksum, v.n, v.size)
 		}
 		if v.h != nil {
