@@ -91,8 +91,10 @@ type Op struct {
 	// Tx receives the outputs. When set, the runner reads the inputs from
 	// it, writes the outputs into it and leaves Commit to the caller, so a
 	// backfill can commit its outputs together with other changes. If the
-	// operation fails, the runner aborts Tx: it holds partial output and
-	// must not commit. The default value is nil: the runner begins its own
+	// operation fails once started (any error but ErrInvalidOp and
+	// ErrNotRegistered, which are found before anything is read or
+	// written), the runner aborts Tx: it may hold partial output and must
+	// not commit. The default value is nil: the runner begins its own
 	// transaction and commits it when the operation succeeds.
 	Tx pillar.Tx
 	// MemoryLimit bounds the memory of the local sort, in bytes, and is the
