@@ -53,13 +53,16 @@ func pgChunkTexts(b *testing.B) ([]string, int64) {
 // floor: the embedder tokenizes too).
 func BenchmarkHashEmbed(b *testing.B) {
 	texts, size := pgChunkTexts(b)
-	floor := time.Duration(1 << 62)
-	for range 3 {
-		start := time.Now()
-		for _, t := range texts {
-			chunker.CountTokens(t)
+	floorTime := func() time.Duration {
+		floor := time.Duration(1 << 62)
+		for range 3 {
+			start := time.Now()
+			for _, t := range texts {
+				chunker.CountTokens(t)
+			}
+			floor = min(floor, time.Since(start))
 		}
-		floor = min(floor, time.Since(start))
+		return floor
 	}
 	for _, dim := range []int{384, 1024} {
 		h, err := NewHash(dim)
@@ -78,7 +81,7 @@ func BenchmarkHashEmbed(b *testing.B) {
 			}
 			perOp := b.Elapsed().Seconds() / float64(b.N)
 			b.ReportMetric(float64(len(texts))/perOp, "vectors/s")
-			b.ReportMetric(perOp/floor.Seconds(), "x_tokenize")
+			b.ReportMetric(perOp/floorTime().Seconds(), "x_tokenize") // measured under the same load
 		})
 	}
 }
@@ -99,11 +102,6 @@ func BenchmarkOpenAILoopback(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	start := time.Now()
-	if _, err := s.hash.Embed(ctx, texts); err != nil {
-		b.Fatal(err)
-	}
-	inproc := time.Since(start)
 	b.SetBytes(size)
 	for b.Loop() {
 		if _, err := e.Embed(ctx, texts); err != nil {
@@ -112,5 +110,13 @@ func BenchmarkOpenAILoopback(b *testing.B) {
 	}
 	perOp := b.Elapsed().Seconds() / float64(b.N)
 	b.ReportMetric(float64(len(texts))/perOp, "vectors/s")
+	inproc := time.Duration(1 << 62) // measured right after, under the same load
+	for range 3 {
+		start := time.Now()
+		if _, err := s.hash.Embed(ctx, texts); err != nil {
+			b.Fatal(err)
+		}
+		inproc = min(inproc, time.Since(start))
+	}
 	b.ReportMetric(perOp/inproc.Seconds(), "x_inprocess")
 }
