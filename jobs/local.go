@@ -227,8 +227,12 @@ func (l *Local) run(ctx context.Context, k Kind, op *Op, jobsOf []any, body func
 		}
 		r.prog.Done()
 		if err != nil {
-			// Partial output must never commit, whoever owns the Tx.
-			r.tx.Abort()
+			// Partial output must never commit, whoever owns the Tx. (An
+			// invalid Op is found before anything is written: the
+			// caller's Tx stays usable then.)
+			if op.Tx == nil || !errors.Is(err, ErrInvalidOp) {
+				r.tx.Abort()
+			}
 			r.log.Warn("jobs: operation failed", "err", err, "elapsed", time.Since(start))
 		}
 	}()
