@@ -97,6 +97,9 @@
 // that answers NaN for a text does so again. Base64 embeddings are accepted
 // too.
 //
+// To keep all concurrency slots busy, call Embed with batch × concurrency
+// texts (PreferredBatch) or from several goroutines: the limit is shared.
+//
 // The first batch of an Embed call that fails for good cancels the others;
 // Embed returns the error of the earliest failed batch, which names the
 // embedder id and the input range.

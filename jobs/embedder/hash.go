@@ -53,6 +53,10 @@ func (h *Hash) ID() string   { return h.id }
 func (h *Hash) Spec() string { return h.spec }
 func (h *Hash) Dims() int    { return h.dim }
 
+// PreferredBatch is a batch size for Embed calls; the hash embedder works
+// per text, so any size is as fast.
+func (h *Hash) PreferredBatch() int { return 256 }
+
 // Embed embeds each text; it checks ctx between texts.
 func (h *Hash) Embed(ctx context.Context, texts []string) ([][]float32, error) {
 	out := make([][]float32, len(texts))

@@ -210,6 +210,10 @@ func (e *OpenAI) ID() string   { return e.id }
 func (e *OpenAI) Spec() string { return e.spec }
 func (e *OpenAI) Dims() int    { return e.dim }
 
+// PreferredBatch is the number of texts per Embed call that keeps every
+// request slot busy: batch × concurrency.
+func (e *OpenAI) PreferredBatch() int { return e.batch * e.concurrency }
+
 // HasKey reports whether an API key was found, and where (a variable or
 // secret name, never the key).
 func (e *OpenAI) HasKey() (bool, string) { return e.key != nil, e.keySource }

@@ -531,6 +531,9 @@ func TestOpenAISpecs(t *testing.T) {
 	if !strings.HasPrefix(e.ID(), "openai-baai-bge-small-en-v1-5-d384-") || e.Dims() != 384 {
 		t.Errorf("id %s", e.ID())
 	}
+	if pb := e.(interface{ PreferredBatch() int }).PreferredBatch(); pb != 256 {
+		t.Errorf("PreferredBatch = %d, want 64×4", pb)
+	}
 	if e.Spec() != base+",batch=64,concurrency=4,timeout=1m0s,retries=5,backoff=500ms" {
 		t.Errorf("spec %s", e.Spec())
 	}
