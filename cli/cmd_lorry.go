@@ -2,13 +2,19 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 
 	"github.com/pillarkit/pillar/lorry"
@@ -73,6 +79,7 @@ Examples:
 			&cli.DurationFlag{Name: "cleanup-interval", Value: 10 * time.Minute, Usage: "how often the held partitions' orphans are cleaned (0: never)"},
 			&cli.StringFlag{Name: "tmp", Usage: "directory for SST files being built (default: under $TMPDIR)"},
 			&cli.BoolFlag{Name: "json", Usage: "with --once: print the result as JSON"},
+			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus /metrics on this address, e.g. 127.0.0.1:7201 (default: none)"},
 		),
 		Action: func(c *cli.Context) error {
 			st, err := openStore(c, false, 0)
@@ -102,13 +109,32 @@ Examples:
 			if cleanup == 0 {
 				cleanup = -1
 			}
+			metrics := lorry.NewMetrics()
+			if addr := c.String("metrics"); addr != "" {
+				reg := prometheus.NewRegistry()
+				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+				reg.MustRegister(metrics.Collectors()...)
+				mux := http.NewServeMux()
+				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+				lis, err := net.Listen("tcp", addr)
+				if err != nil {
+					return fmt.Errorf("--metrics %s: %w", addr, err)
+				}
+				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+				go func() {
+					if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+						logger().Warn("lorry: metrics server", "err", err)
+					}
+				}()
+				defer srv.Close()
+			}
 			w, err := lorry.New(lorry.Options{
 				Store: st, Objects: objs, Registry: ctl, ID: c.String("id"), Partitions: parts,
 				MaxBatchBytes: c.Int64("max-batch-bytes"), MaxBatchRecords: c.Int("max-batch-records"),
 				MaxBatchAge: c.Duration("max-batch-age"), PollInterval: c.Duration("poll"),
 				LeaseTTL: c.Duration("lease-ttl"), Parallelism: c.Int("parallelism"),
 				OrphanGrace: c.Duration("orphan-grace"), CleanupInterval: cleanup, TempDir: c.String("tmp"),
-				Logger: logger(),
+				Logger: logger(), Metrics: metrics,
 			})
 			if err != nil {
 				return err
