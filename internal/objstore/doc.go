@@ -22,8 +22,8 @@
 //     an error wrapping ErrChecksum returned by the final Read.
 //   - Transient S3 failures (connection errors, 500, 502, 503, 504, SlowDown,
 //     throttling) are retried with exponential backoff and jitter up to
-//     Options.MaxAttempts; then the error names the operation, the object and
-//     the attempts.
+//     Options.S3MaxAttempts (each retry is logged at WARN on Options.Logger);
+//     then the error names the operation, the object and the attempts.
 //   - Open on S3 checks the bucket and credentials (a one-key listing) so a wrong key
 //     fails at start with ErrAccessDenied, not in the middle of an upload.
 //

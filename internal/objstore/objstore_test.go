@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -312,7 +313,11 @@ func TestS3WrongCredentials(t *testing.T) {
 func TestS3Faults(t *testing.T) {
 	srv := s3test.Start(t)
 	proxy := s3test.NewFaultProxy(t, srv.Endpoint)
-	s, err := openS3Test(t, srv, proxy.Endpoint, "", func(o *Options) { o.S3MaxAttempts = 4 })
+	var logBuf syncBuffer
+	s, err := openS3Test(t, srv, proxy.Endpoint, "", func(o *Options) {
+		o.S3MaxAttempts = 4
+		o.Logger = slog.New(slog.NewTextHandler(&logBuf, nil))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,6 +330,9 @@ func TestS3Faults(t *testing.T) {
 	}
 	if _, inj := proxy.Counts(); inj != 6 {
 		t.Fatalf("injected %d failures, want 6", inj)
+	}
+	if !strings.Contains(logBuf.String(), "retrying request S3/PutObject") {
+		t.Fatalf("retries not logged: %q", logBuf.String())
 	}
 	proxy.FailAll(503, "PUT")
 	err = s.Put(ctx, "doomed", strings.NewReader("data"), 4, &PutOptions{IfNotExists: true})
@@ -362,4 +370,21 @@ func TestS3Unreachable(t *testing.T) {
 		t.Fatalf("unreachable: %v", err)
 	}
 	t.Logf("%v (after %v)", err, time.Since(start))
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

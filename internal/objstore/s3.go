@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/s3/manager"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 )
 
 // metaSHA256 is the user metadata key holding an object's SHA-256 (hex).
@@ -70,6 +71,10 @@ func openS3(ctx context.Context, bucket, prefix string, o *Options) (*S3, error)
 		// Only send and check the SDK's CRC checksums where S3 requires them:
 		// we verify our own SHA-256 on download, and S3-compatible servers
 		// differ in their support for trailing checksums.
+		so.Logger = logging.LoggerFunc(func(c logging.Classification, format string, v ...any) {
+			o.Logger.Warn("objstore: s3: "+fmt.Sprintf(format, v...), "bucket", bucket)
+		})
+		so.ClientLogMode = aws.LogRetries
 		so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 		so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 	})
