@@ -10,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,9 @@ func NewLocal(store TxBeginner, opts *LocalOptions) *Local {
 func (l *Local) Map(ctx context.Context, mapper mapreduce.Job, op *Op) error {
 	return l.run(ctx, KindMap, op, []any{mapper}, func(r *run) error {
 		outs := r.outputs(0, len(op.Outputs), mapper.OutputTypes())
+		if err := checkTypes(outs); err != nil {
+			return err
+		}
 		return r.mapPhase("map", mapper, outs, false)
 	})
 }
@@ -83,11 +87,14 @@ func (l *Local) MapReduce(ctx context.Context, mapper, reducer mapreduce.Job, op
 		if mt := mapper.OutputTypes(); len(mt) > 1 {
 			mtypes = mt[1:]
 		}
-		direct := r.outputs(0, k, mtypes)
+		direct, reduced := r.outputs(0, k, mtypes), r.outputs(k, len(op.Outputs), reducer.OutputTypes())
+		if err := checkTypes(append(slices.Clone(direct), reduced...)); err != nil {
+			return err
+		}
 		if err := r.mapPhase("map", mapper, direct, true); err != nil {
 			return err
 		}
-		return r.reducePhase(reducer, r.outputs(k, len(op.Outputs), reducer.OutputTypes()), nil)
+		return r.reducePhase(reducer, reduced, nil)
 	})
 }
 
@@ -101,10 +108,14 @@ func (l *Local) Reduce(ctx context.Context, reducer mapreduce.Job, op *Op) error
 		if err != nil {
 			return err
 		}
+		outs := r.outputs(0, len(op.Outputs), reducer.OutputTypes())
+		if err := checkTypes(outs); err != nil {
+			return err
+		}
 		if err := r.readPhase("read", types); err != nil {
 			return err
 		}
-		return r.reducePhase(reducer, r.outputs(0, len(op.Outputs), reducer.OutputTypes()), op.Inputs)
+		return r.reducePhase(reducer, outs, op.Inputs)
 	})
 }
 
@@ -304,6 +315,17 @@ func (r *run) outputs(from, to int, jobTypes []any) []outSpec {
 		outs = append(outs, outSpec{Output: o, rowType: rt})
 	}
 	return outs
+}
+
+// checkTypes makes sure every output has a row type before anything is
+// written.
+func checkTypes(outs []outSpec) error {
+	for _, o := range outs {
+		if o.rowType == nil {
+			return fmt.Errorf("jobs: %w: output %q has no RowType and the job declares no OutputTypes", ErrInvalidOp, o.Table)
+		}
+	}
+	return nil
 }
 
 // openWriters opens one store writer per output. Callers hold txMu and call
