@@ -97,7 +97,13 @@ func checkInCode(f *File, c *errs) {
 			c.add(&Error{Policy: p.Name, Field: "history", Msg: fmt.Sprintf("must be at least 1, got %d", p.History)})
 		}
 	}
-	for name, t := range f.Signals {
+	names := make([]string, 0, len(f.Signals))
+	for name := range f.Signals {
+		names = append(names, name)
+	}
+	sort.Strings(names) // errors in a stable order
+	for _, name := range names {
+		t := f.Signals[name]
 		if !signalRE.MatchString(name) || keywords[name] != 0 || name == "signal" {
 			c.add(&Error{Field: "signals", Msg: fmt.Sprintf("bad signal name %q", name)})
 		}
