@@ -393,16 +393,10 @@ func (s *Store) RegisterBatch(ctx context.Context, m *batch.Manifest, now time.T
 				now.UnixMilli(), m.Partition).Scan(&seq); err != nil {
 				return err
 			}
-			// On PostgreSQL (READ COMMITTED) this statement sees what a
-			// concurrent registration of the same id committed while we
-			// waited for the partition row.
-			if have, ok, err := s.existingBatch(ctx, tx, m, raw); err != nil || ok {
-				seq, existed = have, ok
-				if err == nil {
-					return errRollback
-				}
-				return err
-			}
+			// A concurrent registration of the same id that committed
+			// since the check above makes the insert fail with a unique
+			// violation; the retry below then finds it. The seq taken
+			// here rolls back with the insert, so no gap is left.
 			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO batches (part, seq, id, kind, manifest, registered_at_ms) VALUES (?, ?, ?, ?, ?, ?)`),
 				m.Partition, seq, m.ID, m.Kind, string(raw), now.UnixMilli()); err != nil {
 				return err
@@ -410,8 +404,6 @@ func (s *Store) RegisterBatch(ctx context.Context, m *batch.Manifest, now time.T
 			return s.notifyTx(ctx, tx, channelBatches, strconv.Itoa(m.Partition))
 		})
 		switch {
-		case errors.Is(err, errRollback):
-			return seq, true, nil
 		case err != nil && isUniqueViolation(err) && attempt < 5:
 			// The same id was inserted concurrently (possibly for another
 			// partition); the next attempt finds it.
@@ -422,9 +414,6 @@ func (s *Store) RegisterBatch(ctx context.Context, m *batch.Manifest, now time.T
 		return seq, existed, nil
 	}
 }
-
-// errRollback makes tx roll back without it being an error for the caller.
-var errRollback = errors.New("rollback")
 
 func (s *Store) existingBatch(ctx context.Context, tx *sql.Tx, m *batch.Manifest, raw []byte) (int64, bool, error) {
 	var seq int64
