@@ -72,6 +72,19 @@ func KeyOfNormalized(n string) Key {
 // default port (80 for http, 443 for https) and gives an empty path as "/".
 // The URL must be absolute with a host.
 func NormalizeURL(raw string) (string, error) {
+	n, err := normalize(raw)
+	if err != nil {
+		return "", err
+	}
+	// A normal form must be its own normal form; odd hosts (":", "::0")
+	// that url.Parse accepts once but not after re-writing are refused.
+	if n2, err := normalize(n); err != nil || n2 != n {
+		return "", fmt.Errorf("pillar: url %q: host cannot be normalized", raw)
+	}
+	return n, nil
+}
+
+func normalize(raw string) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil {
 		return "", fmt.Errorf("pillar: url %q: %w", raw, err)
@@ -81,6 +94,9 @@ func NormalizeURL(raw string) (string, error) {
 	}
 	u.Scheme = strings.ToLower(u.Scheme)
 	host := strings.ToLower(u.Hostname())
+	if host == "" {
+		return "", fmt.Errorf("pillar: url %q: no host name", raw)
+	}
 	port := u.Port()
 	if (u.Scheme == "http" && port == "80") || (u.Scheme == "https" && port == "443") {
 		port = ""

@@ -1,0 +1,50 @@
+package batch
+
+import (
+	"strings"
+	"testing"
+)
+
+func validManifest() Manifest {
+	return Manifest{Format: 1, ID: "exp1-p00007", Partition: 7, Partitions: 64, Kind: KindDelta,
+		Files: []File{{Name: "000001.sst", Size: 10, SHA256: strings.Repeat("ab", 32), Keys: 2}}, Keys: 2}
+}
+
+func TestValidate(t *testing.T) {
+	m := validManifest()
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]func(*Manifest){
+		"format":        func(m *Manifest) { m.Format = 2 },
+		"invalid id":    func(m *Manifest) { m.ID = "Bad ID" },
+		"out of range":  func(m *Manifest) { m.Partition = 64 },
+		"kind":          func(m *Manifest) { m.Kind = "full" },
+		"no files":      func(m *Manifest) { m.Files = nil },
+		"sha256":        func(m *Manifest) { m.Files[0].SHA256 = "abc" },
+		"bad name":      func(m *Manifest) { m.Files[0].Name = "../x.sst" },
+		"size":          func(m *Manifest) { m.Files[0].Size = 0 },
+		"inconsistent":  func(m *Manifest) { m.Deletes = 5 },
+		"partitions 0":  func(m *Manifest) { m.Partitions = 0 },
+		"smallest > la": func(m *Manifest) { m.Smallest, m.Largest = "ff", "00" },
+	}
+	for name, mut := range cases {
+		m := validManifest()
+		m.Files = append([]File(nil), m.Files...)
+		mut(&m)
+		err := m.Validate()
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		if !strings.Contains(err.Error(), `batch "`) {
+			t.Errorf("%s: error does not name the batch: %v", name, err)
+		}
+	}
+	if _, err := Decode([]byte(`{"format":1,"unknown":true}`)); err == nil {
+		t.Error("unknown field accepted")
+	}
+	if Prefix(7, "x") != "batches/p00007/x/" || ManifestKey(7, "x") != "batches/p00007/x/manifest.json" {
+		t.Error("object keys")
+	}
+}
