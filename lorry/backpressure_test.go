@@ -18,6 +18,7 @@ func TestBackpressureObjectStoreDown(t *testing.T) {
 	o := e.opts("w")
 	const val = 1000
 	o.MaxBatchBytes = 5 * (val + 64)
+	o.LeaseTTL = 1500 * time.Millisecond
 	w := e.worker(o)
 	runWorker(t, w)
 	waitFor(t, "worker holds both partitions", 5*time.Second, func() bool { return len(w.Stats().Held) == parts })
@@ -43,8 +44,8 @@ func TestBackpressureObjectStoreDown(t *testing.T) {
 
 	e.objs.down.Store(true)
 	for round := 1; round <= 6; round++ {
-		put(round, 4) // 24 records per partition queue up behind the outage
-		time.Sleep(150 * time.Millisecond)
+		put(round, 4)                      // 24 records per partition queue up behind the outage
+		time.Sleep(400 * time.Millisecond) // 2.4s in all: longer than the lease
 	}
 	if f := e.objs.failed.Load(); f < 5 {
 		t.Fatalf("only %d failed calls during the outage: the worker is not retrying", f)

@@ -50,6 +50,7 @@ func TestCrashRecovery(t *testing.T) {
 				e.enqueue(rs...)
 			}
 			o := e.opts("first")
+			o.LeaseTTL = 5 * time.Second
 			if point == "mid-upload" {
 				// The SST goes up, then the process dies before manifest.json.
 				e.objs.crashAfterPuts("batches/p00001/", 1)
@@ -76,15 +77,17 @@ func TestCrashRecovery(t *testing.T) {
 			}
 			regBefore := len(e.registered(1))
 
-			// A second worker with another id waits for the lease to lapse.
-			start := time.Now()
+			// A second worker with another id leaves the partition alone
+			// while the lease is live, and takes it over once it lapsed (its
+			// clock runs 10s ahead).
 			res, err := e.worker(e.opts("second")).Drain(context.Background())
 			must(t, err)
 			if len(res.Skipped) != 1 || res.Skipped[0] != 1 {
 				t.Fatalf("second worker took partition 1 while the lease was live: %+v", res)
 			}
-			time.Sleep(time.Until(start.Add(650 * time.Millisecond)))
-			res, err = e.worker(e.opts("second")).Drain(context.Background())
+			o2 := e.opts("second")
+			o2.Now = func() time.Time { return time.Now().Add(10 * time.Second) }
+			res, err = e.worker(o2).Drain(context.Background())
 			must(t, err)
 			if len(res.Skipped) != 0 {
 				t.Fatalf("lapsed lease not taken over: %+v", res)
@@ -249,9 +252,10 @@ func TestStaleWorkerFenced(t *testing.T) {
 	aDone := make(chan error, 1)
 	go func() { _, err := a.Drain(context.Background()); aDone <- err }()
 	<-stall
-	time.Sleep(700 * time.Millisecond) // a's lease lapses
 	e.enqueue(rec{key: ks[2], val: "c"}, rec{key: ks[0], val: "a2"})
-	res, err := e.worker(e.opts("b")).Drain(context.Background())
+	ob := e.opts("b")
+	ob.Now = func() time.Time { return time.Now().Add(10 * time.Second) } // a's lease has lapsed
+	res, err := e.worker(ob).Drain(context.Background())
 	must(t, err)
 	if res.Stats.Batches != 2 {
 		t.Fatalf("b delivered %d batches, want the pending one and the new one", res.Stats.Batches)
