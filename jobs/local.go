@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"go.ytsaurus.tech/yt/go/mapreduce"
-	"go.ytsaurus.tech/yt/go/yson"
 
 	"github.com/pillarkit/pillar/jobs/internal/extsort"
 	"github.com/pillarkit/pillar/jobs/internal/rowkey"
@@ -621,6 +620,12 @@ func (r *run) reducePhase(reducer mapreduce.Job, outs []outSpec, tables []string
 	if err != nil {
 		return err
 	}
+	return r.mergePhase("reduce", func() (mapreduce.Job, error) { return decodeJob(state) }, outs, tables)
+}
+
+// mergePhase runs the jobs newJob makes over the merged records (see
+// reducePhase).
+func (r *run) mergePhase(phase string, newJob func() (mapreduce.Job, error), outs []outSpec, tables []string) error {
 	it, total, err := r.merge()
 	if err != nil {
 		return err
@@ -630,7 +635,7 @@ func (r *run) reducePhase(reducer mapreduce.Job, outs []outSpec, tables []string
 	for _, s := range r.sorters {
 		totalBytes += s.Stats().Bytes
 	}
-	r.prog.Phase("reduce", total, totalBytes)
+	r.prog.Phase(phase, total, totalBytes)
 	shareTarget := max(totalBytes/int64(2*r.workers), 64<<10)
 	const batchBytes = 64 << 10
 
@@ -689,13 +694,13 @@ func (r *run) reducePhase(reducer mapreduce.Job, outs []outSpec, tables []string
 			in := &recReader{ch: ch, done: done, cause: func() error { return context.Cause(r.ctx) }, i: -1,
 				tables: tables, withIndex: tables != nil, prog: progressBatch{p: r.prog}}
 			defer in.drain()
-			job, err := decodeJob(state)
+			job, err := newJob()
 			if err == nil {
 				wout := make([]mapreduce.Writer, len(ws))
 				for i, w := range ws {
 					wout[i] = w
 				}
-				err = r.do("reduce", job, cookie, in, wout)
+				err = r.do(phase, job, cookie, in, wout)
 			}
 			in.prog.flush()
 			for _, w := range ws {
@@ -749,50 +754,36 @@ func (r *run) reducePhase(reducer mapreduce.Job, outs []outSpec, tables []string
 	return context.Cause(r.ctx)
 }
 
-// writeSorted writes the merged rows to the Sort's output.
+// writeSorted writes the merged rows to the Sort's output. The rows are
+// cut, between distinct keys, into consecutive shares written by
+// Op.Workers writers at once (one file each, opened in key order).
 func (r *run) writeSorted(rowType any) error {
-	it, total, err := r.merge()
-	if err != nil {
-		return err
-	}
-	defer it.Close()
 	o := r.op.Outputs[0]
 	o.SortedBy = r.op.SortBy
-	r.txMu.Lock()
-	ws, err := r.openWriters([]outSpec{{Output: o, rowType: rowType}})
-	r.txMu.Unlock()
-	if err != nil {
-		return err
-	}
-	w := ws[0]
-	var totalBytes int64
-	for _, s := range r.sorters {
-		totalBytes += s.Stats().Bytes
-	}
-	r.prog.Phase("write", total, totalBytes)
-	prog := progressBatch{p: r.prog}
-	defer prog.flush()
 	t := reflect.TypeOf(rowType)
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	v := reflect.New(t)
-	for n := 0; it.Next(); n++ {
-		if n&255 == 0 && r.ctx.Err() != nil {
-			return context.Cause(r.ctx)
-		}
-		rec := it.Record()
+	return r.mergePhase("sort", func() (mapreduce.Job, error) { return &copyJob{t: t}, nil },
+		[]outSpec{{Output: o, rowType: rowType}}, r.op.Inputs)
+}
+
+// copyJob copies its input rows, decoded as rows of t, to its output.
+type copyJob struct {
+	mapreduce.Untyped
+	t reflect.Type
+}
+
+func (j *copyJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
+	v := reflect.New(j.t)
+	for in.Next() {
 		v.Elem().SetZero()
-		if err := yson.Unmarshal(rec.Payload, v.Interface()); err != nil {
-			return fmt.Errorf("jobs: sort: row (%s, %d): %w", r.op.Inputs[rec.Table], rec.Row, err)
+		if err := in.Scan(v.Interface()); err != nil {
+			return err
 		}
-		if err := w.Write(v.Interface()); err != nil {
-			return fmt.Errorf("jobs: sort: row (%s, %d): %w", r.op.Inputs[rec.Table], rec.Row, err)
+		if err := out[0].Write(v.Interface()); err != nil {
+			return err
 		}
-		prog.add(1, int64(len(rec.Key)+len(rec.Payload)))
 	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("jobs: sort: merge: %w", err)
-	}
-	return w.finish()
+	return nil
 }
