@@ -42,6 +42,12 @@
 //     on scheduling. In the reduce phase of a MapReduce, TableIndex is 0 and
 //     RowIndex counts the job's rows, as the SDK sees it with index control
 //     attributes disabled.
+//   - Sort reads the inputs in parallel, sorts them the same way (ties in
+//     input order) and writes consecutive key ranges with all workers, one
+//     file each in key order, recording SortedBy on the table.
+//   - Memory: the sort's buffers stay within Op.MemoryLimit (plus one read
+//     buffer per run while merging); the store's writers buffer a row group
+//     per open output file on top of that.
 //   - Every job runs on its own gob-decoded copy of the job value, as on
 //     YTsaurus; JobContext.JobCookie is the job's index, LookupVault reads
 //     Op.Secrets.
