@@ -38,7 +38,7 @@ Examples:
    pillar sst build --export data/exports/synth1 --objstore s3://pillar-batches/prod \
        --register 127.0.0.1:7000 --token-file control.token
    pillar sst inspect file:///srv/pillar/objects/batches/p00007/synth1-p00007`,
-		Subcommands: []*cli.Command{sstBuildCommand(), sstInspectCommand(), sstSynthCommand()},
+		Subcommands: []*cli.Command{sstBuildCommand(), sstInspectCommand(), sstSynthCommand(), sstUploadExportCommand()},
 	}
 }
 
@@ -70,9 +70,10 @@ Examples:
    pillar sst build --export data/exports/e1 --objstore file:///srv/pillar/objects
    pillar sst build --export data/exports/e1 --objstore s3://pillar-batches/prod \
        --s3-endpoint http://127.0.0.1:7070 --register 127.0.0.1:7000 --token-file control.token
-   pillar sst build --export data/exports/e1 --objstore data/objects --partition 3 --partition 7 --compression zstd`,
+   pillar sst build --export data/exports/e1 --objstore data/objects --partition 3 --partition 7 --compression zstd
+   pillar sst build --export s3://pillar-exports/e1 --objstore s3://pillar-batches/prod`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "export", Required: true, Usage: "export directory (holds export.json)"},
+			&cli.StringFlag{Name: "export", Required: true, Usage: "export: a directory holding export.json, or an object-store URL (s3://bucket/exports/e1)"},
 			&cli.StringFlag{Name: "objstore", Required: true, EnvVars: []string{"PILLAR_OBJSTORE"}, Usage: "object store: a directory, file:///abs/dir or s3://bucket/prefix"},
 			sstS3EndpointFlag,
 			&cli.StringFlag{Name: "register", Usage: "control-plane address host:port to register batches with (default: do not register)"},
@@ -80,7 +81,7 @@ Examples:
 			controlTLSCAFlag,
 			&cli.IntFlag{Name: "partitions", Usage: "the deployment's partition count (default: the control plane's with --register, else the export's)"},
 			&cli.IntSliceFlag{Name: "partition", Usage: "build only this partition (repeatable)"},
-			&cli.StringFlag{Name: "work-dir", Usage: "local directory for SST files and resume state (default <export>/.sst-build)"},
+			&cli.StringFlag{Name: "work-dir", Usage: "local directory for SST files and resume state (default <export>/.sst-build, or $TMPDIR/pillar-sst-<export-id> for a remote export)"},
 			&cli.StringFlag{Name: "compression", Value: "lz4", Usage: "SST block compression: lz4, zstd or none (must match what the serving nodes expect to read fast)"},
 			&cli.StringFlag{Name: "block-size", Value: "16KiB", Usage: "SST block size"},
 			&cli.Float64Flag{Name: "bloom-bits", Value: 10, Usage: "bloom filter bits per key"},
@@ -117,11 +118,20 @@ func runSSTBuild(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--max-value-size: %w", err)
 	}
-	meta, err := sstbuilder.ReadExportMeta(c.String("export"))
+	// Credentials and buckets are checked here, before any work.
+	exportDir, exportStore, err := sstOpenExport(c, c.String("export"))
 	if err != nil {
 		return err
 	}
-	// Credentials and the bucket are checked here, before any work.
+	var meta *sstbuilder.ExportMeta
+	if exportStore != nil {
+		meta, err = sstbuilder.ReadExportMetaFrom(ctx, exportStore, "")
+	} else {
+		meta, err = sstbuilder.ReadExportMeta(exportDir)
+	}
+	if err != nil {
+		return err
+	}
 	store, err := sstOpenStore(c, c.String("objstore"))
 	if err != nil {
 		return err
@@ -150,7 +160,7 @@ func runSSTBuild(c *cli.Context) error {
 	}
 	bar := progress.New(total, "sst build "+meta.ID, &progress.Options{Logger: log})
 	res, err := sstbuilder.BuildExport(ctx, &sstbuilder.ExportBuildOptions{
-		Export: c.String("export"), Store: store, Partitions: partitions, Only: c.IntSlice("partition"),
+		Export: exportDir, ExportStore: exportStore, Store: store, Partitions: partitions, Only: c.IntSlice("partition"),
 		Registerer: reg, WorkDir: c.String("work-dir"), Table: table, TargetFileSize: target, MaxValueSize: int(maxVal),
 		Parallelism: c.Int("parallel"), KeepFiles: c.Bool("keep-files"), Progress: bar, Logger: log,
 	})
@@ -188,6 +198,22 @@ func runSSTBuild(c *cli.Context) error {
 		fmt.Fprintln(c.App.Writer, "not registered (no --register given)")
 	}
 	return nil
+}
+
+// sstOpenExport returns a local export directory, or the store holding a
+// remote export (s3://bucket/exports/e1) at its root.
+func sstOpenExport(c *cli.Context, u string) (string, objstore.Store, error) {
+	if strings.HasPrefix(u, "file://") {
+		return strings.TrimPrefix(u, "file://"), nil, nil
+	}
+	if !strings.Contains(u, "://") {
+		return u, nil, nil
+	}
+	st, err := sstOpenStore(c, u)
+	if err != nil {
+		return "", nil, fmt.Errorf("--export: %w", err)
+	}
+	return "", st, nil
 }
 
 func sstDialControl(c *cli.Context, addr string) (*control.Client, error) {
@@ -338,4 +364,31 @@ func sstParseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("size %q: want a number with an optional KiB/MiB/GiB suffix", s)
 	}
 	return int64(f * float64(mult)), nil
+}
+
+func sstUploadExportCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "upload-export",
+		Usage:     "copy a local export into an object store (partition files first, export.json last)",
+		UsageText: "pillar sst upload-export --export DIR --to URL",
+		Description: `Examples:
+   pillar sst upload-export --export data/exports/e1 --to s3://pillar-exports/e1
+   pillar sst upload-export --export data/exports/e1 --to file:///srv/pillar/exports/e1`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "export", Required: true, Usage: "local export directory"},
+			&cli.StringFlag{Name: "to", Required: true, Usage: "object-store URL the export goes to"},
+			sstS3EndpointFlag,
+		},
+		Action: func(c *cli.Context) error {
+			st, err := sstOpenStore(c, c.String("to"))
+			if err != nil {
+				return err
+			}
+			if err := sstbuilder.UploadExport(c.Context, st, c.String("export"), ""); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "uploaded %s to %s\n", c.String("export"), c.String("to"))
+			return nil
+		},
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,8 +24,15 @@ type Progress interface{ Add(n int64) }
 
 // ExportBuildOptions configure BuildExport. Export and Store are required.
 type ExportBuildOptions struct {
-	// Export is the export directory (see the package comment).
+	// Export is the export directory (see the package comment), or, with
+	// ExportStore, the key prefix of the export in that store ("" for its
+	// root).
 	Export string
+	// ExportStore holds the export when it is not a local directory. Each
+	// partition file is downloaded (and checked against export.json) into
+	// WorkDir just before its partition is built, and removed after. The
+	// default value is nil (Export is a directory).
+	ExportStore objstore.Store
 	// Store receives the batches.
 	Store objstore.Store
 	// Partitions is the deployment's partition count; an export with another
@@ -37,7 +45,8 @@ type ExportBuildOptions struct {
 	// NopRegisterer (nothing is registered; that is logged).
 	Registerer Registerer
 	// WorkDir holds the SST files being built and the resume state
-	// (state.json). The default value is <Export>/.sst-build.
+	// (state.json). The default value is <Export>/.sst-build, or
+	// $TMPDIR/pillar-sst-<export id> with ExportStore.
 	WorkDir string
 	// Table, TargetFileSize, MaxValueSize: see BuildOptions.
 	Table          rocks.TableConfig
@@ -105,7 +114,7 @@ func BuildExport(ctx context.Context, opts *ExportBuildOptions) (*ExportBuildRes
 		return nil, fmt.Errorf("sstbuilder: BuildExport needs options")
 	}
 	o := *opts
-	if o.Export == "" || o.Store == nil {
+	if (o.Export == "" && o.ExportStore == nil) || o.Store == nil {
 		return nil, fmt.Errorf("sstbuilder: ExportBuildOptions.Export and Store are required")
 	}
 	if o.Logger == nil {
@@ -113,9 +122,6 @@ func BuildExport(ctx context.Context, opts *ExportBuildOptions) (*ExportBuildRes
 	}
 	if o.Registerer == nil {
 		o.Registerer = NopRegisterer{Logger: o.Logger}
-	}
-	if o.WorkDir == "" {
-		o.WorkDir = filepath.Join(o.Export, ".sst-build")
 	}
 	if o.Parallelism <= 0 {
 		o.Parallelism = 2
@@ -127,9 +133,22 @@ func BuildExport(ctx context.Context, opts *ExportBuildOptions) (*ExportBuildRes
 		return nil, err
 	}
 	start := time.Now()
-	meta, err := ReadExportMeta(o.Export)
-	if err != nil {
-		return nil, err
+	var meta *ExportMeta
+	var err error
+	if o.ExportStore != nil {
+		if meta, err = ReadExportMetaFrom(ctx, o.ExportStore, o.Export); err != nil {
+			return nil, err
+		}
+		if o.WorkDir == "" {
+			o.WorkDir = filepath.Join(os.TempDir(), "pillar-sst-"+meta.ID)
+		}
+	} else {
+		if meta, err = ReadExportMeta(o.Export); err != nil {
+			return nil, err
+		}
+		if o.WorkDir == "" {
+			o.WorkDir = filepath.Join(o.Export, ".sst-build")
+		}
 	}
 	if o.Partitions != 0 && meta.Partitions != o.Partitions {
 		return nil, fmt.Errorf("sstbuilder: export %s has %d partitions, the deployment has %d: %w", meta.ID, meta.Partitions, o.Partitions, ErrPartitions)
@@ -155,7 +174,10 @@ func BuildExport(ctx context.Context, opts *ExportBuildOptions) (*ExportBuildRes
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return nil, fmt.Errorf("sstbuilder: work dir: %w", err)
 	}
-	eb := &exportBuild{o: o, meta: meta, statePath: filepath.Join(o.WorkDir, "state.json")}
+	eb := &exportBuild{o: o, meta: meta, statePath: filepath.Join(o.WorkDir, "state.json"), inputDir: o.Export}
+	if o.ExportStore != nil {
+		eb.inputDir = filepath.Join(o.WorkDir, "input")
+	}
 	if err := eb.loadState(); err != nil {
 		return nil, err
 	}
@@ -219,6 +241,7 @@ feed:
 
 type exportBuild struct {
 	o         ExportBuildOptions
+	inputDir  string // where the partition files are read (downloaded with ExportStore)
 	meta      *ExportMeta
 	statePath string
 	mu        sync.Mutex
@@ -322,8 +345,14 @@ func (eb *exportBuild) partition(ctx context.Context, p int) (PartitionResult, e
 		progress()
 	} else {
 		// 2. Build.
+		if has && o.ExportStore != nil {
+			if err := eb.download(ctx, ef); err != nil {
+				return res, err
+			}
+			defer os.Remove(filepath.Join(eb.inputDir, ef.Name))
+		}
 		if has {
-			if err := VerifyExportFile(o.Export, ef); err != nil {
+			if err := VerifyExportFile(eb.inputDir, ef); err != nil {
 				return res, err
 			}
 		}
@@ -331,7 +360,7 @@ func (eb *exportBuild) partition(ctx context.Context, p int) (PartitionResult, e
 		if err := os.RemoveAll(dir); err != nil {
 			return res, fmt.Errorf("sstbuilder: partition %d: %w", p, err)
 		}
-		r, err := OpenPartition(o.Export, meta, p)
+		r, err := OpenPartition(eb.inputDir, meta, p)
 		if err != nil {
 			return res, err
 		}
@@ -433,4 +462,55 @@ func (c *countingRows) flush() {
 		c.p.Add(c.n)
 		c.n = 0
 	}
+}
+
+// exportKey joins an export prefix and a file name into an object key.
+func exportKey(prefix, name string) string {
+	prefix = strings.Trim(prefix, "/")
+	if prefix == "" {
+		return name
+	}
+	return prefix + "/" + name
+}
+
+// ReadExportMetaFrom reads and validates export.json of an export stored
+// under prefix in an object store.
+func ReadExportMetaFrom(ctx context.Context, store objstore.Store, prefix string) (*ExportMeta, error) {
+	raw, err := objstore.ReadAll(ctx, store, exportKey(prefix, ExportMetaName))
+	if err != nil {
+		return nil, fmt.Errorf("sstbuilder: export %s: %w", exportKey(prefix, ""), err)
+	}
+	m, err := decodeExportMeta(raw)
+	if err != nil {
+		return nil, fmt.Errorf("sstbuilder: export %s: %w", exportKey(prefix, ExportMetaName), err)
+	}
+	return m, nil
+}
+
+// download fetches one partition file of a remote export into inputDir.
+func (eb *exportBuild) download(ctx context.Context, ef ExportFile) error {
+	path := filepath.Join(eb.inputDir, ef.Name)
+	if err := objstore.GetFile(ctx, eb.o.ExportStore, exportKey(eb.o.Export, ef.Name), path); err != nil {
+		return fmt.Errorf("sstbuilder: export partition %d: download: %w", ef.Partition, err)
+	}
+	return nil
+}
+
+// UploadExport copies a finished local export into a store under prefix:
+// the partition files first, export.json last (so its presence still marks
+// the export complete).
+func UploadExport(ctx context.Context, store objstore.Store, dir, prefix string) error {
+	meta, err := ReadExportMeta(dir)
+	if err != nil {
+		return err
+	}
+	for _, f := range meta.Files {
+		if err := objstore.PutFile(ctx, store, exportKey(prefix, f.Name), filepath.Join(dir, f.Name), nil); err != nil {
+			return fmt.Errorf("sstbuilder: upload export %s: %w", meta.ID, err)
+		}
+	}
+	if err := objstore.PutFile(ctx, store, exportKey(prefix, ExportMetaName), filepath.Join(dir, ExportMetaName), nil); err != nil {
+		return fmt.Errorf("sstbuilder: upload export %s: %w", meta.ID, err)
+	}
+	return nil
 }

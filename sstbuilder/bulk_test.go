@@ -325,3 +325,32 @@ func TestBuildExportOnly(t *testing.T) {
 		t.Fatal("partition 3 of 3 accepted")
 	}
 }
+
+// An export kept in an object store (S3 here) is downloaded partition by
+// partition, checked against export.json, built and cleaned up.
+func TestBuildExportFromS3(t *testing.T) {
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	s3, err := objstore.Open(ctx, srv.URL(""), &objstore.Options{S3Endpoint: srv.Endpoint, S3AccessKeyID: s3test.AccessKey, S3SecretAccessKey: s3test.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := t.TempDir()
+	_, newest := writeExport(t, exp, 2, 15, batch.KindDelta, nil)
+	if err := UploadExport(ctx, s3, exp, "exports/e1/"); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := objstore.Open(ctx, t.TempDir(), nil)
+	work := t.TempDir()
+	res, err := BuildExport(ctx, &ExportBuildOptions{ExportStore: s3, Export: "exports/e1", Store: out, WorkDir: work, Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBatches(t, out, res, newest)
+	if ents, _ := os.ReadDir(filepath.Join(work, "input")); len(ents) != 0 {
+		t.Fatalf("%d downloaded files left", len(ents))
+	}
+	if _, err := BuildExport(ctx, &ExportBuildOptions{ExportStore: s3, Export: "exports/none", Store: out, WorkDir: work}); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("missing remote export: %v", err)
+	}
+}

@@ -121,11 +121,19 @@ func ReadExportMeta(dir string) (*ExportMeta, error) {
 		}
 		return nil, fmt.Errorf("sstbuilder: export %s: %w", dir, err)
 	}
+	m, err := decodeExportMeta(b)
+	if err != nil {
+		return nil, fmt.Errorf("sstbuilder: export %s: %s: %w", dir, ExportMetaName, err)
+	}
+	return m, nil
+}
+
+func decodeExportMeta(b []byte) (*ExportMeta, error) {
 	var m ExportMeta
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("sstbuilder: export %s: %s: %w", dir, ExportMetaName, err)
+		return nil, err
 	}
 	if err := m.Validate(); err != nil {
 		return nil, err
