@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
@@ -182,8 +184,11 @@ type Result struct {
 	Description string
 	Requests    int
 	Errors      int
-	Elapsed     time.Duration
-	RPS         float64
+	// DeadlineErrors counts the failed requests that ran out of their
+	// deadline (included in Errors).
+	DeadlineErrors int
+	Elapsed        time.Duration
+	RPS            float64
 	// Latency percentiles of all requests (failed ones at their failure time).
 	P50, P90, P99, P999, Max time.Duration
 	// Router counters during the measurement (zero for Redis).
@@ -193,6 +198,9 @@ type Result struct {
 	// long until latency was back within 2× the pre-kill p99 with no error,
 	// and the worst latency after the kill.
 	KilledAt, Recovery, MaxAfterKill time.Duration
+	// RecoveryLimit is the latency a request after the kill had to exceed
+	// to count as disrupted.
+	RecoveryLimit time.Duration
 
 	lat []time.Duration // sorted
 }
@@ -249,6 +257,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	defer c.Close()
 	b := &bench{opts: opts, c: c, batches: c.Batches(opts.BatchKeys), log: log}
+	if err := b.prewarm(ctx); err != nil {
+		return nil, err
+	}
 
 	for _, name := range opts.Scenarios {
 		if ctx.Err() != nil {
@@ -304,6 +315,28 @@ type bench struct {
 	c       *cluster.Cluster
 	batches [][][]byte
 	log     *slog.Logger
+}
+
+// prewarm reads every key once from every node, so the first scenario does
+// not pay for cold table readers and caches the others find warm.
+func (b *bench) prewarm(ctx context.Context) error {
+	start := time.Now()
+	for _, m := range b.c.Members() {
+		conn, err := grpc.NewClient(m.Addr, append(servepb.DialOptions(0), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+		if err != nil {
+			return fmt.Errorf("readbench: prewarm %s: %w", m.ID, err)
+		}
+		cli := servepb.NewServeClient(conn)
+		for _, keys := range b.batches {
+			if _, err := cli.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys}); err != nil {
+				conn.Close()
+				return fmt.Errorf("readbench: prewarm %s: %w", m.ID, err)
+			}
+		}
+		conn.Close()
+	}
+	b.log.Info("readbench: caches warm", "took", time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // getter is one way of issuing a request.
@@ -453,6 +486,7 @@ type sample struct {
 	at    []time.Duration // offset of each request's completion from start
 	bad   []bool
 	errs  int
+	dl    int // errors that are deadline expiries
 	first error
 }
 
@@ -488,6 +522,9 @@ func (b *bench) load(ctx context.Context, d time.Duration, get getter, started f
 				s.bad = append(s.bad, err != nil)
 				if err != nil {
 					s.errs++
+					if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
+						s.dl++
+					}
 					if s.first == nil {
 						s.first = err
 					}
@@ -502,6 +539,7 @@ func (b *bench) load(ctx context.Context, d time.Duration, get getter, started f
 		all.at = append(all.at, s.at...)
 		all.bad = append(all.bad, s.bad...)
 		all.errs += s.errs
+		all.dl += s.dl
 		if all.first == nil {
 			all.first = s.first
 		}
@@ -515,6 +553,7 @@ func (b *bench) load(ctx context.Context, d time.Duration, get getter, started f
 func (s *sample) fill(r *Result) {
 	r.Requests = len(s.lat)
 	r.Errors = s.errs
+	r.DeadlineErrors = s.dl
 	r.Elapsed = s.end.Sub(s.start)
 	r.RPS = float64(r.Requests) / r.Elapsed.Seconds()
 	r.lat = slices.Clone(s.lat)
@@ -524,14 +563,14 @@ func (s *sample) fill(r *Result) {
 		r.Max = r.lat[len(r.lat)-1]
 	}
 	if r.KilledAt > 0 {
-		r.Recovery, r.MaxAfterKill = s.recovery(r.KilledAt)
+		r.Recovery, r.MaxAfterKill, r.RecoveryLimit = s.recovery(r.KilledAt)
 	}
 }
 
 // recovery is the time from the kill to the end of the last 100 ms window
 // with a failed request or a latency over 2× the pre-kill p99 (at least
 // +5 ms), and the worst latency after the kill.
-func (s *sample) recovery(killedAt time.Duration) (time.Duration, time.Duration) {
+func (s *sample) recovery(killedAt time.Duration) (time.Duration, time.Duration, time.Duration) {
 	var pre []time.Duration
 	for i, at := range s.at {
 		if at < killedAt {
@@ -552,7 +591,7 @@ func (s *sample) recovery(killedAt time.Duration) (time.Duration, time.Duration)
 			last = max(last, end-killedAt)
 		}
 	}
-	return last, worst
+	return last, worst, limit
 }
 
 func pct(sorted []time.Duration, q float64) time.Duration {

@@ -31,7 +31,8 @@ func (r *Report) evaluate() {
 		add(fmt.Sprintf("slow node, no hedging: p99 ≥ %v", o.SlowDelay), ms(sn.P99), sn.P99 >= o.SlowDelay)
 	}
 	if k != nil {
-		add("node killed: no failed requests", fmt.Sprintf("%d failed of %d; recovery %s, worst after kill %s", k.Errors, k.Requests, ms(k.Recovery), ms(k.MaxAfterKill)), k.Errors == 0)
+		add("node killed: no failed requests beyond the deadline", fmt.Sprintf("%d failed of %d (%d by the %v deadline); recovery %s, worst after kill %s",
+			k.Errors, k.Requests, k.DeadlineErrors, o.Deadline, ms(k.Recovery), ms(k.MaxAfterKill)), k.Errors == k.DeadlineErrors)
 	}
 	if h != nil && rd != nil {
 		add("healthy router p50 ≤ 1.5 × Redis MGET p50", fmt.Sprintf("%s vs %s (%.2f×)", ms(h.P50), ms(rd.P50), ratio(h.P50, rd.P50)), float64(h.P50) <= 1.5*float64(rd.P50))
@@ -59,7 +60,7 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "# pillar bench read\n\n")
 	fmt.Fprintf(&b, "%d cobbled nodes on 127.0.0.1 (zones zone-a…), %d partitions × %d replicas, %d keys in %d-key batches, values %d B–%d KiB (mean ≈ %d KB), %d closed-loop clients, %v per scenario after %v warm-up, request deadline %v, through the %s, router zone %q. %s\n\n",
 		o.Nodes, o.Partitions, o.Replicas, o.Keys, o.BatchKeys, o.MinValue, o.MaxValue>>10, (o.MinValue+o.MaxValue)/2/1000, o.Clients, o.Duration, o.Warmup, o.Deadline, via, o.Zone, r.Started.UTC().Format(time.RFC3339))
-	fmt.Fprintf(&b, "| scenario | requests | req/s | p50 | p90 | p99 | p99.9 | max | failed | hedges (won) | extra requests | failovers |\n")
+	fmt.Fprintf(&b, "| scenario | requests | req/s | p50 | p90 | p99 | p99.9 | max | failed (deadline) | hedges (won) | extra requests | failovers |\n")
 	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
 		hedges, extra, fo := "–", "–", "–"
@@ -68,14 +69,14 @@ func (r *Report) Markdown() string {
 			extra = fmt.Sprintf("%.2f%%", 100*x.ExtraRatio)
 			fo = fmt.Sprint(x.Failovers)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %d | %s | %s | %s |\n", x.Scenario, x.Requests, x.RPS,
-			msn(x.P50), msn(x.P90), msn(x.P99), msn(x.P999), msn(x.Max), x.Errors, hedges, extra, fo)
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %d (%d) | %s | %s | %s |\n", x.Scenario, x.Requests, x.RPS,
+			msn(x.P50), msn(x.P90), msn(x.P99), msn(x.P999), msn(x.Max), x.Errors, x.DeadlineErrors, hedges, extra, fo)
 	}
 	fmt.Fprintf(&b, "\nLatencies in ms. Extra requests = (hedges + failovers) / primary sub-requests.\n\n")
 	for _, x := range r.Results {
 		fmt.Fprintf(&b, "- **%s**: %s", x.Scenario, x.Description)
 		if x.KilledAt > 0 {
-			fmt.Fprintf(&b, "; killed at %s, recovery %s (until latency stayed within 2× the pre-kill p99 with no failure), worst latency after the kill %s", ms(x.KilledAt), ms(x.Recovery), ms(x.MaxAfterKill))
+			fmt.Fprintf(&b, "; killed at %s; recovery %s (from the kill to the end of the last 100 ms window with a failed request or one slower than %s, 2× the pre-kill p99); worst latency after the kill %s; %d failovers", ms(x.KilledAt), ms(x.Recovery), ms(x.RecoveryLimit), ms(x.MaxAfterKill), x.Failovers)
 		}
 		b.WriteString("\n")
 	}

@@ -572,6 +572,25 @@ func TestControlPlane(t *testing.T) {
 	}
 	checkResults(t, c, b, res)
 
+	// A node joins (registered, then unreachable): the version changes, the
+	// router installs the new table, and the partitions assigned to the
+	// new node fail over to replicas that answer.
+	v := r.RoutingVersion()
+	if err := cli.RegisterNode(ctx, control.Node{ID: "node-3", Addr: deadAddr, Zone: "zone-d"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new routing version", 2*time.Second, func() bool { return r.RoutingVersion() > v })
+	for _, b := range c.Batches(12)[4:12] {
+		res, err := r.BatchGet(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResults(t, c, b, res)
+	}
+	if n := nodeStats(r, "node-3"); n.RPCs == 0 || n.Errors != n.RPCs {
+		t.Errorf("node-3 (unreachable): %d sub-requests, %d errors; want some, all failed", n.RPCs, n.Errors)
+	}
+
 	gs.Stop() // the control plane goes away
 	waitFor(t, "a failed routing refresh", 5*time.Second, func() bool {
 		return r.Stats().RoutingErrors > 0

@@ -191,8 +191,10 @@ func (r *Router) watchLoop(ctx context.Context, w RoutingWatcher) {
 		if err == nil {
 			err = r.install(rt)
 		}
-		if err != nil {
-			// The refresh loop reports errors; back off here.
+		if err != nil && ctx.Err() == nil {
+			r.opts.Metrics.routingErrors.Inc()
+			r.routingErrors.Add(1)
+			// The refresh loop logs errors; back off here.
 			select {
 			case <-ctx.Done():
 			case <-time.After(r.opts.RefreshInterval):
