@@ -276,3 +276,39 @@ func TestStaleWorkerFenced(t *testing.T) {
 		t.Fatalf("state %+v", st)
 	}
 }
+
+// TestFollowUpBatch: on a busy queue the offset commit of one batch records
+// the next as pending (one store commit per batch); a crash right after such
+// a commit is recovered by delivering exactly that recorded batch.
+func TestFollowUpBatch(t *testing.T) {
+	e := newEnv(t, 1)
+	ks := keysIn(30, 0, 1)
+	want := map[string]string{}
+	var rs []rec
+	for i, k := range ks {
+		v := fmt.Sprintf("%03d%s", i, strings.Repeat("x", 97))
+		rs = append(rs, rec{key: k, val: v})
+		want[k] = v
+	}
+	e.enqueue(rs...)
+	o := e.opts("w")
+	o.MaxBatchBytes = 10 * (100 + 64)
+	o.hook = crashAt("committed", 0)
+	_, err := e.worker(o).Drain(context.Background())
+	if !errors.Is(err, errCrash) {
+		t.Fatalf("drain: %v, want the injected crash", err)
+	}
+	if st := e.state(0); st.Offset != 10 || st.Pending == nil || st.Pending.First != 10 || st.Pending.Last != 19 {
+		t.Fatalf("after the first commit: %+v, want offset 10 and [10,19] pending", st)
+	}
+	o.hook = nil
+	res, err := e.worker(o).Drain(context.Background())
+	must(t, err)
+	if res.Stats.Batches != 2 || res.Stats.FollowUps != 1 {
+		t.Fatalf("recovery: %+v, want 2 batches, the second a follow-up", res.Stats)
+	}
+	if r := e.checkChain(0, 30); fmt.Sprint(r) != "[[0 9] [10 19] [20 29]]" {
+		t.Fatalf("chain %v", r)
+	}
+	e.checkServed(want, ks)
+}

@@ -23,7 +23,11 @@
 //	2 upload    manifest already there? use it. Else build the SST and upload
 //	            files then manifest.json, each with a conditional create
 //	3 register  control plane RegisterBatch(manifest): idempotent by id
-//	4 commit    CAS  {pending: [first,last]} → {offset: last+1, pending: nil}
+//	4 commit    CAS  {pending: [first,last]} → {offset: last+1, pending: next}
+//
+// where next is the following batch when the records read meanwhile already
+// make one (the queue is busy): it is then recorded in the same commit and
+// skips step 1, so a busy partition costs one store commit per batch.
 //
 // Invariants:
 //
@@ -42,9 +46,9 @@
 //     Put is a conditional create. Files of a crashed upload that a retry
 //     rebuilt under new names are orphans; Cleanup removes them after a grace
 //     period.
-//   - Backpressure: a partition reads at most MaxBatchBytes (or
-//     MaxBatchRecords) ahead of its committed offset, and reads nothing more
-//     while a step is being retried; a failing step is retried with
+//   - Backpressure: besides the batch in flight, a partition holds at most
+//     MaxBatchBytes (or MaxBatchRecords) of records read ahead, and reads
+//     nothing more while a step is being retried; a failing step is retried with
 //     exponential backoff forever (while the lease is kept alive), so records
 //     are delayed, never dropped.
 //

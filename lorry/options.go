@@ -44,8 +44,8 @@ type Options struct {
 	Partitions []int
 
 	// MaxBatchBytes closes a batch once its records' values reach this many
-	// bytes; it is also how far a partition reads ahead of its committed
-	// offset. The default value is 8 MiB.
+	// bytes; it is also how much a partition reads ahead besides the batch
+	// it is delivering. The default value is 8 MiB.
 	MaxBatchBytes int64
 	// MaxBatchRecords closes a batch at this many records. The default value
 	// is 100000.

@@ -86,6 +86,130 @@ func (l *lease) release() {
 	}
 }
 
+// accum holds a partition's records read from the queue but not yet in a
+// batch: at most MaxBatchBytes (plus one record) or MaxBatchRecords.
+type accum struct {
+	w         *Worker
+	pt        *part
+	buf       []pillar.ExportRecord
+	bytes     int64
+	firstSeen time.Time
+	next      int64 // offset of the next record to read
+	caughtUp  bool  // the last read reached the queue's end (or failed)
+	inflight  int64 // bytes of the batch being delivered (taken from buf)
+}
+
+func (a *accum) full() bool {
+	return a.bytes >= a.w.o.MaxBatchBytes || len(a.buf) >= a.w.o.MaxBatchRecords
+}
+
+// fill reads once from the queue, up to the bound.
+func (a *accum) fill(ctx context.Context) error {
+	w, p := a.w, a.pt.id
+	a.caughtUp = true
+	if a.full() {
+		return nil
+	}
+	readStart := w.now()
+	recs, end, err := w.read(ctx, p, a.next, a.pt.drainTo, w.o.MaxBatchRecords-len(a.buf))
+	if err != nil {
+		w.count(func(s *Stats) { s.Retries++ })
+		w.o.Logger.Warn("lorry: read queue", "partition", p, "err", err)
+		return nil // try again at the next poll
+	}
+	if len(recs) > 0 {
+		took := w.now().Sub(readStart)
+		w.count(func(s *Stats) { s.ReadTime += took })
+	}
+	for _, r := range recs {
+		if a.full() {
+			break
+		}
+		if r.Offset != a.next {
+			return fmt.Errorf("lorry: partition %d: queue returned offset %d, want %d", p, r.Offset, a.next)
+		}
+		if len(a.buf) == 0 {
+			a.firstSeen = w.now()
+		}
+		a.buf = append(a.buf, r)
+		a.bytes += int64(len(r.Value)) + 64
+		a.next++
+	}
+	a.setBuffered()
+	a.caughtUp = a.next >= end
+	return nil
+}
+
+// due reports whether the buffered records make a batch now, and otherwise
+// how long until the oldest of them reaches MaxBatchAge.
+func (a *accum) due() (bool, time.Duration) {
+	if len(a.buf) == 0 {
+		return false, a.w.o.PollInterval
+	}
+	oldest := a.firstSeen
+	if c := a.buf[0].CommittedAt; c > 0 && time.UnixMilli(c).Before(oldest) {
+		oldest = time.UnixMilli(c)
+	}
+	left := a.w.o.MaxBatchAge - a.w.now().Sub(oldest)
+	drained := a.pt.drainTo >= 0 && a.next >= a.pt.drainTo
+	return a.full() || left <= 0 || drained, min(a.w.o.PollInterval, left)
+}
+
+// pending names the batch of every buffered record.
+func (a *accum) pending() Pending {
+	first, last := a.buf[0].Offset, a.buf[len(a.buf)-1].Offset
+	return Pending{ID: BatchID(a.w.storeID, a.pt.id, first, last), First: first, Last: last}
+}
+
+// take hands the buffered records over if they are exactly pend's.
+func (a *accum) take(pend Pending) []pillar.ExportRecord {
+	if len(a.buf) == 0 || a.buf[0].Offset != pend.First || a.buf[len(a.buf)-1].Offset != pend.Last {
+		return nil
+	}
+	recs := a.buf
+	a.buf, a.inflight, a.bytes = nil, a.bytes, 0
+	a.setBuffered()
+	return recs
+}
+
+// delivered forgets the batch in flight.
+func (a *accum) delivered() {
+	a.inflight = 0
+	a.setBuffered()
+}
+
+func (a *accum) setBuffered() {
+	w := a.w
+	n := a.bytes + a.inflight
+	w.bufs.Add(n - a.pt.buffered.Swap(n))
+	for {
+		cur, peak := w.bufs.Load(), w.peak.Load()
+		if cur <= peak || w.peak.CompareAndSwap(peak, cur) {
+			break
+		}
+	}
+}
+
+// followUp is called once before a batch's offset commit: it reads what
+// arrived meanwhile and, if that makes a batch already, names it, so the
+// same commit records it as pending (one store commit per batch while the
+// queue is busy, instead of two).
+func (a *accum) followUp(ctx context.Context) *Pending {
+	for {
+		if err := a.fill(ctx); err != nil {
+			return nil
+		}
+		if a.caughtUp || a.full() {
+			break
+		}
+	}
+	if ok, _ := a.due(); ok {
+		p := a.pending()
+		return &p
+	}
+	return nil
+}
+
 // runPartition delivers one held partition until it is told to stop, the
 // context ends, a Drain target is reached or the lease is lost.
 func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) (err error) {
@@ -97,34 +221,34 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 		}
 		l.release()
 	}()
+	a := &accum{w: w, pt: pt, next: st.Offset}
+	defer func() {
+		a.buf, a.bytes, a.inflight = nil, 0, 0
+		a.setBuffered()
+	}()
 	if st.Pending != nil {
 		w.o.Logger.Info("lorry: finishing a pending batch", "partition", p, "batch", st.Pending.ID)
-		if err := w.deliver(ctx, l, *st.Pending, nil); err != nil {
-			return err
-		}
 	}
-	var (
-		buf       []pillar.ExportRecord
-		bufBytes  int64
-		firstSeen time.Time
-		next      = l.st.Offset
-	)
-	setBuffered := func(n int64) {
-		w.bufs.Add(n - pt.buffered.Swap(n))
-		for {
-			cur, peak := w.bufs.Load(), w.peak.Load()
-			if cur <= peak || w.peak.CompareAndSwap(peak, cur) {
-				break
-			}
-		}
-	}
-	defer setBuffered(0)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if err := w.hook("poll", p); err != nil {
 			return err
+		}
+		if pend := l.st.Pending; pend != nil {
+			// Recorded before: by a previous holder, by a crashed run, or
+			// by the last commit as the follow-up batch.
+			recs := a.take(*pend)
+			if recs == nil { // not in memory: read it again from the queue
+				a.buf, a.bytes, a.next = nil, 0, pend.Last+1
+				a.setBuffered()
+			}
+			if err := w.deliver(ctx, l, *pend, recs, a.followUp); err != nil {
+				return err
+			}
+			a.delivered()
+			continue
 		}
 		if pt.release.Load() {
 			w.o.Logger.Info("lorry: giving partition back", "partition", p)
@@ -133,56 +257,19 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 		if pt.drainTo >= 0 && l.st.Offset >= pt.drainTo {
 			return nil
 		}
-		caughtUp := true
-		if bufBytes < w.o.MaxBatchBytes && len(buf) < w.o.MaxBatchRecords {
-			readStart := w.now()
-			recs, end, rerr := w.read(ctx, p, next, pt.drainTo, w.o.MaxBatchRecords-len(buf))
-			if len(recs) > 0 {
-				took := w.now().Sub(readStart)
-				w.count(func(s *Stats) { s.ReadTime += took })
-			}
-			if rerr != nil {
-				w.count(func(s *Stats) { s.Retries++ })
-				w.o.Logger.Warn("lorry: read queue", "partition", p, "err", rerr)
-			}
-			for _, r := range recs {
-				if bufBytes >= w.o.MaxBatchBytes || len(buf) >= w.o.MaxBatchRecords {
-					break
-				}
-				if r.Offset != next {
-					return fmt.Errorf("lorry: partition %d: queue returned offset %d, want %d", p, r.Offset, next)
-				}
-				if len(buf) == 0 {
-					firstSeen = w.now()
-				}
-				buf = append(buf, r)
-				bufBytes += int64(len(r.Value)) + 64
-				next++
-			}
-			setBuffered(bufBytes)
-			caughtUp = next >= end || rerr != nil
+		if err := a.fill(ctx); err != nil {
+			return err
 		}
-		full := bufBytes >= w.o.MaxBatchBytes || len(buf) >= w.o.MaxBatchRecords
-		var wait time.Duration = w.o.PollInterval
-		if len(buf) > 0 {
-			oldest := firstSeen
-			if c := buf[0].CommittedAt; c > 0 && time.UnixMilli(c).Before(oldest) {
-				oldest = time.UnixMilli(c)
+		ok, wait := a.due()
+		if ok {
+			pend := a.pending()
+			if err := w.deliver(ctx, l, pend, a.take(pend), a.followUp); err != nil {
+				return err
 			}
-			left := w.o.MaxBatchAge - w.now().Sub(oldest)
-			drained := pt.drainTo >= 0 && next >= pt.drainTo
-			if full || left <= 0 || drained {
-				pend := Pending{ID: BatchID(w.storeID, p, buf[0].Offset, buf[len(buf)-1].Offset), First: buf[0].Offset, Last: buf[len(buf)-1].Offset}
-				if err := w.deliver(ctx, l, pend, buf); err != nil {
-					return err
-				}
-				buf, bufBytes = nil, 0
-				setBuffered(0)
-				continue
-			}
-			wait = min(wait, left)
+			a.delivered()
+			continue
 		}
-		if !caughtUp && !full {
+		if !a.caughtUp && !a.full() {
 			continue
 		}
 		if err := l.renewIfDue(ctx); err != nil {
@@ -251,8 +338,10 @@ func (w *Worker) readRange(ctx context.Context, p int, first, last int64) ([]pil
 // deliver takes one batch (offsets pend.First..pend.Last) through the four
 // steps, each retried until it succeeds: record it as pending, upload it
 // (unless an earlier attempt did), register it, commit the new offset.
-// recs may be nil: the records are then read again from the queue.
-func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pillar.ExportRecord) error {
+// recs may be nil: the records are then read again from the queue. followUp,
+// when not nil, may name the next batch, which the offset commit then
+// records as pending.
+func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pillar.ExportRecord, followUp func(context.Context) *Pending) error {
 	p := l.pt.id
 	start := w.now()
 	mark := start
@@ -316,15 +405,20 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 		return err
 	}
 	n := pend.Last - pend.First + 1
+	var next *Pending
+	if followUp != nil {
+		next = followUp(ctx)
+	}
 	err = w.retry(ctx, l, "commit offset", func() error {
 		return l.cas(ctx, func(cur PartitionState) (PartitionState, error) {
-			if cur.Pending == nil && cur.Batch == pend.ID && cur.Offset == pend.Last+1 {
-				return cur, errUnchanged
+			if cur.Batch == pend.ID && cur.Offset == pend.Last+1 &&
+				(cur.Pending == nil || next != nil && *cur.Pending == *next) {
+				return cur, errUnchanged // an earlier attempt committed after all
 			}
 			if cur.Pending == nil || *cur.Pending != pend {
 				return cur, fmt.Errorf("lorry: partition %d: pending batch changed under %s: %w", p, pend.ID, errLost)
 			}
-			cur.Offset, cur.Batch, cur.Seq, cur.Pending = pend.Last+1, pend.ID, seq, nil
+			cur.Offset, cur.Batch, cur.Seq, cur.Pending = pend.Last+1, pend.ID, seq, next
 			cur.Delivered += n
 			return cur, nil
 		})
@@ -333,6 +427,9 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 		return err
 	}
 	w.count(func(s *Stats) { step(&s.CommitTime)(s) })
+	if next != nil {
+		w.count(func(s *Stats) { s.FollowUps++ })
+	}
 	if err := w.hook("committed", p); err != nil {
 		return err
 	}

@@ -57,6 +57,7 @@ type Stats struct {
 	Deletes      int64 // tombstones among Keys
 	Bytes        int64 // SST bytes uploaded
 	Retries      int64 // failed attempts that were retried
+	FollowUps    int64 // batches recorded as pending by the previous batch's commit
 	Acquired     int64 // leases taken
 	Lost         int64 // leases lost to another worker
 	Held         []int // partitions held now
