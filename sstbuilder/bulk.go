@@ -366,14 +366,14 @@ func (eb *exportBuild) partition(ctx context.Context, p int) (PartitionResult, e
 		}
 		var rows Rows = r
 		if o.Progress != nil {
-			rows = &countingRows{Rows: r, p: o.Progress}
+			rows = &stableCountingRows{countingRows{Rows: r, p: o.Progress}}
 		}
 		m, paths, res.Stats, err = buildPartition(ctx, rows, &BuildOptions{
 			Dir: dir, Partition: p, Partitions: meta.Partitions, Kind: meta.Kind, BatchID: bid, Source: source,
 			Table: o.Table, TargetFileSize: o.TargetFileSize, MaxValueSize: o.MaxValueSize, Now: o.Now, Logger: o.Logger,
 		})
 		r.Close()
-		if cr, ok := rows.(*countingRows); ok {
+		if cr, ok := rows.(*stableCountingRows); ok {
 			cr.flush()
 		}
 		if errors.Is(err, ErrEmpty) {
@@ -439,7 +439,8 @@ func filesIntact(m *batch.Manifest, paths []string) bool {
 	return true
 }
 
-// countingRows reports rows to a Progress in steps of 256.
+// countingRows reports rows to a Progress in steps of 256. It is as stable
+// as the Rows it wraps.
 type countingRows struct {
 	Rows
 	p Progress
@@ -514,3 +515,8 @@ func UploadExport(ctx context.Context, store objstore.Store, dir, prefix string)
 	}
 	return nil
 }
+
+// stableCountingRows counts the rows of a PartitionReader (stable rows).
+type stableCountingRows struct{ countingRows }
+
+func (*stableCountingRows) stable() {}

@@ -53,7 +53,7 @@ type PartitionReader struct {
 	rows      int64
 	bytes     int64
 	row       Row
-	key       [pillar.KeySize]byte
+	keys      []byte // decoded keys of the current batch, KeySize bytes each
 	err       error
 	done      bool
 }
@@ -128,6 +128,9 @@ func (r *PartitionReader) Next() bool {
 		}
 		b := <-r.batches
 		r.buf, r.i = b.rows, 0
+		// A fresh key buffer per batch, like Parquet's fresh value slices:
+		// rows stay valid after Next (see stable).
+		r.keys = make([]byte, len(b.rows)*pillar.KeySize)
 		if b.err != nil {
 			r.err = fmt.Errorf("sstbuilder: export partition %d: %s: read row %d: %w", r.partition, r.name, r.rows, b.err)
 			return false
@@ -141,17 +144,18 @@ func (r *PartitionReader) Next() bool {
 		}
 	}
 	er := &r.buf[r.i]
+	key := r.keys[r.i*pillar.KeySize : (r.i+1)*pillar.KeySize]
 	r.i++
 	r.rows++
 	if len(er.PageKey) != 2*pillar.KeySize {
 		r.err = fmt.Errorf("sstbuilder: export partition %d: row %d: key %q: %w", r.partition, r.rows-1, er.PageKey, ErrBadKey)
 		return false
 	}
-	if _, err := hex.Decode(r.key[:], []byte(er.PageKey)); err != nil {
+	if _, err := hex.Decode(key, []byte(er.PageKey)); err != nil {
 		r.err = fmt.Errorf("sstbuilder: export partition %d: row %d: key %q: %w", r.partition, r.rows-1, er.PageKey, ErrBadKey)
 		return false
 	}
-	r.row = Row{Key: r.key[:], Seq: er.Seq, Value: er.Value}
+	r.row = Row{Key: key, Seq: er.Seq, Value: er.Value}
 	switch er.Op {
 	case pillar.OpPut:
 	case pillar.OpDelete:
@@ -164,8 +168,12 @@ func (r *PartitionReader) Next() bool {
 	return true
 }
 
-// Row returns the current row; it is valid until the next call to Next.
+// Row returns the current row. Unlike the general Rows contract, it stays
+// valid after Next: every batch is decoded into fresh memory.
 func (r *PartitionReader) Row() Row { return r.row }
+
+// stable lets the Builder hold a row back without copying it.
+func (r *PartitionReader) stable() {}
 
 // Err returns the error that stopped Next, if any.
 func (r *PartitionReader) Err() error { return r.err }
