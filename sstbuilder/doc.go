@@ -38,7 +38,14 @@
 // Every row's key belongs to the file's partition
 // (BigEndian.Uint64(key[0:8]) % partitions). Write exports with ExportWriter
 // (all partitions from one process) or PartitionWriter plus WriteExportMeta
-// (one partition per task, as the export MapReduce does).
+// (one partition per task, as the export MapReduce does: each task writes
+// its p<NNNNN>.parquet and returns the ExportFile entry; the job writes
+// export.json once every task has succeeded). Parquet files are
+// snappy-compressed, 256 rows per row group by default.
+//
+// An export may also live in an object store under a prefix (same layout;
+// UploadExport copies a local one there, export.json last). BuildExport then
+// downloads one partition file at a time into its work directory.
 //
 // # Batches
 //
@@ -61,8 +68,23 @@
 // # Concurrency
 //
 // A Builder is used by one goroutine. BuildExport builds partitions in
-// parallel (BuildExportOptions.Parallelism), each with its own Builder; it is
-// resumable: a partition whose batch manifest already exists for the same
-// input checksum, or which the local state file records as built from it, is
-// not rebuilt.
+// parallel (ExportBuildOptions.Parallelism), each with its own Builder. While
+// a Builder writes, a goroutine decodes the next Parquet rows and another
+// hashes the SST file as it grows, so the build costs little more wall time
+// than the SST writing itself when cores are free.
+//
+// # Resume
+//
+// BuildExport records each partition's progress in <work-dir>/state.json
+// (input checksum, manifest, local files, uploaded, sequence). A rerun:
+//   - skips a partition whose manifest is already in the store with the same
+//     source ("export:<id>:p<NNNNN>:sha256=<input checksum>"), and only
+//     registers it again (registration is idempotent by batch id);
+//   - uploads, without rebuilding, a partition built from the same input
+//     whose files are still in the work directory;
+//   - rebuilds anything else. A different input under the same batch id is
+//     ErrBatchExists, never an overwrite.
+//
+// A batch is registered only after its manifest is stored; when the store is
+// down (retries exhausted) BuildExport fails and registers nothing more.
 package sstbuilder
