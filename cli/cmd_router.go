@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -251,8 +250,8 @@ func benchRead(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprint(os.Stdout, rep.Markdown())
-	fmt.Fprintf(os.Stdout, "\nwritten to %s (results.md, results.json, latency.png)\n", o.Out)
+	fmt.Fprint(c.App.Writer, rep.Markdown())
+	fmt.Fprintf(c.App.Writer, "\nwritten to %s (results.md, results.json, latency.png)\n", o.Out)
 	return nil
 }
 

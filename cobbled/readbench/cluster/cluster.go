@@ -350,7 +350,9 @@ func (m *Member) serve(addr string) error {
 	if err != nil {
 		return fmt.Errorf("cluster: %s: listen %s: %w", m.ID, addr, err)
 	}
-	m.Addr = lis.Addr().String()
+	if m.Addr == "" {
+		m.Addr = lis.Addr().String() // first start only: GetRouting reads it without m.mu
+	}
 	m.srv = m.node.NewGRPCServer()
 	m.up = true
 	go m.srv.Serve(lis)
