@@ -190,6 +190,8 @@ func runLatency(b *testing.B, parts, rate, seconds, size int, age time.Duration)
 	latest := map[string]uint64{}
 	start := time.Now()
 	var id uint64
+	var commitTime time.Duration
+	var commits int
 	b.ResetTimer()
 	for time.Since(start) < time.Duration(seconds)*time.Second {
 		due := uint64(time.Since(start).Seconds()*float64(rate)) - id
@@ -210,8 +212,11 @@ func runLatency(b *testing.B, parts, rate, seconds, size int, age time.Duration)
 			offsets[p]++
 			latest[k] = id
 		}
+		cstart := time.Now()
 		must(b, tx.Commit(ctx))
 		now := time.Now()
+		commitTime += now.Sub(cstart)
+		commits++
 		for _, u := range batchUps {
 			u.at = now
 			ups = append(ups, u)
@@ -319,6 +324,7 @@ func runLatency(b *testing.B, parts, rate, seconds, size int, age time.Duration)
 	b.ReportMetric(float64(len(ups))/produced.Seconds(), "updates/s")
 	b.ReportMetric(float64(pct(0.50))/float64(age), "p50/batch_age")
 	b.ReportMetric(float64(st.Records)/float64(max(1, st.Batches)), "records/batch")
+	b.Logf("producer: %d commits, %v each on average (the store's commit lock is held for most of it)", commits, commitTime/time.Duration(max(1, commits)))
 	b.Logf("lorry time per batch: read %v, pending %v, build+upload %v, register %v, commit %v",
 		st.ReadTime/time.Duration(max(1, st.Batches)), st.PendingTime/time.Duration(max(1, st.Batches)),
 		st.UploadTime/time.Duration(max(1, st.Batches)), st.RegisterTime/time.Duration(max(1, st.Batches)),
