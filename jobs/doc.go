@@ -73,8 +73,9 @@
 // operation runs inside a YTsaurus transaction (the caller's, when Op.Tx
 // implements YTTxer, else one of the runner's, committed on success), so a
 // failed or cancelled operation leaves no output table; cancelling ctx
-// aborts the operation. Reduce needs inputs sorted by SortBy on the cluster
-// (run Sort first); the local runner sorts them itself.
+// aborts the operation. A Reduce input not sorted by SortBy on the cluster
+// is sorted into a temporary table first (YTsaurus reduces sorted tables
+// only; the local runner sorts every Reduce input itself).
 //
 // The job protocol is tested without a cluster: a fake yt.Client records
 // what the SDK sends and runs each job through internal/exechost, which

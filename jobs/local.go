@@ -545,6 +545,10 @@ func (r *run) inputTypes(jobTypes []any) ([]reflect.Type, error) {
 	if types == nil {
 		types = jobTypes
 	}
+	if len(types) == 1 && len(r.op.Inputs) > 1 {
+		// One type for all inputs.
+		types = slices.Repeat(types, len(r.op.Inputs))
+	}
 	out := make([]reflect.Type, len(r.op.Inputs))
 	for i, in := range r.op.Inputs {
 		if i >= len(types) || types[i] == nil {

@@ -73,8 +73,8 @@ type Op struct {
 	Inputs []string
 	// InputTypes are the row types of the inputs, used where the runner
 	// itself must decode input rows (the grouping of Reduce, Sort). The
-	// default value is the reducer's InputTypes(); for Sort, the output's
-	// RowType.
+	// default value is the reducer's InputTypes() (a single type serves
+	// every input); for Sort, the output's RowType.
 	InputTypes []any
 	// Outputs are the output tables; a job writes output i through out[i].
 	Outputs []Output

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +32,9 @@ type YTOptions struct {
 	// process. The default value "" uploads the running executable instead,
 	// as the SDK does; that only works when it was built without cgo.
 	JobBinary string
+	// TmpDir holds temporary tables (reduce inputs sorted for a Reduce).
+	// The default value is "//tmp/pillar/tmp".
+	TmpDir ypath.Path
 	// BinaryCache is the Cypress directory of the file cache the job binary
 	// is uploaded to (by MD5, so an unchanged binary is uploaded once). The
 	// default value is "//tmp/pillar/bin_cache".
@@ -52,6 +56,9 @@ type YTOptions struct {
 func (o *YTOptions) ensureDefaults() {
 	if o.Root == "" {
 		o.Root = "//home/pillar"
+	}
+	if o.TmpDir == "" {
+		o.TmpDir = "//tmp/pillar/tmp"
 	}
 	if o.BinaryCache == "" {
 		o.BinaryCache = "//tmp/pillar/bin_cache"
@@ -214,8 +221,10 @@ func (y *YT) Map(ctx context.Context, mapper mapreduce.Job, op *Op) error {
 	})
 }
 
-// Reduce implements Runner. The inputs must be sorted by op.SortBy on the
-// cluster (run Sort first), as YTsaurus requires.
+// Reduce implements Runner. YTsaurus reduces sorted tables only: an input
+// not sorted by op.SortBy (its sorted_by attribute) is first sorted into a
+// temporary table inside the operation's transaction, removed before the
+// commit, so Reduce accepts the same inputs as the local runner.
 func (y *YT) Reduce(ctx context.Context, reducer mapreduce.Job, op *Op) error {
 	return y.run(ctx, KindReduce, op, []any{reducer}, func(mr mapreduce.Client, s *spec.Spec, oo []mapreduce.OperationOption) (mapreduce.Operation, error) {
 		return mr.Reduce(reducer, s, oo...)
@@ -295,6 +304,12 @@ func (y *YT) run(ctx context.Context, k Kind, op *Op, jobsOf []any, start startF
 	}()
 	mr := mapreduce.New(y.yc, mapreduce.WithContext(ctx)).WithTx(tx)
 	started := time.Now()
+	var temps []ypath.Path
+	if k == KindReduce {
+		if temps, err = y.sortInputs(ctx, mr, tx, s, log); err != nil {
+			return fmt.Errorf("jobs: %s: %w", title, err)
+		}
+	}
 	o, err := start(mr, s, oo)
 	if err != nil {
 		return fmt.Errorf("jobs: %s: start operation: %w", title, err)
@@ -302,6 +317,11 @@ func (y *YT) run(ctx context.Context, k Kind, op *Op, jobsOf []any, start startF
 	log.Info("jobs: operation started", "id", o.ID().String())
 	if err := y.wait(ctx, o.ID(), op, log); err != nil {
 		return fmt.Errorf("jobs: %s: operation %s: %w", title, o.ID(), err)
+	}
+	for _, p := range temps {
+		if err := tx.RemoveNode(ctx, p, &yt.RemoveNodeOptions{Force: true}); err != nil {
+			return fmt.Errorf("jobs: %s: remove temporary table %s: %w", title, p, err)
+		}
 	}
 	if own {
 		if err := tx.Commit(); err != nil {
@@ -313,6 +333,39 @@ func (y *YT) run(ctx context.Context, k Kind, op *Op, jobsOf []any, start startF
 	}
 	log.Info("jobs: operation completed", "id", o.ID().String(), "elapsed", time.Since(started))
 	return nil
+}
+
+// sortInputs sorts the reduce inputs that are not sorted by s.SortBy into
+// temporary tables under YTOptions.TmpDir and points s at them.
+func (y *YT) sortInputs(ctx context.Context, mr mapreduce.Client, tx yt.Tx, s *spec.Spec, log *slog.Logger) ([]ypath.Path, error) {
+	var temps []ypath.Path
+	for i, in := range s.InputTablePaths {
+		var attrs struct {
+			SortedBy []string `yson:"sorted_by"`
+		}
+		p := in.YPath()
+		if err := tx.GetNode(ctx, p.Attrs(), &attrs, &yt.GetNodeOptions{Attributes: []string{"sorted_by"}}); err != nil {
+			return nil, fmt.Errorf("input %s: %w", p, err)
+		}
+		if len(attrs.SortedBy) >= len(s.SortBy) && slices.Equal(attrs.SortedBy[:len(s.SortBy)], s.SortBy) {
+			continue
+		}
+		tmp := y.opts.TmpDir.Child(guid.New().String())
+		if _, err := tx.CreateNode(ctx, tmp, yt.NodeTable, &yt.CreateNodeOptions{Recursive: true}); err != nil {
+			return nil, fmt.Errorf("temporary table for %s: %w", p, err)
+		}
+		temps = append(temps, tmp)
+		so, err := mr.Sort(spec.Sort().AddInput(p).SetOutput(tmp).SortByColumns(s.SortBy...))
+		if err != nil {
+			return nil, fmt.Errorf("sort input %s: %w", p, err)
+		}
+		log.Info("jobs: sorting reduce input", "input", p.String(), "sort_by", s.SortBy, "id", so.ID().String())
+		if err := y.wait(ctx, so.ID(), &Op{}, log); err != nil {
+			return nil, fmt.Errorf("sort input %s: operation %s: %w", p, so.ID(), err)
+		}
+		s.InputTablePaths[i] = tmp
+	}
+	return temps, nil
 }
 
 // wait polls the operation until it finishes, reporting job counts as

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,9 +30,10 @@ import (
 )
 
 type fakeNode struct {
-	typ  yt.NodeType
-	rows [][]byte // tables: YSON maps
-	data []byte   // files
+	typ      yt.NodeType
+	rows     [][]byte // tables: YSON maps
+	data     []byte   // files
+	sortedBy []string // tables: the sorted_by attribute
 }
 
 type fakeOp struct {
@@ -79,7 +81,7 @@ type view struct {
 func (v view) get(p string) *fakeNode {
 	if v.tx != nil {
 		if n, ok := v.tx.overlay[p]; ok {
-			return n
+			return n // nil: removed in the transaction
 		}
 	}
 	return v.c.nodes[p]
@@ -124,7 +126,11 @@ func (v view) GetNode(ctx context.Context, path ypath.YPath, result any, o *yt.G
 	if n == nil {
 		return yterrors.Err(yterrors.CodeResolveError, "no such node", yterrors.Attr("path", p))
 	}
-	b, err := yson.Marshal(map[string]any{"type": n.typ, "row_count": len(n.rows)})
+	attrs := map[string]any{"type": n.typ, "row_count": len(n.rows)}
+	if n.sortedBy != nil {
+		attrs["sorted_by"] = n.sortedBy
+	}
+	b, err := yson.Marshal(attrs)
 	if err != nil {
 		return err
 	}
@@ -291,6 +297,14 @@ func (t *fakeTx) StartOperation(ctx context.Context, typ yt.OperationType, s any
 	return view{t.c, t}.StartOperation(ctx, typ, s, o)
 }
 
+func (t *fakeTx) RemoveNode(ctx context.Context, path ypath.YPath, o *yt.RemoveNodeOptions) error {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	t.c.record("RemoveNode %s (tx)", pathOf(path))
+	t.overlay[pathOf(path)] = nil
+	return nil
+}
+
 func (t *fakeTx) Commit() error {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
@@ -299,7 +313,11 @@ func (t *fakeTx) Commit() error {
 		return yterrors.Err("transaction finished")
 	}
 	for p, n := range t.overlay {
-		t.c.nodes[p] = n
+		if n == nil {
+			delete(t.c.nodes, p)
+		} else {
+			t.c.nodes[p] = n
+		}
 	}
 	t.ended = true
 	close(t.done)
@@ -379,6 +397,10 @@ func (c *fakeYT) execute(ctx context.Context, v view, id yt.OperationID, s *spec
 		if n == nil {
 			c.mu.Unlock()
 			return fail("input table %s is missing", pathOf(p))
+		}
+		if s.Type == yt.OperationReduce && (len(n.sortedBy) < len(s.SortBy) || !slices.Equal(n.sortedBy[:len(s.SortBy)], s.SortBy)) {
+			c.mu.Unlock()
+			return fail("input table %s is not sorted by %v (sorted_by %v)", pathOf(p), s.SortBy, n.sortedBy)
 		}
 		for ri, r := range n.rows {
 			inputs = append(inputs, exechost.Row{Table: ti, Index: int64(ri), YSON: r})
@@ -505,7 +527,7 @@ func (c *fakeYT) execute(ctx context.Context, v view, id yt.OperationID, s *spec
 				rows = append(rows, r.YSON)
 			}
 		}
-		outTables = []ypath.YPath{s.OutputTablePath}
+		outTables = []ypath.YPath{ypath.NewRich(string(s.OutputTablePath.YPath())).SetSortedBy(s.SortBy)}
 		results = [][][]byte{rows}
 	default:
 		return fail("operation type %s is not supported by the fake", s.Type)
@@ -520,6 +542,9 @@ func (c *fakeYT) execute(ctx context.Context, v view, id yt.OperationID, s *spec
 			}
 		}
 		n.rows = append(n.rows, results[i]...)
+		if r, ok := p.(*ypath.Rich); ok {
+			n.sortedBy = r.SortedBy
+		}
 		v.put(pathOf(p), n)
 	}
 	return op
