@@ -123,6 +123,17 @@ func cleanupPartition(ctx context.Context, o *CleanupOptions, sid string, p int,
 		if ps.Pending != nil && ps.Pending.ID == id {
 			continue // being delivered right now
 		}
+		objs := byID[id]
+		hasManifest := false
+		for _, info := range objs {
+			hasManifest = hasManifest || path.Base(info.Key) == "manifest.json"
+		}
+		if hasManifest && len(objs) == 2 {
+			// The usual complete batch: one SST and its manifest. The
+			// manifest names at least one file and was written after all of
+			// them, so the other object is the named SST: nothing to read.
+			continue
+		}
 		named := map[string]bool{"manifest.json": true}
 		m, err := sstbuilder.ReadManifest(ctx, o.Objects, p, id)
 		switch {
@@ -136,7 +147,7 @@ func cleanupPartition(ctx context.Context, o *CleanupOptions, sid string, p int,
 			o.Logger.Warn("lorry: cleanup: unreadable manifest, batch left alone", "partition", p, "batch", id, "err", err)
 			continue
 		}
-		for _, info := range byID[id] {
+		for _, info := range objs {
 			if named[path.Base(info.Key)] {
 				continue
 			}
