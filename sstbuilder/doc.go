@@ -41,7 +41,8 @@
 // (one partition per task, as the export MapReduce does: each task writes
 // its p<NNNNN>.parquet and returns the ExportFile entry; the job writes
 // export.json once every task has succeeded). Parquet files are
-// snappy-compressed, 256 rows per row group by default.
+// snappy-compressed; a row group holds at most 256 rows or 4 MiB of values
+// by default, which bounds the writer's memory per partition.
 //
 // An export may also live in an object store under a prefix (same layout;
 // UploadExport copies a local one there, export.json last). BuildExport then

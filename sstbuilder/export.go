@@ -178,9 +178,12 @@ func writeFileAtomic(path string, data []byte) error {
 // PartitionWriterOptions configure a PartitionWriter. A nil pointer means
 // the defaults.
 type PartitionWriterOptions struct {
-	// RowGroupRows is the number of rows buffered per Parquet row group. The
-	// default value is 256 (about 12 MiB of ~50 KB values).
+	// RowGroupRows caps the rows of one Parquet row group. The default value
+	// is 256.
 	RowGroupRows int
+	// RowGroupBytes caps the value bytes of one row group; the writer buffers
+	// about this much per partition. The default value is 4 MiB.
+	RowGroupBytes int
 }
 
 // PartitionWriter writes one partition file of an export. Rows must come
@@ -195,7 +198,9 @@ type PartitionWriter struct {
 	cw         *countWriter
 	pw         *parquet.GenericWriter[ExportRow]
 	buf        []ExportRow
-	rowGroup   int
+	bufBytes   int
+	groupBytes int // value bytes in the open row group
+	groupMax   int
 	rows       int64
 	lastKey    string
 	lastSeq    int64
@@ -226,6 +231,9 @@ func NewPartitionWriter(dir string, partition, partitions int, opts *PartitionWr
 	if o.RowGroupRows <= 0 {
 		o.RowGroupRows = 256
 	}
+	if o.RowGroupBytes <= 0 {
+		o.RowGroupBytes = 4 << 20
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("sstbuilder: export %s: %w", dir, err)
 	}
@@ -233,7 +241,7 @@ func NewPartitionWriter(dir string, partition, partitions int, opts *PartitionWr
 	if err != nil {
 		return nil, fmt.Errorf("sstbuilder: export %s: %w", dir, err)
 	}
-	w := &PartitionWriter{dir: dir, partition: partition, partitions: partitions, f: f, h: sha256.New(), rowGroup: o.RowGroupRows}
+	w := &PartitionWriter{dir: dir, partition: partition, partitions: partitions, f: f, h: sha256.New(), groupMax: o.RowGroupBytes}
 	w.cw = &countWriter{w: io.MultiWriter(f, w.h)}
 	w.pw = parquet.NewGenericWriter[ExportRow](w.cw, parquet.Compression(&snappy.Codec{}), parquet.MaxRowsPerRowGroup(int64(o.RowGroupRows)))
 	return w, nil
@@ -271,7 +279,8 @@ func (w *PartitionWriter) Write(row ExportRow) error {
 	w.lastKey, w.lastSeq = row.PageKey, row.Seq
 	w.rows++
 	w.buf = append(w.buf, row)
-	if len(w.buf) >= w.rowGroup {
+	w.bufBytes += len(row.Value) + len(row.PageKey) + 16
+	if len(w.buf) >= 64 || w.bufBytes >= 1<<20 || w.groupBytes+w.bufBytes >= w.groupMax {
 		return w.flush()
 	}
 	return nil
@@ -285,8 +294,16 @@ func (w *PartitionWriter) flush() error {
 		w.err = fmt.Errorf("sstbuilder: export partition %d: write parquet: %w", w.partition, err)
 		return w.err
 	}
+	w.groupBytes += w.bufBytes
 	clear(w.buf)
-	w.buf = w.buf[:0]
+	w.buf, w.bufBytes = w.buf[:0], 0
+	if w.groupBytes >= w.groupMax { // end the row group: bounded memory per partition
+		if err := w.pw.Flush(); err != nil {
+			w.err = fmt.Errorf("sstbuilder: export partition %d: write parquet: %w", w.partition, err)
+			return w.err
+		}
+		w.groupBytes = 0
+	}
 	return nil
 }
 
@@ -339,9 +356,10 @@ type ExportOptions struct {
 	ID string
 	// Source describes where the rows come from. The default value is "".
 	Source string
-	// RowGroupRows per Parquet row group. The default value is 256. Every
-	// partition with rows buffers up to one row group until Close.
-	RowGroupRows int
+	// RowGroupRows and RowGroupBytes: see PartitionWriterOptions. Every
+	// partition with rows buffers up to one row group, so memory is about
+	// partitions × RowGroupBytes (default 4 MiB).
+	RowGroupRows, RowGroupBytes int
 	// Now is the clock. The default value is time.Now.
 	Now func() time.Time
 }
@@ -399,7 +417,7 @@ func (w *ExportWriter) Write(row ExportRow) error {
 	p := k.Partition(w.meta.Partitions)
 	pw := w.parts[p]
 	if pw == nil {
-		pw, err = NewPartitionWriter(w.dir, p, w.meta.Partitions, &PartitionWriterOptions{RowGroupRows: w.opts.RowGroupRows})
+		pw, err = NewPartitionWriter(w.dir, p, w.meta.Partitions, &PartitionWriterOptions{RowGroupRows: w.opts.RowGroupRows, RowGroupBytes: w.opts.RowGroupBytes})
 		if err != nil {
 			w.err = err
 			return err

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parquet-go/parquet-go"
+
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -194,5 +196,36 @@ func TestPartitionReaderEarlyClose(t *testing.T) {
 	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Row groups are cut by bytes, bounding the writer's memory per partition.
+func TestPartitionWriterRowGroupBytes(t *testing.T) {
+	dir := t.TempDir()
+	w, err := NewPartitionWriter(dir, 0, 1, &PartitionWriterOptions{RowGroupBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	val := bytes.Repeat([]byte("v"), 10<<10)
+	for _, k := range pageKeys(100, 0, 1) {
+		if err := w.Write(ExportRow{PageKey: hex.EncodeToString(k), Op: "put", Value: val}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ef, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(filepath.Join(dir, ef.Name))
+	defer f.Close()
+	pf, err := parquet.OpenFile(f, ef.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(pf.RowGroups()); n < 10 {
+		t.Fatalf("%d row groups for 1 MB at 64 KiB each", n)
+	}
+	if pf.NumRows() != 100 {
+		t.Fatalf("%d rows", pf.NumRows())
 	}
 }
