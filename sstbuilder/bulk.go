@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pillarkit/pillar/internal/batch"
@@ -174,6 +175,11 @@ func BuildExport(ctx context.Context, opts *ExportBuildOptions) (*ExportBuildRes
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return nil, fmt.Errorf("sstbuilder: work dir: %w", err)
 	}
+	unlock, err := lockWorkDir(o.WorkDir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	eb := &exportBuild{o: o, meta: meta, statePath: filepath.Join(o.WorkDir, "state.json"), inputDir: o.Export}
 	if o.ExportStore != nil {
 		eb.inputDir = filepath.Join(o.WorkDir, "input")
@@ -520,3 +526,24 @@ func UploadExport(ctx context.Context, store objstore.Store, dir, prefix string)
 type stableCountingRows struct{ countingRows }
 
 func (*stableCountingRows) stable() {}
+
+// ErrBusy: another BuildExport holds the work directory.
+var ErrBusy = errors.New("work directory in use by another build")
+
+// lockWorkDir takes an exclusive flock on <dir>/lock, released by the
+// returned function or when the process dies (so a crash leaves no stale
+// lock).
+func lockWorkDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("sstbuilder: work dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sstbuilder: work dir %s: %w (%v)", dir, ErrBusy, err)
+	}
+	return func() {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}

@@ -354,3 +354,22 @@ func TestBuildExportFromS3(t *testing.T) {
 		t.Fatalf("missing remote export: %v", err)
 	}
 }
+
+func TestBuildExportWorkDirLock(t *testing.T) {
+	work := t.TempDir()
+	unlock, err := lockWorkDir(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := t.TempDir()
+	writeExport(t, exp, 1, 3, batch.KindSnapshot, nil)
+	store, _ := objstore.Open(context.Background(), t.TempDir(), nil)
+	opts := &ExportBuildOptions{Export: exp, Store: store, WorkDir: work}
+	if _, err := BuildExport(context.Background(), opts); !errors.Is(err, ErrBusy) {
+		t.Fatalf("second builder on one work dir: %v", err)
+	}
+	unlock()
+	if _, err := BuildExport(context.Background(), opts); err != nil {
+		t.Fatal(err)
+	}
+}
