@@ -90,8 +90,10 @@ and records how far each replica has applied. 'pillar status' shows replica lag.
 Examples:
    pillar control serve --db sqlite:data/control.db --listen 127.0.0.1:7000 --partitions 64 --token-file control.token
    pillar control batches --control 127.0.0.1:7000 --partition 3
-   pillar control nodes --control 127.0.0.1:7000`,
-		Subcommands: []*cli.Command{controlServeCommand(), controlBatchesCommand(), controlRegisterCommand(), controlNodesCommand()},
+   pillar control nodes --control 127.0.0.1:7000
+   pillar control remove-node --token-file control.token --node node-7`,
+		Subcommands: []*cli.Command{controlServeCommand(), controlBatchesCommand(), controlRegisterCommand(), controlNodesCommand(),
+			controlRemoveNodeCommand()},
 	}
 }
 
@@ -395,6 +397,36 @@ func controlNodesCommand() *cli.Command {
 					time.Since(n.LastHeartbeat).Round(time.Second))
 			}
 			return w.Flush()
+		},
+	}
+}
+
+func controlRemoveNodeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "remove-node",
+		Usage: "decommission a node: forget it and reassign its partitions now",
+		Description: `Forgets a node and its progress and reassigns its partitions at once, instead of
+waiting for the reassignment grace period. A node that is still up is refused unless
+--force (it would be routed away from while serving; stop it first).
+
+Examples:
+   pillar control remove-node --control 127.0.0.1:7000 --token-file control.token --node node-7
+   pillar control remove-node --token-file control.token --node node-7 --force`,
+		Flags: controlClientFlags(
+			&cli.StringFlag{Name: "node", Required: true, Usage: "node id"},
+			&cli.BoolFlag{Name: "force", Usage: "remove the node even if it is up"},
+		),
+		Action: func(c *cli.Context) error {
+			cl, err := dialControl(c)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			if err := cl.RemoveNode(c.Context, c.String("node"), c.Bool("force")); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "node %s removed; its partitions are reassigned\n", c.String("node"))
+			return nil
 		},
 	}
 }

@@ -177,6 +177,16 @@ func TestControlServeCLI(t *testing.T) {
 			if err != nil || strings.Count(out, " up ") != 3 {
 				t.Fatalf("nodes: %v\n%s", err, out)
 			}
+			if _, err := runControlCLI(t, ctx, "control", "remove-node", "--control", addr, "--token-file", tokenFile, "--node", "node2"); err == nil {
+				t.Fatal("remove-node of an up node without --force succeeded")
+			}
+			if out, err := runControlCLI(t, ctx, "control", "remove-node", "--control", addr, "--token-file", tokenFile, "--node", "node2", "--force"); err != nil || !strings.Contains(out, "removed") {
+				t.Fatalf("remove-node --force: %v %s", err, out)
+			}
+			out, err = runControlCLI(t, ctx, "control", "nodes", "--control", addr)
+			if err != nil || strings.Contains(out, "node2") {
+				t.Fatalf("nodes after remove-node: %v\n%s", err, out)
+			}
 			cancel()
 			select {
 			case err := <-served:

@@ -227,6 +227,17 @@ func (c *Client) ReportApplied(ctx context.Context, nodeID string, partition int
 	return nil
 }
 
+// RemoveNode decommissions a node: it is forgotten with its progress and
+// its partitions are reassigned. A node that is up is refused (ErrNodeUp)
+// unless force; a removed node that heartbeats gets ErrUnknownNode.
+func (c *Client) RemoveNode(ctx context.Context, nodeID string, force bool) error {
+	_, err := c.rpc.RemoveNode(ctx, &controlpb.RemoveNodeRequest{NodeId: nodeID, Force: force})
+	if err != nil {
+		return fromStatus("remove node "+nodeID, err)
+	}
+	return nil
+}
+
 // GetRouting returns the current routing table.
 func (c *Client) GetRouting(ctx context.Context) (*Routing, error) {
 	return c.WatchRouting(ctx, 0, 0)

@@ -355,6 +355,9 @@ func TestAuth(t *testing.T) {
 			if err := c.ReportApplied(ctx, "n1", 0, 1); !errors.Is(err, ErrUnauthenticated) {
 				t.Errorf("%s: report applied: %v", name, err)
 			}
+			if err := c.RemoveNode(ctx, "n1", true); !errors.Is(err, ErrUnauthenticated) {
+				t.Errorf("%s: remove node: %v", name, err)
+			}
 			// Reads need no token.
 			if _, err := c.ListBatches(ctx, 0, 0, 0, 0); err != nil {
 				t.Errorf("%s: list batches: %v", name, err)
@@ -544,6 +547,77 @@ func TestDownDetectionAndReassignment(t *testing.T) {
 				if rep.State != StateUp {
 					t.Fatalf("after restart p%d: %+v", p, rep)
 				}
+			}
+		}
+	})
+}
+
+func TestRemoveNode(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const P = 12
+		clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+		e := startEnv(t, b.dsn(t), P, func(o *Options) { o.Now = clock.Now })
+		ctx := context.Background()
+		c := e.client
+		var cands []Candidate
+		for i, z := range []string{"a", "b", "c", "a", "b"} {
+			n := Node{fmt.Sprintf("rn%d", i), fmt.Sprintf("127.0.0.1:%d", 9600+i), z}
+			if err := c.RegisterNode(ctx, n); err != nil {
+				t.Fatal(err)
+			}
+			cands = append(cands, Candidate{n.ID, n.Zone})
+		}
+		if _, err := c.RegisterBatch(ctx, manifest("rm-1", 0, P, batch.KindDelta)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ReportApplied(ctx, "rn0", 0, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.RemoveNode(ctx, "rn0", false); !errors.Is(err, ErrNodeUp) {
+			t.Fatalf("remove an up node: %v", err)
+		}
+		if err := c.RemoveNode(ctx, "nobody", true); !errors.Is(err, ErrUnknownNode) {
+			t.Fatalf("remove an unknown node: %v", err)
+		}
+		// rn1 goes quiet past DownAfter, then is removed without force.
+		clock.Add(15 * time.Second)
+		for _, id := range []string{"rn0", "rn2", "rn3", "rn4"} {
+			c.Heartbeat(ctx, id)
+		}
+		if _, err := e.srv.Reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.RemoveNode(ctx, "rn1", false); err != nil {
+			t.Fatalf("remove a down node: %v", err)
+		}
+		if err := c.RemoveNode(ctx, "rn0", true); err != nil {
+			t.Fatalf("force-remove an up node: %v", err)
+		}
+		want := Assign(P, cands[2:], 3)
+		r, err := c.GetRouting(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := 0; p < P; p++ {
+			if got := replicaIDs(r.Replicas[p]); !slices.Equal(got, want[p]) {
+				t.Fatalf("p%d after removals: %v, want %v", p, got, want[p])
+			}
+		}
+		ns, _ := c.ListNodes(ctx)
+		if len(ns) != 3 {
+			t.Fatalf("nodes after removals: %+v", ns)
+		}
+		if err := c.Heartbeat(ctx, "rn0"); !errors.Is(err, ErrUnknownNode) {
+			t.Fatalf("heartbeat of a removed node: %v", err)
+		}
+		// Re-registering brings it back with no progress.
+		if err := c.RegisterNode(ctx, Node{"rn0", "127.0.0.1:9600", "a"}); err != nil {
+			t.Fatal(err)
+		}
+		r, _ = c.GetRouting(ctx)
+		for _, rep := range r.Replicas[0] {
+			if rep.NodeID == "rn0" && rep.AppliedSeq != 0 {
+				t.Fatalf("re-registered node kept its progress: %+v", rep)
 			}
 		}
 	})

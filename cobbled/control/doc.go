@@ -79,7 +79,11 @@
 // server keeps running; calls succeed again once it returns (database/sql
 // reconnects).
 //
-// Security. RegisterBatch, RegisterNode, Heartbeat and ReportApplied need
+// Decommissioning. RemoveNode forgets a node that is not up (or any node,
+// with force) and its progress, and reassigns its partitions at once.
+//
+// Security. RegisterBatch, RegisterNode, Heartbeat, ReportApplied and
+// RemoveNode need
 // "authorization: Bearer <token>"; reads do not. TLS is optional.
 //
 // Concurrency. Store, Server and Client are safe for concurrent use. Assign

@@ -28,6 +28,9 @@ var (
 	// ErrUnavailable: the database cannot be reached; retry later. gRPC
 	// Unavailable.
 	ErrUnavailable = errors.New("control: database unavailable")
+	// ErrNodeUp: RemoveNode of a node that is up (without force). gRPC
+	// FailedPrecondition.
+	ErrNodeUp = errors.New("control: node is up")
 	// ErrUnauthenticated: a mutating call without the right bearer token.
 	// gRPC Unauthenticated.
 	ErrUnauthenticated = errors.New("control: unauthenticated")

@@ -57,6 +57,7 @@ var mutating = map[string]bool{
 	controlpb.Control_RegisterNode_FullMethodName:  true,
 	controlpb.Control_Heartbeat_FullMethodName:     true,
 	controlpb.Control_ReportApplied_FullMethodName: true,
+	controlpb.Control_RemoveNode_FullMethodName:    true,
 }
 
 // UnaryInterceptor checks the bearer token on mutating calls, records
@@ -110,6 +111,7 @@ var sentinelReasons = []struct {
 	{ErrPartitions, codes.FailedPrecondition, "PARTITIONS"},
 	{ErrUnavailable, codes.Unavailable, "UNAVAILABLE"},
 	{ErrUnauthenticated, codes.Unauthenticated, "UNAUTHENTICATED"},
+	{ErrNodeUp, codes.FailedPrecondition, "NODE_UP"},
 }
 
 const errorDomain = "control.pillar"
@@ -257,6 +259,19 @@ func (s *Server) Heartbeat(ctx context.Context, req *controlpb.HeartbeatRequest)
 		return nil, err
 	}
 	return &controlpb.HeartbeatResponse{RoutingVersion: v}, nil
+}
+
+// RemoveNode decommissions a node and reassigns its partitions at once.
+func (s *Server) RemoveNode(ctx context.Context, req *controlpb.RemoveNodeRequest) (*controlpb.RemoveNodeResponse, error) {
+	if err := s.store.RemoveNode(ctx, req.NodeId, req.Force); err != nil {
+		return nil, err
+	}
+	s.o.Logger.Info("control: node removed", "node", req.NodeId, "force", req.Force)
+	v, err := s.Reconcile(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &controlpb.RemoveNodeResponse{RoutingVersion: v}, nil
 }
 
 // ReportApplied records a replica's progress.

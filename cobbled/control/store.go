@@ -590,6 +590,33 @@ func (s *Store) ReportApplied(ctx context.Context, node string, partition int, s
 	return nil
 }
 
+// RemoveNode deletes a node and its progress rows; unless force, only a
+// node that is not up. The caller reconciles afterwards.
+func (s *Store) RemoveNode(ctx context.Context, id string, force bool) error {
+	return s.tx(ctx, "remove node "+id, func(tx *sql.Tx) error {
+		if _, err := s.lockCluster(ctx, tx); err != nil {
+			return err
+		}
+		var state string
+		err := tx.QueryRowContext(ctx, s.q(`SELECT state FROM nodes WHERE id = ?`), id).Scan(&state)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errf(ErrUnknownNode, "remove node: node %q is not registered", id)
+		}
+		if err != nil {
+			return err
+		}
+		if state == StateUp && !force {
+			return errf(ErrNodeUp, "remove node: node %q is up (stop it first, or force)", id)
+		}
+		for _, q := range []string{`DELETE FROM progress WHERE node_id = ?`, `DELETE FROM nodes WHERE id = ?`} {
+			if _, err := tx.ExecContext(ctx, s.q(q), id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // NodeRecord is a node row.
 type NodeRecord struct {
 	Node

@@ -1180,6 +1180,104 @@ func (x *ListNodesResponse) GetNodes() []*NodeStatus {
 	return nil
 }
 
+// RemoveNode decommissions a node: it is forgotten with its progress and its
+// partitions are reassigned. A node that is up is refused unless force.
+type RemoveNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeRequest) Reset() {
+	*x = RemoveNodeRequest{}
+	mi := &file_control_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeRequest) ProtoMessage() {}
+
+func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
+func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RemoveNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RemoveNodeRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type RemoveNodeResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoutingVersion int64                  `protobuf:"varint,1,opt,name=routing_version,json=routingVersion,proto3" json:"routing_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RemoveNodeResponse) Reset() {
+	*x = RemoveNodeResponse{}
+	mi := &file_control_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeResponse) ProtoMessage() {}
+
+func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
+func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RemoveNodeResponse) GetRoutingVersion() int64 {
+	if x != nil {
+		return x.RoutingVersion
+	}
+	return 0
+}
+
 var File_control_proto protoreflect.FileDescriptor
 
 const file_control_proto_rawDesc = "" +
@@ -1264,7 +1362,12 @@ const file_control_proto_rawDesc = "" +
 	"\x10registered_at_ms\x18\x04 \x01(\x03R\x0eregisteredAtMs\x12\x1a\n" +
 	"\breplicas\x18\x05 \x01(\x05R\breplicas\"H\n" +
 	"\x11ListNodesResponse\x123\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x1d.pillar.control.v1.NodeStatusR\x05nodes2\xd9\x05\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x1d.pillar.control.v1.NodeStatusR\x05nodes\"B\n" +
+	"\x11RemoveNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"=\n" +
+	"\x12RemoveNodeResponse\x12'\n" +
+	"\x0frouting_version\x18\x01 \x01(\x03R\x0eroutingVersion2\xb4\x06\n" +
 	"\aControl\x12G\n" +
 	"\x04Info\x12\x1e.pillar.control.v1.InfoRequest\x1a\x1f.pillar.control.v1.InfoResponse\x12b\n" +
 	"\rRegisterBatch\x12'.pillar.control.v1.RegisterBatchRequest\x1a(.pillar.control.v1.RegisterBatchResponse\x12\\\n" +
@@ -1274,7 +1377,9 @@ const file_control_proto_rawDesc = "" +
 	"\rReportApplied\x12'.pillar.control.v1.ReportAppliedRequest\x1a(.pillar.control.v1.ReportAppliedResponse\x12N\n" +
 	"\n" +
 	"GetRouting\x12$.pillar.control.v1.GetRoutingRequest\x1a\x1a.pillar.control.v1.Routing\x12V\n" +
-	"\tListNodes\x12#.pillar.control.v1.ListNodesRequest\x1a$.pillar.control.v1.ListNodesResponseB/Z-github.com/pillarkit/pillar/cobbled/controlpbb\x06proto3"
+	"\tListNodes\x12#.pillar.control.v1.ListNodesRequest\x1a$.pillar.control.v1.ListNodesResponse\x12Y\n" +
+	"\n" +
+	"RemoveNode\x12$.pillar.control.v1.RemoveNodeRequest\x1a%.pillar.control.v1.RemoveNodeResponseB/Z-github.com/pillarkit/pillar/cobbled/controlpbb\x06proto3"
 
 var (
 	file_control_proto_rawDescOnce sync.Once
@@ -1288,7 +1393,7 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_control_proto_goTypes = []any{
 	(*InfoRequest)(nil),           // 0: pillar.control.v1.InfoRequest
 	(*InfoResponse)(nil),          // 1: pillar.control.v1.InfoResponse
@@ -1311,6 +1416,8 @@ var file_control_proto_goTypes = []any{
 	(*ListNodesRequest)(nil),      // 18: pillar.control.v1.ListNodesRequest
 	(*NodeStatus)(nil),            // 19: pillar.control.v1.NodeStatus
 	(*ListNodesResponse)(nil),     // 20: pillar.control.v1.ListNodesResponse
+	(*RemoveNodeRequest)(nil),     // 21: pillar.control.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),    // 22: pillar.control.v1.RemoveNodeResponse
 }
 var file_control_proto_depIdxs = []int32{
 	5,  // 0: pillar.control.v1.ListBatchesResponse.batches:type_name -> pillar.control.v1.BatchEntry
@@ -1327,16 +1434,18 @@ var file_control_proto_depIdxs = []int32{
 	12, // 11: pillar.control.v1.Control.ReportApplied:input_type -> pillar.control.v1.ReportAppliedRequest
 	14, // 12: pillar.control.v1.Control.GetRouting:input_type -> pillar.control.v1.GetRoutingRequest
 	18, // 13: pillar.control.v1.Control.ListNodes:input_type -> pillar.control.v1.ListNodesRequest
-	1,  // 14: pillar.control.v1.Control.Info:output_type -> pillar.control.v1.InfoResponse
-	3,  // 15: pillar.control.v1.Control.RegisterBatch:output_type -> pillar.control.v1.RegisterBatchResponse
-	6,  // 16: pillar.control.v1.Control.ListBatches:output_type -> pillar.control.v1.ListBatchesResponse
-	9,  // 17: pillar.control.v1.Control.RegisterNode:output_type -> pillar.control.v1.RegisterNodeResponse
-	11, // 18: pillar.control.v1.Control.Heartbeat:output_type -> pillar.control.v1.HeartbeatResponse
-	13, // 19: pillar.control.v1.Control.ReportApplied:output_type -> pillar.control.v1.ReportAppliedResponse
-	17, // 20: pillar.control.v1.Control.GetRouting:output_type -> pillar.control.v1.Routing
-	20, // 21: pillar.control.v1.Control.ListNodes:output_type -> pillar.control.v1.ListNodesResponse
-	14, // [14:22] is the sub-list for method output_type
-	6,  // [6:14] is the sub-list for method input_type
+	21, // 14: pillar.control.v1.Control.RemoveNode:input_type -> pillar.control.v1.RemoveNodeRequest
+	1,  // 15: pillar.control.v1.Control.Info:output_type -> pillar.control.v1.InfoResponse
+	3,  // 16: pillar.control.v1.Control.RegisterBatch:output_type -> pillar.control.v1.RegisterBatchResponse
+	6,  // 17: pillar.control.v1.Control.ListBatches:output_type -> pillar.control.v1.ListBatchesResponse
+	9,  // 18: pillar.control.v1.Control.RegisterNode:output_type -> pillar.control.v1.RegisterNodeResponse
+	11, // 19: pillar.control.v1.Control.Heartbeat:output_type -> pillar.control.v1.HeartbeatResponse
+	13, // 20: pillar.control.v1.Control.ReportApplied:output_type -> pillar.control.v1.ReportAppliedResponse
+	17, // 21: pillar.control.v1.Control.GetRouting:output_type -> pillar.control.v1.Routing
+	20, // 22: pillar.control.v1.Control.ListNodes:output_type -> pillar.control.v1.ListNodesResponse
+	22, // 23: pillar.control.v1.Control.RemoveNode:output_type -> pillar.control.v1.RemoveNodeResponse
+	15, // [15:24] is the sub-list for method output_type
+	6,  // [6:15] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1353,7 +1462,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	Control_ReportApplied_FullMethodName = "/pillar.control.v1.Control/ReportApplied"
 	Control_GetRouting_FullMethodName    = "/pillar.control.v1.Control/GetRouting"
 	Control_ListNodes_FullMethodName     = "/pillar.control.v1.Control/ListNodes"
+	Control_RemoveNode_FullMethodName    = "/pillar.control.v1.Control/RemoveNode"
 )
 
 // ControlClient is the client API for Control service.
@@ -40,7 +41,8 @@ const (
 // Control orders batches per partition, keeps nodes and the partition ->
 // replica assignment, and records each replica's applied sequence number.
 //
-// Mutating calls (RegisterBatch, RegisterNode, Heartbeat, ReportApplied)
+// Mutating calls (RegisterBatch, RegisterNode, Heartbeat, ReportApplied,
+// RemoveNode)
 // require the metadata "authorization: Bearer <token>".
 type ControlClient interface {
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error)
@@ -51,6 +53,7 @@ type ControlClient interface {
 	ReportApplied(ctx context.Context, in *ReportAppliedRequest, opts ...grpc.CallOption) (*ReportAppliedResponse, error)
 	GetRouting(ctx context.Context, in *GetRoutingRequest, opts ...grpc.CallOption) (*Routing, error)
 	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
+	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
 }
 
 type controlClient struct {
@@ -141,6 +144,16 @@ func (c *controlClient) ListNodes(ctx context.Context, in *ListNodesRequest, opt
 	return out, nil
 }
 
+func (c *controlClient) RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveNodeResponse)
+	err := c.cc.Invoke(ctx, Control_RemoveNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -148,7 +161,8 @@ func (c *controlClient) ListNodes(ctx context.Context, in *ListNodesRequest, opt
 // Control orders batches per partition, keeps nodes and the partition ->
 // replica assignment, and records each replica's applied sequence number.
 //
-// Mutating calls (RegisterBatch, RegisterNode, Heartbeat, ReportApplied)
+// Mutating calls (RegisterBatch, RegisterNode, Heartbeat, ReportApplied,
+// RemoveNode)
 // require the metadata "authorization: Bearer <token>".
 type ControlServer interface {
 	Info(context.Context, *InfoRequest) (*InfoResponse, error)
@@ -159,6 +173,7 @@ type ControlServer interface {
 	ReportApplied(context.Context, *ReportAppliedRequest) (*ReportAppliedResponse, error)
 	GetRouting(context.Context, *GetRoutingRequest) (*Routing, error)
 	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
+	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -192,6 +207,9 @@ func (UnimplementedControlServer) GetRouting(context.Context, *GetRoutingRequest
 }
 func (UnimplementedControlServer) ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListNodes not implemented")
+}
+func (UnimplementedControlServer) RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveNode not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -358,6 +376,24 @@ func _Control_ListNodes_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_RemoveNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).RemoveNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_RemoveNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).RemoveNode(ctx, req.(*RemoveNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -396,6 +432,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListNodes",
 			Handler:    _Control_ListNodes_Handler,
+		},
+		{
+			MethodName: "RemoveNode",
+			Handler:    _Control_RemoveNode_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
