@@ -69,7 +69,9 @@
 // # Concurrency
 //
 // A Builder is used by one goroutine. BuildExport builds partitions in
-// parallel (ExportBuildOptions.Parallelism), each with its own Builder. While
+// parallel (ExportBuildOptions.Parallelism), each with its own Builder; one
+// BuildExport at a time may use a work directory (an flock; ErrBusy
+// otherwise). While
 // a Builder writes, a goroutine decodes the next Parquet rows and another
 // hashes the SST file as it grows, so the build costs little more wall time
 // than the SST writing itself when cores are free.
