@@ -154,9 +154,15 @@ func runSSTBuild(c *cli.Context) error {
 		partitions = cp
 		reg = client
 	}
+	only := map[int]bool{}
+	for _, p := range c.IntSlice("partition") {
+		only[p] = true
+	}
 	var total int64
 	for _, f := range meta.Files {
-		total += f.Rows
+		if len(only) == 0 || only[f.Partition] {
+			total += f.Rows
+		}
 	}
 	bar := progress.New(total, "sst build "+meta.ID, &progress.Options{Logger: log})
 	res, err := sstbuilder.BuildExport(ctx, &sstbuilder.ExportBuildOptions{
