@@ -442,10 +442,12 @@ batch: in batches and in time (the age of the oldest batch it has not applied).
 Examples:
    pillar status --control 127.0.0.1:7000
    pillar status --control 127.0.0.1:7000 --lagging
-   pillar status --partition 3 --json`,
+   pillar status --partition 3 --json
+   pillar status --lagging --watch 5s`,
 		Flags: controlClientFlags(
 			&cli.IntFlag{Name: "partition", Value: -1, Usage: "only this partition"},
 			&cli.BoolFlag{Name: "lagging", Usage: "only replicas that are behind or down"},
+			&cli.DurationFlag{Name: "watch", Usage: "print again every interval (and at once when the routing changes) until interrupted"},
 			controlJSONFlag,
 		),
 		Action: func(c *cli.Context) error {
@@ -454,70 +456,97 @@ Examples:
 				return err
 			}
 			defer cl.Close()
-			info, err := cl.Info(c.Context)
-			if err != nil {
-				return err
-			}
-			r, err := cl.GetRouting(c.Context)
-			if err != nil {
-				return err
-			}
-			nodes, err := cl.ListNodes(c.Context)
-			if err != nil {
-				return err
-			}
-			type row struct {
-				Partition  int     `json:"partition"`
-				NewestSeq  int64   `json:"newest_seq"`
-				Node       string  `json:"node,omitempty"`
-				Zone       string  `json:"zone,omitempty"`
-				State      string  `json:"state,omitempty"`
-				AppliedSeq int64   `json:"applied_seq"`
-				LagBatches int64   `json:"lag_batches"`
-				LagSeconds float64 `json:"lag_seconds"`
-			}
-			var rows []row
-			for p := 0; p < r.Partitions; p++ {
-				if c.Int("partition") >= 0 && p != c.Int("partition") {
-					continue
+			every := c.Duration("watch")
+			var version int64
+			for {
+				v, err := printStatus(c, cl)
+				if err != nil || every <= 0 {
+					return err
 				}
-				if len(r.Replicas[p]) == 0 && !c.Bool("lagging") {
-					rows = append(rows, row{Partition: p, NewestSeq: r.NewestSeq[p], State: "unassigned"})
+				if v > version {
+					version = v
 				}
-				for _, rep := range r.Replicas[p] {
-					if c.Bool("lagging") && rep.LagBatches == 0 && rep.State == control.StateUp {
-						continue
-					}
-					rows = append(rows, row{p, r.NewestSeq[p], rep.NodeID, rep.Zone, rep.State, rep.AppliedSeq, rep.LagBatches, rep.Lag.Seconds()})
+				// Wait for the interval, or less if the routing changes.
+				wctx, cancel := context.WithTimeout(c.Context, every)
+				if r, err := cl.WatchRouting(wctx, version, every); err == nil && r.Version > version {
+					version = r.Version
+				} else {
+					<-wctx.Done()
 				}
-			}
-			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"backend": info.Backend, "partitions": r.Partitions, "routing_version": r.Version,
-					"nodes": nodes, "replicas": rows})
-			}
-			states := map[string]int{}
-			for _, n := range nodes {
-				states[n.State]++
-			}
-			fmt.Fprintf(c.App.Writer, "control plane %s: %s, %d partitions, routing version %d, nodes: %d up, %d down, %d gone\n\n",
-				c.String("control"), info.Backend, r.Partitions, r.Version, states[control.StateUp], states[control.StateDown], states[control.StateGone])
-			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "PARTITION\tNEWEST\tNODE\tZONE\tSTATE\tAPPLIED\tBEHIND\tLAG")
-			for _, rw := range rows {
-				lag := "-"
-				if rw.LagBatches > 0 {
-					d := time.Duration(rw.LagSeconds * float64(time.Second))
-					if d < 10*time.Second {
-						lag = d.Round(10 * time.Millisecond).String()
-					} else {
-						lag = d.Round(time.Second).String()
-					}
+				cancel()
+				if c.Context.Err() != nil {
+					return nil
 				}
-				fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%d\t%d\t%s\n", rw.Partition, rw.NewestSeq, rw.Node, rw.Zone, rw.State, rw.AppliedSeq, rw.LagBatches, lag)
+				fmt.Fprintf(c.App.Writer, "\n--- %s\n", time.Now().UTC().Format(time.RFC3339))
 			}
-			return w.Flush()
 		},
 	}
+}
+
+// printStatus prints one status report and returns the routing version.
+func printStatus(c *cli.Context, cl *control.Client) (int64, error) {
+	info, err := cl.Info(c.Context)
+	if err != nil {
+		return 0, err
+	}
+	r, err := cl.GetRouting(c.Context)
+	if err != nil {
+		return 0, err
+	}
+	nodes, err := cl.ListNodes(c.Context)
+	if err != nil {
+		return 0, err
+	}
+	type row struct {
+		Partition  int     `json:"partition"`
+		NewestSeq  int64   `json:"newest_seq"`
+		Node       string  `json:"node,omitempty"`
+		Zone       string  `json:"zone,omitempty"`
+		State      string  `json:"state,omitempty"`
+		AppliedSeq int64   `json:"applied_seq"`
+		LagBatches int64   `json:"lag_batches"`
+		LagSeconds float64 `json:"lag_seconds"`
+	}
+	var rows []row
+	for p := 0; p < r.Partitions; p++ {
+		if c.Int("partition") >= 0 && p != c.Int("partition") {
+			continue
+		}
+		if len(r.Replicas[p]) == 0 && !c.Bool("lagging") {
+			rows = append(rows, row{Partition: p, NewestSeq: r.NewestSeq[p], State: "unassigned"})
+		}
+		for _, rep := range r.Replicas[p] {
+			if c.Bool("lagging") && rep.LagBatches == 0 && rep.State == control.StateUp {
+				continue
+			}
+			rows = append(rows, row{p, r.NewestSeq[p], rep.NodeID, rep.Zone, rep.State, rep.AppliedSeq, rep.LagBatches, rep.Lag.Seconds()})
+		}
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return r.Version, enc.Encode(map[string]any{"backend": info.Backend, "partitions": r.Partitions, "routing_version": r.Version,
+			"nodes": nodes, "replicas": rows})
+	}
+	states := map[string]int{}
+	for _, n := range nodes {
+		states[n.State]++
+	}
+	fmt.Fprintf(c.App.Writer, "control plane %s: %s, %d partitions, routing version %d, nodes: %d up, %d down, %d gone\n\n",
+		c.String("control"), info.Backend, r.Partitions, r.Version, states[control.StateUp], states[control.StateDown], states[control.StateGone])
+	w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "PARTITION\tNEWEST\tNODE\tZONE\tSTATE\tAPPLIED\tBEHIND\tLAG")
+	for _, rw := range rows {
+		lag := "-"
+		if rw.LagBatches > 0 {
+			d := time.Duration(rw.LagSeconds * float64(time.Second))
+			if d < 10*time.Second {
+				lag = d.Round(10 * time.Millisecond).String()
+			} else {
+				lag = d.Round(time.Second).String()
+			}
+		}
+		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%d\t%d\t%s\n", rw.Partition, rw.NewestSeq, rw.Node, rw.Zone, rw.State, rw.AppliedSeq, rw.LagBatches, lag)
+	}
+	return r.Version, w.Flush()
 }
