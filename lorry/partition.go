@@ -3,9 +3,11 @@ package lorry
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -97,6 +99,7 @@ type accum struct {
 	next      int64 // offset of the next record to read
 	caughtUp  bool  // the last read reached the queue's end (or failed)
 	inflight  int64 // bytes of the batch being delivered (taken from buf)
+	pre       *prefetch
 }
 
 func (a *accum) full() bool {
@@ -205,9 +208,18 @@ func (a *accum) followUp(ctx context.Context) *Pending {
 	}
 	if ok, _ := a.due(); ok {
 		p := a.pending()
+		a.pre = a.w.startPrefetch(ctx, a.pt.id, p, a.buf)
 		return &p
 	}
 	return nil
+}
+
+// waitPrefetch waits for a prefetch in progress and forgets it.
+func (a *accum) waitPrefetch() {
+	if a.pre != nil {
+		<-a.pre.done
+		a.pre = nil
+	}
 }
 
 // runPartition delivers one held partition until it is told to stop, the
@@ -223,6 +235,7 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 	}()
 	a := &accum{w: w, pt: pt, next: st.Offset}
 	defer func() {
+		a.waitPrefetch()
 		a.buf, a.bytes, a.inflight = nil, 0, 0
 		a.setBuffered()
 	}()
@@ -244,7 +257,13 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 				a.buf, a.bytes, a.next = nil, 0, pend.Last+1
 				a.setBuffered()
 			}
-			if err := w.deliver(ctx, l, *pend, recs, a.followUp); err != nil {
+			pre := a.pre
+			a.pre = nil
+			err := w.deliver(ctx, l, *pend, recs, pre, a.followUp)
+			if pre != nil {
+				<-pre.done
+			}
+			if err != nil {
 				return err
 			}
 			a.delivered()
@@ -263,7 +282,7 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 		ok, wait := a.due()
 		if ok {
 			pend := a.pending()
-			if err := w.deliver(ctx, l, pend, a.take(pend), a.followUp); err != nil {
+			if err := w.deliver(ctx, l, pend, a.take(pend), nil, a.followUp); err != nil {
 				return err
 			}
 			a.delivered()
@@ -338,10 +357,11 @@ func (w *Worker) readRange(ctx context.Context, p int, first, last int64) ([]pil
 // deliver takes one batch (offsets pend.First..pend.Last) through the four
 // steps, each retried until it succeeds: record it as pending, upload it
 // (unless an earlier attempt did), register it, commit the new offset.
-// recs may be nil: the records are then read again from the queue. followUp,
-// when not nil, may name the next batch, which the offset commit then
-// records as pending.
-func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pillar.ExportRecord, followUp func(context.Context) *Pending) error {
+// recs may be nil: the records are then read again from the queue. pre, when
+// not nil, is this batch's prefetched upload. followUp, when not nil, may
+// name the next batch, which the offset commit then records as pending (and
+// whose files it starts uploading meanwhile).
+func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pillar.ExportRecord, pre *prefetch, followUp func(context.Context) *Pending) error {
 	p := l.pt.id
 	start := w.now()
 	mark := start
@@ -378,7 +398,7 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 	var m *batch.Manifest
 	err := w.retry(ctx, l, "upload", func() error {
 		var err error
-		m, err = w.upload(ctx, p, pend, recs)
+		m, err = w.upload(ctx, p, pend, recs, pre)
 		return err
 	})
 	if err != nil {
@@ -453,10 +473,13 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 	return nil
 }
 
-// upload builds the batch's SST from its records and uploads it, unless its
-// manifest is already in the object store (a retry after a crash), which
-// then wins: the same manifest is registered again, idempotently.
-func (w *Worker) upload(ctx context.Context, p int, pend Pending, recs []pillar.ExportRecord) (*batch.Manifest, error) {
+// upload makes the batch's objects exist and returns its manifest as
+// stored. A manifest already in the object store (a retry after a crash, or
+// another worker's upload of the same batch) wins: that exact manifest is
+// registered again, idempotently. Otherwise the SST is built and uploaded
+// (or taken from pre, a prefetch of this batch) and manifest.json is written
+// last, as a conditional create.
+func (w *Worker) upload(ctx context.Context, p int, pend Pending, recs []pillar.ExportRecord, pre *prefetch) (*batch.Manifest, error) {
 	m, err := sstbuilder.ReadManifest(ctx, w.o.Objects, p, pend.ID)
 	if err == nil {
 		return m, nil
@@ -464,11 +487,38 @@ func (w *Worker) upload(ctx context.Context, p int, pend Pending, recs []pillar.
 	if !errors.Is(err, objstore.ErrNotFound) {
 		return nil, fmt.Errorf("lorry: partition %d: batch %s: %w", p, pend.ID, err)
 	}
-	if recs == nil {
-		if recs, err = w.readRange(ctx, p, pend.First, pend.Last); err != nil {
+	var built *batch.Manifest
+	if pre != nil && pre.id == pend.ID {
+		select {
+		case <-pre.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if errors.Is(pre.err, errCrash) {
+			return nil, pre.err
+		}
+		if pre.err != nil {
+			w.o.Logger.Warn("lorry: prefetched upload failed; uploading again", "partition", p, "batch", pend.ID, "err", pre.err)
+		}
+		built = pre.m
+	}
+	if built == nil {
+		if recs == nil {
+			if recs, err = w.readRange(ctx, p, pend.First, pend.Last); err != nil {
+				return nil, err
+			}
+		}
+		if built, err = w.uploadFiles(ctx, p, pend, recs); err != nil {
 			return nil, err
 		}
 	}
+	return w.putManifest(ctx, built)
+}
+
+// uploadFiles builds the batch's SST and uploads its files (not the
+// manifest). File names are unique by content; a file already there is
+// accepted when its size and checksum match.
+func (w *Worker) uploadFiles(ctx context.Context, p int, pend Pending, recs []pillar.ExportRecord) (*batch.Manifest, error) {
 	select {
 	case w.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -492,11 +542,90 @@ func (w *Worker) upload(ctx context.Context, p int, pend Pending, recs []pillar.
 	if err := w.hook("built", p); err != nil {
 		return nil, err
 	}
-	m, err = sstbuilder.Upload(ctx, w.o.Objects, built, paths)
+	prefix := batch.Prefix(p, pend.ID)
+	for i, path := range paths {
+		f := built.Files[i]
+		key := prefix + f.Name
+		err := objstore.PutFile(ctx, w.o.Objects, key, path, &objstore.PutOptions{IfNotExists: true})
+		if errors.Is(err, objstore.ErrExists) {
+			err = w.sameObject(ctx, key, f)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lorry: partition %d: upload batch %s: %w", p, pend.ID, err)
+		}
+	}
+	return built, nil
+}
+
+// sameObject accepts an existing object equal to the file.
+func (w *Worker) sameObject(ctx context.Context, key string, f batch.File) error {
+	info, err := w.o.Objects.Stat(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("lorry: partition %d: %w", p, err)
+		return err
+	}
+	if info.Size != f.Size {
+		return fmt.Errorf("%s exists with %d bytes, want %d", key, info.Size, f.Size)
+	}
+	r, err := w.o.Objects.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, r); err != nil {
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != f.SHA256 {
+		return fmt.Errorf("%s exists with sha256 %s, want %s", key, sum, f.SHA256)
+	}
+	return nil
+}
+
+// putManifest writes manifest.json last, as a conditional create; if another
+// attempt got there first, its manifest (same batch, same source) wins.
+func (w *Worker) putManifest(ctx context.Context, m *batch.Manifest) (*batch.Manifest, error) {
+	raw, err := m.Encode()
+	if err != nil {
+		return nil, err
+	}
+	key := batch.ManifestKey(m.Partition, m.ID)
+	err = w.o.Objects.Put(ctx, key, bytes.NewReader(raw), int64(len(raw)), &objstore.PutOptions{IfNotExists: true})
+	if errors.Is(err, objstore.ErrExists) {
+		have, rerr := sstbuilder.ReadManifest(ctx, w.o.Objects, m.Partition, m.ID)
+		if rerr != nil {
+			return nil, rerr
+		}
+		if have.Source != m.Source || have.Kind != m.Kind || have.Partitions != m.Partitions {
+			return nil, fmt.Errorf("lorry: partition %d: batch %s exists from source %q, this one is %q", m.Partition, m.ID, have.Source, m.Source)
+		}
+		return have, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lorry: partition %d: batch %s: manifest: %w", m.Partition, m.ID, err)
 	}
 	return m, nil
+}
+
+// prefetch is the upload of a follow-up batch's SST files, started while the
+// offset commit that records the batch as pending runs. Its manifest is
+// written only after that commit, by upload; if the commit fails, the files
+// are orphans for Cleanup.
+type prefetch struct {
+	id   string
+	done chan struct{}
+	m    *batch.Manifest
+	err  error
+}
+
+func (w *Worker) startPrefetch(ctx context.Context, p int, pend Pending, recs []pillar.ExportRecord) *prefetch {
+	pre := &prefetch{id: pend.ID, done: make(chan struct{})}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer close(pre.done)
+		pre.m, pre.err = w.uploadFiles(ctx, p, pend, recs)
+	}()
+	return pre
 }
 
 // toRows turns queue records into builder rows sorted by (key, offset): the
