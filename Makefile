@@ -27,7 +27,7 @@ $(BIN)/versitygw:
 
 build: deps
 	$(GO) build -o $(BIN)/pillar ./cli
-	CGO_ENABLED=0 $(GO) build -tags nocgo -o $(BIN)/pillar-job ./jobs/cmd/pillar-job 2>/dev/null || true
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/pillar-job ./jobs/cmd/pillar-job
 
 test: deps tools
 	$(GO) vet ./...
