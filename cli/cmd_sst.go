@@ -311,6 +311,7 @@ Examples:
 			&cli.IntFlag{Name: "versions", Value: 1, Usage: "versions per page (older ones are superseded)"},
 			&cli.IntFlag{Name: "delete-every", Usage: "delta only: every Nth page is a delete"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "random seed"},
+			&cli.StringFlag{Name: "compression", Value: "snappy", Usage: "Parquet compression: snappy, zstd or none"},
 		},
 		Action: func(c *cli.Context) error {
 			enc, err := record.ParseEncoding(c.String("encoding"))
@@ -328,6 +329,7 @@ Examples:
 				ID: id, Partitions: c.Int("partitions"), Pages: c.Int("pages"), Kind: c.String("kind"),
 				Chunks: c.Int("chunks"), TextBytes: c.Int("text-bytes"), Dims: c.Int("dims"), Encoding: enc,
 				Versions: c.Int("versions"), DeleteEvery: c.Int("delete-every"), Seed: c.Uint64("seed"),
+				Compression: c.String("compression"),
 			})
 			if err != nil {
 				return err

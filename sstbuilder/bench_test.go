@@ -22,7 +22,8 @@ import (
 )
 
 // Benchmarks. Sizes: PILLAR_BENCH_MB (default 64) of ~48 KB prepared page
-// records for the build comparisons; PILLAR_BENCH_INGEST_MB (default 256;
+// records for the build comparisons (export compression
+// PILLAR_BENCH_EXPORT_COMPRESSION, default snappy); PILLAR_BENCH_INGEST_MB (default 256;
 // PILLAR_BENCH_BIG=1 makes it 1024) for the ingest-visibility benchmark.
 //
 //	go test ./sstbuilder -run '^$' -bench . -benchtime 3x
@@ -56,7 +57,7 @@ func loadBench(b *testing.B) *benchData {
 			return
 		}
 		pages := mb * 1e6 / 48_000
-		meta, err := SynthExport(filepath.Join(dir, "export"), &SynthOptions{ID: "bench", Partitions: 1, Pages: pages})
+		meta, err := SynthExport(filepath.Join(dir, "export"), &SynthOptions{ID: "bench", Partitions: 1, Pages: pages, Compression: os.Getenv("PILLAR_BENCH_EXPORT_COMPRESSION")})
 		if err != nil {
 			benchErr = err
 			return

@@ -16,7 +16,10 @@ import (
 	"time"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress"
 	"github.com/parquet-go/parquet-go/compress/snappy"
+	"github.com/parquet-go/parquet-go/compress/uncompressed"
+	"github.com/parquet-go/parquet-go/compress/zstd"
 
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/pillar"
@@ -184,6 +187,22 @@ type PartitionWriterOptions struct {
 	// RowGroupBytes caps the value bytes of one row group; the writer buffers
 	// about this much per partition. The default value is 4 MiB.
 	RowGroupBytes int
+	// Compression of the Parquet pages: "snappy", "zstd" or "none". The
+	// default value is "snappy". "none" makes files larger and reading
+	// cheaper.
+	Compression string
+}
+
+func exportCodec(name string) (compress.Codec, error) {
+	switch name {
+	case "", "snappy":
+		return &snappy.Codec{}, nil
+	case "zstd":
+		return &zstd.Codec{Level: zstd.SpeedFastest}, nil
+	case "none":
+		return &uncompressed.Codec{}, nil
+	}
+	return nil, fmt.Errorf("sstbuilder: export compression %q: want snappy, zstd or none", name)
 }
 
 // PartitionWriter writes one partition file of an export. Rows must come
@@ -234,6 +253,10 @@ func NewPartitionWriter(dir string, partition, partitions int, opts *PartitionWr
 	if o.RowGroupBytes <= 0 {
 		o.RowGroupBytes = 4 << 20
 	}
+	codec, err := exportCodec(o.Compression)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("sstbuilder: export %s: %w", dir, err)
 	}
@@ -243,7 +266,7 @@ func NewPartitionWriter(dir string, partition, partitions int, opts *PartitionWr
 	}
 	w := &PartitionWriter{dir: dir, partition: partition, partitions: partitions, f: f, h: sha256.New(), groupMax: o.RowGroupBytes}
 	w.cw = &countWriter{w: io.MultiWriter(f, w.h)}
-	w.pw = parquet.NewGenericWriter[ExportRow](w.cw, parquet.Compression(&snappy.Codec{}), parquet.MaxRowsPerRowGroup(int64(o.RowGroupRows)))
+	w.pw = parquet.NewGenericWriter[ExportRow](w.cw, parquet.Compression(codec), parquet.MaxRowsPerRowGroup(int64(o.RowGroupRows)))
 	return w, nil
 }
 
@@ -356,10 +379,11 @@ type ExportOptions struct {
 	ID string
 	// Source describes where the rows come from. The default value is "".
 	Source string
-	// RowGroupRows and RowGroupBytes: see PartitionWriterOptions. Every
-	// partition with rows buffers up to one row group, so memory is about
-	// partitions × RowGroupBytes (default 4 MiB).
+	// RowGroupRows, RowGroupBytes and Compression: see
+	// PartitionWriterOptions. Every partition with rows buffers up to one row
+	// group, so memory is about partitions × RowGroupBytes (default 4 MiB).
 	RowGroupRows, RowGroupBytes int
+	Compression                 string
 	// Now is the clock. The default value is time.Now.
 	Now func() time.Time
 }
@@ -387,6 +411,9 @@ func NewExportWriter(dir string, partitions int, kind string, opts *ExportOption
 	}
 	if o.ID == "" {
 		o.ID = "exp-" + o.Now().UTC().Format("20060102-150405")
+	}
+	if _, err := exportCodec(o.Compression); err != nil {
+		return nil, err
 	}
 	m := ExportMeta{Format: ExportFormat, ID: o.ID, Partitions: partitions, Kind: kind, Source: o.Source, CreatedAtMS: o.Now().UnixMilli()}
 	if err := m.Validate(); err != nil {
@@ -417,7 +444,7 @@ func (w *ExportWriter) Write(row ExportRow) error {
 	p := k.Partition(w.meta.Partitions)
 	pw := w.parts[p]
 	if pw == nil {
-		pw, err = NewPartitionWriter(w.dir, p, w.meta.Partitions, &PartitionWriterOptions{RowGroupRows: w.opts.RowGroupRows, RowGroupBytes: w.opts.RowGroupBytes})
+		pw, err = NewPartitionWriter(w.dir, p, w.meta.Partitions, &PartitionWriterOptions{RowGroupRows: w.opts.RowGroupRows, RowGroupBytes: w.opts.RowGroupBytes, Compression: w.opts.Compression})
 		if err != nil {
 			w.err = err
 			return err

@@ -229,3 +229,28 @@ func TestPartitionWriterRowGroupBytes(t *testing.T) {
 		t.Fatalf("%d rows", pf.NumRows())
 	}
 }
+
+func TestExportCompressions(t *testing.T) {
+	for _, c := range []string{"snappy", "zstd", "none"} {
+		dir := t.TempDir()
+		meta, err := SynthExport(dir, &SynthOptions{Partitions: 2, Pages: 20, Chunks: 2, TextBytes: 300, Dims: 8, Compression: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := range 2 {
+			r, err := OpenPartition(dir, meta, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r.Next() {
+			}
+			if r.Err() != nil || r.RowsRead() == 0 {
+				t.Fatalf("%s: partition %d: %d rows, %v", c, p, r.RowsRead(), r.Err())
+			}
+			r.Close()
+		}
+	}
+	if _, err := NewExportWriter(t.TempDir(), 1, "delta", &ExportOptions{Compression: "lz4"}); err == nil {
+		t.Fatal("lz4 accepted")
+	}
+}

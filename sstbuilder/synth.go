@@ -42,6 +42,9 @@ type SynthOptions struct {
 	DeleteEvery int
 	// Seed of the generator. The default value is 1.
 	Seed uint64
+	// Compression of the Parquet files (see PartitionWriterOptions). The
+	// default value is "snappy".
+	Compression string
 }
 
 // SynthValue returns one synthetic prepared page record for url.
@@ -116,7 +119,7 @@ func SynthExport(dir string, opts *SynthOptions) (*ExportMeta, error) {
 		pages[i] = page{pillar.KeyOfNormalized(u), u}
 	}
 	sort.Slice(pages, func(i, j int) bool { return bytes.Compare(pages[i].key[:], pages[j].key[:]) < 0 })
-	w, err := NewExportWriter(dir, o.Partitions, o.Kind, &ExportOptions{ID: o.ID, Source: fmt.Sprintf("synthetic pages=%d seed=%d", o.Pages, o.Seed), Now: time.Now})
+	w, err := NewExportWriter(dir, o.Partitions, o.Kind, &ExportOptions{ID: o.ID, Source: fmt.Sprintf("synthetic pages=%d seed=%d", o.Pages, o.Seed), Now: time.Now, Compression: o.Compression})
 	if err != nil {
 		return nil, err
 	}
