@@ -373,3 +373,47 @@ func TestBuildExportWorkDirLock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Resume decisions: files of an earlier build that are gone are rebuilt; an
+// export rewritten under the same id (different input) is refused, never
+// overwriting the stored batches.
+func TestBuildExportResumeEdges(t *testing.T) {
+	ctx := context.Background()
+	exp := t.TempDir()
+	writeExport(t, exp, 2, 10, batch.KindSnapshot, nil)
+	objs := t.TempDir()
+	store, _ := objstore.Open(ctx, objs, nil)
+	work := t.TempDir()
+	opts := &ExportBuildOptions{Export: exp, Store: store, WorkDir: work, KeepFiles: true}
+	if _, err := BuildExport(ctx, opts); err != nil {
+		t.Fatal(err)
+	}
+	// Forget the upload of partition 1 (as if the run died before its
+	// manifest) and lose its local files: it is rebuilt.
+	os.RemoveAll(filepath.Join(objs, "batches", "p00001"))
+	os.RemoveAll(filepath.Join(work, "p00001"))
+	res, err := BuildExport(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Partitions[0].Status != StatusUploaded || res.Partitions[1].Status != StatusBuilt {
+		t.Fatalf("statuses %s %s", res.Partitions[0].Status, res.Partitions[1].Status)
+	}
+	// Same again, but the local files survive: they are reused, not rebuilt.
+	os.RemoveAll(filepath.Join(objs, "batches", "p00001"))
+	if res, err = BuildExport(ctx, opts); err != nil || res.Partitions[1].Status != StatusReused {
+		t.Fatalf("reuse: %v %+v", err, res)
+	}
+	// A different export under the same id.
+	exp2 := t.TempDir()
+	w, _ := NewExportWriter(exp2, 2, batch.KindSnapshot, &ExportOptions{ID: "exp-test"})
+	k := pageKeys(1, 0, 2)[0]
+	w.Write(ExportRow{PageKey: hexKey(k), Op: "put", Value: []byte("other")})
+	if _, err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = BuildExport(ctx, &ExportBuildOptions{Export: exp2, Store: store})
+	if !errors.Is(err, ErrBatchExists) {
+		t.Fatalf("different input under the same batch id: %v", err)
+	}
+}
