@@ -30,6 +30,11 @@ type Options struct {
 	// ReconcileInterval is how often node states and the assignment are
 	// recomputed. The default value is 1s.
 	ReconcileInterval time.Duration
+	// CallTimeout bounds the database work of one call (long polls get
+	// MaxWait on top), so a database that hangs instead of refusing makes
+	// calls fail with Unavailable rather than pile up. The default value
+	// is 15s.
+	CallTimeout time.Duration
 	// MaxWait caps a long poll (ListBatches or GetRouting with a wait). The
 	// default value is 30s.
 	MaxWait time.Duration
@@ -63,6 +68,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.ReconcileInterval <= 0 {
 		o.ReconcileInterval = time.Second
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = 15 * time.Second
 	}
 	if o.MaxWait <= 0 {
 		o.MaxWait = 30 * time.Second

@@ -3,12 +3,12 @@ package control
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +24,26 @@ type tcpProxy struct {
 	mu     sync.Mutex
 	lis    net.Listener
 	conns  map[net.Conn]bool
+	frozen atomic.Bool // hold every byte (a network that hangs rather than refuses)
+}
+
+// copyHeld copies like io.Copy but holds data while the proxy is frozen.
+func (p *tcpProxy) copyHeld(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for p.frozen.Load() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func newTCPProxy(t *testing.T, target string) *tcpProxy {
@@ -62,8 +82,8 @@ func (p *tcpProxy) pipe(c net.Conn) {
 	p.mu.Lock()
 	p.conns[c], p.conns[u] = true, true
 	p.mu.Unlock()
-	go func() { io.Copy(u, c); u.Close() }()
-	io.Copy(c, u)
+	go func() { p.copyHeld(u, c); u.Close() }()
+	p.copyHeld(c, u)
 	c.Close()
 }
 
@@ -112,7 +132,7 @@ func TestPostgresOutage(t *testing.T) {
 	}
 	proxy := newTCPProxy(t, host)
 	proxied := strings.Replace(dsn, host, proxy.addr, 1)
-	e := startEnv(t, proxied+"&connect_timeout=2", 4, nil)
+	e := startEnv(t, proxied+"&connect_timeout=2", 4, func(o *Options) { o.CallTimeout = time.Second })
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go e.srv.Run(ctx) // the background loops must ride out the outage too
@@ -162,6 +182,31 @@ func TestPostgresOutage(t *testing.T) {
 	e.srv.Healthz().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("healthz after recovery: %d %s", rec.Code, rec.Body)
+	}
+	// A database that hangs (packets held, no reset): calls give up after
+	// CallTimeout with Unavailable instead of hanging with it.
+	once, err := Dial(e.addr, &ClientOptions{Token: testToken, MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer once.Close()
+	proxy.frozen.Store(true)
+	t0 := time.Now()
+	if _, err := once.RegisterBatch(ctx, manifest("hung", 0, 4, batch.KindDelta)); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("register while the database hangs: %v, want ErrUnavailable", err)
+	} else if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("register while the database hangs took %v", d)
+	} else {
+		t.Logf("after %v: %v", d.Round(time.Millisecond), err)
+	}
+	proxy.frozen.Store(false)
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		_, err = c.ListBatches(ctx, 0, 0, 0, 0)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	list, err := c.ListBatches(ctx, 0, 0, 0, 0)
 	if err != nil || len(list) != 2 || list[0].Manifest.ID != "before" || list[1].Manifest.ID != "after" {

@@ -60,6 +60,12 @@ var mutating = map[string]bool{
 	controlpb.Control_RemoveNode_FullMethodName:    true,
 }
 
+// longPoll names the methods that may wait up to MaxWait.
+var longPoll = map[string]bool{
+	controlpb.Control_ListBatches_FullMethodName: true,
+	controlpb.Control_GetRouting_FullMethodName:  true,
+}
+
 // UnaryInterceptor checks the bearer token on mutating calls, records
 // metrics and maps errors to gRPC status codes.
 func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
@@ -69,7 +75,13 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		var resp any
 		err := s.authorize(ctx, info.FullMethod)
 		if err == nil {
-			resp, err = handler(ctx, req)
+			limit := s.o.CallTimeout
+			if longPoll[info.FullMethod] {
+				limit += s.o.MaxWait
+			}
+			cctx, cancel := context.WithTimeout(ctx, limit)
+			resp, err = handler(cctx, req)
+			cancel()
 		}
 		if err != nil {
 			err = toStatus(err)
