@@ -50,9 +50,11 @@ type CleanupStats struct {
 // than Grace go, so an upload in progress is never touched.
 //
 // A batch with a manifest is never removed: its id was recorded as the
-// partition's pending batch before the upload began, so it is registered by
-// whoever holds the partition (the control plane's garbage collection
-// removes it once replicas have moved past it).
+// partition's pending batch before its manifest was written, so it is
+// registered by whoever holds the partition (the control plane's garbage
+// collection removes it once replicas have moved past it). Files uploaded
+// ahead for a follow-up batch whose commit then failed have no manifest and
+// go like any other orphan.
 func Cleanup(ctx context.Context, o CleanupOptions) (CleanupStats, error) {
 	var st CleanupStats
 	if o.Store == nil || o.Objects == nil {

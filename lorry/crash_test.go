@@ -14,10 +14,13 @@ import (
 
 // crashAt returns a hook that crashes the first time point is reached in
 // partition p.
-func crashAt(point string, p int) func(string, int) error {
-	var done atomic.Bool
+func crashAt(point string, p int) func(string, int) error { return crashAtNth(point, p, 1) }
+
+// crashAtNth crashes the nth time point is reached in partition p.
+func crashAtNth(point string, p, n int) func(string, int) error {
+	var seen atomic.Int64
 	return func(at string, part int) error {
-		if at == point && part == p && done.CompareAndSwap(false, true) {
+		if at == point && part == p && seen.Add(1) == int64(n) {
 			return errors.New("crash at " + point)
 		}
 		return nil
@@ -278,37 +281,45 @@ func TestStaleWorkerFenced(t *testing.T) {
 }
 
 // TestFollowUpBatch: on a busy queue the offset commit of one batch records
-// the next as pending (one store commit per batch); a crash right after such
-// a commit is recovered by delivering exactly that recorded batch.
+// the next as pending (one store commit per batch) while the next one's SST
+// is uploaded; a crash right after such a commit, or in that early upload, is
+// recovered by delivering exactly the recorded batch.
 func TestFollowUpBatch(t *testing.T) {
-	e := newEnv(t, 1)
-	ks := keysIn(30, 0, 1)
-	want := map[string]string{}
-	var rs []rec
-	for i, k := range ks {
-		v := fmt.Sprintf("%03d%s", i, strings.Repeat("x", 97))
-		rs = append(rs, rec{key: k, val: v})
-		want[k] = v
+	for _, c := range []struct {
+		point string
+		nth   int
+	}{{"committed", 1}, {"built", 2}} {
+		t.Run(c.point, func(t *testing.T) {
+			e := newEnv(t, 1)
+			ks := keysIn(30, 0, 1)
+			want := map[string]string{}
+			var rs []rec
+			for i, k := range ks {
+				v := fmt.Sprintf("%03d%s", i, strings.Repeat("x", 97))
+				rs = append(rs, rec{key: k, val: v})
+				want[k] = v
+			}
+			e.enqueue(rs...)
+			o := e.opts("w")
+			o.MaxBatchBytes = 10 * (100 + 64)
+			o.hook = crashAtNth(c.point, 0, c.nth)
+			_, err := e.worker(o).Drain(context.Background())
+			if !errors.Is(err, errCrash) {
+				t.Fatalf("drain: %v, want the injected crash", err)
+			}
+			if st := e.state(0); st.Offset != 10 || st.Pending == nil || st.Pending.First != 10 || st.Pending.Last != 19 {
+				t.Fatalf("after the first commit: %+v, want offset 10 and [10,19] pending", st)
+			}
+			o.hook = nil
+			res, err := e.worker(o).Drain(context.Background())
+			must(t, err)
+			if res.Stats.Batches != 2 || res.Stats.FollowUps != 1 {
+				t.Fatalf("recovery: %+v, want 2 batches, the second a follow-up", res.Stats)
+			}
+			if r := e.checkChain(0, 30); fmt.Sprint(r) != "[[0 9] [10 19] [20 29]]" {
+				t.Fatalf("chain %v", r)
+			}
+			e.checkServed(want, ks)
+		})
 	}
-	e.enqueue(rs...)
-	o := e.opts("w")
-	o.MaxBatchBytes = 10 * (100 + 64)
-	o.hook = crashAt("committed", 0)
-	_, err := e.worker(o).Drain(context.Background())
-	if !errors.Is(err, errCrash) {
-		t.Fatalf("drain: %v, want the injected crash", err)
-	}
-	if st := e.state(0); st.Offset != 10 || st.Pending == nil || st.Pending.First != 10 || st.Pending.Last != 19 {
-		t.Fatalf("after the first commit: %+v, want offset 10 and [10,19] pending", st)
-	}
-	o.hook = nil
-	res, err := e.worker(o).Drain(context.Background())
-	must(t, err)
-	if res.Stats.Batches != 2 || res.Stats.FollowUps != 1 {
-		t.Fatalf("recovery: %+v, want 2 batches, the second a follow-up", res.Stats)
-	}
-	if r := e.checkChain(0, 30); fmt.Sprint(r) != "[[0 9] [10 19] [20 29]]" {
-		t.Fatalf("chain %v", r)
-	}
-	e.checkServed(want, ks)
 }

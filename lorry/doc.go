@@ -20,14 +20,16 @@
 // It moves through four steps, each a retried, idempotent operation:
 //
 //	1 pending   CAS  {offset: first, pending: nil} → {offset: first, pending: [first,last]}
-//	2 upload    manifest already there? use it. Else build the SST and upload
-//	            files then manifest.json, each with a conditional create
+//	2 upload    manifest already there? use it. Else build the SST, upload its
+//	            files, then manifest.json, each as a conditional create
 //	3 register  control plane RegisterBatch(manifest): idempotent by id
 //	4 commit    CAS  {pending: [first,last]} → {offset: last+1, pending: next}
 //
 // where next is the following batch when the records read meanwhile already
-// make one (the queue is busy): it is then recorded in the same commit and
-// skips step 1, so a busy partition costs one store commit per batch.
+// make one (the queue is busy): it is then recorded in the same commit, which
+// replaces its step 1, and its SST files are built and uploaded while that
+// commit runs (its manifest.json only after). A busy partition thus costs one
+// store commit per batch, and building overlaps committing.
 //
 // Invariants:
 //
@@ -36,7 +38,7 @@
 //     same offsets, so a retry after a crash at any point registers the same
 //     batch again, which the control plane answers with the original
 //     sequence number (exactly-once in effect).
-//   - Step 1 fixes the batch's range before anything is uploaded: a worker
+//   - Step 1 fixes the batch's range before its manifest is written: a worker
 //     that takes a partition over finishes the recorded pending batch first,
 //     so two registered batches never cover the same offsets, whichever
 //     worker was slow. A worker that lost its lease (Owner or Token changed)
