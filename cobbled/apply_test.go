@@ -55,7 +55,7 @@ func openTestNode(t testing.TB, dir, objects string, parts int, mod func(*Option
 	t.Helper()
 	st, err := objstore.OpenLocal(objects)
 	must(t, err)
-	o := Options{ID: "n1", Dir: dir, Partitions: parts, CacheBytes: 8 << 20, Objects: st}
+	o := Options{ID: "n1", Addr: "127.0.0.1:1", Dir: dir, Partitions: parts, CacheBytes: 8 << 20, Objects: st}
 	if mod != nil {
 		mod(&o)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -130,6 +131,11 @@ func BenchmarkBatchGet(b *testing.B) {
 					b.ReportMetric((p50-fixed50)/floor50, "(p50-fixed)-x-floor")
 				}
 			})
+		}
+		var dm dto.Metric
+		n.opts.Metrics.requestDuration.Write(&dm)
+		if h := dm.GetHistogram(); h.GetSampleCount() > 0 {
+			b.Logf("%s: server handler mean %.1f µs over %d BatchGets (decode to encoded response)", mode.name, h.GetSampleSum()/float64(h.GetSampleCount())*1e6, h.GetSampleCount())
 		}
 		st := n.Stats()
 		b.Logf("%s: cache %d MB of %d MB, hit ratio %.3f", mode.name, st.CacheUsage>>20, st.CacheCapacity>>20,

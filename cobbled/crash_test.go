@@ -5,27 +5,33 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/pillarkit/pillar/cobbled/control"
 )
 
-// The kill -9 tests re-run this test binary as a child process that applies
-// a batch log and SIGKILLs itself at a chosen point of the apply; the parent
-// then reopens the data directory and checks that the replica is exactly at
-// a batch boundary, and that finishing the log yields the right contents
-// with no batch lost or applied twice.
+// The kill -9 tests re-run this test binary as a child process: a serving
+// node whose ingest loop (Run) follows the real control plane, served by the
+// parent on 127.0.0.1, and SIGKILLs itself at a chosen point of an apply.
+// The parent then reopens the data directory and checks that the replica is
+// exactly at a batch boundary, and that running the loop again finishes the
+// log with the right contents and no batch lost or applied twice.
 
 const (
 	envCrashDir   = "COBBLED_CRASH_DIR"
 	envCrashPoint = "COBBLED_CRASH_POINT"
 	envCrashHit   = "COBBLED_CRASH_HIT"
+	envCrashCtl   = "COBBLED_CRASH_CONTROL"
 )
 
 type crashSetup struct {
@@ -52,10 +58,22 @@ func TestCrashChild(t *testing.T) {
 			}
 		}
 	}
-	n := openTestNode(t, filepath.Join(dir, "node"), filepath.Join(dir, "objects"), setup.Parts, nil)
-	for _, b := range setup.Batches {
-		must(t, n.Apply(context.Background(), b))
-	}
+	cc, err := control.Dial(os.Getenv(envCrashCtl), nil)
+	must(t, err)
+	n := openTestNode(t, filepath.Join(dir, "node"), filepath.Join(dir, "objects"), setup.Parts,
+		func(o *Options) {
+			o.Control = FromControlClient(cc)
+			fastRun(o)
+			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	waitFor(t, "the whole log", 30*time.Second, func() bool {
+		return n.part(setup.P) != nil && n.part(setup.P).applied.Load() == int64(len(setup.Batches))
+	})
+	cancel()
+	<-done
 	n.Close()
 	t.Fatalf("crash point %s hit %d times, wanted %d", point, hit, want)
 }
@@ -82,23 +100,34 @@ func TestKill9DuringIngest(t *testing.T) {
 		{"snapshot-old-closed", 3, 7, false}, // seq 7 swapped in, old generation not deleted
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("%s#%d", c.point, c.hit), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s-%d", c.point, c.hit), func(t *testing.T) {
 			dir := t.TempDir()
 			objects := filepath.Join(dir, "objects")
 			steps, universe := testSteps(p, parts)
 			bs, models := writeSteps(t, objects, parts, p, "k", steps)
 			setup, _ := json.Marshal(crashSetup{Parts: parts, P: p, Batches: bs})
 			must(t, os.WriteFile(filepath.Join(dir, "setup.json"), setup, 0o644))
+			ctx := context.Background()
+			addr, cc := startControl(t, ctx, dir, parts)
+			for _, b := range bs {
+				seq, err := cc.RegisterBatch(ctx, &b.Manifest)
+				must(t, err)
+				if seq != b.Seq {
+					t.Fatalf("control plane gave seq %d to batch %s, want %d", seq, b.Manifest.ID, b.Seq)
+				}
+			}
 
 			cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-			cmd.Env = append(os.Environ(), envCrashDir+"="+dir, envCrashPoint+"="+c.point, envCrashHit+"="+strconv.Itoa(c.hit))
+			cmd.Env = append(os.Environ(), envCrashDir+"="+dir, envCrashPoint+"="+c.point,
+				envCrashHit+"="+strconv.Itoa(c.hit), envCrashCtl+"="+addr)
 			out, err := cmd.CombinedOutput()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 				t.Fatalf("child did not die of SIGKILL: %v\n%s", err, out)
 			}
 
-			n := openTestNode(t, filepath.Join(dir, "node"), objects, parts, nil)
+			n := openTestNode(t, filepath.Join(dir, "node"), objects, parts,
+				func(o *Options) { o.Control = FromControlClient(cc); fastRun(o) })
 			defer n.Close()
 			pt := n.part(p)
 			if got := pt.applied.Load(); got != c.at {
@@ -118,10 +147,17 @@ func TestKill9DuringIngest(t *testing.T) {
 			if len(gens) != 1 {
 				t.Fatalf("generations on disk after restart: %v", gens)
 			}
-			// Finish the log: every batch applied exactly once.
-			for _, b := range bs {
-				must(t, n.Apply(context.Background(), b))
-			}
+			// Finish the log with the ingest loop: every batch applied exactly
+			// once, and the control plane told.
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- n.Run(rctx) }()
+			waitFor(t, "the control plane to see the whole log applied", 30*time.Second, func() bool {
+				r, err := cc.GetRouting(ctx)
+				return err == nil && len(r.Replicas[p]) == 1 && r.Replicas[p][0].AppliedSeq == int64(len(bs))
+			})
+			cancel()
+			must(t, <-done)
 			checkModel(t, n, p, universe, models[len(bs)])
 			reconciled := counterValue(n.opts.Metrics.reconciled)
 			wantApplies := len(bs) - int(c.at)

@@ -17,7 +17,7 @@ type Options struct {
 	// The default value is "".
 	Zone string
 	// Addr is the address readers dial (host:port of the gRPC server), as
-	// registered with the control plane. The default value is "".
+	// registered with the control plane. Required when Control is set.
 	Addr string
 	// Dir is the node's data directory: one subdirectory per partition
 	// replica. Required.
@@ -136,8 +136,8 @@ func (o Options) Validate() error {
 		fail("Dir is required")
 	}
 	if o.Control != nil {
-		if o.ID == "" {
-			fail("ID is required with a control plane")
+		if o.ID == "" || o.Addr == "" {
+			fail("ID and Addr are required with a control plane")
 		}
 		if o.Objects == nil {
 			fail("Objects is required with a control plane")

@@ -83,21 +83,7 @@ func TestRunWithControlPlane(t *testing.T) {
 	defer cancel()
 	tmp := t.TempDir()
 	objects := filepath.Join(tmp, "objects")
-	st, err := control.OpenStore(ctx, "sqlite:"+filepath.Join(tmp, "control.db"), &control.StoreOptions{Partitions: parts})
-	must(t, err)
-	defer st.Close()
-	srv, err := control.NewServer(&control.Options{Store: st, NoAuth: true, ReconcileInterval: 20 * time.Millisecond})
-	must(t, err)
-	go srv.Run(ctx)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	g := srv.GRPCServer()
-	go g.Serve(lis)
-	defer g.Stop()
-	cc, err := control.Dial(lis.Addr().String(), nil)
-	must(t, err)
-	defer cc.Close()
-
+	_, cc := startControl(t, ctx, tmp, parts)
 	objs, err := objstore.Open(ctx, objects, nil)
 	must(t, err)
 	n, err := Open(ctx, Options{ID: "n1", Zone: "a", Addr: "127.0.0.1:1", Dir: filepath.Join(tmp, "n1"),
@@ -212,4 +198,27 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// startControl serves the real control plane (SQLite under dir) on
+// 127.0.0.1 and returns its address and a client.
+func startControl(t testing.TB, ctx context.Context, dir string, parts int) (string, *control.Client) {
+	t.Helper()
+	st, err := control.OpenStore(ctx, "sqlite:"+filepath.Join(dir, "control.db"), &control.StoreOptions{Partitions: parts})
+	must(t, err)
+	t.Cleanup(func() { st.Close() })
+	srv, err := control.NewServer(&control.Options{Store: st, NoAuth: true, ReconcileInterval: 20 * time.Millisecond})
+	must(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go srv.Run(rctx)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	g := srv.GRPCServer()
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	cc, err := control.Dial(lis.Addr().String(), nil)
+	must(t, err)
+	t.Cleanup(func() { cc.Close() })
+	return lis.Addr().String(), cc
 }
