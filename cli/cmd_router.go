@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -215,6 +217,8 @@ Examples:
 				&cli.DurationFlag{Name: "deadline", Value: time.Second, Usage: "each request's deadline"},
 				&cli.BoolFlag{Name: "via-server", Usage: "go through the router's gRPC server on loopback instead of the library"},
 				&cli.StringFlag{Name: "redis", Value: "127.0.0.1:6379", Usage: "Redis address for the peer scenario (- to skip)"},
+				&cli.IntFlag{Name: "gogc", Value: 400, Usage: "Go GC percent for the run (requests allocate ~600 KB each; the Redis client shares the process and the setting)"},
+				&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the run to this file"},
 			}, routerFlags()...),
 			Action: benchRead,
 		}},
@@ -238,13 +242,24 @@ func benchRead(c *cli.Context) error {
 		Nodes: c.Int("nodes"), Partitions: c.Int("partitions"), Replicas: c.Int("replicas"),
 		Zone: c.String("zone"), SlowNode: c.Int("slow-node"), SlowFraction: frac, SlowDelay: delay,
 		KillNode: c.Int("kill-node"), DownAfter: c.Duration("down-after"), Deadline: c.Duration("deadline"),
-		ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, Logger: logger(),
+		ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, GCPercent: c.Int("gogc"), Logger: logger(),
 		Router: func(ro *router.Options) {
 			// The scenario decides hedging, --deadline the request deadline.
 			noHedge := ro.DisableHedging
 			routerOptionsFrom(c, ro, true)
 			ro.DisableHedging = noHedge
 		},
+	}
+	if path := c.String("cpuprofile"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	rep, err := readbench.Run(c.Context, o)
 	if err != nil {

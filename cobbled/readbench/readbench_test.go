@@ -83,7 +83,7 @@ func BenchmarkRead(b *testing.B) {
 	var rep *Report
 	for b.Loop() {
 		var err error
-		rep, err = Run(context.Background(), Options{Dir: b.TempDir(), Duration: d, Warmup: d / 4, Keys: 1200, Partitions: 16, DownAfter: d / 3})
+		rep, err = Run(context.Background(), Options{Dir: b.TempDir(), Duration: d, Warmup: d / 4, Keys: 1200, Partitions: 16, DownAfter: d / 3, GCPercent: 400})
 		if err != nil {
 			b.Fatal(err)
 		}
