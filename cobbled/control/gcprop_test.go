@@ -174,3 +174,47 @@ func TestGCSafetyRandomized(t *testing.T) {
 		}
 	})
 }
+
+// TestGCLoop checks that Run collects garbage on its own.
+func TestGCLoop(t *testing.T) {
+	objs, err := objstore.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startEnv(t, backends()[0].dsn(t), 1, func(o *Options) {
+		o.Objects, o.GCInterval, o.ReconcileInterval = objs, 50*time.Millisecond, 50*time.Millisecond
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { e.srv.Run(ctx); close(done) }()
+	if err := e.client.RegisterNode(ctx, Node{"l1", "h:1", "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, kind := range []string{batch.KindDelta, batch.KindSnapshot} {
+		id := fmt.Sprintf("loop-%d", i)
+		putObject(t, objs, batch.ManifestKey(0, id))
+		if _, err := e.client.RegisterBatch(ctx, manifest(id, 0, 1, kind)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.client.ReportApplied(ctx, "l1", 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for objectExists(t, objs, batch.ManifestKey(0, "loop-0")) {
+		if time.Now().After(deadline) {
+			t.Fatal("Run did not collect the batch before the snapshot")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !objectExists(t, objs, batch.ManifestKey(0, "loop-1")) {
+		t.Fatal("Run collected the snapshot itself")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}

@@ -465,39 +465,51 @@ func (s *Server) CollectGarbage(ctx context.Context) (GCStats, error) {
 	}
 }
 
-// Run reconciles every ReconcileInterval and collects garbage every
-// GCInterval (when Objects is set) until ctx is done. Failures are logged
-// and retried on the next tick, so a database outage does not stop it.
+// Run reconciles every ReconcileInterval and, when Objects is set,
+// collects garbage every GCInterval (in its own goroutine, so a long
+// deletion never delays down detection), until ctx is done. Failures are
+// logged and retried on the next tick, so a database outage does not stop
+// it; each pass is bounded (CallTimeout for reconciling), so a hanging
+// database does not wedge it either.
 func (s *Server) Run(ctx context.Context) error {
-	rt := time.NewTicker(s.o.ReconcileInterval)
-	defer rt.Stop()
-	var gcC <-chan time.Time
-	if s.o.Objects != nil {
-		gt := time.NewTicker(s.o.GCInterval)
-		defer gt.Stop()
-		gcC = gt.C
-	}
-	if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
-		s.o.Logger.Warn("control: reconcile failed", "err", err)
-	}
 	// On PostgreSQL, also wake long polls for changes other control-plane
 	// processes make (see doc.go).
 	go s.store.Listen(ctx, Listener{Batch: s.notify.batch, Routing: s.notify.routing, Resync: s.notify.all}, time.Second, s.o.Logger)
+	if s.o.Objects != nil {
+		go s.gcLoop(ctx)
+	}
+	t := time.NewTicker(s.o.ReconcileInterval)
+	defer t.Stop()
 	for {
+		rctx, cancel := context.WithTimeout(ctx, s.o.CallTimeout)
+		if _, err := s.Reconcile(rctx); err != nil && ctx.Err() == nil {
+			s.o.Logger.Warn("control: reconcile failed", "err", err)
+		}
+		cancel()
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-rt.C:
-			if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
-				s.o.Logger.Warn("control: reconcile failed", "err", err)
-			}
-		case <-gcC:
-			st, err := s.CollectGarbage(ctx)
-			if err != nil && ctx.Err() == nil {
-				s.o.Logger.Warn("control: gc failed", "err", err)
-			} else if st.Marked > 0 || st.Deleted > 0 {
-				s.o.Logger.Info("control: gc", "marked", st.Marked, "deleted", st.Deleted, "objects", st.Objects)
-			}
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Server) gcLoop(ctx context.Context) {
+	t := time.NewTicker(s.o.GCInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		gctx, cancel := context.WithTimeout(ctx, max(s.o.GCInterval, 5*time.Minute))
+		st, err := s.CollectGarbage(gctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.o.Logger.Warn("control: gc failed", "err", err, "deleted", st.Deleted)
+		} else if st.Marked > 0 || st.Deleted > 0 {
+			s.o.Logger.Info("control: gc", "marked", st.Marked, "deleted", st.Deleted, "objects", st.Objects)
 		}
 	}
 }
