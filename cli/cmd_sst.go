@@ -37,8 +37,9 @@ Examples:
    pillar sst build --export data/exports/synth1 --objstore file:///srv/pillar/objects
    pillar sst build --export data/exports/synth1 --objstore s3://pillar-batches/prod \
        --register 127.0.0.1:7000 --token-file control.token
+   pillar sst ls file:///srv/pillar/objects
    pillar sst inspect file:///srv/pillar/objects/batches/p00007/synth1-p00007`,
-		Subcommands: []*cli.Command{sstBuildCommand(), sstInspectCommand(), sstSynthCommand(), sstUploadExportCommand()},
+		Subcommands: []*cli.Command{sstBuildCommand(), sstLsCommand(), sstInspectCommand(), sstSynthCommand(), sstUploadExportCommand()},
 	}
 }
 
@@ -397,6 +398,51 @@ func sstUploadExportCommand() *cli.Command {
 			}
 			fmt.Fprintf(c.App.Writer, "uploaded %s to %s\n", c.String("export"), c.String("to"))
 			return nil
+		},
+	}
+}
+
+func sstLsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "ls",
+		Usage:     "list the complete batches (those with a manifest) in an object store",
+		UsageText: "pillar sst ls [--partition N] [--json] <objstore-url>",
+		Description: `Examples:
+   pillar sst ls file:///srv/pillar/objects
+   pillar sst ls --partition 7 s3://pillar-batches/prod`,
+		Flags: []cli.Flag{
+			sstS3EndpointFlag,
+			&cli.IntFlag{Name: "partition", Value: -1, Usage: "only this partition (default: all)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the manifests as JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return errors.New("want one argument: the object-store URL")
+			}
+			store, err := sstOpenStore(c, c.Args().First())
+			if err != nil {
+				return err
+			}
+			ms, err := sstbuilder.ListBatches(c.Context, store, c.Int("partition"))
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(ms)
+			}
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PARTITION\tBATCH\tKIND\tKEYS\tDELETES\tFILES\tBYTES\tCREATED\tSOURCE")
+			for _, m := range ms {
+				var size int64
+				for _, f := range m.Files {
+					size += f.Size
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", m.Partition, m.ID, m.Kind, m.Keys, m.Deletes, len(m.Files), size,
+					time.UnixMilli(m.CreatedAtMS).UTC().Format(time.RFC3339), m.Source)
+			}
+			return tw.Flush()
 		},
 	}
 }

@@ -42,6 +42,10 @@ func TestSSTBuildInspect(t *testing.T) {
 	if err != nil || !strings.Contains(out, "meta key = \"exp1-p00001\"") || !strings.Contains(out, "https://synthetic.example/page/") {
 		t.Fatalf("inspect: %v\n%s", err, out)
 	}
+	out, err = runSST(t, "sst", "ls", objs)
+	if err != nil || strings.Count(out, "exp1-p0000") != 2 || !strings.Contains(out, "snapshot") {
+		t.Fatalf("ls: %v\n%s", err, out)
+	}
 	// The same export from an object store, into another store.
 	remote := "file://" + filepath.Join(dir, "exports", "exp1")
 	if out, err = runSST(t, "sst", "upload-export", "--export", exp, "--to", remote); err != nil {

@@ -417,3 +417,23 @@ func TestBuildExportResumeEdges(t *testing.T) {
 		t.Fatalf("different input under the same batch id: %v", err)
 	}
 }
+
+func TestListBatches(t *testing.T) {
+	ctx := context.Background()
+	exp := t.TempDir()
+	writeExport(t, exp, 3, 4, batch.KindSnapshot, nil)
+	store, _ := objstore.Open(ctx, t.TempDir(), nil)
+	if _, err := BuildExport(ctx, &ExportBuildOptions{Export: exp, Store: store}); err != nil {
+		t.Fatal(err)
+	}
+	// An incomplete upload (files, no manifest) is not a batch.
+	store.Put(ctx, "batches/p00001/partial/000001-abc.sst", strings.NewReader("x"), 1, nil)
+	all, err := ListBatches(ctx, store, -1)
+	if err != nil || len(all) != 3 || all[0].Partition != 0 || all[2].ID != "exp-test-p00002" {
+		t.Fatalf("all: %v %+v", err, all)
+	}
+	one, err := ListBatches(ctx, store, 1)
+	if err != nil || len(one) != 1 || one[0].ID != "exp-test-p00001" {
+		t.Fatalf("partition 1: %v %+v", err, one)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sort"
+	"strings"
 
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/objstore"
@@ -138,4 +140,41 @@ func checkObject(ctx context.Context, store objstore.Store, key string, f batch.
 // ReadManifest reads and validates a batch's manifest from the store.
 func ReadManifest(ctx context.Context, store objstore.Store, partition int, id string) (*batch.Manifest, error) {
 	return readManifest(ctx, store, batch.ManifestKey(partition, id))
+}
+
+// ListBatches returns the manifests of the complete batches in the store
+// (those with a manifest.json), of one partition or of all (partition < 0),
+// sorted by partition, then creation time, then id. Objects of incomplete
+// uploads (no manifest) are not listed.
+func ListBatches(ctx context.Context, store objstore.Store, partition int) ([]*batch.Manifest, error) {
+	prefix := "batches/"
+	if partition >= 0 {
+		prefix = fmt.Sprintf("batches/p%05d/", partition)
+	}
+	infos, err := store.List(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("sstbuilder: list batches: %w", err)
+	}
+	var out []*batch.Manifest
+	for _, in := range infos {
+		if !strings.HasSuffix(in.Key, "/manifest.json") {
+			continue
+		}
+		m, err := readManifest(ctx, store, in.Key)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Partition != b.Partition {
+			return a.Partition < b.Partition
+		}
+		if a.CreatedAtMS != b.CreatedAtMS {
+			return a.CreatedAtMS < b.CreatedAtMS
+		}
+		return a.ID < b.ID
+	})
+	return out, nil
 }
