@@ -95,18 +95,8 @@ func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
 func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
 func (c serverCodec) Name() string                                { return proto.Name }
 
-// respPool holds wire buffers by power-of-two size, 256 B … 128 MiB.
-var respPool = func() mem.BufferPool {
-	exps := make([]uint8, 0, 20)
-	for e := uint8(8); e <= 27; e++ {
-		exps = append(exps, e)
-	}
-	p, err := mem.NewBinaryTieredBufferPool(exps...)
-	if err != nil {
-		panic(err)
-	}
-	return p
-}()
+// respPool holds wire buffers; they are fully overwritten, so not zeroed.
+var respPool = new(servepb.BufferPool)
 
 type getScratch struct {
 	part   []int

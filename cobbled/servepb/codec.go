@@ -52,17 +52,7 @@ func (c ClientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 var (
-	decodePool = func() mem.BufferPool {
-		var exps []uint8
-		for e := uint8(10); e <= 27; e++ { // 1 KiB … 128 MiB
-			exps = append(exps, e)
-		}
-		p, err := mem.NewBinaryTieredBufferPool(exps...)
-		if err != nil {
-			panic(err)
-		}
-		return p
-	}()
+	decodePool = new(BufferPool)
 	pooledMu sync.Mutex
 	pooled   = map[*BatchGetResponse]*[]byte{}
 )
