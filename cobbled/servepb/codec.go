@@ -53,8 +53,8 @@ func (c ClientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 var (
 	decodePool = new(BufferPool)
-	pooledMu sync.Mutex
-	pooled   = map[*BatchGetResponse]*[]byte{}
+	pooledMu   sync.Mutex
+	pooled     = map[*BatchGetResponse]*[]byte{}
 )
 
 // Release returns the buffer behind a response decoded by a Pooled
