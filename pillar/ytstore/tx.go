@@ -1,0 +1,692 @@
+package ytstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"go.ytsaurus.tech/yt/go/mapreduce/spec"
+	"go.ytsaurus.tech/yt/go/schema"
+	"go.ytsaurus.tech/yt/go/ypath"
+	"go.ytsaurus.tech/yt/go/yson"
+	"go.ytsaurus.tech/yt/go/yt"
+	"go.ytsaurus.tech/yt/go/yterrors"
+
+	"github.com/pillarkit/pillar/pillar"
+)
+
+type stage struct {
+	path   ypath.Path
+	closed bool
+}
+
+type tableChange struct {
+	drop     bool
+	mode     pillar.WriteMode
+	rowType  reflect.Type
+	schema   schema.Schema
+	sortedBy []string
+	stages   []*stage // in the order their writers were opened
+}
+
+type attrChange struct {
+	del    bool
+	expect bool // ExpectAttr only: no write
+	value  []byte
+}
+
+// tx is one store transaction: a snapshot (the Begin state, for reads) and
+// the master transaction every change is made in.
+type tx struct {
+	*snapshot
+	ytx yt.Tx
+
+	mu       sync.Mutex
+	tables   map[string]*tableChange
+	order    []string
+	attrs    map[string]*attrChange
+	queue    []pillar.ExportRecord
+	consumed []string
+	nstage   int
+	done     bool
+}
+
+// YTTx returns the master transaction, so that jobs.YT runs operations
+// inside it: their outputs commit (or vanish) with the store transaction.
+func (t *tx) YTTx() yt.Tx { return t.ytx }
+
+// Begin starts a transaction reading the latest generation.
+func (s *Store) Begin(ctx context.Context) (pillar.Tx, error) {
+	sn, err := s.takeSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ytx, err := s.beginTx(ctx)
+	if err != nil {
+		sn.Release()
+		return nil, fmt.Errorf("ytstore %s: begin: %w", s.root, err)
+	}
+	return &tx{snapshot: sn, ytx: ytx, tables: map[string]*tableChange{}, attrs: map[string]*attrChange{}}, nil
+}
+
+func (t *tx) errf(format string, a ...any) error {
+	return fmt.Errorf("ytstore %s: tx %s: %w", t.s.root, t.ytx.ID(), fmt.Errorf(format, a...))
+}
+
+func (t *tx) stagingDir() ypath.Path { return t.s.stagingPath().Child(t.ytx.ID().String()) }
+
+func (t *tx) WriteTable(ctx context.Context, name string, rowType any, opts *pillar.WriteOptions) (pillar.RowWriter, error) {
+	if err := validTableName(name); err != nil {
+		return nil, t.errf("%v", err)
+	}
+	o := pillar.WriteOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	rt := reflect.TypeOf(rowType)
+	for rt != nil && rt.Kind() == reflect.Pointer {
+		rt = rt.Elem()
+	}
+	if rt == nil || rt.Kind() != reflect.Struct {
+		return nil, t.errf("table %q: row type %T is not a struct", name, rowType)
+	}
+	sch, err := SchemaFor(rowType, o.SortedBy)
+	if err != nil {
+		return nil, t.errf("table %q: %v", name, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return nil, pillar.ErrTxDone
+	}
+	ch := t.tables[name]
+	switch {
+	case ch == nil || ch.drop:
+		mode := o.Mode
+		if ch != nil {
+			mode = pillar.Replace // dropped earlier in this Tx: nothing to append to
+		} else {
+			t.order = append(t.order, name)
+		}
+		ch = &tableChange{mode: mode, rowType: rt, schema: sch, sortedBy: o.SortedBy}
+		t.tables[name] = ch
+	case ch.rowType != rt:
+		return nil, t.errf("table %q: row type %s differs from %s written earlier in this transaction", name, rt, ch.rowType)
+	}
+	if ch.mode == pillar.Append {
+		if old, ok := t.st.tables[name]; ok && old.RowType != "" && old.RowType != rt.String() {
+			return nil, t.errf("table %q: cannot append rows of type %s to a table of %s", name, rt, old.RowType)
+		}
+	}
+	t.nstage++
+	st := &stage{path: t.stagingDir().Child(fmt.Sprintf("w%05d", t.nstage))}
+	if _, err := t.ytx.CreateNode(ctx, st.path, yt.NodeTable, &yt.CreateNodeOptions{Recursive: true, Attributes: map[string]any{"schema": sch}}); err != nil {
+		return nil, t.errf("table %q: create staging table: %v", name, err)
+	}
+	w, err := t.ytx.WriteTable(ctx, st.path, nil)
+	if err != nil {
+		return nil, t.errf("table %q: open writer: %v", name, err)
+	}
+	ch.stages = append(ch.stages, st)
+	return &rowWriter{t: t, table: name, w: w, rt: rt, st: st}, nil
+}
+
+type rowWriter struct {
+	t     *tx
+	table string
+	w     yt.TableWriter
+	rt    reflect.Type
+	st    *stage
+	rows  int64
+	err   error // first error; every later call returns it
+	ended bool
+}
+
+func (w *rowWriter) Write(row any) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.ended {
+		w.err = fmt.Errorf("ytstore: table %q: Write after Close", w.table)
+		return w.err
+	}
+	rt := reflect.TypeOf(row)
+	if rt != w.rt && (rt == nil || rt.Kind() != reflect.Pointer || rt.Elem() != w.rt) {
+		w.err = fmt.Errorf("ytstore: table %q: row of type %T, table rows are %s", w.table, row, w.rt)
+		return w.err
+	}
+	if err := w.w.Write(row); err != nil {
+		w.err = fmt.Errorf("ytstore: table %q row %d: %w", w.table, w.rows, err)
+		return w.err
+	}
+	w.rows++
+	return nil
+}
+
+func (w *rowWriter) Close() error {
+	if w.ended {
+		return w.err
+	}
+	w.ended = true
+	if w.err != nil {
+		_ = w.w.Rollback()
+		return w.err
+	}
+	if err := w.w.Commit(); err != nil {
+		w.err = fmt.Errorf("ytstore: table %q: close: %w", w.table, err)
+		return w.err
+	}
+	w.t.mu.Lock()
+	w.st.closed = true
+	w.t.mu.Unlock()
+	return nil
+}
+
+func (t *tx) DropTable(ctx context.Context, name string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return pillar.ErrTxDone
+	}
+	if _, ok := t.st.tables[name]; !ok {
+		if ch := t.tables[name]; ch == nil || ch.drop {
+			return t.errf("drop table %q: %w", name, pillar.ErrNotFound)
+		}
+	}
+	if t.tables[name] == nil {
+		t.order = append(t.order, name)
+	}
+	t.tables[name] = &tableChange{drop: true}
+	return nil
+}
+
+func (t *tx) SetAttr(ctx context.Context, name string, value any) error {
+	b, err := json.Marshal(value)
+	if err != nil {
+		return t.errf("attribute %q: %v", name, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return pillar.ErrTxDone
+	}
+	t.attrs[name] = &attrChange{value: b}
+	return nil
+}
+
+func (t *tx) DeleteAttr(ctx context.Context, name string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return pillar.ErrTxDone
+	}
+	t.attrs[name] = &attrChange{del: true}
+	return nil
+}
+
+func (t *tx) ExpectAttr(ctx context.Context, name string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return pillar.ErrTxDone
+	}
+	if t.attrs[name] == nil {
+		t.attrs[name] = &attrChange{expect: true}
+	}
+	return nil
+}
+
+func (t *tx) Enqueue(ctx context.Context, recs ...pillar.ExportRecord) error {
+	parts := t.s.meta.Partitions
+	for i, r := range recs {
+		if r.Partition < 0 || int(r.Partition) >= parts {
+			return t.errf("enqueue record %d (page %s): partition %d out of range [0,%d)", i, r.PageKey, r.Partition, parts)
+		}
+		k, err := pillar.ParseKey(r.PageKey)
+		if err != nil {
+			return t.errf("enqueue record %d: %v", i, err)
+		}
+		if k.Partition(parts) != int(r.Partition) {
+			return t.errf("enqueue record %d (page %s): partition %d, but the key belongs to %d", i, r.PageKey, r.Partition, k.Partition(parts))
+		}
+		if r.Op != pillar.OpPut && r.Op != pillar.OpDelete {
+			return t.errf("enqueue record %d (page %s): op %q is neither put nor delete", i, r.PageKey, r.Op)
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return pillar.ErrTxDone
+	}
+	t.queue = append(t.queue, recs...)
+	return nil
+}
+
+func (t *tx) MarkConsumed(ctx context.Context, ids ...string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return pillar.ErrTxDone
+	}
+	t.consumed = append(t.consumed, ids...)
+	return nil
+}
+
+// Abort aborts the master transaction (staging tables and operation
+// outputs vanish with it) and releases the snapshot.
+func (t *tx) Abort() error {
+	t.mu.Lock()
+	if t.done {
+		t.mu.Unlock()
+		return nil
+	}
+	t.done = true
+	t.mu.Unlock()
+	_ = t.ytx.Abort()
+	t.Release()
+	return nil
+}
+
+// Commit makes the transaction's changes visible at once, or none of them:
+// every change is made inside the master transaction, whose commit is
+// atomic. The steps (see doc.go): take the commit lock, check for
+// conflicts, put the written tables in place, set attributes, append the
+// queue, mark consumed ids, advance the generation, commit.
+func (t *tx) Commit(ctx context.Context) (err error) {
+	t.mu.Lock()
+	if t.done {
+		t.mu.Unlock()
+		return pillar.ErrTxDone
+	}
+	t.done = true
+	t.mu.Unlock()
+	defer func() {
+		if err != nil {
+			_ = t.ytx.Abort()
+		}
+		t.Release()
+	}()
+	for _, name := range t.order {
+		for _, st := range t.tables[name].stages {
+			if !st.closed {
+				return t.errf("table %q: a writer was not closed before Commit; nothing committed", name)
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return t.errf("commit: %w", err)
+	}
+	gen, err := t.lockCommit(ctx)
+	if err != nil {
+		return err
+	}
+	trunk, opWritten, err := t.checkConflicts(ctx)
+	if err != nil {
+		return err
+	}
+	next := gen + 1
+	if err := t.applyTables(ctx, trunk, opWritten, next); err != nil {
+		return err
+	}
+	if err := t.applyAttrs(ctx); err != nil {
+		return err
+	}
+	if err := t.applyQueue(ctx); err != nil {
+		return err
+	}
+	for _, id := range dedupe(t.consumed) {
+		if _, err := t.ytx.CreateNode(ctx, t.s.consumedPath().Child(encodeName(id)), yt.NodeDocument,
+			&yt.CreateNodeOptions{IgnoreExisting: true, Attributes: map[string]any{"value": next}}); err != nil {
+			return t.errf("commit: consumed %q: %v", id, err)
+		}
+	}
+	if t.nstage > 0 {
+		if err := t.ytx.RemoveNode(ctx, t.stagingDir(), &yt.RemoveNodeOptions{Recursive: true, Force: true}); err != nil {
+			return t.errf("commit: remove staging: %v", err)
+		}
+	}
+	if err := t.ytx.SetNode(ctx, t.s.genPath(), next, nil); err != nil {
+		return t.errf("commit: generation: %v", err)
+	}
+	if err := t.ytx.Commit(); err != nil {
+		return conflictErr(t.s.root, fmt.Sprintf("tx %s: commit", t.ytx.ID()), err)
+	}
+	t.s.opts.Logger.Debug("ytstore: committed", "root", string(t.s.root), "generation", next,
+		"tables", len(t.tables)+len(opWritten), "attrs", len(t.attrs), "queued", len(t.queue))
+	return nil
+}
+
+// lockCommit takes the exclusive commit lock (on the generation node) in
+// the master transaction, waiting for other commits to finish, and returns
+// the generation read under it.
+func (t *tx) lockCommit(ctx context.Context) (int64, error) {
+	res, err := t.ytx.LockNode(ctx, t.s.genPath(), yt.LockExclusive, &yt.LockNodeOptions{Waitable: true})
+	if err != nil {
+		return 0, t.errf("commit lock: %v", err)
+	}
+	deadline := time.Now().Add(t.s.opts.LockTimeout)
+	lockState := ypath.Path("#" + res.LockID.String()).Attr("state")
+	for {
+		var state string
+		if err := t.s.yc.GetNode(ctx, lockState, &state, nil); err != nil {
+			return 0, t.errf("commit lock: %v", err)
+		}
+		if state == "acquired" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, t.errf("commit lock: another commit held it for over %s", t.s.opts.LockTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, t.errf("commit lock: %w", ctx.Err())
+		case <-time.After(t.s.opts.PollInterval):
+		}
+	}
+	var gen int64
+	if err := t.ytx.GetNode(ctx, t.s.genPath(), &gen, nil); err != nil {
+		return 0, t.errf("commit: read generation: %v", err)
+	}
+	return gen, nil
+}
+
+func sameNode(a, b *tableMeta) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return a.ID == b.ID && a.Revision == b.Revision
+}
+
+// checkConflicts runs under the commit lock, so the committed state (trunk)
+// cannot move. A table this Tx changes (through a writer, a drop, or an
+// operation that ran in its master transaction) or an attribute it sets,
+// deletes or expects must be the node it was at Begin, at the same
+// revision; otherwise ErrConflict. It returns the trunk state and the
+// tables operations wrote.
+func (t *tx) checkConflicts(ctx context.Context) (*state, []string, error) {
+	trunk, err := t.s.fetch(ctx, t.s.yc)
+	if err != nil {
+		return nil, nil, err
+	}
+	view, err := t.s.fetchContent(ctx, t.ytx)
+	if err != nil {
+		return nil, nil, err
+	}
+	tcontent, err := t.s.fetchContent(ctx, t.s.yc)
+	if err != nil {
+		return nil, nil, err
+	}
+	var opWritten []string
+	for name, v := range view {
+		if _, mine := t.tables[name]; mine {
+			continue
+		}
+		if c, ok := tcontent[name]; !ok || c != v {
+			opWritten = append(opWritten, name)
+		}
+	}
+	for name := range tcontent {
+		if _, ok := view[name]; !ok && t.tables[name] == nil {
+			opWritten = append(opWritten, name) // removed inside the transaction
+		}
+	}
+	sort.Strings(opWritten)
+	names := append(slices.Clone(t.order), opWritten...)
+	for _, name := range names {
+		if b, c := t.st.tables[name], trunk.tables[name]; !sameNode(b, c) {
+			g := int64(0)
+			if c != nil {
+				g = c.Generation
+			}
+			return nil, nil, fmt.Errorf("ytstore %s: table %q changed (generation %d) since this transaction began at %d: %w",
+				t.s.root, name, g, t.st.gen, pillar.ErrConflict)
+		}
+	}
+	for name := range t.attrs {
+		b, bok := t.st.attrs[name]
+		c, cok := trunk.attrs[name]
+		if bok != cok || b.id != c.id || b.revision != c.revision {
+			return nil, nil, fmt.Errorf("ytstore %s: attribute %q changed since this transaction began at generation %d: %w",
+				t.s.root, name, t.st.gen, pillar.ErrConflict)
+		}
+	}
+	return trunk, opWritten, nil
+}
+
+type contentKey struct {
+	id  yt.NodeID
+	rev uint64
+}
+
+// fetchContent maps each user table to its node id and content revision,
+// as c (the master transaction or the trunk) sees it.
+func (s *Store) fetchContent(ctx context.Context, c yt.CypressClient) (map[string]contentKey, error) {
+	var root contentNode
+	if err := c.GetNode(ctx, s.root, &root, &yt.GetNodeOptions{Attributes: []string{"type", "id", "content_revision"}}); err != nil {
+		return nil, fmt.Errorf("ytstore %s: read the store: %w", s.root, err)
+	}
+	kids, err := decodeContent(root.Value)
+	if err != nil {
+		return nil, fmt.Errorf("ytstore %s: %w", s.root, err)
+	}
+	out := map[string]contentKey{}
+	var walk func(prefix string, kids map[string]contentNode) error
+	walk = func(prefix string, kids map[string]contentNode) error {
+		for name, n := range kids {
+			if prefix == "" && name == internalDir {
+				continue
+			}
+			switch n.Type {
+			case yt.NodeTable:
+				out[prefix+name] = contentKey{n.ID, n.ContentRevision}
+			case yt.NodeMap:
+				sub, err := decodeContent(n.Value)
+				if err != nil {
+					return err
+				}
+				if err := walk(prefix+name+"/", sub); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return out, walk("", kids)
+}
+
+type contentNode struct {
+	Type            yt.NodeType   `yson:"type,attr"`
+	ID              yt.NodeID     `yson:"id,attr"`
+	ContentRevision uint64        `yson:"content_revision,attr"`
+	Value yson.RawValue `yson:",value"`
+}
+
+func decodeContent(raw yson.RawValue) (map[string]contentNode, error) {
+	var kids map[string]contentNode
+	if err := yson.Unmarshal(raw, &kids); err != nil {
+		return nil, err
+	}
+	return kids, nil
+}
+
+func isResolve(err error) bool { return yterrors.ContainsResolveError(err) }
+
+// applyTables puts each written table in place: one replacing writer's
+// staging table is moved over the table; several writers, or an append,
+// are concatenated in writer order by an ordered merge operation inside the
+// master transaction. Dropped tables are removed.
+func (t *tx) applyTables(ctx context.Context, trunk *state, opWritten []string, next int64) error {
+	for _, name := range t.order {
+		ch := t.tables[name]
+		dst := t.s.tablePath(name)
+		existing := trunk.tables[name]
+		if ch.drop {
+			if existing != nil {
+				if err := t.ytx.RemoveNode(ctx, dst, &yt.RemoveNodeOptions{Force: true}); err != nil {
+					return conflictErr(t.s.root, fmt.Sprintf("drop table %q", name), err)
+				}
+			}
+			continue
+		}
+		appendTo := ch.mode == pillar.Append && existing != nil
+		final := ch.schema
+		if appendTo {
+			var oldKeys []string
+			if existing.Schema != nil {
+				oldKeys = existing.Schema.KeyColumns()
+			}
+			if len(ch.sortedBy) == 0 || !slices.Equal(oldKeys, ch.sortedBy) {
+				final = unsorted(ch.schema) // an append breaks any claimed order
+			}
+		}
+		if !appendTo && len(ch.stages) == 1 {
+			if _, err := t.ytx.MoveNode(ctx, ch.stages[0].path, dst, &yt.MoveNodeOptions{Recursive: true, Force: true}); err != nil {
+				return conflictErr(t.s.root, fmt.Sprintf("table %q", name), err)
+			}
+		} else {
+			var inputs []ypath.YPath
+			if appendTo {
+				inputs = append(inputs, dst)
+			} else if _, err := t.ytx.CreateNode(ctx, dst, yt.NodeTable, &yt.CreateNodeOptions{Recursive: true, Force: true, Attributes: map[string]any{"schema": final}}); err != nil {
+				return conflictErr(t.s.root, fmt.Sprintf("table %q", name), err)
+			}
+			for _, st := range ch.stages {
+				inputs = append(inputs, st.path)
+			}
+			out := ypath.NewRich(string(dst)).SetSchema(final)
+			if err := t.merge(ctx, name, inputs, out); err != nil {
+				return err
+			}
+		}
+		if err := t.ytx.SetNode(ctx, dst.Attr(attrRowType), ch.rowType.String(), nil); err != nil {
+			return conflictErr(t.s.root, fmt.Sprintf("table %q", name), err)
+		}
+		if err := t.ytx.SetNode(ctx, dst.Attr(attrGeneration), next, nil); err != nil {
+			return conflictErr(t.s.root, fmt.Sprintf("table %q", name), err)
+		}
+	}
+	for _, name := range opWritten {
+		err := t.ytx.SetNode(ctx, t.s.tablePath(name).Attr(attrGeneration), next, nil)
+		if err != nil && !isResolve(err) {
+			return conflictErr(t.s.root, fmt.Sprintf("table %q", name), err)
+		}
+	}
+	return nil
+}
+
+// merge runs an ordered merge of inputs into out inside the master
+// transaction and waits for it.
+func (t *tx) merge(ctx context.Context, table string, inputs []ypath.YPath, out ypath.YPath) error {
+	s := spec.Merge()
+	s.Title = fmt.Sprintf("pillar: ytstore commit: table %s", table)
+	s.MergeMode = "ordered"
+	s.Pool = t.s.opts.Pool
+	s.InputTablePaths = inputs
+	s.OutputTablePath = out
+	id, err := t.ytx.StartOperation(ctx, yt.OperationMerge, s, nil)
+	if err != nil {
+		return conflictErr(t.s.root, fmt.Sprintf("table %q: start merge", table), err)
+	}
+	for {
+		st, err := t.s.yc.GetOperation(ctx, id, &yt.GetOperationOptions{Attributes: []string{"state", "result"}})
+		if err != nil {
+			return t.errf("table %q: merge %s: %v", table, id, err)
+		}
+		if st.State.IsFinished() {
+			if st.State != yt.StateCompleted {
+				if st.Result != nil && st.Result.Error != nil {
+					return t.errf("table %q: merge %s %s: %w", table, id, st.State, st.Result.Error)
+				}
+				return t.errf("table %q: merge %s finished in state %s", table, id, st.State)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			_ = t.s.yc.AbortOperation(context.WithoutCancel(ctx), id, nil)
+			return t.errf("table %q: merge %s: %w", table, id, ctx.Err())
+		case <-time.After(t.s.opts.PollInterval):
+		}
+	}
+}
+
+// applyAttrs writes each set attribute as a document node (created or
+// replaced) and removes deleted ones, in name order.
+func (t *tx) applyAttrs(ctx context.Context) error {
+	names := make([]string, 0, len(t.attrs))
+	for n := range t.attrs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		a := t.attrs[name]
+		p := t.s.attrsPath().Child(encodeName(name))
+		switch {
+		case a.expect:
+		case a.del:
+			if err := t.ytx.RemoveNode(ctx, p, &yt.RemoveNodeOptions{Force: true}); err != nil {
+				return conflictErr(t.s.root, fmt.Sprintf("attribute %q", name), err)
+			}
+		default:
+			if _, err := t.ytx.CreateNode(ctx, p, yt.NodeDocument, &yt.CreateNodeOptions{Force: true, Attributes: map[string]any{"value": string(a.value)}}); err != nil {
+				return conflictErr(t.s.root, fmt.Sprintf("attribute %q", name), err)
+			}
+		}
+	}
+	return nil
+}
+
+// applyQueue appends each partition's records to its queue table. Under
+// the commit lock the table's row count is the next offset.
+func (t *tx) applyQueue(ctx context.Context) error {
+	byPart := map[int][]pillar.ExportRecord{}
+	for _, r := range t.queue {
+		byPart[int(r.Partition)] = append(byPart[int(r.Partition)], r)
+	}
+	parts := make([]int, 0, len(byPart))
+	for p := range byPart {
+		parts = append(parts, p)
+	}
+	sort.Ints(parts)
+	now := time.Now().UnixMilli()
+	for _, p := range parts {
+		path := queuePath(t.s.root, p)
+		var first int64
+		if err := t.ytx.GetNode(ctx, path.Attr("row_count"), &first, nil); err != nil {
+			return t.errf("commit: export queue partition %d: %v", p, err)
+		}
+		w, err := t.ytx.WriteTable(ctx, ypath.NewRich(string(path)).SetAppend(), nil)
+		if err != nil {
+			return conflictErr(t.s.root, fmt.Sprintf("export queue partition %d", p), err)
+		}
+		for i, r := range byPart[p] {
+			r.Offset = first + int64(i)
+			r.CommittedAt = now
+			if err := w.Write(&r); err != nil {
+				_ = w.Rollback()
+				return t.errf("commit: export queue partition %d: %v", p, err)
+			}
+		}
+		if err := w.Commit(); err != nil {
+			return conflictErr(t.s.root, fmt.Sprintf("export queue partition %d", p), err)
+		}
+	}
+	return nil
+}
+
+func dedupe(ids []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
