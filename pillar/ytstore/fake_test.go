@@ -526,10 +526,10 @@ type fakeReader struct {
 	i    int
 }
 
-func (r *fakeReader) Next() bool             { r.i++; return r.i <= len(r.rows) }
-func (r *fakeReader) Scan(dst any) error     { return yson.Unmarshal(r.rows[r.i-1], dst) }
-func (r *fakeReader) Err() error             { return nil }
-func (r *fakeReader) Close() error           { return nil }
+func (r *fakeReader) Next() bool         { r.i++; return r.i <= len(r.rows) }
+func (r *fakeReader) Scan(dst any) error { return yson.Unmarshal(r.rows[r.i-1], dst) }
+func (r *fakeReader) Err() error         { return nil }
+func (r *fakeReader) Close() error       { return nil }
 
 func (v view) ReadTable(ctx context.Context, path ypath.YPath, o *yt.ReadTableOptions) (yt.TableReader, error) {
 	v.c.mu.Lock()

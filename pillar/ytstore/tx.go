@@ -503,7 +503,7 @@ type contentNode struct {
 	Type            yt.NodeType   `yson:"type,attr"`
 	ID              yt.NodeID     `yson:"id,attr"`
 	ContentRevision uint64        `yson:"content_revision,attr"`
-	Value yson.RawValue `yson:",value"`
+	Value           yson.RawValue `yson:",value"`
 }
 
 func decodeContent(raw yson.RawValue) (map[string]contentNode, error) {
