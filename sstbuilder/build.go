@@ -375,8 +375,8 @@ func fileSHA256(path string) (string, int64, error) {
 // manifest and file paths. An empty delta returns ErrEmpty (and no files); an
 // empty snapshot is one file holding only the meta key.
 func (b *Builder) Finish() (*batch.Manifest, []string, error) {
-	if b.done && b.err == nil {
-		return nil, nil, fmt.Errorf("sstbuilder: partition %d: Finish called twice", b.o.Partition)
+	if b.done { // finished or aborted: leave its files alone
+		return nil, nil, fmt.Errorf("sstbuilder: partition %d: Finish after Finish or Abort", b.o.Partition)
 	}
 	defer b.release()
 	if b.err != nil {

@@ -228,3 +228,37 @@ func TestBuilderCancel(t *testing.T) {
 		t.Fatalf("cancelled build left %d files", len(ents))
 	}
 }
+
+// Finish and Abort after Finish leave the finished batch's files alone.
+func TestBuilderMisuse(t *testing.T) {
+	dir := t.TempDir()
+	b, err := NewBuilder(&BuildOptions{Dir: dir, Partition: 0, Partitions: 1, BatchID: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := pageKeys(1, 0, 1)[0]
+	if err := b.Add(Row{Key: k, Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	_, paths, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Finish(); err == nil {
+		t.Fatal("second Finish succeeded")
+	}
+	b.Abort()
+	if err := b.Add(Row{Key: k, Seq: 1, Value: []byte("w")}); err == nil {
+		t.Fatal("Add after Finish succeeded")
+	}
+	if _, err := os.Stat(paths[0]); err != nil {
+		t.Fatalf("finished file removed: %v", err)
+	}
+	// Abort, then Finish: an error, no files.
+	b2, _ := NewBuilder(&BuildOptions{Dir: t.TempDir(), Partition: 0, Partitions: 1, BatchID: "n"})
+	b2.Add(Row{Key: k, Value: []byte("v")})
+	b2.Abort()
+	if _, _, err := b2.Finish(); err == nil {
+		t.Fatal("Finish after Abort succeeded")
+	}
+}
