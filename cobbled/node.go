@@ -91,6 +91,7 @@ func Open(ctx context.Context, opts Options) (*Node, error) {
 		return nil, fmt.Errorf("cobbled: %w", err)
 	}
 	tuneForServing(dbOpts)
+	dbOpts.SetUseDirectReads(opts.DirectReads)
 	n.dbOpts = dbOpts
 	n.ro = grocksdb.NewDefaultReadOptions()
 	empty := make([]*partition, n.p)

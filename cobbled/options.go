@@ -31,6 +31,11 @@ type Options struct {
 	// CacheBytes is the size of the LRU block cache shared by all partition
 	// databases. The default value is 1 GiB.
 	CacheBytes int64
+	// DirectReads reads SST files with O_DIRECT, bypassing the OS page
+	// cache, so the block cache is the only cache (memory accounting is
+	// exact, and a "cold" benchmark is really cold). The default value is
+	// false: block cache misses are usually served from the page cache.
+	DirectReads bool
 	// Table is the SST table layout; it must equal the SST builder's. The
 	// default value is rocks.TableConfig{} (its defaults).
 	Table rocks.TableConfig
