@@ -176,10 +176,10 @@ func TestLaggingReplica(t *testing.T) {
 func TestHedgeAfterDelayLoserCancelled(t *testing.T) {
 	c := startCluster(t, nil)
 	ctx := context.Background()
-	const delay = 80 * time.Millisecond
+	const delay = 250 * time.Millisecond
 	r := newRouter(t, c, func(o *Options) {
 		o.Zone = "zone-a"
-		o.HedgeInitialDelay, o.MinSamples = delay, 512 // keep the initial delay
+		o.HedgeInitialDelay, o.HedgeMaxDelay, o.MinSamples = delay, delay, 512 // keep the initial delay
 	})
 	// Healthy: answers come well before the delay, nothing is hedged.
 	for _, b := range c.Batches(12)[:20] {
@@ -193,7 +193,7 @@ func TestHedgeAfterDelayLoserCancelled(t *testing.T) {
 
 	slow := c.Members()[0]
 	okBefore := nodeRequests(t, slow.Metrics, "OK")
-	if err := slow.Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: 2 * time.Second}); err != nil {
+	if err := slow.Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	b := c.Batches(12)[3]
@@ -205,13 +205,13 @@ func TestHedgeAfterDelayLoserCancelled(t *testing.T) {
 	}
 	checkResults(t, c, b, res)
 	s := r.Stats()
-	if took < delay || took > time.Second {
-		t.Errorf("hedged request took %v; want at least the hedge delay %v and far less than the slow node's 2s", took, delay)
+	if took < delay || took > 3*time.Second {
+		t.Errorf("hedged request took %v; want at least the hedge delay %v and far less than the slow node's 5s", took, delay)
 	}
 	if s.Hedges != 1 || s.HedgesWon != 1 || s.Cancelled != 1 {
 		t.Errorf("hedges %d won %d cancelled %d, want 1/1/1", s.Hedges, s.HedgesWon, s.Cancelled)
 	}
-	// The slow node saw the cancellation (it would otherwise answer OK after 2s).
+	// The slow node saw the cancellation (it would otherwise answer OK after 5s).
 	waitFor(t, "the slow node to see its request cancelled", time.Second, func() bool {
 		return nodeRequests(t, slow.Metrics, "Canceled") == 1
 	})
@@ -253,7 +253,7 @@ func TestHedgeBudget(t *testing.T) {
 	wg.Wait()
 	s := r.Stats()
 	limit := int64(0.1*float64(s.Primaries)) + 2
-	if s.Primaries != clients*each || s.Hedges > limit || s.Hedges < limit-3 || s.HedgesDenied == 0 {
+	if s.Primaries != clients*each || s.Hedges > limit || s.Hedges < limit/2 || s.HedgesDenied == 0 {
 		t.Errorf("%d primaries, %d hedges (budget allows %d), %d denied", s.Primaries, s.Hedges, limit, s.HedgesDenied)
 	}
 	if s.HedgeRatio > 0.1+2.0/float64(s.Primaries) {
@@ -316,7 +316,7 @@ func TestBudget(t *testing.T) {
 func TestFailoverOnKilledNode(t *testing.T) {
 	c := startCluster(t, nil)
 	ctx := context.Background()
-	r := newRouter(t, c, func(o *Options) { o.Zone = "zone-a"; o.EjectFor = 10 * time.Second })
+	r := newRouter(t, c, func(o *Options) { o.Zone = "zone-a"; o.EjectFor = 10 * time.Second; o.DisableHedging = true })
 	c.Members()[0].Kill()
 	b := c.Batches(12)[0]
 	res, err := r.BatchGet(ctx, b)
@@ -360,7 +360,7 @@ func TestRoutingNamesGoneNode(t *testing.T) {
 		}
 		return rt, nil
 	})
-	r := newRouter(t, src, func(o *Options) { o.Zone = "zone-x" })
+	r := newRouter(t, src, func(o *Options) { o.Zone = "zone-x"; o.DisableHedging = true })
 	for _, b := range c.Batches(12)[:5] {
 		res, err := r.BatchGet(context.Background(), b)
 		if err != nil {
@@ -394,7 +394,8 @@ func TestNotServedFailoverAndRefresh(t *testing.T) {
 		}
 		return rt, nil
 	}}
-	r := newRouter(t, src, func(o *Options) { o.RefreshInterval = time.Hour })
+	// zone-b: node-1, which does not hold partition 0, is tried first.
+	r := newRouter(t, src, func(o *Options) { o.Zone = "zone-b"; o.RefreshInterval = time.Hour; o.DisableHedging = true })
 	<-src.fetches // New's fetch
 	mu.Lock()
 	wrong = false
@@ -481,7 +482,7 @@ func TestDeadline(t *testing.T) {
 				t.Errorf("%s: key %d: %v", tc.name, i, x.Err)
 			}
 		}
-		if took < tc.want || took > tc.want+300*time.Millisecond {
+		if took < tc.want || took > tc.want+time.Second {
 			t.Errorf("%s: returned after %v, want about %v", tc.name, took, tc.want)
 		}
 	}
@@ -564,7 +565,10 @@ func TestControlPlane(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := newRouter(t, cli, func(o *Options) { o.RefreshInterval = 20 * time.Millisecond; o.InitTimeout = 300 * time.Millisecond })
+	// zone-d: the node that joins later (in zone-d) is tried first.
+	r := newRouter(t, cli, func(o *Options) {
+		o.Zone, o.RefreshInterval, o.InitTimeout = "zone-d", 20*time.Millisecond, 300*time.Millisecond
+	})
 	b := c.Batches(12)[0]
 	res, err := r.BatchGet(ctx, b)
 	if err != nil {
