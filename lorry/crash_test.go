@@ -265,7 +265,7 @@ func TestStaleWorkerFenced(t *testing.T) {
 	}
 	close(resume)
 	err = <-aDone
-	if !errors.Is(err, errLost) {
+	if !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("stale worker: %v, want a lost lease", err)
 	}
 	if a.Stats().Lost != 1 {

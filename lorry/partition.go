@@ -33,14 +33,14 @@ type lease struct {
 }
 
 // cas changes the partition's state if it still names this worker and lease
-// token; otherwise errLost. Every write renews the lease.
+// token; otherwise ErrLeaseLost. Every write renews the lease.
 func (l *lease) cas(ctx context.Context, fn func(cur PartitionState) (PartitionState, error)) error {
 	w := l.w
 	var unchanged PartitionState
 	next, err := w.cas(ctx, l.pt.id, func(cur PartitionState) (PartitionState, error) {
 		if cur.Owner != w.o.ID || cur.Token != l.st.Token {
 			return cur, fmt.Errorf("partition %d: now held by %q (token %d), this worker had token %d: %w",
-				l.pt.id, cur.Owner, cur.Token, l.st.Token, errLost)
+				l.pt.id, cur.Owner, cur.Token, l.st.Token, ErrLeaseLost)
 		}
 		next, err := fn(cur)
 		if err != nil {
@@ -78,12 +78,12 @@ func (l *lease) release() {
 	defer cancel()
 	_, err := l.w.cas(ctx, l.pt.id, func(cur PartitionState) (PartitionState, error) {
 		if cur.Owner != l.w.o.ID || cur.Token != l.st.Token {
-			return cur, errLost
+			return cur, ErrLeaseLost
 		}
 		cur.Owner, cur.ExpiresMS, cur.UpdatedMS = "", 0, l.w.now().UnixMilli()
 		return cur, nil
 	})
-	if err != nil && !errors.Is(err, errLost) {
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		l.w.o.Logger.Warn("lorry: release lease (it lapses by itself)", "partition", l.pt.id, "err", err)
 	}
 }
@@ -228,7 +228,7 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 	p := pt.id
 	l := &lease{w: w, pt: pt, st: st, lastWrite: w.now()}
 	defer func() {
-		if errors.Is(err, errLost) || errors.Is(err, errCrash) {
+		if errors.Is(err, ErrLeaseLost) || errors.Is(err, errCrash) {
 			return // a crash leaves everything as it was; a lost lease is not ours
 		}
 		l.release()
@@ -292,7 +292,7 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 			continue
 		}
 		if err := l.renewIfDue(ctx); err != nil {
-			if errors.Is(err, errLost) {
+			if errors.Is(err, ErrLeaseLost) {
 				return err
 			}
 			w.o.Logger.Warn("lorry: renew lease", "partition", p, "err", err)
@@ -379,7 +379,7 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 				}
 				if cur.Pending != nil || cur.Offset != pend.First {
 					return cur, fmt.Errorf("lorry: partition %d: state moved (offset %d, pending %v) under batch [%d,%d]: %w",
-						p, cur.Offset, cur.Pending, pend.First, pend.Last, errLost)
+						p, cur.Offset, cur.Pending, pend.First, pend.Last, ErrLeaseLost)
 				}
 				cur.Pending = &pend
 				return cur, nil
@@ -436,7 +436,7 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 				return cur, errUnchanged // an earlier attempt committed after all
 			}
 			if cur.Pending == nil || *cur.Pending != pend {
-				return cur, fmt.Errorf("lorry: partition %d: pending batch changed under %s: %w", p, pend.ID, errLost)
+				return cur, fmt.Errorf("lorry: partition %d: pending batch changed under %s: %w", p, pend.ID, ErrLeaseLost)
 			}
 			cur.Offset, cur.Batch, cur.Seq, cur.Pending = pend.Last+1, pend.ID, seq, next
 			cur.Delivered += n
@@ -671,7 +671,7 @@ func (w *Worker) retry(ctx context.Context, l *lease, step string, fn func() err
 			}
 			return nil
 		}
-		if errors.Is(err, errLost) || errors.Is(err, errCrash) {
+		if errors.Is(err, ErrLeaseLost) || errors.Is(err, errCrash) {
 			return err
 		}
 		if cerr := ctx.Err(); cerr != nil {
@@ -684,7 +684,7 @@ func (w *Worker) retry(ctx context.Context, l *lease, step string, fn func() err
 		if attempt == 1 || attempt%10 == 0 {
 			w.o.Logger.Warn("lorry: retrying", "partition", l.pt.id, "step", step, "attempt", attempt, "next_in", delay, "err", err)
 		}
-		if err := l.renewIfDue(ctx); errors.Is(err, errLost) {
+		if err := l.renewIfDue(ctx); errors.Is(err, ErrLeaseLost) {
 			return err
 		}
 		d := delay/2 + time.Duration(rand.Int64N(int64(delay/2)+1))

@@ -75,8 +75,11 @@ func BatchID(storeID string, p int, first, last int64) string {
 	return fmt.Sprintf("lorry-%s-p%05d-%d-%d", storeID, p, first, last)
 }
 
-// errLost: the partition's state no longer names this worker and token.
-var errLost = errors.New("lorry: lease lost")
+// ErrLeaseLost: the partition's state no longer names this worker and lease
+// token: another worker took the partition over (this one was too slow to
+// renew). Drain returns it when a partition was lost midway; Run just drops
+// the partition.
+var ErrLeaseLost = errors.New("lorry: lease lost")
 
 // readPartition reads partition p's state from a snapshot; a missing
 // attribute is the zero state.

@@ -260,7 +260,7 @@ func (w *Worker) start(ctx context.Context, pt *part, st PartitionState, errs ch
 		w.mu.Unlock()
 		switch {
 		case err == nil:
-		case errors.Is(err, errLost):
+		case errors.Is(err, ErrLeaseLost):
 			w.count(func(s *Stats) { s.Lost++ })
 			w.o.Logger.Warn("lorry: partition lost to another worker", "partition", pt.id, "err", err)
 		default:
