@@ -63,7 +63,7 @@ func Upload(ctx context.Context, store objstore.Store, m *batch.Manifest, files 
 			return nil, fmt.Errorf("sstbuilder: upload batch %s: path %s does not match manifest file %s", m.ID, path, f.Name)
 		}
 		key := prefix + f.Name
-		err := objstore.PutFile(ctx, store, key, path, &objstore.PutOptions{IfNotExists: true})
+		err := objstore.PutFile(ctx, store, key, path, &objstore.PutOptions{IfNotExists: true, SHA256: f.SHA256})
 		if errors.Is(err, objstore.ErrExists) {
 			err = checkObject(ctx, store, key, f)
 		}

@@ -17,9 +17,11 @@
 //     exists. On S3 it is If-None-Match: * (412 → ErrExists), which the server
 //     enforces, so two writers cannot both win.
 //   - The S3 store records the object's SHA-256 in its metadata (x-amz-meta-
-//     sha256) whenever the body can be read twice (an io.ReadSeeker such as
-//     *os.File) or fits in one part, and Get verifies it at EOF: a mismatch is
-//     an error wrapping ErrChecksum returned by the final Read.
+//     sha256) — the caller's PutOptions.SHA256, or its own hash when the body
+//     can be read twice (an io.ReadSeeker such as *os.File) or fits in one
+//     part — and Get verifies it at EOF: a mismatch is an error wrapping
+//     ErrChecksum returned by the final Read. The local store checks a
+//     caller's PutOptions.SHA256 while writing.
 //   - Transient S3 failures (connection errors, 500, 502, 503, 504, SlowDown,
 //     throttling) are retried with exponential backoff and jitter up to
 //     Options.S3MaxAttempts (each retry is logged at WARN on Options.Logger);

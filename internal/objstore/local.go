@@ -2,7 +2,10 @@ package objstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"hash"
 	"fmt"
 	"io"
 	"io/fs"
@@ -73,12 +76,23 @@ func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64, op
 			tmp.Close()
 		}
 	}()
-	n, err := io.Copy(tmp, ctxReader{ctx, r})
+	var w io.Writer = tmp
+	var h hash.Hash
+	if opts != nil && opts.SHA256 != "" {
+		h = sha256.New()
+		w = io.MultiWriter(tmp, h)
+	}
+	n, err := io.CopyBuffer(w, ctxReader{ctx, r}, make([]byte, 1<<20))
 	if err != nil {
 		return fail(err)
 	}
 	if size >= 0 && n != size {
 		return fail(fmt.Errorf("read %d bytes, size says %d", n, size))
+	}
+	if h != nil {
+		if got := hex.EncodeToString(h.Sum(nil)); got != opts.SHA256 {
+			return fail(fmt.Errorf("%w: body sha256 %s, caller says %s", ErrChecksum, got, opts.SHA256))
+		}
 	}
 	if err := tmp.Sync(); err != nil {
 		return fail(err)

@@ -40,6 +40,11 @@ type PutOptions struct {
 	// IfNotExists makes the Put a conditional create: ErrExists when the
 	// object exists. The default value is false (overwrite).
 	IfNotExists bool
+	// SHA256 is the body's SHA-256 (64 hex characters) when the caller knows
+	// it: S3 records it without reading the body an extra time, the local
+	// store checks it while writing (ErrChecksum on a mismatch). The default
+	// value is "" (S3 hashes a seekable or small body itself).
+	SHA256 string
 }
 
 // Store is an object store. See the package comment for the guarantees.

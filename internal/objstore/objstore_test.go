@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -147,6 +149,14 @@ func conformance(t *testing.T, s Store) {
 	wg.Wait()
 	if wins != 1 {
 		t.Fatalf("%d conditional creates won, want 1", wins)
+	}
+	// A known checksum travels with the body.
+	body := "checked body"
+	if err := s.Put(ctx, "checked", strings.NewReader(body), int64(len(body)), &PutOptions{SHA256: sha256Hex(body)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := get("checked"); got != body {
+		t.Fatalf("checked: %q", got)
 	}
 	// A file round trip.
 	dir := t.TempDir()
@@ -387,4 +397,33 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func sha256Hex(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// A wrong caller checksum: the local store refuses the Put; S3 records it and
+// the download fails verification. Either way nobody reads bad bytes.
+func TestWrongCallerChecksum(t *testing.T) {
+	ctx := context.Background()
+	l, _ := OpenLocal(t.TempDir())
+	if err := l.Put(ctx, "x", strings.NewReader("abc"), 3, &PutOptions{SHA256: sha256Hex("abd")}); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("local: %v", err)
+	}
+	if _, err := l.Stat(ctx, "x"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("local kept a bad object: %v", err)
+	}
+	srv := s3test.Start(t)
+	s, err := openS3Test(t, srv, srv.Endpoint, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "x", strings.NewReader("abc"), 3, &PutOptions{SHA256: sha256Hex("abd")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadAll(ctx, s, "x"); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("s3: %v", err)
+	}
 }

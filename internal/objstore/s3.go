@@ -159,8 +159,11 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64, opts 
 	if err != nil {
 		return err
 	}
-	body, sum, err := s.prepareBody(r, size)
-	if err != nil {
+	var body io.Reader
+	var sum string
+	if opts != nil && opts.SHA256 != "" {
+		body, sum = r, opts.SHA256
+	} else if body, sum, err = s.prepareBody(r, size); err != nil {
 		return fmt.Errorf("objstore: put %s/%s: %w", s, key, err)
 	}
 	in := &s3.PutObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(full), Body: body}
