@@ -680,3 +680,37 @@ func TestConcurrent(t *testing.T) {
 	}
 	t.Logf("primaries %d hedges %d won %d failovers %d cancelled %d", s.Primaries, s.Hedges, s.HedgesWon, s.Failovers, s.Cancelled)
 }
+
+// A routing table with another partition count is refused: at start (an
+// error), and later (the cached table stays).
+func TestPartitionMismatch(t *testing.T) {
+	c := startCluster(t, nil)
+	_, err := New(context.Background(), Options{Source: c, Partitions: 16})
+	if !errors.Is(err, ErrNoRouting) || !errors.Is(err, ErrPartitions) || !strings.Contains(err.Error(), "8 partitions, this deployment has 16") {
+		t.Fatalf("got %v", err)
+	}
+	var mu sync.Mutex
+	parts := 8
+	src := RoutingFunc(func(ctx context.Context) (*control.Routing, error) {
+		rt, _ := c.GetRouting(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if parts != 8 {
+			rt.Version, rt.Partitions, rt.Replicas, rt.NewestSeq = 99, parts, append(rt.Replicas, rt.Replicas...), append(rt.NewestSeq, rt.NewestSeq...)
+		}
+		return rt, nil
+	})
+	r := newRouter(t, src, nil)
+	mu.Lock()
+	parts = 16
+	mu.Unlock()
+	if err := r.Refresh(context.Background()); !errors.Is(err, ErrPartitions) {
+		t.Fatalf("refresh with 16 partitions: %v", err)
+	}
+	b := c.Batches(12)[0]
+	res, err := r.BatchGet(context.Background(), b)
+	if err != nil || r.RoutingVersion() == 99 || r.Partitions() != 8 {
+		t.Fatalf("after a refused table: %v, version %d, %d partitions", err, r.RoutingVersion(), r.Partitions())
+	}
+	checkResults(t, c, b, res)
+}
