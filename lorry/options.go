@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"regexp"
 	"time"
 
@@ -82,8 +81,9 @@ type Options struct {
 	// 10m.
 	CleanupInterval time.Duration
 
-	// TempDir holds SST files while they are built and uploaded. The default
-	// value is a fresh directory under os.TempDir().
+	// TempDir is where the worker makes its own scratch directory for SST
+	// files being built and uploaded (removed when Run or Drain returns). The
+	// default value is os.TempDir().
 	TempDir string
 	// Table is the SST layout; it must equal the serving nodes'. The default
 	// value is rocks.TableConfig{} (its defaults).
@@ -149,7 +149,7 @@ func (o *Options) ensureDefaults() {
 		o.CleanupInterval = 10 * time.Minute
 	}
 	if o.TempDir == "" {
-		o.TempDir = filepath.Join(os.TempDir(), "lorry-"+o.ID)
+		o.TempDir = os.TempDir()
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -529,7 +529,7 @@ func (w *Worker) uploadFiles(ctx context.Context, p int, pend Pending, recs []pi
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(w.o.TempDir, fmt.Sprintf("%s-%d", pend.ID, rand.Uint32()))
+	dir := filepath.Join(w.tmp, fmt.Sprintf("%s-%d", pend.ID, rand.Uint32()))
 	defer os.RemoveAll(dir)
 	built, paths, err := sstbuilder.BuildPartition(ctx, sstbuilder.SliceRows(rows), &sstbuilder.BuildOptions{
 		Dir: dir, Partition: p, Partitions: w.o.Store.Info().Partitions, Kind: batch.KindDelta,

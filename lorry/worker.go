@@ -26,7 +26,8 @@ var errCrash = errors.New("lorry: injected crash")
 type Worker struct {
 	o       Options
 	storeID string
-	parts   []int // eligible partitions
+	tmp     string // scratch directory under TempDir
+	parts   []int  // eligible partitions
 	sem     chan struct{}
 
 	mu    sync.Mutex
@@ -124,15 +125,16 @@ func (w *Worker) hook(point string, p int) error {
 }
 
 func (w *Worker) init(ctx context.Context) error {
-	if w.storeID != "" {
-		return nil
+	var err error
+	if w.storeID == "" {
+		if w.storeID, err = storeID(ctx, w.o.Store); err != nil {
+			return err
+		}
 	}
-	id, err := storeID(ctx, w.o.Store)
-	if err != nil {
-		return err
-	}
-	w.storeID = id
 	if err := os.MkdirAll(w.o.TempDir, 0o755); err != nil {
+		return fmt.Errorf("lorry: temp dir: %w", err)
+	}
+	if w.tmp, err = os.MkdirTemp(w.o.TempDir, "lorry-"+w.o.ID+"-"); err != nil {
 		return fmt.Errorf("lorry: temp dir: %w", err)
 	}
 	return nil
@@ -147,7 +149,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.o.Logger.Info("lorry: worker started", "id", w.o.ID, "partitions", len(w.parts), "store_id", w.storeID)
 	defer w.o.Logger.Info("lorry: worker stopped", "id", w.o.ID)
-	defer os.RemoveAll(w.o.TempDir)
+	defer os.RemoveAll(w.tmp)
 	stopCommitter := w.startCommitter()
 	pctx, cancelParts := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
@@ -199,7 +201,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 	if err := w.init(ctx); err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(w.o.TempDir)
+	defer os.RemoveAll(w.tmp)
 	stopCommitter := w.startCommitter()
 	defer stopCommitter()
 	got, skipped, err := w.acquire(ctx, w.parts)
