@@ -437,3 +437,36 @@ func TestListBatches(t *testing.T) {
 		t.Fatalf("partition 1: %v %+v", err, one)
 	}
 }
+
+// Lost responses: every other PUT (files and manifests) reaches the server
+// but the client hears 500 and retries into 412 (If-None-Match). Upload
+// recognises its own objects (same checksum, same source) and the build
+// completes.
+func TestBuildExportLostResponses(t *testing.T) {
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	proxy := s3test.NewFaultProxy(t, srv.Endpoint)
+	store, err := objstore.Open(ctx, srv.URL(""), &objstore.Options{
+		S3Endpoint: proxy.Endpoint, S3AccessKeyID: s3test.AccessKey, S3SecretAccessKey: s3test.SecretKey,
+		S3MaxAttempts: 3, S3MaxBackoff: 10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := t.TempDir()
+	_, newest := writeExport(t, exp, 2, 10, batch.KindSnapshot, nil)
+	reg := &recordingRegisterer{}
+	proxy.LoseAlternateResponses(500, "PUT")
+	res, err := BuildExport(ctx, &ExportBuildOptions{Export: exp, Store: store, Registerer: reg, Parallelism: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Heal()
+	if _, inj := proxy.Counts(); inj < 4 { // a file and a manifest per partition
+		t.Fatalf("%d responses lost, want at least 4", inj)
+	}
+	if reg.registered() != 2 {
+		t.Fatalf("%d registered", reg.registered())
+	}
+	checkBatches(t, store, res, newest)
+}

@@ -23,6 +23,9 @@ type FaultProxy struct {
 	failAll  bool   // fail every request
 	status   int    // status of injected failures
 	method   string // only fail requests with this method ("" = all)
+	after    bool   // forward the request first, then fail (a lost response)
+	every    int    // with failAll: fail only every every-th matching request
+	seen     int    // matching requests while failAll
 	requests int
 	injected int
 }
@@ -38,7 +41,13 @@ func NewFaultProxy(t testing.TB, target string) *FaultProxy {
 	rp := httputil.NewSingleHostReverseProxy(u)
 	p := &FaultProxy{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if status, ok := p.inject(r); ok {
+		status, ok, after := p.inject(r)
+		if ok && after {
+			// The server does the work; the client never hears of it.
+			rec := httptest.NewRecorder()
+			rp.ServeHTTP(rec, r)
+		}
+		if ok {
 			code := "InternalError"
 			switch status {
 			case 503:
@@ -58,21 +67,27 @@ func NewFaultProxy(t testing.TB, target string) *FaultProxy {
 	return p
 }
 
-func (p *FaultProxy) inject(r *http.Request) (int, bool) {
+func (p *FaultProxy) inject(r *http.Request) (status int, ok, after bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.requests++
 	if p.method != "" && !strings.EqualFold(p.method, r.Method) {
-		return 0, false
+		return 0, false, false
+	}
+	if p.failAll && p.every > 1 {
+		p.seen++
+		if p.seen%p.every != 1 {
+			return 0, false, false
+		}
 	}
 	if p.failAll || p.failNext > 0 {
 		if p.failNext > 0 {
 			p.failNext--
 		}
 		p.injected++
-		return p.status, true
+		return p.status, true, p.after
 	}
-	return 0, false
+	return 0, false, false
 }
 
 // FailNext makes the next n requests with method (all methods when "") fail
@@ -80,7 +95,24 @@ func (p *FaultProxy) inject(r *http.Request) (int, bool) {
 func (p *FaultProxy) FailNext(n, status int, method string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.failNext, p.failAll, p.status, p.method = n, false, status, method
+	p.failNext, p.failAll, p.status, p.method, p.after = n, false, status, method, false
+}
+
+// LoseNextResponses forwards the next n requests with method to the server
+// but answers the client with status instead of the server's response: the
+// write happened, the client thinks it failed (and retries).
+func (p *FaultProxy) LoseNextResponses(n, status int, method string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failNext, p.failAll, p.status, p.method, p.after = n, false, status, method, true
+}
+
+// LoseAlternateResponses loses the response of every other request with
+// method (the 1st, 3rd, ...) until Heal, so each retry gets through.
+func (p *FaultProxy) LoseAlternateResponses(status int, method string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failNext, p.failAll, p.status, p.method, p.after, p.every, p.seen = 0, true, status, method, true, 2, 0
 }
 
 // FailAll makes every request with method (all when "") fail with status
@@ -88,14 +120,14 @@ func (p *FaultProxy) FailNext(n, status int, method string) {
 func (p *FaultProxy) FailAll(status int, method string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.failNext, p.failAll, p.status, p.method = 0, true, status, method
+	p.failNext, p.failAll, p.status, p.method, p.after, p.every = 0, true, status, method, false, 0
 }
 
 // Heal stops injecting failures.
 func (p *FaultProxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.failNext, p.failAll = 0, false
+	p.failNext, p.failAll, p.every = 0, false, 0
 }
 
 // Counts returns the requests seen and the failures injected so far.
