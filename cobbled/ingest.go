@@ -182,9 +182,6 @@ func (n *Node) ingestRetrying(ctx context.Context, p *partition, b *Batch) bool 
 		err := n.fetchAndApply(ctx, p, b)
 		if err == nil {
 			p.setErr(nil)
-			lbl := strconv.Itoa(p.id)
-			n.opts.Metrics.appliedSeq.WithLabelValues(lbl).Set(float64(p.applied.Load()))
-			n.opts.Metrics.lag.WithLabelValues(lbl).Set(float64(max(0, p.newest.Load()-p.applied.Load())))
 			log.Info("cobbled: batch applied", "kind", b.Manifest.Kind, "keys", b.Manifest.Keys)
 			if err := n.opts.Control.ReportApplied(ctx, n.opts.ID, p.id, b.Seq); err != nil && ctx.Err() == nil {
 				// The next tick re-reports from the routing table.

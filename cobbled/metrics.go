@@ -1,6 +1,8 @@
 package cobbled
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -21,7 +23,7 @@ type Metrics struct {
 	batchesApplied   *prometheus.CounterVec
 	reconciled       prometheus.Counter
 
-	node *Node // set by Open, for the cache gauges
+	node atomic.Pointer[Node] // set by Open, for the cache gauges
 }
 
 // NewMetrics returns a fresh, unregistered set of node metrics.
@@ -75,10 +77,11 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Collectors() []prometheus.Collector {
 	cache := func(f func(Stats) float64) func() float64 {
 		return func() float64 {
-			if m.node == nil {
+			n := m.node.Load()
+			if n == nil {
 				return 0
 			}
-			return f(m.node.Stats())
+			return f(n.Stats())
 		}
 	}
 	return []prometheus.Collector{

@@ -116,7 +116,7 @@ func Open(ctx context.Context, opts Options) (*Node, error) {
 			return nil, err
 		}
 	}
-	opts.Metrics.node = n
+	opts.Metrics.node.Store(n)
 	return n, nil
 }
 
@@ -371,7 +371,7 @@ func (n *Node) fetchAndApply(ctx context.Context, p *partition, b *Batch) error 
 			return fmt.Errorf("cobbled: partition %d: record reconciled batch %s: %w", p.id, m.ID, err)
 		}
 		p.st = st
-		p.applied.Store(b.Seq)
+		p.setApplied(b.Seq)
 		n.opts.Metrics.reconciled.Inc()
 		n.opts.Logger.Info("cobbled: batch found applied, recorded", "partition", p.id, "seq", b.Seq, "batch", m.ID)
 		return nil

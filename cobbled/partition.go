@@ -222,7 +222,7 @@ func (p *partition) apply(b *Batch, paths []string) error {
 		return fmt.Errorf("cobbled: partition %d: apply %s batch %s (seq %d): %w", p.id, m.Kind, m.ID, b.Seq, err)
 	}
 	p.metaID = m.ID
-	p.applied.Store(b.Seq)
+	p.setApplied(b.Seq)
 	p.lastApply.Store(time.Now().UnixNano())
 	p.n.opts.Metrics.ingestDuration.WithLabelValues(m.Kind).Observe(time.Since(start).Seconds())
 	p.n.opts.Metrics.batchesApplied.WithLabelValues(m.Kind).Inc()
@@ -295,6 +295,16 @@ func (p *partition) swap(db *grocksdb.DB) *grocksdb.DB {
 func (p *partition) close() {
 	if old := p.swap(nil); old != nil {
 		old.Close()
+	}
+}
+
+// setApplied publishes the applied seq (reads, Stats, metrics).
+func (p *partition) setApplied(seq int64) {
+	p.applied.Store(seq)
+	lbl := strconv.Itoa(p.id)
+	p.n.opts.Metrics.appliedSeq.WithLabelValues(lbl).Set(float64(seq))
+	if nw := p.newest.Load(); nw > 0 {
+		p.n.opts.Metrics.lag.WithLabelValues(lbl).Set(float64(max(0, nw-seq)))
 	}
 }
 
