@@ -20,7 +20,7 @@ import (
 // storeFlag is the --store flag every store command takes.
 var storeFlag = &cli.StringFlag{
 	Name:     "store",
-	Usage:    "store location: a directory (embedded store)",
+	Usage:    "store location: a directory (embedded store) or yt://<cypress path> (YTsaurus at YT_PROXY, token in YT_TOKEN)",
 	EnvVars:  []string{"PILLAR_STORE"},
 	Required: true,
 }
@@ -30,7 +30,7 @@ var storeFlag = &cli.StringFlag{
 func openStore(c *cli.Context, create bool, partitions int) (pillar.Store, error) {
 	loc := c.String("store")
 	if strings.HasPrefix(loc, "yt://") {
-		return nil, fmt.Errorf("--store %s: the YTsaurus backend is not built into this binary yet", loc)
+		return openYTStore(c, loc, create, partitions) // cli/store_yt.go
 	}
 	loc = strings.TrimPrefix(loc, "file://")
 	st, err := local.Open(loc, &local.Options{Partitions: 0})
