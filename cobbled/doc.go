@@ -38,4 +38,31 @@
 // for a partition while Run ingests it. Close after Run has returned and
 // after the gRPC server has stopped; every grocksdb handle is freed exactly
 // once, in Close (or, for an old generation, in the swap).
+//
+// # Read path and its cost
+//
+// BatchGet validates the request (1..MaxKeys keys of 16 bytes), groups keys
+// by partition and issues one MultiGet per partition, then encodes the
+// BatchGetResponse straight from RocksDB's results into a pooled wire buffer
+// (one Go copy of each value) that gRPC sends without marshalling. Clients
+// decode with servepb.ClientCodec (one gather copy; values alias it; Pooled
+// with servepb.Release avoids a large allocation per response).
+//
+// BenchmarkBatchGet (12 keys, values uniform in 100 B–100 KiB, mean 50 KB,
+// so ~600 KB per response; client and server in one process on the 2-core
+// development machine, shared with other work, so wall-clock numbers vary
+// by ±30% between runs; cpu-µs/op is steadier) measured, warm block cache:
+//
+//	in-process MultiGet (floor)   p50  87 µs, p90 120–150 µs, ~100 cpu-µs/op
+//	BatchGet over gRPC            p50 280–345 µs, p90 380–510 µs, 300–385 cpu-µs/op,
+//	                              2,600–3,200 req/s with 1 client, up to ~4,000 with 8
+//	BatchGet, 12 absent keys      p50  37 µs (the per-RPC fixed cost)
+//
+// gRPC's p50 is 2×floor + fixed + a per-byte transport cost of ≈0.3 µs/KB
+// (≈180 µs for 600 KB): grpc-go sends at most 16 KB per HTTP/2 DATA frame,
+// and the bytes cross four more copies (gRPC's write buffer, the loopback
+// socket twice, the client's frame buffers into one message) than the
+// floor. Cold (data 5× the block cache, misses served from the page cache):
+// floor p50 ~180 µs, gRPC ~440 µs; with DirectReads (misses go to disk):
+// floor ~1.1–1.5 ms, gRPC ~1.4–1.6 ms.
 package cobbled
