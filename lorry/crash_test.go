@@ -323,3 +323,34 @@ func TestFollowUpBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestRegisteredThenCollected: a worker crashes after registering a batch;
+// before the retry, garbage collection removes the batch's objects. The
+// retry rebuilds the batch (a new manifest), the control plane refuses the
+// id with another manifest, and Lorry commits the offset: the range stays
+// registered once and the partition moves on.
+func TestRegisteredThenCollected(t *testing.T) {
+	e := newEnv(t, 1)
+	ks := keysIn(3, 0, 1)
+	e.enqueue(rec{key: ks[0], val: "a"}, rec{key: ks[1], val: "b"})
+	o := e.opts("w")
+	o.hook = crashAt("registered", 0)
+	if _, err := e.worker(o).Drain(context.Background()); !errors.Is(err, errCrash) {
+		t.Fatal(err)
+	}
+	for _, k := range e.objectKeys() {
+		must(t, e.objs.Delete(context.Background(), k))
+	}
+	o.hook = nil
+	_, err := e.worker(o).Drain(context.Background())
+	must(t, err)
+	if r := e.checkChain(0, 2); len(r) != 1 {
+		t.Fatalf("chain %v", r)
+	}
+	e.enqueue(rec{key: ks[2], val: "c"})
+	_, err = e.worker(o).Drain(context.Background())
+	must(t, err)
+	if r := e.checkChain(0, 3); len(r) != 2 {
+		t.Fatalf("chain %v", r)
+	}
+}

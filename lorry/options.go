@@ -19,7 +19,8 @@ import (
 
 // Registry is the part of the control plane Lorry needs: registration of an
 // uploaded batch, idempotent by batch id (the same id with the same manifest
-// returns the original sequence number). *control.Client satisfies it.
+// returns the original sequence number; the same id with another manifest
+// is an error wrapping control.ErrConflict). *control.Client satisfies it.
 type Registry interface {
 	RegisterBatch(ctx context.Context, m *batch.Manifest) (seq int64, err error)
 }

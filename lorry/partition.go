@@ -14,6 +14,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/pillar"
@@ -412,6 +413,16 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 	err = w.retry(ctx, l, "register", func() error {
 		var err error
 		seq, err = w.o.Registry.RegisterBatch(ctx, m)
+		if errors.Is(err, control.ErrConflict) {
+			// The id — these very offsets — is registered already, with
+			// another manifest: an earlier attempt registered it, crashed
+			// before the commit, and the control plane's garbage collection
+			// removed its objects before this retry rebuilt them. The
+			// records are in the log; only the offset commit is missing.
+			w.o.Logger.Warn("lorry: batch registered earlier with another manifest (collected since); committing", "partition", p, "batch", m.ID, "err", err)
+			seq = 0
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("lorry: partition %d: register batch %s: %w", p, m.ID, err)
 		}
