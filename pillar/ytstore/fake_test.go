@@ -96,6 +96,17 @@ func (c *fakeYT) rec(tx *fakeTx, format string, a ...any) {
 	c.calls = append(c.calls, s)
 }
 
+// touch gives a changed node a new revision (and content revision) at
+// once, as the master does for a change inside a transaction, and marks it
+// for another at commit.
+func (c *fakeYT) touch(n *fnode, content bool) {
+	c.rev++
+	n.rev, n.dirty = c.rev, true
+	if content {
+		n.crev, n.cdirty = c.rev, true
+	}
+}
+
 // view is the cluster as one transaction (or the trunk, tx nil) sees it.
 type view struct {
 	c  *fakeYT
@@ -243,7 +254,9 @@ func (v view) parentOK(p string, recursive bool) error {
 	if err := v.parentOK(parent, true); err != nil {
 		return err
 	}
-	v.put(parent, &fnode{id: yt.NodeID(guid.New()), typ: yt.NodeMap, attrs: map[string]any{}, dirty: true})
+	n := &fnode{id: yt.NodeID(guid.New()), typ: yt.NodeMap, attrs: map[string]any{}}
+	v.c.touch(n, true)
+	v.put(parent, n)
 	return nil
 }
 
@@ -275,7 +288,8 @@ func (v view) CreateNode(ctx context.Context, path ypath.YPath, typ yt.NodeType,
 	if err := v.parentOK(p, o.Recursive); err != nil {
 		return yt.NodeID{}, err
 	}
-	n := &fnode{id: yt.NodeID(guid.New()), typ: typ, attrs: map[string]any{}, dirty: true, cdirty: true}
+	n := &fnode{id: yt.NodeID(guid.New()), typ: typ, attrs: map[string]any{}}
+	v.c.touch(n, true)
 	for k, val := range o.Attributes {
 		if k == "value" && typ == yt.NodeDocument {
 			n.value = val
@@ -345,7 +359,7 @@ func (v view) MoveNode(ctx context.Context, src, dst ypath.YPath, o *yt.MoveNode
 		return yt.NodeID{}, err
 	}
 	m := n.clone()
-	m.dirty, m.cdirty = true, true
+	v.c.touch(m, true)
 	v.del(s)
 	v.put(d, m)
 	return m.id, nil
@@ -367,12 +381,12 @@ func (v view) SetNode(ctx context.Context, path ypath.YPath, value any, o *yt.Se
 	if n == nil {
 		return notFound(p)
 	}
-	n.dirty = true
+	v.c.touch(n, attr == "")
 	if attr != "" {
 		n.attrs[attr] = value
 		return nil
 	}
-	n.value, n.cdirty = value, true
+	n.value = value
 	return nil
 }
 
@@ -588,7 +602,7 @@ func (w *fakeWriter) Commit() error {
 		n.rows = nil
 	}
 	n.rows = append(n.rows, w.rows...)
-	n.dirty, n.cdirty = true, true
+	w.v.c.touch(n, true)
 	return nil
 }
 
@@ -643,7 +657,7 @@ func (v view) StartOperation(ctx context.Context, typ yt.OperationType, sp any, 
 		n.attrs["schema"] = *r.Schema
 	}
 	n.rows = rows
-	n.dirty, n.cdirty = true, true
+	v.c.touch(n, true)
 	return yt.OperationID(guid.New()), nil
 }
 

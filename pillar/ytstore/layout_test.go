@@ -266,3 +266,73 @@ func TestOpenErrors(t *testing.T) {
 		t.Fatal("a table under _pillar/ accepted")
 	}
 }
+
+// opWrite stands in for an operation jobs.YT runs inside the store
+// transaction: it writes a table through the master transaction (YTTx).
+func opWrite(t *testing.T, s *Store, tx pillar.Tx, table string, keys ...string) {
+	t.Helper()
+	ctx := context.Background()
+	ytx := tx.(jobs.YTTxer).YTTx()
+	p := s.tablePath(table)
+	if _, err := ytx.CreateNode(ctx, p, yt.NodeTable, &yt.CreateNodeOptions{Recursive: true, IgnoreExisting: true}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := ytx.WriteTable(ctx, ypath.NewRich(string(p)).SetAppend(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if err := w.Write(&pillar.Chunk{PageKey: k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Tables written by operations in the master transaction commit with it,
+// count as changed by it (generation, conflicts) and vanish on Abort.
+func TestOperationOutputsJoinTheTransaction(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newFakeStore(t)
+	tx, _ := s.Begin(ctx)
+	opWrite(t, s, tx, "chunks/v1", "a", "b")
+	tx.Abort()
+	sn, _ := s.Snapshot(ctx)
+	if _, err := sn.Table(ctx, "chunks/v1"); !errors.Is(err, pillar.ErrNotFound) {
+		t.Fatalf("an aborted operation output is visible: %v", err)
+	}
+	sn.Release()
+
+	tx, _ = s.Begin(ctx)
+	opWrite(t, s, tx, "chunks/v1", "a", "b")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sn, _ = s.Snapshot(ctx)
+	ti, err := sn.Table(ctx, "chunks/v1")
+	if err != nil || ti.Rows != 2 || ti.Generation != sn.Info().Generation {
+		t.Fatalf("operation output after commit: %+v %v (generation %d)", ti, err, sn.Info().Generation)
+	}
+	sn.Release()
+
+	// Two transactions whose operations append to the same table: the
+	// second to commit conflicts.
+	a, _ := s.Begin(ctx)
+	b, _ := s.Begin(ctx)
+	opWrite(t, s, a, "chunks/v1", "c")
+	if err := a.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	opWrite(t, s, b, "chunks/v1", "d")
+	err = b.Commit(ctx)
+	if !errors.Is(err, pillar.ErrConflict) || !strings.Contains(err.Error(), "chunks/v1") {
+		t.Fatalf("second operation's commit: %v", err)
+	}
+	sn, _ = s.Snapshot(ctx)
+	defer sn.Release()
+	if ti, _ := sn.Table(ctx, "chunks/v1"); ti.Rows != 3 {
+		t.Fatalf("chunks/v1 has %d rows, want 3 (the loser's row must not land)", ti.Rows)
+	}
+}

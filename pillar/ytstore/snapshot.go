@@ -21,7 +21,7 @@ import (
 
 // treeAttrs are the attributes one `get` of the root asks for: everything a
 // snapshot needs, read atomically by the master.
-var treeAttrs = []string{"type", "id", "revision", "row_count", "chunk_count", "compressed_data_size", "schema", attrRowType, attrGeneration}
+var treeAttrs = []string{"type", "id", "revision", "content_revision", "row_count", "chunk_count", "compressed_data_size", "schema", attrRowType, attrGeneration}
 
 // nodeAttrs are the attributes of a node in the result of a `get`
 // (YSON <attributes>value; the SDK decodes them into ",attr" fields).
@@ -29,6 +29,7 @@ type nodeAttrs struct {
 	Type       yt.NodeType    `yson:"type,attr"`
 	ID         yt.NodeID      `yson:"id,attr"`
 	Revision   uint64         `yson:"revision,attr"`
+	ContentRev uint64         `yson:"content_revision,attr"`
 	RowCount   int64          `yson:"row_count,attr"`
 	ChunkCount int64          `yson:"chunk_count,attr"`
 	Bytes      int64          `yson:"compressed_data_size,attr"`

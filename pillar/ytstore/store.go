@@ -219,8 +219,10 @@ func (s *Store) Root() ypath.Path { return s.root }
 // Info describes the store at its latest generation.
 func (s *Store) Info() pillar.Info {
 	info := pillar.Info{Backend: "yt", Root: string(s.root), Partitions: s.meta.Partitions, Format: s.meta.Format}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	var g int64
-	if err := s.yc.GetNode(context.Background(), s.genPath(), &g, nil); err == nil {
+	if err := s.yc.GetNode(ctx, s.genPath(), &g, nil); err == nil {
 		info.Generation = g
 	}
 	return info

@@ -417,9 +417,9 @@ func (t *tx) checkConflicts(ctx context.Context) (*state, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	tcontent, err := t.s.fetchContent(ctx, t.s.yc)
-	if err != nil {
-		return nil, nil, err
+	tcontent := map[string]contentKey{}
+	for name, tm := range trunk.tables {
+		tcontent[name] = contentKey{tm.ID, tm.ContentRev}
 	}
 	var opWritten []string
 	for name, v := range view {
