@@ -90,7 +90,12 @@ func (c TableConfig) Options(cache *grocksdb.Cache) (*grocksdb.Options, error) {
 		return nil, err
 	}
 	opts := grocksdb.NewDefaultOptions()
-	opts.SetBlockBasedTableFactory(c.BlockBasedTableOptions(cache))
+	// The C API copies the table options into a new table factory (the
+	// filter policy and cache are shared pointers), so the Go-side object is
+	// freed here rather than leaked: Options.Destroy does not free it.
+	bbto := c.BlockBasedTableOptions(cache)
+	opts.SetBlockBasedTableFactory(bbto)
+	bbto.Destroy()
 	opts.SetCompression(comp)
 	opts.SetBottommostCompression(comp)
 	return opts, nil
