@@ -583,7 +583,9 @@ type fakeWriter struct {
 }
 
 func (w *fakeWriter) Write(row any) error {
-	b, err := yson.Marshal(row)
+	// Binary YSON, as the SDK's table writer sends it (text YSON prints a
+	// float32 with 6 digits).
+	b, err := yson.MarshalFormat(row, yson.FormatBinary)
 	if err != nil {
 		return err
 	}
