@@ -91,7 +91,7 @@ Examples:
 				Flags: append([]cli.Flag{storeFlag,
 					&cli.StringFlag{Name: "chunks", Required: true, Usage: "chunk version id (see `pillar versions`)"},
 					&cli.StringFlag{Name: "model", Required: true, Usage: "model spec, e.g. hash:dim=384"},
-					&cli.IntFlag{Name: "batch", Value: 64, Usage: "texts per embedding request"},
+					&cli.IntFlag{Name: "batch", Usage: "texts per Embed call (default: the model's preferred batch, e.g. batch×concurrency for openai)"},
 				}, runFlags...),
 				Action: func(c *cli.Context) error {
 					st, err := openStore(c, false, 0)

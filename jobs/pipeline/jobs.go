@@ -80,7 +80,8 @@ type EmbedJob struct {
 	Spec   string
 	Done   map[string]string
 	Lo, Hi string
-	// Batch is the number of texts per Embed call. The default value is 64.
+	// Batch is the number of texts per Embed call. The default value is the
+	// model's preferred batch (batch × concurrency for a remote model), or 64.
 	Batch int
 	// Timeout bounds one Embed call. The default value is 5 minutes.
 	Timeout time.Duration
@@ -104,6 +105,10 @@ func (j *EmbedJob) Do(jc mapreduce.JobContext, in mapreduce.Reader, out []mapred
 	batch := j.Batch
 	if batch <= 0 {
 		batch = 64
+		// A remote model answers batch × concurrency texts at once.
+		if pb, ok := emb.(interface{ PreferredBatch() int }); ok && pb.PreferredBatch() > 0 {
+			batch = pb.PreferredBatch()
+		}
 	}
 	timeout := j.Timeout
 	if timeout <= 0 {
