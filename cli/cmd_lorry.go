@@ -71,6 +71,7 @@ Examples:
 			&cli.StringFlag{Name: "partitions", Usage: "only these partitions: a list of numbers and ranges, e.g. 0-7,12 (default: all)"},
 			&cli.Int64Flag{Name: "max-batch-bytes", Value: 8 << 20, Usage: "close a batch at this many bytes of values (also the read-ahead bound per partition)"},
 			&cli.IntFlag{Name: "max-batch-records", Value: 100000, Usage: "close a batch at this many records"},
+			&cli.Int64Flag{Name: "max-buffered-bytes", Value: 512 << 20, Usage: "records all partitions together may hold in memory (read ahead and in flight)"},
 			&cli.DurationFlag{Name: "max-batch-age", Value: time.Second, Usage: "close a batch once its oldest record is this old"},
 			&cli.DurationFlag{Name: "poll", Value: 100 * time.Millisecond, Usage: "how often an idle partition looks for new records"},
 			&cli.DurationFlag{Name: "lease-ttl", Value: 15 * time.Second, Usage: "a dead worker's partitions are taken over this long after its last renewal"},
@@ -131,7 +132,8 @@ Examples:
 			w, err := lorry.New(lorry.Options{
 				Store: st, Objects: objs, Registry: ctl, ID: c.String("id"), Partitions: parts,
 				MaxBatchBytes: c.Int64("max-batch-bytes"), MaxBatchRecords: c.Int("max-batch-records"),
-				MaxBatchAge: c.Duration("max-batch-age"), PollInterval: c.Duration("poll"),
+				MaxBufferedBytes: c.Int64("max-buffered-bytes"),
+				MaxBatchAge:      c.Duration("max-batch-age"), PollInterval: c.Duration("poll"),
 				LeaseTTL: c.Duration("lease-ttl"), Parallelism: c.Int("parallelism"),
 				OrphanGrace: c.Duration("orphan-grace"), CleanupInterval: cleanup, TempDir: c.String("tmp"),
 				Logger: logger(), Metrics: metrics,

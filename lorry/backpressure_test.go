@@ -112,3 +112,48 @@ func TestBackpressureControlPlaneDown(t *testing.T) {
 	e.checkChain(0, 4)
 	e.checkServed(map[string]string{ks[0]: "a", ks[1]: "b", ks[2]: "c", ks[3]: "d"}, ks)
 }
+
+// TestMemoryBudget: across partitions the worker holds at most
+// MaxBufferedBytes of records (plus one record per partition), even with a
+// backlog behind an object-store outage, and delivers everything afterwards.
+func TestMemoryBudget(t *testing.T) {
+	const parts, val = 4, 1000
+	e := newEnv(t, parts)
+	var universe []string
+	want := map[string]string{}
+	var rs []rec
+	for p := 0; p < parts; p++ {
+		for i, k := range keysIn(30, p, parts) {
+			v := fmt.Sprintf("%d%s", i, strings.Repeat("v", val-1))
+			rs = append(rs, rec{key: k, val: v})
+			want[k] = v
+			universe = append(universe, k)
+		}
+	}
+	e.enqueue(rs...)
+	o := e.opts("w")
+	o.MaxBatchBytes = 10 * (val + 64)
+	o.MaxBufferedBytes = 12 * (val + 64)
+	o.LeaseTTL = 3 * time.Second
+	e.objs.down.Store(true)
+	w := e.worker(o)
+	runWorker(t, w)
+	time.Sleep(700 * time.Millisecond)
+	st := w.Stats()
+	if bound := o.MaxBufferedBytes + parts*(val+64); st.PeakBuffered > bound || st.PeakBuffered < o.MaxBatchBytes {
+		t.Fatalf("peak buffered %d, want between %d and the budget bound %d", st.PeakBuffered, o.MaxBatchBytes, bound)
+	}
+	e.objs.down.Store(false)
+	waitFor(t, "backlog delivered", 20*time.Second, func() bool {
+		for p := 0; p < parts; p++ {
+			if e.state(p).Offset != 30 {
+				return false
+			}
+		}
+		return true
+	})
+	for p := 0; p < parts; p++ {
+		e.checkChain(p, 30)
+	}
+	e.checkServed(want, universe)
+}

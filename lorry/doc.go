@@ -49,8 +49,10 @@
 //     rebuilt under new names are orphans; Cleanup removes them after a grace
 //     period.
 //   - Backpressure: besides the batch in flight, a partition holds at most
-//     MaxBatchBytes (or MaxBatchRecords) of records read ahead, and reads
-//     nothing more while a step is being retried; a failing step is retried with
+//     MaxBatchBytes (or MaxBatchRecords) of records read ahead, all
+//     partitions of a worker together at most MaxBufferedBytes (plus one
+//     record each), and a partition reads nothing more while a step is being
+//     retried; a failing step is retried with
 //     exponential backoff forever (while the lease is kept alive), so records
 //     are delayed, never dropped.
 //

@@ -50,6 +50,11 @@ type Options struct {
 	// MaxBatchRecords closes a batch at this many records. The default value
 	// is 100000.
 	MaxBatchRecords int
+	// MaxBufferedBytes bounds the record bytes all partitions of the worker
+	// hold in memory (read ahead and in flight), beyond one record per
+	// partition: when it is spent, partitions stop reading until batches
+	// are delivered. The default value is 512 MiB.
+	MaxBufferedBytes int64
 	// MaxBatchAge closes a batch once its oldest record was committed this
 	// long ago. The default value is 1s.
 	MaxBatchAge time.Duration
@@ -122,6 +127,9 @@ func (o *Options) ensureDefaults() {
 	if o.MaxBatchRecords == 0 {
 		o.MaxBatchRecords = 100000
 	}
+	if o.MaxBufferedBytes == 0 {
+		o.MaxBufferedBytes = 512 << 20
+	}
 	if o.MaxBatchAge == 0 {
 		o.MaxBatchAge = time.Second
 	}
@@ -190,6 +198,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxBatchBytes < 1 || o.MaxBatchRecords < 1 || o.ReadChunk < 1 || o.Parallelism < 1 {
 		fail("MaxBatchBytes, MaxBatchRecords, ReadChunk and Parallelism must be positive")
+	}
+	if o.MaxBufferedBytes < o.MaxBatchBytes {
+		fail("MaxBufferedBytes %d is below MaxBatchBytes %d: no batch could fill up", o.MaxBufferedBytes, o.MaxBatchBytes)
 	}
 	if o.MaxBatchAge <= 0 || o.PollInterval <= 0 {
 		fail("MaxBatchAge %v and PollInterval %v must be positive", o.MaxBatchAge, o.PollInterval)

@@ -125,8 +125,16 @@ func (a *accum) fill(ctx context.Context) error {
 		took := w.now().Sub(readStart)
 		w.count(func(s *Stats) { s.ReadTime += took })
 	}
+	added, budgetHit := int64(0), false
 	for _, r := range recs {
 		if a.full() {
+			break
+		}
+		if len(a.buf) > 0 && w.bufs.Load()+added >= w.o.MaxBufferedBytes {
+			// The worker's memory budget is spent: keep what we have (its
+			// age closes it) and read the rest later. A partition with
+			// nothing buffered still takes one record, so each progresses.
+			budgetHit = true
 			break
 		}
 		if r.Offset != a.next {
@@ -137,10 +145,11 @@ func (a *accum) fill(ctx context.Context) error {
 		}
 		a.buf = append(a.buf, r)
 		a.bytes += int64(len(r.Value)) + 64
+		added += int64(len(r.Value)) + 64
 		a.next++
 	}
 	a.setBuffered()
-	a.caughtUp = a.next >= end
+	a.caughtUp = budgetHit || a.next >= end
 	return nil
 }
 
