@@ -33,6 +33,7 @@ func commands() []*cli.Command {
 		controlCommand(), statusCommand(), // control plane (cmd_control.go)
 		lorryCommand(),                  // export-queue delivery (cmd_lorry.go)
 		routerCommand(), benchCommand(), // hedging router and read benchmark (cmd_router.go)
+		chaosCommand(), // whole-system fault test (cmd_chaos.go)
 	}
 }
 
