@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
@@ -50,6 +51,7 @@ func (n *Node) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 		grpc.WriteBufferSize(256 << 10),
 		grpc.ReadBufferSize(64 << 10),
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		experimental.BufferPool(servepb.TransportPool()), // no zeroing of frame buffers
 	}
 	s := grpc.NewServer(append(opts, extra...)...)
 	s.RegisterService(&serveDesc, n)
