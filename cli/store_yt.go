@@ -48,7 +48,7 @@ func openYTStore(c *cli.Context, loc string, create bool, partitions int) (pilla
 	if os.Getenv("YT_PROXY") == "" {
 		return nil, fmt.Errorf("--store %s: set YT_PROXY to the cluster's proxy (and YT_TOKEN or YT_TOKEN_FILE to your token); see docs/ytsaurus.md", loc)
 	}
-	yc, err := ythttp.NewClient(&yt.Config{})
+	yc, err := ythttp.NewClient(&yt.Config{ReadTokenFromFile: true}) // YT_TOKEN, else YT_TOKEN_FILE or ~/.yt/token
 	if err != nil {
 		return nil, fmt.Errorf("--store %s: YTsaurus client for %s: %w", loc, os.Getenv("YT_PROXY"), err)
 	}

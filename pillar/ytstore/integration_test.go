@@ -27,7 +27,7 @@ func TestConformanceOnCluster(t *testing.T) {
 		t.Skip("ytstore: YT_PROXY is not set: skipping the conformance suite on a real YTsaurus cluster " +
 			"(set YT_PROXY and YT_TOKEN to run it; TestConformanceOnFake covers the store's logic without one)")
 	}
-	yc, err := ythttp.NewClient(&yt.Config{})
+	yc, err := ythttp.NewClient(&yt.Config{ReadTokenFromFile: true}) // YT_TOKEN, else YT_TOKEN_FILE or ~/.yt/token
 	if err != nil {
 		t.Fatalf("ytstore: client for YT_PROXY=%s: %v", os.Getenv("YT_PROXY"), err)
 	}
