@@ -31,7 +31,7 @@ build: deps
 
 test: deps tools
 	$(GO) vet ./...
-	PILLAR_VERSITYGW=$(BIN)/versitygw $(GO) test -count=1 -timeout 15m ./...
+	PILLAR_VERSITYGW=$(BIN)/versitygw PILLAR_CHAOS=1m $(GO) test -count=1 -timeout 15m ./...
 
 test-race: deps tools
 	PILLAR_VERSITYGW=$(BIN)/versitygw $(GO) test -race -count=1 -timeout 20m ./...
@@ -46,3 +46,10 @@ lint:
 
 demo: build
 	$(BIN)/pillar demo --out demo-out
+
+## chaos: the whole system under seeded faults, 5 minutes per seed (CHAOS_SEEDS="1 2 3", CHAOS_DURATION=5m).
+chaos: build tools
+	@for s in $${CHAOS_SEEDS:-1 2 3}; do \
+	  echo "=== pillar chaos --seed $$s --duration $${CHAOS_DURATION:-5m}"; \
+	  PILLAR_VERSITYGW=$(BIN)/versitygw $(BIN)/pillar chaos --seed $$s --duration $${CHAOS_DURATION:-5m} || exit 1; \
+	done
