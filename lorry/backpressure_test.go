@@ -13,6 +13,7 @@ import (
 // batch per partition and commits nothing; when it comes back every record
 // is delivered, each exactly once.
 func TestBackpressureObjectStoreDown(t *testing.T) {
+	t.Parallel()
 	const parts = 2
 	e := newEnv(t, parts)
 	o := e.opts("w")
@@ -89,6 +90,7 @@ func TestBackpressureObjectStoreDown(t *testing.T) {
 // but nothing is committed past an unregistered batch; when it comes back
 // (same address, same database) the backlog is registered once.
 func TestBackpressureControlPlaneDown(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	w := e.worker(e.opts("w"))
 	runWorker(t, w)
@@ -117,6 +119,7 @@ func TestBackpressureControlPlaneDown(t *testing.T) {
 // MaxBufferedBytes of records (plus one record per partition), even with a
 // backlog behind an object-store outage, and delivers everything afterwards.
 func TestMemoryBudget(t *testing.T) {
+	t.Parallel()
 	const parts, val = 4, 1000
 	e := newEnv(t, parts)
 	var universe []string

@@ -11,6 +11,7 @@ import (
 // TestBatchBySize: with a long maximum age, batches close exactly at the
 // size threshold and the remainder waits for its age.
 func TestBatchBySize(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2)
 	keys := keysIn(35, 1, 2)
 	o := e.opts("w1")
@@ -55,6 +56,7 @@ func TestBatchBySize(t *testing.T) {
 // TestBatchByAge: a batch below the size threshold closes once its oldest
 // record is MaxBatchAge old, not before.
 func TestBatchByAge(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	o := e.opts("w1")
 	o.MaxBatchAge = 300 * time.Millisecond
@@ -79,6 +81,7 @@ func TestBatchByAge(t *testing.T) {
 // TestLastWriteWinsAndTombstones: within one batch the newest record of a key
 // wins; a delete becomes a tombstone that hides an earlier batch's value.
 func TestLastWriteWinsAndTombstones(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	k := keysIn(5, 0, 1)
 	w := e.worker(e.opts("w1"))
@@ -109,6 +112,7 @@ func TestLastWriteWinsAndTombstones(t *testing.T) {
 // TestDrainEmptyAndStatus: a drain of an empty queue does nothing; Status
 // reports depth, committed offset and the oldest record's age.
 func TestDrainEmptyAndStatus(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 3)
 	res, err := e.worker(e.opts("w1")).Drain(context.Background())
 	must(t, err)

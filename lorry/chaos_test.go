@@ -17,6 +17,7 @@ import (
 // its queue exactly once, in order, and the replicas serve the newest value
 // of every key.
 func TestChaosWorkers(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("chaos test")
 	}

@@ -33,6 +33,7 @@ func crashAtNth(point string, p, n int) func(string, int) error {
 // object store and control plane: every record is delivered, each offset
 // range is registered exactly once, and nothing registered is lost.
 func TestCrashRecovery(t *testing.T) {
+	t.Parallel()
 	points := []string{"pending", "mid-upload", "built", "uploaded", "registered", "committed"}
 	for _, point := range points {
 		t.Run(point, func(t *testing.T) {
@@ -130,6 +131,7 @@ func TestCrashRecovery(t *testing.T) {
 // TestCleanupKeepsYoungAndPending: orphans younger than the grace period
 // and the objects of a pending batch stay.
 func TestCleanupKeepsYoungAndPending(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	ks := keysIn(3, 0, 1)
 	e.enqueue(rec{key: ks[0], val: "a"}, rec{key: ks[1], val: "b"})
@@ -168,6 +170,7 @@ func TestCleanupKeepsYoungAndPending(t *testing.T) {
 // dies (stops renewing without giving its leases back) the other takes its
 // partitions after the lease lapses and delivers everything exactly once.
 func TestLeaseTakeover(t *testing.T) {
+	t.Parallel()
 	const parts = 4
 	e := newEnv(t, parts)
 	var dead atomic.Bool
@@ -239,6 +242,7 @@ func TestLeaseTakeover(t *testing.T) {
 // (registered once) and moves on; when the stale worker wakes, its commit
 // fails and it stops. No offset range is registered twice.
 func TestStaleWorkerFenced(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	ks := keysIn(4, 0, 1)
 	e.enqueue(rec{key: ks[0], val: "a"}, rec{key: ks[1], val: "b"})
@@ -285,6 +289,7 @@ func TestStaleWorkerFenced(t *testing.T) {
 // is uploaded; a crash right after such a commit, or in that early upload, is
 // recovered by delivering exactly the recorded batch.
 func TestFollowUpBatch(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		point string
 		nth   int
@@ -330,6 +335,7 @@ func TestFollowUpBatch(t *testing.T) {
 // id with another manifest, and Lorry commits the offset: the range stays
 // registered once and the partition moves on.
 func TestRegisteredThenCollected(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	ks := keysIn(3, 0, 1)
 	e.enqueue(rec{key: ks[0], val: "a"}, rec{key: ks[1], val: "b"})

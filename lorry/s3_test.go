@@ -16,6 +16,7 @@ import (
 // delivered, each range registered once, and the replicas read the values
 // back from S3.
 func TestS3Outage(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := s3test.Start(t)
 	proxy := s3test.NewFaultProxy(t, srv.Endpoint)
