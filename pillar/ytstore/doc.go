@@ -70,6 +70,10 @@
 // Commit (by hand, or an operation in a transaction of its own) do not move
 // the generation and are outside these guarantees.
 //
+// Observability: Options.Logger (debug lines per commit and snapshot
+// retry) and Store.Stats (snapshots, retries, commits, conflicts, merges,
+// commit-lock waits).
+//
 // Concurrency: a Store and its Snapshots may be used from many goroutines.
 // A Tx is for one goroutine, except that its RowWriters may be written
 // concurrently, one writer per goroutine.

@@ -145,6 +145,9 @@ func TestCommitCalls(t *testing.T) {
 		}
 	}
 	golden(t, "commit.calls", strings.Join(calls, "\n")+"\n")
+	if st := s.Stats(); st.Merges != 1 || st.Commits != 1 || st.LockWaits != 0 {
+		t.Fatalf("stats %+v: want one commit with one merge and no lock wait", st)
+	}
 }
 
 // TestLayout pins the Cypress layout after the example commit: every node,
@@ -334,5 +337,8 @@ func TestOperationOutputsJoinTheTransaction(t *testing.T) {
 	defer sn.Release()
 	if ti, _ := sn.Table(ctx, "chunks/v1"); ti.Rows != 3 {
 		t.Fatalf("chunks/v1 has %d rows, want 3 (the loser's row must not land)", ti.Rows)
+	}
+	if st := s.Stats(); st.Commits != 2 || st.Conflicts != 1 || st.Snapshots < 5 {
+		t.Fatalf("stats %+v: want 2 commits, 1 conflict, at least 5 snapshots", st)
 	}
 }

@@ -199,11 +199,13 @@ func (s *Store) takeSnapshot(ctx context.Context) (*snapshot, error) {
 	for attempt := 0; attempt < s.opts.SnapshotAttempts; attempt++ {
 		sn, err := s.trySnapshot(ctx)
 		if err == nil {
+			s.stats.snapshots.Add(1)
 			return sn, nil
 		}
 		if !errors.Is(err, errRetrySnapshot) {
 			return nil, err
 		}
+		s.stats.snapshotRetries.Add(1)
 		last = err
 		s.opts.Logger.Debug("ytstore: snapshot retry", "root", string(s.root), "attempt", attempt+1, "err", err)
 		select {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.ytsaurus.tech/yt/go/ypath"
@@ -72,12 +73,50 @@ func (o *Options) ensureDefaults() {
 	}
 }
 
+// Validate checks the options.
+func (o *Options) Validate() error {
+	if o.Partitions < 0 {
+		return fmt.Errorf("ytstore: partitions %d must not be negative", o.Partitions)
+	}
+	if o.LockTimeout < 0 || o.PollInterval < 0 || o.TxTimeout < 0 || o.SnapshotAttempts < 0 {
+		return fmt.Errorf("ytstore: durations and attempts must not be negative")
+	}
+	if o.PollInterval > 0 && o.LockTimeout > 0 && o.PollInterval > o.LockTimeout {
+		return fmt.Errorf("ytstore: poll interval %s exceeds the lock timeout %s", o.PollInterval, o.LockTimeout)
+	}
+	return nil
+}
+
+// Stats counts what a Store did since Open.
+type Stats struct {
+	Snapshots       int64 // snapshots and transaction read views taken
+	SnapshotRetries int64 // commits landed while pinning: started over
+	Commits         int64 // transactions committed
+	Conflicts       int64 // commits refused with ErrConflict
+	Merges          int64 // merge operations run by commits
+	LockWaits       int64 // commits that found the commit lock taken and waited
+}
+
+type counters struct {
+	snapshots, snapshotRetries, commits, conflicts, merges, lockWaits atomic.Int64
+}
+
 // Store is a Pillar store in a Cypress directory.
 type Store struct {
-	yc   yt.Client
-	root ypath.Path
-	opts Options
-	meta rootAttrs
+	yc    yt.Client
+	root  ypath.Path
+	opts  Options
+	meta  rootAttrs
+	stats counters
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Snapshots: s.stats.snapshots.Load(), SnapshotRetries: s.stats.snapshotRetries.Load(),
+		Commits: s.stats.commits.Load(), Conflicts: s.stats.conflicts.Load(),
+		Merges: s.stats.merges.Load(), LockWaits: s.stats.lockWaits.Load(),
+	}
 }
 
 var _ pillar.Store = (*Store)(nil)
@@ -115,6 +154,9 @@ func Create(ctx context.Context, yc yt.Client, root ypath.Path, opts *Options) (
 	o := Options{}
 	if opts != nil {
 		o = *opts
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
 	}
 	o.ensureDefaults()
 	if o.Partitions <= 0 {
@@ -185,6 +227,9 @@ func Open(ctx context.Context, yc yt.Client, root ypath.Path, opts *Options) (*S
 	o := Options{}
 	if opts != nil {
 		o = *opts
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
 	}
 	o.ensureDefaults()
 	if !strings.HasPrefix(string(root), "//") {

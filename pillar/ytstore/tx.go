@@ -3,6 +3,7 @@ package ytstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -308,6 +309,11 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			_ = t.ytx.Abort()
+			if errors.Is(err, pillar.ErrConflict) {
+				t.s.stats.conflicts.Add(1)
+			}
+		} else {
+			t.s.stats.commits.Add(1)
 		}
 		t.Release()
 	}()
@@ -371,6 +377,7 @@ func (t *tx) lockCommit(ctx context.Context) (int64, error) {
 	}
 	deadline := time.Now().Add(t.s.opts.LockTimeout)
 	lockState := ypath.Path("#" + res.LockID.String()).Attr("state")
+	waited := false
 	for {
 		var state string
 		if err := t.s.yc.GetNode(ctx, lockState, &state, nil); err != nil {
@@ -378,6 +385,10 @@ func (t *tx) lockCommit(ctx context.Context) (int64, error) {
 		}
 		if state == "acquired" {
 			break
+		}
+		if !waited {
+			waited = true
+			t.s.stats.lockWaits.Add(1)
 		}
 		if time.Now().After(deadline) {
 			return 0, t.errf("commit lock: another commit held it for over %s", t.s.opts.LockTimeout)
@@ -588,6 +599,7 @@ func (t *tx) merge(ctx context.Context, table string, inputs []ypath.YPath, out 
 	s.Pool = t.s.opts.Pool
 	s.InputTablePaths = inputs
 	s.OutputTablePath = out
+	t.s.stats.merges.Add(1)
 	id, err := t.ytx.StartOperation(ctx, yt.OperationMerge, s, nil)
 	if err != nil {
 		return conflictErr(t.s.root, fmt.Sprintf("table %q: start merge", table), err)
