@@ -38,6 +38,7 @@ var cases = []struct {
 	{"WriteReadRanges", testWriteReadRanges},
 	{"WritersInOpenOrder", testWritersInOpenOrder},
 	{"ConcurrentWritersOneTx", testConcurrentWriters},
+	{"ManyRows", testManyRows},
 	{"ReplaceAppendDrop", testReplaceAppendDrop},
 	{"TableInfo", testTableInfo},
 	{"RowTypeChecks", testRowTypeChecks},
@@ -278,6 +279,56 @@ func testWritersInOpenOrder(t *testing.T, st pillar.Store) {
 	wantKeys(t, "three writers", docKeys(got), keys)
 	if tags := docTags(got); tags != "0,0,1,1,2,2" {
 		t.Fatalf("writer order %s", tags)
+	}
+}
+
+// testManyRows reads ranges across the boundaries of writers and of the
+// backends' internal blocks (row groups of 8192 rows in the embedded store).
+func testManyRows(t *testing.T, st pillar.Store) {
+	const n = 20000
+	tx := begin(t, st)
+	for wi, part := range [][2]int{{0, 12000}, {12000, n}} {
+		w, err := tx.WriteTable(ctx, "signals", pillar.Signal{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := part[0]; i < part[1]; i++ {
+			if err := w.Write(&pillar.Signal{PageKey: fmt.Sprintf("%032x", i), Name: fmt.Sprint(wi), Num: float64(i), IsNum: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(t, tx)
+	sn := snap(t, st)
+	if ti, err := sn.Table(ctx, "signals"); err != nil || ti.Rows != n {
+		t.Fatalf("signals: %+v %v", ti, err)
+	}
+	for _, r := range []pillar.Range{{Start: 0, End: n}, {Start: 8190, End: 8194}, {Start: 11998, End: 12003}, {Start: 16383, End: 16386}, {Start: n - 1, End: n}} {
+		rr, err := sn.ReadTable(ctx, "signals", &r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := r.Start
+		for rr.Next() {
+			var s pillar.Signal
+			if err := rr.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			if s.Num != float64(i) || s.PageKey != fmt.Sprintf("%032x", i) {
+				t.Fatalf("range %v: row %d holds %v", r, i, s.Num)
+			}
+			i++
+		}
+		if err := rr.Err(); err != nil {
+			t.Fatal(err)
+		}
+		rr.Close()
+		if i != r.End {
+			t.Fatalf("range %v: read up to %d", r, i)
+		}
 	}
 }
 
@@ -611,6 +662,13 @@ func testSnapshotIsolation(t *testing.T, st pillar.Store) {
 	}
 	cur := snap(t, st)
 	wantKeys(t, "new snapshot docs", docKeys(readDocs(t, cur, "docs", nil)), keys[2:4])
+	// A table dropped after a snapshot still reads in it.
+	tx = begin(t, st)
+	if err := tx.DropTable(ctx, "chunks/v"); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, tx)
+	wantKeys(t, "snapshot of a table dropped since", docKeys(readDocs(t, cur, "chunks/v", nil)), keys[0:1])
 	if cur.Info().Generation <= old.Info().Generation {
 		t.Fatalf("generation %d after %d", cur.Info().Generation, old.Info().Generation)
 	}
