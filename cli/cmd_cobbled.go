@@ -64,6 +64,7 @@ Examples:
 				&cli.StringFlag{Name: "objstore", Usage: "object store holding the batches: a directory, file:///abs/dir or s3://bucket/prefix", Required: true},
 				&cli.StringFlag{Name: "cache", Value: "1GiB", Usage: "block cache size shared by all partitions (e.g. 512MiB, 2GiB)"},
 				&cli.IntFlag{Name: "partitions", Usage: "expected partition count (default: learn from the control plane)"},
+				&cli.BoolFlag{Name: "direct-reads", Usage: "read SST files with O_DIRECT: the block cache is the only cache"},
 				&cli.IntFlag{Name: "ingest-concurrency", Value: 2, Usage: "partitions downloading/applying at once"},
 				&cli.IntFlag{Name: "max-keys", Value: 1024, Usage: "largest BatchGet request in keys"},
 				&cli.StringFlag{Name: "max-response", Value: "64MiB", Usage: "largest BatchGet response"},
@@ -117,7 +118,7 @@ func cobbledServe(c *cli.Context) error {
 	metrics := cobbled.NewMetrics()
 	node, err := cobbled.Open(ctx, cobbled.Options{
 		ID: c.String("id"), Zone: c.String("zone"), Addr: addr, Dir: c.String("data"),
-		Partitions: c.Int("partitions"), CacheBytes: cacheBytes,
+		Partitions: c.Int("partitions"), CacheBytes: cacheBytes, DirectReads: c.Bool("direct-reads"),
 		Control: cobbled.FromControlClient(cc), Objects: objs,
 		IngestConcurrency: c.Int("ingest-concurrency"), MaxKeys: c.Int("max-keys"), MaxResponseBytes: int(maxResp),
 		FaultDelay: fault, Logger: log, Metrics: metrics,
