@@ -18,6 +18,7 @@ import (
 
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/jobs/pipeline"
+	"github.com/pillarkit/pillar/lorry"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/sstbuilder"
 	"github.com/pillarkit/pillar/subsets"
@@ -177,6 +178,20 @@ Examples:
 			fmt.Printf("exported %d pages (%s of records, %d member pages skipped) in %s to %s\n",
 				res.Pages, humanBytes(res.Bytes), res.Skipped, res.Duration, out)
 			fmt.Printf("  export id %s, %d partitions (%d with rows)\n", meta.ID, meta.Partitions, len(meta.Files))
+			// Queue records older than the export must reach the serving tier
+			// before its snapshots, or an older delta could land after them.
+			if ls, err := lorry.Status(c.Context, st, time.Now()); err == nil {
+				behind := 0
+				for _, s := range ls {
+					if s.Partition < len(res.QueueEnds) && s.Committed < res.QueueEnds[s.Partition] {
+						behind++
+					}
+				}
+				if behind > 0 {
+					fmt.Printf("  NOTE: %d partitions have export-queue records older than this export that Lorry has not\n"+
+						"  delivered yet: run `pillar lorry run --once` BEFORE registering this export's batches.\n", behind)
+				}
+			}
 			fmt.Printf("  next: pillar sst build --export %s --objstore <url> --register <control addr>\n", out)
 			return nil
 		},
