@@ -29,6 +29,7 @@ func routerFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-keys", Value: 1024, Usage: "largest BatchGet request in keys"},
 		&cli.Int64Flag{Name: "max-lag", Value: 2, Usage: "never read a replica more than this many batches behind (at least 1; -1: no limit)"},
 		&cli.BoolFlag{Name: "no-hedge", Usage: "turn hedged requests off"},
+		&cli.BoolFlag{Name: "spread", Usage: "choose each partition's replica on its own (default: a request goes to as few nodes as possible)"},
 		&cli.Float64Flag{Name: "hedge-quantile", Value: 0.95, Usage: "hedge a sub-request unanswered after this quantile of its node's recent latencies"},
 		&cli.DurationFlag{Name: "hedge-min", Value: 2 * time.Millisecond, Usage: "floor of the hedge delay"},
 		&cli.Float64Flag{Name: "hedge-budget", Value: 0.05, Usage: "most hedges per primary sub-request (token bucket)"},
@@ -54,6 +55,9 @@ func routerOptionsFrom(c *cli.Context, o *router.Options, onlySet bool) {
 	}
 	if set("no-hedge") {
 		o.DisableHedging = c.Bool("no-hedge")
+	}
+	if set("spread") {
+		o.Spread = c.Bool("spread")
 	}
 	if set("hedge-quantile") {
 		o.HedgeQuantile = c.Float64("hedge-quantile")
@@ -242,7 +246,7 @@ func benchRead(c *cli.Context) error {
 		Nodes: c.Int("nodes"), Partitions: c.Int("partitions"), Replicas: c.Int("replicas"),
 		Zone: c.String("zone"), SlowNode: c.Int("slow-node"), SlowFraction: frac, SlowDelay: delay,
 		KillNode: c.Int("kill-node"), DownAfter: c.Duration("down-after"), Deadline: c.Duration("deadline"),
-		ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, GCPercent: c.Int("gogc"), Logger: logger(),
+		ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, GCPercent: c.Int("gogc"), Spread: c.Bool("spread"), Logger: logger(),
 		Router: func(ro *router.Options) {
 			// The scenario decides hedging, --deadline the request deadline.
 			noHedge := ro.DisableHedging

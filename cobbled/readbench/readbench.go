@@ -79,6 +79,10 @@ type Options struct {
 	DownAfter time.Duration
 	// Deadline is each request's deadline. The default value is 1s.
 	Deadline time.Duration
+	// Spread sets router.Options.Spread (each partition's replica chosen on
+	// its own). The default value false sends a request to as few nodes as
+	// possible.
+	Spread bool
 	// ViaServer sends requests through the router's gRPC server on
 	// loopback instead of the library. The default value is false.
 	ViaServer bool
@@ -351,7 +355,7 @@ func (b *bench) prewarm(ctx context.Context) error {
 type getter func(ctx context.Context, keys [][]byte) error
 
 func (b *bench) newRouter(ctx context.Context, mutate func(*router.Options)) (*router.Router, getter, func(), error) {
-	o := router.Options{Source: b.c, Zone: b.opts.Zone, Timeout: b.opts.Deadline, RefreshInterval: 500 * time.Millisecond}
+	o := router.Options{Source: b.c, Zone: b.opts.Zone, Spread: b.opts.Spread, Timeout: b.opts.Deadline, RefreshInterval: 500 * time.Millisecond}
 	if mutate != nil {
 		mutate(&o)
 	}

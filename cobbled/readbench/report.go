@@ -59,8 +59,8 @@ func (r *Report) Markdown() string {
 		via = "router gRPC server on loopback"
 	}
 	fmt.Fprintf(&b, "# pillar bench read\n\n")
-	fmt.Fprintf(&b, "%d cobbled nodes on 127.0.0.1 (zones zone-a…), %d partitions × %d replicas, %d keys in %d-key batches, values %d B–%d KiB (mean ≈ %d KB), %d closed-loop clients, %v per scenario after %v warm-up, request deadline %v, through the %s, router zone %q, GOGC %s, GOMAXPROCS %d. %s\n\n",
-		o.Nodes, o.Partitions, o.Replicas, o.Keys, o.BatchKeys, o.MinValue, o.MaxValue>>10, (o.MinValue+o.MaxValue)/2/1000, o.Clients, o.Duration, o.Warmup, o.Deadline, via, o.Zone, gogc(o.GCPercent), runtime.GOMAXPROCS(0), r.Started.UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "%d cobbled nodes on 127.0.0.1 (zones zone-a…), %d partitions × %d replicas, %d keys in %d-key batches, values %d B–%d KiB (mean ≈ %d KB), %d closed-loop clients, %v per scenario after %v warm-up, request deadline %v, through the %s, router zone %q, %s, GOGC %s, GOMAXPROCS %d. %s\n\n",
+		o.Nodes, o.Partitions, o.Replicas, o.Keys, o.BatchKeys, o.MinValue, o.MaxValue>>10, (o.MinValue+o.MaxValue)/2/1000, o.Clients, o.Duration, o.Warmup, o.Deadline, via, o.Zone, map[bool]string{false: "a request to as few nodes as possible", true: "partitions spread over nodes"}[o.Spread], gogc(o.GCPercent), runtime.GOMAXPROCS(0), r.Started.UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "| scenario | requests | req/s | p50 | p90 | p99 | p99.9 | max | failed (deadline) | hedges (won) | extra requests | failovers |\n")
 	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
@@ -143,7 +143,7 @@ func optionsJSON(o Options) map[string]any {
 		"batch_keys": o.BatchKeys, "nodes": o.Nodes, "partitions": o.Partitions, "replicas": o.Replicas,
 		"min_value": o.MinValue, "max_value": o.MaxValue, "zone": o.Zone, "slow_node": o.SlowNode, "slow_fraction": o.SlowFraction,
 		"slow_delay": o.SlowDelay.String(), "gc_percent": o.GCPercent, "kill_node": o.KillNode, "down_after": o.DownAfter.String(), "deadline": o.Deadline.String(),
-		"via_server": o.ViaServer, "redis": o.RedisAddr, "scenarios": o.Scenarios}
+		"via_server": o.ViaServer, "spread": o.Spread, "redis": o.RedisAddr, "scenarios": o.Scenarios}
 }
 
 // nines maps a quantile q to -log10(1-q): 50% → 0.3, 90% → 1, 99% → 2, …

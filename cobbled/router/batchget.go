@@ -185,11 +185,18 @@ func (g *gather) split(keys [][]byte) {
 }
 
 func (g *gather) run() {
-	// Primaries: each partition to its own pick, grouped by node.
+	// Primaries: a replica per partition, grouped by node. Unless Spread,
+	// a node already chosen for this request is preferred when it is among
+	// a partition's best choices, so the request goes to as few nodes as
+	// the replicas allow.
 	groups := map[*node][]*part{}
 	var order []*node
 	for _, pt := range g.parts {
-		n := g.pick(pt, nil)
+		var prefer []*node
+		if !g.r.opts.Spread {
+			prefer = order
+		}
+		n := g.pick(pt, prefer)
 		if n == nil {
 			g.fail(pt, g.noReplica(pt))
 			continue
@@ -493,7 +500,7 @@ func (g *gather) pick(pt *part, prefer []*node) *node {
 		if j >= i {
 			j++
 		}
-		if c[j].score(g.assigned[c[j]]) < c[i].score(g.assigned[c[i]]) {
+		if c[j].score(now, g.assigned[c[j]]) < c[i].score(now, g.assigned[c[i]]) {
 			return c[j]
 		}
 		return c[i]

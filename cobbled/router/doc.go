@@ -33,9 +33,10 @@
 // Picking: among the usable replicas not tried yet for the partition, those
 // in Options.Zone first, then the others, then nodes that failed with a
 // transport error in the last EjectFor; within a tier, the better of two
-// random choices by recent latency × (outstanding sub-requests + 1). Hedges
-// and failovers put a request's partitions on as few nodes as the replicas
-// allow.
+// random choices by recent latency × (outstanding sub-requests + 1). A
+// request's partitions go to as few nodes as the replicas allow (a node
+// already chosen for the request is preferred when it is in a partition's
+// best tier), unless Options.Spread; hedges and failovers always group so.
 //
 // Budget: each primary sub-request earns HedgeBudget tokens (at most
 // HedgeBurst banked) and each hedge spends one, so hedges stay below

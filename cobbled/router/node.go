@@ -24,6 +24,7 @@ type node struct {
 
 	outstanding atomic.Int64
 	ewmaNanos   atomic.Int64 // smoothed latency of answered sub-requests
+	lastObs     atomic.Int64 // unix nanos of the last answered sub-request
 	ejectUntil  atomic.Int64 // unix nanos; avoided until then after a transport error
 	failStreak  atomic.Int64
 
@@ -55,6 +56,7 @@ func (n *node) observe(d time.Duration) {
 	n.failStreak.Store(0)
 	n.ejectUntil.Store(0)
 	n.lat.add(d)
+	n.lastObs.Store(time.Now().UnixNano())
 	// EWMA with weight 1/8, good enough for choosing between two nodes.
 	for {
 		old := n.ewmaNanos.Load()
@@ -77,13 +79,21 @@ func (n *node) fail(base time.Duration) {
 
 // score orders nodes for power-of-two choices: lower is better. A node
 // without samples counts as fast (so it gets some, and is then measured).
-func (n *node) score(extra int) float64 {
+// The latency estimate of a node that has not answered for a while halves
+// every idleHalfLife: a node that was slow once and then lost every choice
+// is tried again and re-measured instead of being starved on stale data.
+func (n *node) score(now int64, extra int) float64 {
 	ewma := float64(n.ewmaNanos.Load())
 	if ewma == 0 {
 		ewma = float64(time.Millisecond)
 	}
+	if last := n.lastObs.Load(); last != 0 && now-last > int64(idleHalfLife/10) {
+		ewma *= math.Exp2(-float64(now-last) / float64(idleHalfLife))
+	}
 	return ewma * float64(n.outstanding.Load()+1+int64(extra))
 }
+
+const idleHalfLife = time.Second
 
 // latencies is a ring of a node's recent answered sub-request latencies and
 // the quantiles computed from it every few samples (sorting 512 durations

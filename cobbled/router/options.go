@@ -23,6 +23,14 @@ type Options struct {
 	// different P is refused (the cached one stays in use).
 	Partitions int
 
+	// Spread chooses each partition's replica on its own, so a request's
+	// partitions spread over several nodes and travel in parallel. The
+	// default value false puts them on as few nodes as their replicas allow
+	// (with every node holding every partition, one): fewer sub-requests,
+	// less per-request overhead and one tail to hedge instead of several;
+	// load still spreads across requests by the power of two choices.
+	Spread bool
+
 	// MaxKeys is the largest BatchGet request, in keys. The default value is
 	// 1024 (cobbled's default limit).
 	MaxKeys int
@@ -63,8 +71,9 @@ type Options struct {
 	// (a token bucket earns this many tokens per primary sub-request; a hedge
 	// spends one). The default value is 0.05.
 	HedgeBudget float64
-	// HedgeBurst is the token bucket's capacity (and initial fill). The
-	// default value is 10.
+	// HedgeBurst is the token bucket's capacity (and initial fill): over
+	// any stretch, hedges ≤ HedgeBudget × primaries + HedgeBurst. The
+	// default value is 5.
 	HedgeBurst float64
 	// LatencyWindow is how many recent latencies per node the hedge delay
 	// is learned from. The default value is 512.
@@ -124,7 +133,7 @@ func (o *Options) ensureDefaults() {
 		o.HedgeBudget = 0.05
 	}
 	if o.HedgeBurst == 0 {
-		o.HedgeBurst = 10
+		o.HedgeBurst = 5
 	}
 	if o.LatencyWindow == 0 {
 		o.LatencyWindow = 512

@@ -82,6 +82,7 @@ func runPick(t *testing.T, cmd string, reps []string) string {
 	type tweak struct {
 		ejected bool
 		ewma    time.Duration
+		idle    time.Duration
 		out     int64
 	}
 	tweaks := map[string]tweak{}
@@ -104,6 +105,8 @@ func runPick(t *testing.T, cmd string, reps []string) string {
 				tw.ejected = true
 			case "ewma":
 				tw.ewma, err = time.ParseDuration(v)
+			case "idle":
+				tw.idle, err = time.ParseDuration(v)
 			case "out":
 				tw.out, err = strconv.ParseInt(v, 10, 64)
 			default:
@@ -132,6 +135,11 @@ func runPick(t *testing.T, cmd string, reps []string) string {
 			n.ejectUntil.Store(time.Now().Add(time.Hour).UnixNano())
 		}
 		n.ewmaNanos.Store(int64(tw.ewma))
+		if tw.idle > 0 {
+			n.lastObs.Store(time.Now().Add(-tw.idle).UnixNano())
+		} else {
+			n.lastObs.Store(time.Now().UnixNano())
+		}
 		n.outstanding.Store(tw.out)
 	}
 	g := &gather{r: r, t: r.table.Load(), assigned: map[*node]int{}}

@@ -104,13 +104,21 @@ func TestZonePreference(t *testing.T) {
 		t.Errorf("zone-b caller: sub-requests per node %d/%d/%d, want 0/20/0", a, b, cc)
 	}
 
-	// Without a zone, load spreads over every node.
+	// Without a zone, concurrent requests spread over every node.
 	r2 := newRouter(t, c, func(o *Options) { o.DisableHedging = true })
-	for _, b := range batches[:20] {
-		if _, err := r2.BatchGet(ctx, b); err != nil {
-			t.Fatal(err)
-		}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, b := range batches[w*5 : w*5+5] {
+				if _, err := r2.BatchGet(ctx, b); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
 	}
+	wg.Wait()
 	for _, id := range []string{"node-0", "node-1", "node-2"} {
 		if n := nodeStats(r2, id).RPCs; n == 0 {
 			t.Errorf("no zone: %s got no sub-requests", id)
