@@ -159,11 +159,21 @@ func (n *Node) learnPartitions(ctx context.Context) error {
 		p = disk.Partitions
 	}
 	if p == 0 && n.opts.Control != nil {
-		r, err := n.opts.Control.GetRouting(ctx)
-		if err != nil {
-			return fmt.Errorf("cobbled: learn partition count from control plane: %w", err)
+		// A first start needs the control plane; wait for it (a node may
+		// come up before it) until ctx ends.
+		backoff := n.opts.RetryBackoff
+		for {
+			r, err := n.opts.Control.GetRouting(ctx)
+			if err == nil {
+				p = r.Partitions
+				break
+			}
+			n.opts.Logger.Warn("cobbled: waiting for the control plane to learn the partition count", "err", err)
+			if !sleep(ctx, backoff) {
+				return fmt.Errorf("cobbled: learn partition count from control plane: %w", err)
+			}
+			backoff = min(2*backoff, n.opts.RetryBackoffMax)
 		}
-		p = r.Partitions
 	}
 	if p <= 0 {
 		return fmt.Errorf("cobbled: partition count unknown: set Options.Partitions or a control plane")
