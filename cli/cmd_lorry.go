@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -148,15 +147,15 @@ Examples:
 			start := time.Now()
 			res, err := w.Drain(c.Context)
 			if c.Bool("json") {
-				enc := json.NewEncoder(os.Stdout)
+				enc := json.NewEncoder(c.App.Writer)
 				enc.SetIndent("", "  ")
 				_ = enc.Encode(res)
 			} else {
 				s := res.Stats
-				fmt.Printf("lorry: drained %d partitions in %s: %d batches, %d records, %d keys (%d tombstones), %s uploaded, %d retries\n",
+				fmt.Fprintf(c.App.Writer, "lorry: drained %d partitions in %s: %d batches, %d records, %d keys (%d tombstones), %s uploaded, %d retries\n",
 					len(res.Delivered), time.Since(start).Round(time.Millisecond), s.Batches, s.Records, s.Keys, s.Deletes, humanBytes(s.Bytes), s.Retries)
 				if len(res.Skipped) > 0 {
-					fmt.Printf("lorry: skipped partitions held by a running worker: %v\n", res.Skipped)
+					fmt.Fprintf(c.App.Writer, "lorry: skipped partitions held by a running worker: %v\n", res.Skipped)
 				}
 			}
 			return err
@@ -193,13 +192,13 @@ Examples:
 				return err
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(os.Stdout)
+				enc := json.NewEncoder(c.App.Writer)
 				enc.SetIndent("", "  ")
 				return enc.Encode(ss)
 			}
 			var depth int64
 			var oldest time.Duration
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "PARTITION\tQUEUE END\tCOMMITTED\tDEPTH\tOLDEST\tSEQ\tPENDING\tLEASE")
 			for _, s := range ss {
 				depth += s.Depth
@@ -224,7 +223,7 @@ Examples:
 				fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s\t%d\t%s\t%s\n", s.Partition, s.QueueEnd, s.Committed, s.Depth, age, s.Seq, pend, lease)
 			}
 			tw.Flush()
-			fmt.Printf("total depth %d records, oldest undelivered %s\n", depth, oldest.Round(time.Millisecond))
+			fmt.Fprintf(c.App.Writer, "total depth %d records, oldest undelivered %s\n", depth, oldest.Round(time.Millisecond))
 			return nil
 		},
 	}
@@ -271,9 +270,9 @@ Examples:
 				verb = "would remove"
 			}
 			for _, k := range res.Keys {
-				fmt.Printf("%s %s\n", verb, k)
+				fmt.Fprintf(c.App.Writer, "%s %s\n", verb, k)
 			}
-			fmt.Printf("lorry cleanup: %d batches, %d objects looked at; %s %d; %d orphans younger than %s kept\n",
+			fmt.Fprintf(c.App.Writer, "lorry cleanup: %d batches, %d objects looked at; %s %d; %d orphans younger than %s kept\n",
 				res.Batches, res.Objects, verb, res.Removed, res.Young, c.Duration("grace"))
 			return err
 		},
