@@ -59,14 +59,16 @@ type flock struct {
 type fakeYT struct {
 	yt.Client // nil: a method not implemented below panics (an unexpected call)
 
-	mu      sync.Mutex
-	nodes   map[string]*fnode // trunk, by path
-	rev     uint64
-	locks   []*flock
-	ntx     int
-	calls   []string
-	record  bool
-	txNames map[string]string // tx id → "tx1"...
+	mu     sync.Mutex
+	nodes  map[string]*fnode // trunk, by path
+	rev    uint64
+	locks  []*flock
+	ntx    int
+	calls  []string
+	record bool
+	// noContentRev leaves out @content_revision, as older clusters do.
+	noContentRev bool
+	txNames      map[string]string // tx id → "tx1"...
 }
 
 func newFakeYT() *fakeYT {
@@ -402,7 +404,9 @@ func (v view) render(p string, n *fnode, attrs []string, pn *pinned) any {
 		case "revision":
 			a[name] = n.rev
 		case "content_revision":
-			a[name] = n.crev
+			if !v.c.noContentRev {
+				a[name] = n.crev
+			}
 		case "row_count":
 			if n.typ == yt.NodeTable {
 				a[name] = int64(len(n.rows))

@@ -297,8 +297,14 @@ func opWrite(t *testing.T, s *Store, tx pillar.Tx, table string, keys ...string)
 // Tables written by operations in the master transaction commit with it,
 // count as changed by it (generation, conflicts) and vanish on Abort.
 func TestOperationOutputsJoinTheTransaction(t *testing.T) {
+	t.Run("content_revision", func(t *testing.T) { testOperationOutputs(t, false) })
+	t.Run("revision only", func(t *testing.T) { testOperationOutputs(t, true) })
+}
+
+func testOperationOutputs(t *testing.T, noContentRev bool) {
 	ctx := context.Background()
-	s, _ := newFakeStore(t)
+	s, yc := newFakeStore(t)
+	yc.noContentRev = noContentRev
 	tx, _ := s.Begin(ctx)
 	opWrite(t, s, tx, "chunks/v1", "a", "b")
 	tx.Abort()

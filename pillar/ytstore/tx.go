@@ -430,7 +430,7 @@ func (t *tx) checkConflicts(ctx context.Context) (*state, []string, error) {
 	}
 	tcontent := map[string]contentKey{}
 	for name, tm := range trunk.tables {
-		tcontent[name] = contentKey{tm.ID, tm.ContentRev}
+		tcontent[name] = makeContentKey(tm.ID, tm.ContentRev, tm.Revision)
 	}
 	var opWritten []string
 	for name, v := range view {
@@ -474,11 +474,22 @@ type contentKey struct {
 	rev uint64
 }
 
+// makeContentKey identifies a table's contents: its node id and
+// @content_revision, or @revision on a cluster without content revisions
+// (then an attribute change or a lock that branches the node counts too:
+// conservative, it can only add conflicts).
+func makeContentKey(id yt.NodeID, content, rev uint64) contentKey {
+	if content == 0 {
+		content = rev
+	}
+	return contentKey{id, content}
+}
+
 // fetchContent maps each user table to its node id and content revision,
 // as c (the master transaction or the trunk) sees it.
 func (s *Store) fetchContent(ctx context.Context, c yt.CypressClient) (map[string]contentKey, error) {
 	var root contentNode
-	if err := c.GetNode(ctx, s.root, &root, &yt.GetNodeOptions{Attributes: []string{"type", "id", "content_revision"}}); err != nil {
+	if err := c.GetNode(ctx, s.root, &root, &yt.GetNodeOptions{Attributes: []string{"type", "id", "content_revision", "revision"}}); err != nil {
 		return nil, fmt.Errorf("ytstore %s: read the store: %w", s.root, err)
 	}
 	kids, err := decodeContent(root.Value)
@@ -494,7 +505,7 @@ func (s *Store) fetchContent(ctx context.Context, c yt.CypressClient) (map[strin
 			}
 			switch n.Type {
 			case yt.NodeTable:
-				out[prefix+name] = contentKey{n.ID, n.ContentRevision}
+				out[prefix+name] = makeContentKey(n.ID, n.ContentRevision, n.Revision)
 			case yt.NodeMap:
 				sub, err := decodeContent(n.Value)
 				if err != nil {
@@ -514,6 +525,7 @@ type contentNode struct {
 	Type            yt.NodeType   `yson:"type,attr"`
 	ID              yt.NodeID     `yson:"id,attr"`
 	ContentRevision uint64        `yson:"content_revision,attr"`
+	Revision        uint64        `yson:"revision,attr"`
 	Value           yson.RawValue `yson:",value"`
 }
 
