@@ -4,7 +4,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 VERSITYGW_VERSION := v1.8.0
-STATICCHECK_VERSION := 2025.1.1
+STATICCHECK_VERSION := v0.8.2
 DEB_PKGS := librocksdb-dev postgresql-doc-15
 
 .PHONY: all build test test-race bench demo deps lint tools chaos
