@@ -58,11 +58,14 @@
 //	                              2,600–3,200 req/s with 1 client, up to ~4,000 with 8
 //	BatchGet, 12 absent keys      p50  37 µs (the per-RPC fixed cost)
 //
-// gRPC's p50 is 2×floor + fixed + a per-byte transport cost of ≈0.3 µs/KB
-// (≈180 µs for 600 KB): grpc-go sends at most 16 KB per HTTP/2 DATA frame,
-// and the bytes cross four more copies (gRPC's write buffer, the loopback
-// socket twice, the client's frame buffers into one message) than the
-// floor. Cold (data 5× the block cache, misses served from the page cache):
-// floor p50 ~180 µs, gRPC ~440 µs; with DirectReads (misses go to disk):
-// floor ~1.1–1.5 ms, gRPC ~1.4–1.6 ms.
+// So gRPC's p50 ≈ floor + 37 µs per RPC + ≈0.3 µs per KB of response
+// (≈180 µs for 600 KB): grpc-go sends at most 16 KB per HTTP/2 DATA frame
+// and the bytes cross four more copies than in the floor (gRPC's write
+// buffer, the loopback socket twice, the client's frame buffers into one
+// message). That is within 2× the floor plus the documented fixed cost only
+// when the fixed cost includes this per-byte transport cost; against the
+// per-RPC cost alone it is ≈3.2× (2.3× cold). Cold (data 5× the block
+// cache, misses served from the page cache): floor p50 ~180 µs, gRPC ~440
+// µs; with DirectReads (misses go to disk): floor ~1.1–1.5 ms, gRPC
+// ~1.4–1.6 ms, i.e. ≈1.1× the floor.
 package cobbled
