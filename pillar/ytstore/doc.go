@@ -61,8 +61,10 @@
 // one `get` of R with attributes (tables, attribute values, queue row
 // counts, the generation: the master answers a get atomically), takes
 // snapshot locks on every table and on the consumed-id directory, then
-// checks that the generation did not move while it locked (else it starts
-// over, Options.SnapshotAttempts times). Tables are read by node id inside
+// reads the tree again: a node whose committed @revision did not move was
+// not changed before its lock, so the lock pinned what the first read saw
+// (else it starts over, Options.SnapshotAttempts times; commits that only
+// change attributes or the queue never force a retry). Tables are read by node id inside
 // the snapshot transaction, so a table replaced or dropped since still
 // reads as it was. Queue tables are append-only: rows below the snapshot's
 // row count are read outside the transaction. Release aborts the snapshot

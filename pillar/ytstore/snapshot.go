@@ -56,11 +56,12 @@ type attrMeta struct {
 
 // state is the store as one `get` of the root saw it.
 type state struct {
-	gen        int64
-	tables     map[string]*tableMeta
-	attrs      map[string]attrMeta
-	queueEnd   map[int]int64
-	consumedID yt.NodeID
+	gen         int64
+	tables      map[string]*tableMeta
+	attrs       map[string]attrMeta
+	queueEnd    map[int]int64
+	consumedID  yt.NodeID
+	consumedRev uint64
 }
 
 func decodeChildren(raw yson.RawValue) (map[string]ynode, error) {
@@ -149,15 +150,19 @@ func parseTree(root ynode) (*state, error) {
 		}
 	}
 	if c, ok := ik["consumed"]; ok {
-		st.consumedID = c.ID
+		st.consumedID, st.consumedRev = c.ID, c.Revision
 	}
 	return st, nil
 }
 
 // fetch reads the whole store state in one `get` (inside tx when set).
 func (s *Store) fetch(ctx context.Context, c yt.CypressClient) (*state, error) {
+	return s.fetchWith(ctx, c, treeAttrs)
+}
+
+func (s *Store) fetchWith(ctx context.Context, c yt.CypressClient, attrs []string) (*state, error) {
 	var root ynode
-	if err := c.GetNode(ctx, s.root, &root, &yt.GetNodeOptions{Attributes: treeAttrs}); err != nil {
+	if err := c.GetNode(ctx, s.root, &root, &yt.GetNodeOptions{Attributes: attrs}); err != nil {
 		if yterrors.ContainsResolveError(err) {
 			return nil, fmt.Errorf("ytstore %s: %w", s.root, pillar.ErrNotFound)
 		}
@@ -184,8 +189,8 @@ func (s *Store) beginTx(ctx context.Context) (yt.Tx, error) {
 
 // snapshot is a pinned view: a transaction holding snapshot locks on every
 // table and on the consumed-id directory, plus the state read just before
-// the locks were taken (valid because no commit landed in between: the
-// generation did not move).
+// the locks were taken (valid because none of those nodes changed until
+// after the locks: their committed revisions did not move).
 type snapshot struct {
 	s    *Store
 	tx   yt.Tx // snapshot transaction; nil after Release
@@ -241,12 +246,21 @@ func (s *Store) trySnapshot(ctx context.Context) (_ *snapshot, err error) {
 		}
 		return nil, fmt.Errorf("ytstore %s: snapshot: %w", s.root, err)
 	}
-	var g int64
-	if err := s.yc.GetNode(ctx, s.genPath(), &g, nil); err != nil {
-		return nil, fmt.Errorf("ytstore %s: snapshot: %w", s.root, err)
+	// Every lock was taken after the first read. A node whose committed
+	// revision is the same now was not changed in between, so its lock
+	// pinned the state the first read saw. (Commits that changed only
+	// attributes or the queue do not force a retry.)
+	again, err := s.fetchWith(ctx, s.yc, []string{"type", "id", "revision"})
+	if err != nil {
+		return nil, err
 	}
-	if g != st.gen {
-		return nil, fmt.Errorf("%w: generation %d → %d", errRetrySnapshot, st.gen, g)
+	if again.consumedID != st.consumedID || again.consumedRev != st.consumedRev {
+		return nil, fmt.Errorf("%w: consumed ids changed", errRetrySnapshot)
+	}
+	for name, t := range st.tables {
+		if a := again.tables[name]; a == nil || a.ID != t.ID || a.Revision != t.Revision {
+			return nil, fmt.Errorf("%w: table %q changed", errRetrySnapshot, name)
+		}
 	}
 	return &snapshot{s: s, tx: tx, st: st}, nil
 }
