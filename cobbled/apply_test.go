@@ -44,7 +44,7 @@ func writeSteps(t testing.TB, objects string, parts, p int, prefix string, steps
 	models := []model{{}}
 	var bs []Batch
 	for i, s := range steps {
-		m := writeBatch(t, objects, parts, p, fmt.Sprintf("%s-%02d", prefix, i+1), s.kind, s.ops, 2)
+		m := writeBatch(t, objects, parts, p, fmt.Sprintf("%s-%02d", prefix, i+1), s.kind, s.ops, 0)
 		bs = append(bs, Batch{Seq: int64(i + 1), Manifest: m})
 		models = append(models, models[i].apply(s.kind, s.ops))
 	}

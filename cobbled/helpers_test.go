@@ -16,8 +16,10 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/internal/rocks"
 	"github.com/pillarkit/pillar/pillar"
+	"github.com/pillarkit/pillar/sstbuilder"
 )
 
 // op is one SST entry: a put, or a delete when del is set.
@@ -27,12 +29,29 @@ type op struct {
 	del bool
 }
 
-// writeBatch writes a batch (one or more SST files, like the SST builder
-// does: MetaKey → id first, then sorted page keys) under root and returns
-// its manifest. Files are split every perFile ops (0: one file).
+// writeBatch builds a batch with the real SST builder and uploads it to the
+// local object store at root (perFile 0), or, to get several files per
+// batch from little data, writes perFile ops per SST by hand the way the
+// builder does (MetaKey → id first, then sorted page keys). It returns the
+// manifest.
 func writeBatch(t testing.TB, root string, parts, partition int, id, kind string, ops []op, perFile int) batch.Manifest {
 	t.Helper()
 	sort.Slice(ops, func(i, j int) bool { return ops[i].key < ops[j].key })
+	if perFile == 0 {
+		rows := make([]sstbuilder.Row, len(ops))
+		for i, o := range ops {
+			rows[i] = sstbuilder.Row{Key: []byte(o.key), Delete: o.del, Value: []byte(o.val)}
+		}
+		ctx := context.Background()
+		m, paths, err := sstbuilder.BuildPartition(ctx, sstbuilder.SliceRows(rows), &sstbuilder.BuildOptions{
+			Dir: t.TempDir(), Partition: partition, Partitions: parts, Kind: kind, BatchID: id, Source: "test"})
+		must(t, err)
+		st, err := objstore.OpenLocal(root)
+		must(t, err)
+		up, err := sstbuilder.Upload(ctx, st, m, paths)
+		must(t, err)
+		return *up
+	}
 	if perFile <= 0 {
 		perFile = len(ops) + 1
 	}
