@@ -68,7 +68,10 @@ type fakeYT struct {
 	record bool
 	// noContentRev leaves out @content_revision, as older clusters do.
 	noContentRev bool
-	txNames      map[string]string // tx id → "tx1"...
+	// afterTxGet, when set, runs once after the next `get` inside a
+	// transaction (tests: a commit landing between two steps).
+	afterTxGet func()
+	txNames    map[string]string // tx id → "tx1"...
 }
 
 func newFakeYT() *fakeYT {
@@ -147,6 +150,18 @@ func (v view) put(p string, n *fnode) {
 		return
 	}
 	v.c.nodes[p] = n
+}
+
+// touchParent records a change of the map node holding p (a child added
+// or removed changes the map node, as on a master).
+func (v view) touchParent(p string) {
+	i := strings.LastIndex(p, "/")
+	if i <= 0 {
+		return
+	}
+	if n := v.mut(p[:i]); n != nil {
+		v.c.touch(n, true)
+	}
 }
 
 func (v view) del(p string) {
@@ -300,6 +315,7 @@ func (v view) CreateNode(ctx context.Context, path ypath.YPath, typ yt.NodeType,
 		n.attrs[k] = val
 	}
 	v.put(p, n)
+	v.touchParent(p)
 	return n.id, nil
 }
 
@@ -332,6 +348,7 @@ func (v view) RemoveNode(ctx context.Context, path ypath.YPath, o *yt.RemoveNode
 		return notFound(p)
 	}
 	v.del(p)
+	v.touchParent(p)
 	return nil
 }
 
@@ -364,6 +381,8 @@ func (v view) MoveNode(ctx context.Context, src, dst ypath.YPath, o *yt.MoveNode
 	v.c.touch(m, true)
 	v.del(s)
 	v.put(d, m)
+	v.touchParent(s)
+	v.touchParent(d)
 	return m.id, nil
 }
 
@@ -448,6 +467,10 @@ func (v view) render(p string, n *fnode, attrs []string, pn *pinned) any {
 
 func (v view) GetNode(ctx context.Context, path ypath.YPath, result any, o *yt.GetNodeOptions) error {
 	v.c.mu.Lock()
+	if hook := v.c.afterTxGet; hook != nil && v.tx != nil {
+		v.c.afterTxGet = nil
+		defer hook()
+	}
 	defer v.c.mu.Unlock()
 	p, attr, pn, err := v.resolve(path)
 	if err != nil {

@@ -348,3 +348,67 @@ func testOperationOutputs(t *testing.T, noContentRev bool) {
 		t.Fatalf("stats %+v: want 2 commits, 1 conflict, at least 5 snapshots", st)
 	}
 }
+
+// A commit landing between a snapshot's read and its locks: a changed
+// table makes it start over (and read the new state); a changed attribute
+// does not (it reads the state of its first read, whole).
+func TestSnapshotRaces(t *testing.T) {
+	ctx := context.Background()
+	s, yc := newFakeStore(t)
+	k1, _, _ := pillar.KeyOfURL("http://example.com/1")
+	k2, _, _ := pillar.KeyOfURL("http://example.com/2")
+	commitDoc := func(key pillar.Key, attr int) {
+		tx, err := s.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key != (pillar.Key{}) {
+			w, _ := tx.WriteTable(ctx, "docs", pillar.Doc{}, nil)
+			w.Write(&pillar.Doc{PageKey: key.String()})
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tx.SetAttr(ctx, "n", attr)
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(sn pillar.Snapshot) (string, int) {
+		rr, err := sn.ReadTable(ctx, "docs", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rr.Close()
+		var d pillar.Doc
+		if !rr.Next() || rr.Scan(&d) != nil {
+			t.Fatal("no doc")
+		}
+		var n int
+		if err := sn.Attr(ctx, "n", &n); err != nil {
+			t.Fatal(err)
+		}
+		return d.PageKey, n
+	}
+	commitDoc(k1, 1)
+
+	yc.afterTxGet = func() { commitDoc(k2, 2) }
+	sn, err := s.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key, n := read(sn); key != k2.String() || n != 2 || s.Stats().SnapshotRetries != 1 {
+		t.Fatalf("after a table change mid-snapshot: doc %s n %d, %d retries; want the new state after one retry", key[:6], n, s.Stats().SnapshotRetries)
+	}
+	sn.Release()
+
+	yc.afterTxGet = func() { commitDoc(pillar.Key{}, 3) }
+	sn, err = s.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Release()
+	if key, n := read(sn); key != k2.String() || n != 2 || s.Stats().SnapshotRetries != 1 {
+		t.Fatalf("after an attribute change mid-snapshot: doc %s n %d, %d retries; want the first read's state, no retry", key[:6], n, s.Stats().SnapshotRetries)
+	}
+}
