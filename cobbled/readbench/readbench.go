@@ -203,13 +203,13 @@ type Result struct {
 	// Router counters during the measurement (zero for Redis).
 	Primaries, Hedges, HedgesWon, HedgesDenied, Failovers int64
 	HedgeRatio, ExtraRatio                                float64
-	// Kill scenario: when the node was killed (offset from the start), how
-	// long until latency was back within 2× the pre-kill p99 with no error,
-	// and the worst latency after the kill.
-	KilledAt, Recovery, MaxAfterKill time.Duration
-	// RecoveryLimit is the latency a request after the kill had to exceed
-	// to count as disrupted.
-	RecoveryLimit time.Duration
+	// Kill scenario: when the node was killed (offset from the start); the
+	// recovery, from the kill to the router's last failover (after it, no
+	// request went to the dead node); Disrupted, from the kill to the end of
+	// the last 100 ms window with a failed request or one slower than
+	// DisruptLimit (2× the pre-kill p99); and the worst latency after the
+	// kill.
+	KilledAt, Recovery, Disrupted, DisruptLimit, MaxAfterKill time.Duration
 
 	lat []time.Duration // sorted
 }
@@ -428,7 +428,8 @@ func (b *bench) verify(keys [][]byte, n int, at func(int) (bool, []byte)) error 
 	return nil
 }
 
-func (b *bench) routerScenario(ctx context.Context, name, desc string, mutate func(*router.Options), during func(start time.Time, res *Result)) (*Result, error) {
+func (b *bench) routerScenario(ctx context.Context, name, desc string, mutate func(*router.Options),
+	during func(ctx context.Context, start time.Time, r *router.Router, res *Result)) (*Result, error) {
 	r, get, closeFn, err := b.newRouter(ctx, mutate)
 	if err != nil {
 		return nil, err
@@ -438,11 +439,19 @@ func (b *bench) routerScenario(ctx context.Context, name, desc string, mutate fu
 	b.load(ctx, b.opts.Warmup, get, nil)
 	before := r.Stats()
 	res := &Result{Scenario: name, Description: desc}
+	dctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
 	s := b.load(ctx, b.opts.Duration, get, func(start time.Time) {
 		if during != nil {
-			during(start, res)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				during(dctx, start, r, res)
+			}()
 		}
 	})
+	stop()
+	wg.Wait() // res is the during function's until here
 	after := r.Stats()
 	s.fill(res)
 	res.Primaries = after.Primaries - before.Primaries
@@ -457,27 +466,39 @@ func (b *bench) routerScenario(ctx context.Context, name, desc string, mutate fu
 	return res, nil
 }
 
+// killScenario kills a node a third of the way in and marks it down in the
+// routing table DownAfter later. It watches the router's failover counter:
+// Recovery is the time from the kill to the last failover (after which no
+// request reached the dead node).
 func (b *bench) killScenario(ctx context.Context) (*Result, error) {
 	victim := b.opts.KillNode
 	m := b.c.Members()[victim]
 	desc := fmt.Sprintf("node-%d killed at 1/3 of the run (listener closed), marked down in routing %v later", victim, b.opts.DownAfter)
-	res, err := b.routerScenario(ctx, Kill, desc, nil, func(start time.Time, res *Result) {
-		go func() {
+	res, err := b.routerScenario(ctx, Kill, desc, nil, func(ctx context.Context, start time.Time, r *router.Router, res *Result) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(b.opts.Duration / 3):
+		}
+		base := r.Stats().Failovers
+		res.KilledAt = time.Since(start)
+		m.Kill()
+		b.log.Info("readbench: node killed", "node", m.ID)
+		down := time.After(b.opts.DownAfter)
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(b.opts.Duration / 3):
+			case <-down:
+				b.c.SetDown(victim, true)
+			case <-tick.C:
+				if f := r.Stats().Failovers; f > base {
+					base, res.Recovery = f, time.Since(start)-res.KilledAt
+				}
 			}
-			res.KilledAt = time.Since(start)
-			m.Kill()
-			b.log.Info("readbench: node killed", "node", m.ID)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(b.opts.DownAfter):
-			}
-			b.c.SetDown(victim, true)
-		}()
+		}
 	})
 	if err != nil {
 		return nil, err
@@ -575,14 +596,14 @@ func (s *sample) fill(r *Result) {
 		r.Max = r.lat[len(r.lat)-1]
 	}
 	if r.KilledAt > 0 {
-		r.Recovery, r.MaxAfterKill, r.RecoveryLimit = s.recovery(r.KilledAt)
+		r.Disrupted, r.MaxAfterKill, r.DisruptLimit = s.disruption(r.KilledAt)
 	}
 }
 
-// recovery is the time from the kill to the end of the last 100 ms window
+// disruption is the time from the kill to the end of the last 100 ms window
 // with a failed request or a latency over 2× the pre-kill p99 (at least
 // +5 ms), and the worst latency after the kill.
-func (s *sample) recovery(killedAt time.Duration) (time.Duration, time.Duration, time.Duration) {
+func (s *sample) disruption(killedAt time.Duration) (time.Duration, time.Duration, time.Duration) {
 	var pre []time.Duration
 	for i, at := range s.at {
 		if at < killedAt {
