@@ -168,6 +168,7 @@ type rowReader struct {
 	pos   int64 // index of the next row to return from Next
 	end   int64
 
+	//lint:ignore SA1019 the untyped reader is what decodes into any row type the caller scans into
 	cur     *parquet.Reader
 	curFile *os.File
 	curIdx  int   // index into files of cur

@@ -170,6 +170,7 @@ type rowWriter struct {
 	t     *tx
 	table string
 	f     File
+	//lint:ignore SA1019 the untyped writer writes any row type a table is created with
 	w     *parquet.Writer
 	rt    reflect.Type
 	sf    *stagedFile
