@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/cobbled/router"
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/lorry"
 	"github.com/pillarkit/pillar/pillar"
@@ -213,13 +215,13 @@ func (r *run) readRouter(ctx context.Context, stop <-chan struct{}) {
 		res, err := r.rt.BatchGet(cctx, raw)
 		cancel()
 		if err != nil {
-			r.hist.countRead("router: request failed: " + grpcCode(err))
+			r.hist.countReadErr("router: request failed: "+readErrKind(err), err)
 			continue
 		}
 		r.hist.countRead("router: ok")
 		for i, x := range res {
 			if x.Err != nil {
-				r.hist.countRead("router: key failed: " + grpcCode(x.Err))
+				r.hist.countReadErr("router: key failed: "+readErrKind(x.Err), x.Err)
 				continue
 			}
 			r.hist.observe("", idx[i], x.Found, x.Value)
@@ -250,7 +252,7 @@ func (r *run) readDirect(ctx context.Context, stop <-chan struct{}, n *node, sal
 		resp, err := cl.BatchGet(cctx, &servepb.BatchGetRequest{Keys: raw})
 		cancel()
 		if err != nil {
-			r.hist.countRead("direct: request failed: " + grpcCode(err))
+			r.hist.countReadErr("direct: request failed: "+readErrKind(err), err)
 			continue
 		}
 		if len(resp.Results) != len(raw) {
@@ -269,12 +271,17 @@ func (r *run) readDirect(ctx context.Context, stop <-chan struct{}, n *node, sal
 	}
 }
 
-func grpcCode(err error) string {
+// readErrKind classifies a read error: the router's sentinel, else the
+// gRPC status code.
+func readErrKind(err error) string {
+	for _, e := range []error{router.ErrNoReplica, router.ErrUnavailable, router.ErrNotServed, router.ErrKeyError,
+		router.ErrNoRouting, router.ErrClosed, context.DeadlineExceeded, context.Canceled} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
 	if s, ok := status.FromError(err); ok {
 		return s.Code().String()
-	}
-	if err == context.DeadlineExceeded {
-		return "DeadlineExceeded"
 	}
 	return "other"
 }

@@ -87,15 +87,16 @@ type history struct {
 	// last is the lowest version each (node, key) may show next.
 	last       map[string][]int64
 	violations map[string][]string
-	counts     map[string]int // violations per check (all, not only kept)
-	reads      map[string]int // reads by outcome
+	counts     map[string]int    // violations per check (all, not only kept)
+	reads      map[string]int    // reads by outcome
+	readErrs   map[string]string // the first error of each failed-read kind
 }
 
 func newHistory(ks *keySpace, partitions int) *history {
 	return &history{ks: ks, bySeq: map[int64]op{}, byKey: make([][]op, len(ks.keys)),
 		enqueued: make([]int64, partitions), maybe: make([]int64, partitions),
 		last: map[string][]int64{}, violations: map[string][]string{}, counts: map[string]int{},
-		reads: map[string]int{}}
+		reads: map[string]int{}, readErrs: map[string]string{}}
 }
 
 // prepare records ops before their commit (so a read racing the commit's
@@ -235,11 +236,31 @@ func (h *history) countRead(kind string) {
 	h.mu.Unlock()
 }
 
+// countReadErr counts a failed read and keeps the first error of its kind.
+func (h *history) countReadErr(kind string, err error) {
+	h.mu.Lock()
+	h.reads[kind]++
+	if _, ok := h.readErrs[kind]; !ok {
+		h.readErrs[kind] = err.Error()
+	}
+	h.mu.Unlock()
+}
+
 func (h *history) snapshotReads() map[string]int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make(map[string]int, len(h.reads))
 	for k, v := range h.reads {
+		out[k] = v
+	}
+	return out
+}
+
+func (h *history) firstReadErrs() map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]string, len(h.readErrs))
+	for k, v := range h.readErrs {
 		out[k] = v
 	}
 	return out

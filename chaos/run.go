@@ -156,6 +156,9 @@ func (r *run) setup() error {
 	if err := r.startLorry(); err != nil {
 		return err
 	}
+	if err := r.waitAssigned(90 * time.Second); err != nil {
+		return err
+	}
 	rctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
 	defer cancel()
 	if r.rt, err = router.New(rctx, router.Options{Source: r.client, Zone: "a", Partitions: r.o.Partitions, Logger: r.o.Logger}); err != nil {
@@ -403,4 +406,42 @@ func (r *run) supervise(stop <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// waitAssigned waits until every partition has a replica on every node, all
+// up, so the fault phase starts from a serving system.
+func (r *run) waitAssigned(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	why := ""
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+		rt, err := r.client.GetRouting(ctx)
+		cancel()
+		why = ""
+		if err != nil {
+			why = err.Error()
+		} else {
+			for p, reps := range rt.Replicas {
+				up := 0
+				for _, rep := range reps {
+					if rep.State == control.StateUp {
+						up++
+					}
+				}
+				if up < r.o.Nodes {
+					why = fmt.Sprintf("partition %d: %d replicas up of %d", p, up, r.o.Nodes)
+					break
+				}
+			}
+		}
+		if why == "" {
+			return nil
+		}
+		select {
+		case <-r.ctx.Done():
+			return r.ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("partitions not assigned within %s: %s", timeout, why)
 }

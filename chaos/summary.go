@@ -26,8 +26,10 @@ type Summary struct {
 	Duration time.Duration
 	Schedule []Fault
 	Ops      Ops
-	// Reads counts read requests and per-key outcomes by kind.
-	Reads map[string]int
+	// Reads counts read requests and per-key outcomes by kind; ReadErrors
+	// holds the first error of each failed kind.
+	Reads      map[string]int
+	ReadErrors map[string]string
 	// Faults counts injected faults by kind; FaultsSkipped says why a kind
 	// could not be injected.
 	Faults        map[string]int
@@ -85,6 +87,7 @@ func (s *Summary) Passed() bool {
 
 func (r *run) collectCounts() {
 	r.sum.Reads = r.hist.snapshotReads()
+	r.sum.ReadErrors = r.hist.firstReadErrs()
 	for _, p := range r.procs() {
 		if p == nil {
 			continue
@@ -130,7 +133,10 @@ func (s *Summary) Write(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "reads by outcome:\n")
 	for _, k := range sortedKeys(s.Reads) {
-		fmt.Fprintf(w, "  %-40s %d\n", k, s.Reads[k])
+		fmt.Fprintf(w, "  %-48s %d\n", k, s.Reads[k])
+		if e, ok := s.ReadErrors[k]; ok {
+			fmt.Fprintf(w, "      first: %s\n", tail(e, 300))
+		}
 	}
 	fmt.Fprintf(w, "batches registered: %d; time to converge after the faults stopped: %s; final state checked on %d (node, key) pairs\n",
 		s.Batches, s.Converge.Round(time.Millisecond), s.FinalChecked)
