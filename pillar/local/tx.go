@@ -171,11 +171,11 @@ type rowWriter struct {
 	table string
 	f     File
 	//lint:ignore SA1019 the untyped writer writes any row type a table is created with
-	w     *parquet.Writer
-	rt    reflect.Type
-	sf    *stagedFile
-	rows  int64
-	err   error // first error; every later call returns it
+	w    *parquet.Writer
+	rt   reflect.Type
+	sf   *stagedFile
+	rows int64
+	err  error // first error; every later call returns it
 }
 
 func (w *rowWriter) Write(row any) error {
