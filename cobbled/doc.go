@@ -37,7 +37,8 @@
 // request's partitions in increasing partition order. Apply must not be used
 // for a partition while Run ingests it. Close after Run has returned and
 // after the gRPC server has stopped; every grocksdb handle is freed exactly
-// once, in Close (or, for an old generation, in the swap).
+// once, in Close (or, for an old generation, in the swap), through closeDB;
+// tests built with -tags invariants panic on a double close.
 //
 // # Read path and its cost
 //

@@ -116,7 +116,7 @@ func (n *Node) openPartition(id int) (*partition, error) {
 	p.db = db
 	id2, err := readMeta(db, n.ro)
 	if err != nil {
-		db.Close()
+		closeDB(db)
 		return fail(err)
 	}
 	p.metaID = id2
@@ -256,14 +256,14 @@ func (p *partition) applySnapshot(b *Batch, paths []string, ing *grocksdb.Ingest
 		return fmt.Errorf("create generation %s: %w", name, err)
 	}
 	if err := db.IngestExternalFile(paths, ing); err != nil {
-		db.Close()
+		closeDB(db)
 		os.RemoveAll(path)
 		return fmt.Errorf("ingest into generation %s: %w", name, err)
 	}
 	crash("snapshot-built")
 	st := partState{DB: name, Seq: b.Seq, Batch: b.Manifest.ID}
 	if err := writeState(p.dir, st); err != nil {
-		db.Close()
+		closeDB(db)
 		os.RemoveAll(path)
 		return fmt.Errorf("record generation %s: %w", name, err)
 	}
@@ -271,7 +271,7 @@ func (p *partition) applySnapshot(b *Batch, paths []string, ing *grocksdb.Ingest
 	old, oldName := p.swap(db), p.st.DB
 	p.st = st
 	if old != nil {
-		old.Close()
+		closeDB(old)
 	}
 	crash("snapshot-old-closed")
 	if err := os.RemoveAll(filepath.Join(p.dir, oldName)); err != nil {
@@ -294,7 +294,7 @@ func (p *partition) swap(db *grocksdb.DB) *grocksdb.DB {
 // close closes the database; readers then see the partition as not served.
 func (p *partition) close() {
 	if old := p.swap(nil); old != nil {
-		old.Close()
+		closeDB(old)
 	}
 }
 
@@ -315,6 +315,13 @@ func (p *partition) setErr(err error) {
 	}
 	s := err.Error()
 	p.lastErr.Store(&s)
+}
+
+// closeDB is the one place a database handle is freed. Built with
+// -tags invariants it panics on a second close of the same handle.
+func closeDB(db *grocksdb.DB) {
+	invariantClosed(db)
+	db.Close()
 }
 
 // crashHook, when set (by tests), is called at named points of an apply; a
