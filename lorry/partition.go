@@ -115,7 +115,7 @@ func (a *accum) fill(ctx context.Context) error {
 		return nil
 	}
 	readStart := w.now()
-	recs, end, err := w.read(ctx, p, a.next, a.pt.drainTo, w.o.MaxBatchRecords-len(a.buf))
+	recs, end, err := w.read(ctx, p, a.next, a.pt.drainTo, w.o.MaxBatchRecords-len(a.buf), false)
 	if err != nil {
 		w.count(func(s *Stats) { s.Retries++ })
 		w.o.Logger.Warn("lorry: read queue", "partition", p, "err", err)
@@ -316,13 +316,14 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 
 // read returns up to limit records of partition p from offset from on (at
 // most ReadChunk, never at or beyond drainTo when that is set), and the
-// queue's end as the snapshot saw it.
-func (w *Worker) read(ctx context.Context, p int, from, drainTo int64, limit int) ([]pillar.ExportRecord, int64, error) {
-	sn, err := w.o.Store.Snapshot(ctx)
+// queue's end as the snapshot saw it. Unless fresh, the snapshot may be one
+// the worker's partitions share (at most PollInterval/2 old).
+func (w *Worker) read(ctx context.Context, p int, from, drainTo int64, limit int, fresh bool) ([]pillar.ExportRecord, int64, error) {
+	sn, release, err := w.snapshot(ctx, fresh)
 	if err != nil {
 		return nil, from, fmt.Errorf("lorry: partition %d: snapshot: %w", p, err)
 	}
-	defer sn.Release()
+	defer release()
 	end, err := sn.QueueEnd(ctx, p)
 	if err != nil {
 		return nil, from, fmt.Errorf("lorry: partition %d: queue end: %w", p, err)
@@ -346,7 +347,7 @@ func (w *Worker) read(ctx context.Context, p int, from, drainTo int64, limit int
 func (w *Worker) readRange(ctx context.Context, p int, first, last int64) ([]pillar.ExportRecord, error) {
 	var out []pillar.ExportRecord
 	for next := first; next <= last; {
-		recs, _, err := w.read(ctx, p, next, last+1, int(last+1-next))
+		recs, _, err := w.read(ctx, p, next, last+1, int(last+1-next), true)
 		if err != nil {
 			return nil, err
 		}

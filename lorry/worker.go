@@ -34,9 +34,12 @@ type Worker struct {
 	held  map[int]*part
 	wg    sync.WaitGroup
 	casCh chan casReq // group committer's requests (nil: commit directly)
-	stats Stats
-	bufs  atomic.Int64 // bytes read ahead, all partitions
-	peak  atomic.Int64
+
+	snapMu sync.Mutex
+	snap   *sharedSnap // the snapshot partition loops share
+	stats  Stats
+	bufs   atomic.Int64 // bytes read ahead, all partitions
+	peak   atomic.Int64
 }
 
 // part is one held partition's loop.
@@ -156,6 +159,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		cancelParts()
 		w.wg.Wait()
 		stopCommitter()
+		w.dropSnapshot()
 		w.retire()
 	}()
 	go func() { // a cancelled Run stops the loops, which give their leases back
@@ -204,6 +208,7 @@ func (w *Worker) Drain(ctx context.Context) (DrainResult, error) {
 	defer os.RemoveAll(w.tmp)
 	stopCommitter := w.startCommitter()
 	defer stopCommitter()
+	defer w.dropSnapshot()
 	got, skipped, err := w.acquire(ctx, w.parts)
 	if err != nil {
 		return res, err
