@@ -119,8 +119,18 @@ func (r *run) write(ctx context.Context, stop <-chan struct{}) error {
 		used := map[int]bool{}
 		var ops []op
 		var recs []pillar.ExportRecord
+		lost := -1
+		if r.o.Sabotage == SabotageLoseWrite {
+			used[0] = true // key 0 only gets the lost write
+			if seq == 0 {
+				lost = 0
+			}
+		}
 		for len(ops) < n {
 			k := rng.IntN(r.o.Keys)
+			if lost == 0 && len(ops) == 0 {
+				k, used[0] = 0, false
+			}
 			if used[k] {
 				continue
 			}
@@ -147,6 +157,9 @@ func (r *run) write(ctx context.Context, stop <-chan struct{}) error {
 			}
 			ops = append(ops, o)
 			recs = append(recs, rec)
+		}
+		if lost == 0 {
+			recs = recs[1:] // logged, never enqueued
 		}
 		r.hist.prepare(ops)
 		err := r.commit(ctx, recs)

@@ -50,6 +50,10 @@ type Options struct {
 	// DiskBytes is the size of each node's tmpfs data file system (the
 	// disk-full fault fills it). The default value is 256 MiB.
 	DiskBytes int64
+	// Sabotage breaks the run on purpose, to show the checks catch it (test
+	// only): "lose-write" makes the writer log a put of key 0 that it never
+	// enqueues (key 0 is otherwise left alone). The default value is "".
+	Sabotage string
 	// Stdout receives the progress lines and the summary. The default value
 	// discards.
 	Stdout io.Writer
@@ -121,6 +125,12 @@ func (o *Options) Validate() error {
 	if o.DiskBytes < 16<<20 {
 		fail("disk bytes %d: want at least 16 MiB", o.DiskBytes)
 	}
+	if o.Sabotage != "" && o.Sabotage != SabotageLoseWrite {
+		fail("sabotage %q: want %q or nothing", o.Sabotage, SabotageLoseWrite)
+	}
+	if o.Sabotage != "" && o.Keys < 8 {
+		fail("sabotage needs at least 8 keys, have %d", o.Keys)
+	}
 	if _, err := ParseFaults(joinKinds(o.Faults)); err != nil {
 		errs = append(errs, err)
 	}
@@ -146,3 +156,13 @@ const DefaultDuration = 5 * time.Minute
 
 // Minute is a time.Minute, for callers sizing timeouts.
 const Minute = time.Minute
+
+// SabotageLoseWrite is the Options.Sabotage that loses one logged write.
+const SabotageLoseWrite = "lose-write"
+
+func faultList(k []string) string {
+	if len(k) == 0 {
+		return "none"
+	}
+	return joinKinds(k)
+}

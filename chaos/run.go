@@ -97,7 +97,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	r := &run{o: opts, ctx: ctx, sum: newSummary(opts)}
 	defer r.cleanup()
 	fmt.Fprintf(opts.Stdout, "chaos: seed %d, %s of faults (%s), %d nodes, %d partitions, %d keys\n",
-		opts.Seed, opts.Duration, joinKinds(opts.Faults), opts.Nodes, opts.Partitions, opts.Keys)
+		opts.Seed, opts.Duration, faultList(opts.Faults), opts.Nodes, opts.Partitions, opts.Keys)
 	if err := r.setup(); err != nil {
 		r.sum.Error = err.Error()
 		return r.sum, fmt.Errorf("chaos: seed %d: setup: %w (files: %s)", opts.Seed, err, r.dir)
