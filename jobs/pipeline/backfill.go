@@ -94,6 +94,15 @@ type Result struct {
 	Duration     string `json:"duration"`
 }
 
+// PendingPrefix prefixes the table a version's backfill slices append to
+// until the version is completed: the version table itself stays sorted
+// (YTsaurus refuses unsorted appends to a sorted table), and completion
+// merges the pending rows into it.
+const PendingPrefix = "backfill-pending/"
+
+// pendingTable returns the pending table of a version table.
+func pendingTable(table string) string { return PendingPrefix + table }
+
 // pageHashes reads (page_key → content_hash) of a table's rows, plus the set
 // of keys and the byte size per page of the text column when textOf is set.
 func pageHashes(ctx context.Context, sn pillar.Snapshot, table string, row func() any, get func(any) (key, hash string, bytes int)) (map[string]string, map[string]int, error) {
@@ -127,14 +136,32 @@ func docHashes(ctx context.Context, sn pillar.Snapshot) (map[string]string, map[
 }
 
 func chunkHashes(ctx context.Context, sn pillar.Snapshot, table string) (map[string]string, map[string]int, error) {
-	return pageHashes(ctx, sn, table, func() any { return &pillar.Chunk{} }, func(r any) (string, string, int) {
+	return versionHashes(ctx, sn, table, func() any { return &pillar.Chunk{} }, func(r any) (string, string, int) {
 		c := r.(*pillar.Chunk)
 		return c.PageKey, c.ContentHash, len(c.Text)
 	})
 }
 
+// versionHashes is pageHashes over a version table and its pending rows
+// (which are newer).
+func versionHashes(ctx context.Context, sn pillar.Snapshot, table string, row func() any, get func(any) (string, string, int)) (map[string]string, map[string]int, error) {
+	h, sz, err := pageHashes(ctx, sn, table, row, get)
+	if err != nil {
+		return nil, nil, err
+	}
+	ph, psz, err := pageHashes(ctx, sn, pendingTable(table), row, get)
+	if err != nil {
+		return nil, nil, err
+	}
+	for k, v := range ph {
+		h[k] = v
+		sz[k] = psz[k]
+	}
+	return h, sz, nil
+}
+
 func embedHashes(ctx context.Context, sn pillar.Snapshot, table string) (map[string]string, map[string]int, error) {
-	return pageHashes(ctx, sn, table, func() any { return &pillar.Embedding{} }, func(r any) (string, string, int) {
+	return versionHashes(ctx, sn, table, func() any { return &pillar.Embedding{} }, func(r any) (string, string, int) {
 		e := r.(*pillar.Embedding)
 		return e.PageKey, e.ContentHash, 4 * len(e.Vector)
 	})
@@ -222,7 +249,7 @@ func Rechunk(ctx context.Context, st pillar.Store, spec string, opts Options) (*
 	for i, sl := range slices {
 		job := &RechunkJob{Spec: ch.Spec(), Done: done, Lo: sl[0], Hi: sl[1]}
 		n, err := runSlice(ctx, st, opts, fmt.Sprintf("rechunk %s slice %d/%d", cv, i+1, len(slices)), job,
-			[]string{pillar.TableDocs}, jobs.Output{Table: table, RowType: pillar.Chunk{}, Append: true}, v)
+			[]string{pillar.TableDocs}, jobs.Output{Table: pendingTable(table), RowType: pillar.Chunk{}, Append: true}, v)
 		if err != nil {
 			return res, err
 		}
@@ -303,7 +330,7 @@ func Embed(ctx context.Context, st pillar.Store, cv, modelSpec string, opts Opti
 	for i, sl := range slices {
 		job := &EmbedJob{Spec: emb.Spec(), Done: done, Lo: sl[0], Hi: sl[1], Batch: opts.Batch}
 		n, err := runSlice(ctx, st, opts, fmt.Sprintf("embed %s slice %d/%d", id, i+1, len(slices)), job,
-			[]string{cver.Table}, jobs.Output{Table: table, RowType: pillar.Embedding{}, Append: true}, v)
+			[]string{cver.Table}, jobs.Output{Table: pendingTable(table), RowType: pillar.Embedding{}, Append: true}, v)
 		if err != nil {
 			return res, err
 		}
@@ -372,12 +399,16 @@ func finish(ctx context.Context, st pillar.Store, v *pillar.Version, table strin
 		row any
 	}
 	var items []item
-	rr, err := tx.ReadTable(ctx, table, nil)
-	if err != nil && !errors.Is(err, pillar.ErrNotFound) {
-		return err
-	}
-	sorted, dropped := true, 0
-	if err == nil {
+	sorted, dropped, hasPending := true, 0, false
+	for _, t := range []string{table, pendingTable(table)} {
+		rr, err := tx.ReadTable(ctx, t, nil)
+		if errors.Is(err, pillar.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		hasPending = hasPending || t != table
 		for rr.Next() {
 			r := row()
 			if err := rr.Scan(r); err != nil {
@@ -411,7 +442,12 @@ func finish(ctx context.Context, st pillar.Store, v *pillar.Version, table strin
 	if ti, terr := tx.Table(ctx, table); terr != nil || ti.Files > 1 || strings.Join(ti.SortedBy, ",") != "page_key,chunk_no" {
 		compact = true
 	}
-	if !sorted || dropped > 0 || compact {
+	if hasPending {
+		if err := tx.DropTable(ctx, pendingTable(table)); err != nil {
+			return err
+		}
+	}
+	if !sorted || dropped > 0 || compact || hasPending {
 		sort.SliceStable(items, func(i, j int) bool {
 			if items[i].key != items[j].key {
 				return items[i].key < items[j].key

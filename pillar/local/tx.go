@@ -237,7 +237,7 @@ func (t *tx) DropTable(ctx context.Context, name string) error {
 	}
 	if _, ok := t.m.Tables[name]; !ok {
 		if ch := t.tables[name]; ch == nil || ch.drop {
-			return t.errf("drop table %q: %v", name, pillar.ErrNotFound)
+			return fmt.Errorf("local store %s: tx %s: drop table %q: %w", t.s.dir, t.id, name, pillar.ErrNotFound)
 		}
 	}
 	if t.tables[name] == nil {
