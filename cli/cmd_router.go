@@ -187,7 +187,10 @@ its own gRPC server on 127.0.0.1 (distinct zones), loads --keys synthetic keys (
 
   healthy       the cluster as is, through the router (hedging on)
   redis         the same batches from Redis with MGET (keys under a per-run prefix,
-                deleted afterwards); skipped with a note when Redis is not reachable
+                deleted afterwards); skipped with a note when Redis is not reachable;
+                with --interleave (default) then also router and Redis alternating
+                batch by batch in the same clients (healthy/interleaved,
+                redis/interleaved), which a busy machine cannot skew
   slow-nohedge  node --slow-node delays --slow (fraction:delay) of its requests
                 (cobbled's test-only fault), hedging off
   slow-hedge    the same, hedging on
@@ -221,6 +224,7 @@ Examples:
 				&cli.DurationFlag{Name: "deadline", Value: time.Second, Usage: "each request's deadline"},
 				&cli.BoolFlag{Name: "via-server", Usage: "go through the router's gRPC server on loopback instead of the library"},
 				&cli.StringFlag{Name: "redis", Value: "127.0.0.1:6379", Usage: "Redis address for the peer scenario (- to skip)"},
+				&cli.BoolFlag{Name: "interleave", Value: true, Usage: "also run router and Redis interleaved (each client alternates them), so both see the same moment of a shared machine"},
 				&cli.IntFlag{Name: "gogc", Value: 400, Usage: "Go GC percent for the run (requests allocate ~600 KB each; the Redis client shares the process and the setting)"},
 				&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the run to this file"},
 			}, routerFlags()...),
@@ -246,7 +250,7 @@ func benchRead(c *cli.Context) error {
 		Nodes: c.Int("nodes"), Partitions: c.Int("partitions"), Replicas: c.Int("replicas"),
 		Zone: c.String("zone"), SlowNode: c.Int("slow-node"), SlowFraction: frac, SlowDelay: delay,
 		KillNode: c.Int("kill-node"), DownAfter: c.Duration("down-after"), Deadline: c.Duration("deadline"),
-		ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, GCPercent: c.Int("gogc"), Spread: c.Bool("spread"), Logger: logger(),
+		ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, GCPercent: c.Int("gogc"), Spread: c.Bool("spread"), Interleave: c.Bool("interleave"), Logger: logger(),
 		Router: func(ro *router.Options) {
 			// The scenario decides hedging, --deadline the request deadline.
 			noHedge := ro.DisableHedging

@@ -31,6 +31,10 @@ const (
 	SlowNoHedge = "slow-nohedge"
 	SlowHedge   = "slow-hedge"
 	Kill        = "kill"
+
+	// Results of the Redis scenario's interleaved part.
+	HealthyInterleaved = "healthy/interleaved"
+	RedisInterleaved   = "redis/interleaved"
 )
 
 // AllScenarios lists every scenario in run order.
@@ -86,6 +90,10 @@ type Options struct {
 	// ViaServer sends requests through the router's gRPC server on
 	// loopback instead of the library. The default value is false.
 	ViaServer bool
+	// Interleave adds to the Redis scenario a run where every client sends
+	// each batch through the router and then to Redis, so both see the same
+	// moment of a shared machine. The default value false skips it.
+	Interleave bool
 	// RedisAddr is the Redis peer. The default value is "127.0.0.1:6379";
 	// "-" skips the Redis scenario.
 	RedisAddr string
@@ -278,6 +286,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return rep, ctx.Err()
 		}
 		var res *Result
+		var extra []*Result // further results of the scenario
 		var err error
 		switch name {
 		case Healthy:
@@ -286,11 +295,15 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			if opts.RedisAddr == "-" {
 				continue
 			}
-			res, err = b.redisScenario(ctx)
+			var more []*Result
+			more, err = b.redisScenario(ctx)
 			if errors.Is(err, errRedisUnavailable) {
 				rep.Notes = append(rep.Notes, err.Error())
 				log.Warn("readbench: skipping the Redis scenario", "err", err)
 				continue
+			}
+			if err == nil {
+				res, extra = more[0], more[1:]
 			}
 		case SlowNoHedge, SlowHedge:
 			hedge := name == SlowHedge
@@ -312,6 +325,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		log.Info("readbench: scenario done", "scenario", name, "requests", res.Requests, "rps", fmt.Sprintf("%.0f", res.RPS),
 			"p50", res.P50, "p99", res.P99, "p999", res.P999, "errors", res.Errors, "hedges", res.Hedges, "extra", fmt.Sprintf("%.3f", res.ExtraRatio))
 		rep.Results = append(rep.Results, res)
+		rep.Results = append(rep.Results, extra...)
 	}
 	rep.evaluate()
 	if opts.Out != "" {
@@ -525,62 +539,79 @@ type sample struct {
 
 // load runs the closed-loop clients for d.
 func (b *bench) load(ctx context.Context, d time.Duration, get getter, started func(time.Time)) *sample {
+	return b.loadN(ctx, d, []getter{get}, started)[0]
+}
+
+// loadN runs the closed-loop clients for d; with several getters each
+// client sends every batch through each of them in turn (interleaved, so
+// noise from the rest of the machine falls on all of them alike) and each
+// getter gets its own sample.
+func (b *bench) loadN(ctx context.Context, d time.Duration, gets []getter, started func(time.Time)) []*sample {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	per := make([]*sample, b.opts.Clients)
+	per := make([][]*sample, b.opts.Clients)
 	start := time.Now()
 	if started != nil {
 		started(start)
 	}
 	var wg sync.WaitGroup
 	for w := range per {
-		s := &sample{}
-		per[w] = s
+		for range gets {
+			per[w] = append(per[w], &sample{})
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
 			for ctx.Err() == nil {
 				keys := b.batches[rng.IntN(len(b.batches))]
-				rctx, rcancel := context.WithTimeout(context.Background(), b.opts.Deadline)
-				t0 := time.Now()
-				err := get(rctx, keys)
-				t1 := time.Now()
-				rcancel()
-				if err != nil && ctx.Err() != nil && t1.Sub(start) >= d {
-					break // cut off by the end of the run, not a failure
-				}
-				s.lat = append(s.lat, t1.Sub(t0))
-				s.at = append(s.at, t1.Sub(start))
-				s.bad = append(s.bad, err != nil)
-				if err != nil {
-					s.errs++
-					if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
-						s.dl++
+				for j, get := range gets {
+					s := per[w][j]
+					rctx, rcancel := context.WithTimeout(context.Background(), b.opts.Deadline)
+					t0 := time.Now()
+					err := get(rctx, keys)
+					t1 := time.Now()
+					rcancel()
+					if err != nil && ctx.Err() != nil && t1.Sub(start) >= d {
+						break // cut off by the end of the run, not a failure
 					}
-					if s.first == nil {
-						s.first = err
+					s.lat = append(s.lat, t1.Sub(t0))
+					s.at = append(s.at, t1.Sub(start))
+					s.bad = append(s.bad, err != nil)
+					if err != nil {
+						s.errs++
+						if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
+							s.dl++
+						}
+						if s.first == nil {
+							s.first = err
+						}
 					}
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	all := &sample{start: start, end: time.Now()}
-	for _, s := range per {
-		all.lat = append(all.lat, s.lat...)
-		all.at = append(all.at, s.at...)
-		all.bad = append(all.bad, s.bad...)
-		all.errs += s.errs
-		all.dl += s.dl
-		if all.first == nil {
-			all.first = s.first
+	out := make([]*sample, len(gets))
+	for j := range gets {
+		all := &sample{start: start, end: time.Now()}
+		for w := range per {
+			s := per[w][j]
+			all.lat = append(all.lat, s.lat...)
+			all.at = append(all.at, s.at...)
+			all.bad = append(all.bad, s.bad...)
+			all.errs += s.errs
+			all.dl += s.dl
+			if all.first == nil {
+				all.first = s.first
+			}
 		}
+		if all.first != nil {
+			b.log.Warn("readbench: failed requests", "count", all.errs, "first", all.first)
+		}
+		out[j] = all
 	}
-	if all.first != nil {
-		b.log.Warn("readbench: failed requests", "count", all.errs, "first", all.first)
-	}
-	return all
+	return out
 }
 
 func (s *sample) fill(r *Result) {

@@ -15,14 +15,14 @@ import (
 func TestRunShort(t *testing.T) {
 	out := t.TempDir()
 	rep, err := Run(context.Background(), Options{Out: out, Dir: t.TempDir(), Duration: 600 * time.Millisecond, Warmup: 200 * time.Millisecond,
-		Clients: 2, Keys: 240, Partitions: 8, MaxValue: 8 << 10, DownAfter: 200 * time.Millisecond})
+		Clients: 2, Keys: 240, Partitions: 8, MaxValue: 8 << 10, DownAfter: 200 * time.Millisecond, Interleave: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range AllScenarios {
+	for _, name := range append(AllScenarios, HealthyInterleaved, RedisInterleaved) {
 		x := rep.Result(name)
 		if x == nil {
-			if name == Redis && len(rep.Notes) > 0 {
+			if (name == Redis || name == RedisInterleaved || name == HealthyInterleaved) && len(rep.Notes) > 0 {
 				continue // Redis not running here
 			}
 			t.Fatalf("no result for %s", name)
@@ -83,7 +83,7 @@ func BenchmarkRead(b *testing.B) {
 	var rep *Report
 	for b.Loop() {
 		var err error
-		rep, err = Run(context.Background(), Options{Dir: b.TempDir(), Duration: d, Warmup: d / 4, Keys: 1200, Partitions: 16, DownAfter: d / 3, GCPercent: 400})
+		rep, err = Run(context.Background(), Options{Dir: b.TempDir(), Duration: d, Warmup: d / 4, Keys: 1200, Partitions: 16, DownAfter: d / 3, GCPercent: 400, Interleave: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -106,5 +106,9 @@ func BenchmarkRead(b *testing.B) {
 	if rd := rep.Result(Redis); rd != nil {
 		b.ReportMetric(ratio(h.P50, rd.P50), "router/redis-p50")
 		b.ReportMetric(ratio(h.P99, rd.P99), "router/redis-p99")
+	}
+	if hi, ri := rep.Result(HealthyInterleaved), rep.Result(RedisInterleaved); hi != nil && ri != nil {
+		b.ReportMetric(ratio(hi.P50, ri.P50), "interleaved-router/redis-p50")
+		b.ReportMetric(ratio(hi.P99, ri.P99), "interleaved-router/redis-p99")
 	}
 }

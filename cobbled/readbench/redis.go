@@ -16,8 +16,10 @@ var errRedisUnavailable = errors.New("readbench: Redis unavailable")
 
 // redisScenario loads the same keys and values into Redis under a prefix of
 // this run, reads the same 12-key batches with MGET from the same number of
-// closed-loop clients, and deletes its keys afterwards.
-func (b *bench) redisScenario(ctx context.Context) (*Result, error) {
+// closed-loop clients, then (Interleave) sends every batch through a healthy
+// router and Redis in turn, and deletes its keys afterwards. It returns the
+// Redis result, then the interleaved router and Redis results.
+func (b *bench) redisScenario(ctx context.Context) ([]*Result, error) {
 	o := b.opts
 	rdb := redis.NewClient(&redis.Options{Addr: o.RedisAddr, PoolSize: o.Clients + 2, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 	defer rdb.Close()
@@ -73,5 +75,30 @@ func (b *bench) redisScenario(ctx context.Context) (*Result, error) {
 	res := &Result{Scenario: Redis, Description: "the same batches from Redis with MGET (go-redis v9, one pool)"}
 	b.load(ctx, o.Warmup, get, nil)
 	b.load(ctx, o.Duration, get, nil).fill(res)
-	return res, nil
+	out := []*Result{res}
+	if !o.Interleave {
+		return out, nil
+	}
+
+	r, rget, closeFn, err := b.newRouter(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	b.log.Info("readbench: scenario", "scenario", "interleaved", "what", "each batch through the router, then from Redis")
+	b.loadN(ctx, o.Warmup, []getter{rget, get}, nil)
+	before := r.Stats()
+	ss := b.loadN(ctx, o.Duration, []getter{rget, get}, nil)
+	after := r.Stats()
+	ri := &Result{Scenario: HealthyInterleaved, Description: "healthy cluster through the router, each batch alternating with the same batch from Redis (same clients, same moment)"}
+	di := &Result{Scenario: RedisInterleaved, Description: "Redis MGET, alternating with the router"}
+	ss[0].fill(ri)
+	ss[1].fill(di)
+	ri.Primaries, ri.Hedges, ri.HedgesWon = after.Primaries-before.Primaries, after.Hedges-before.Hedges, after.HedgesWon-before.HedgesWon
+	ri.HedgesDenied, ri.Failovers = after.HedgesDenied-before.HedgesDenied, after.Failovers-before.Failovers
+	if ri.Primaries > 0 {
+		ri.HedgeRatio = float64(ri.Hedges) / float64(ri.Primaries)
+		ri.ExtraRatio = float64(ri.Hedges+ri.Failovers) / float64(ri.Primaries)
+	}
+	return append(out, ri, di), nil
 }
