@@ -33,7 +33,9 @@
 // Picking: among the usable replicas not tried yet for the partition, those
 // in Options.Zone first, then the others, then nodes that failed with a
 // transport error in the last EjectFor; within a tier, the better of two
-// random choices by recent latency × (outstanding sub-requests + 1). A
+// random choices by recent latency × (outstanding sub-requests + 1), where
+// the latency estimate of a node that has not answered for a while decays
+// (halving every second) so a node once slow is tried again. A
 // request's partitions go to as few nodes as the replicas allow (a node
 // already chosen for the request is preferred when it is in a partition's
 // best tier), unless Options.Spread; hedges and failovers always group so.
