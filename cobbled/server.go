@@ -169,6 +169,12 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 		}
 	}
 
+	if err := ctx.Err(); err != nil {
+		// The caller gave up (a hedged request that lost the race, a
+		// deadline): do not read for nobody.
+		return nil, status.FromContextError(err).Err()
+	}
+
 	s := scratchPool.Get().(*getScratch)
 	defer scratchPool.Put(s)
 	defer s.release()

@@ -256,3 +256,14 @@ func decodeCheck(out any, vals [][]byte, check func([][]byte) error) error {
 func unmarshal(enc *encodedResponse, resp *servepb.BatchGetResponse) error {
 	return proto.Unmarshal(enc.buf.ReadOnlyData(), resp)
 }
+
+func TestBatchGetCancelledBeforeRead(t *testing.T) {
+	n := openTestNode(t, t.TempDir(), t.TempDir(), 1, nil)
+	defer n.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := n.batchGet(ctx, &servepb.BatchGetRequest{Keys: [][]byte{make([]byte, 16)}})
+	if status.Code(err) != codes.Canceled {
+		t.Fatalf("got %v, want Canceled", err)
+	}
+}
