@@ -56,7 +56,8 @@
 //
 //	in-process MultiGet (floor)   p50  87 µs, p90 120–150 µs, ~100 cpu-µs/op
 //	BatchGet over gRPC            p50 280–345 µs, p90 380–510 µs, 300–385 cpu-µs/op,
-//	                              2,600–3,200 req/s with 1 client, up to ~4,000 with 8
+//	                              1,900–3,200 req/s with 1 client; ~4,000 with 8 clients
+//	                              at the quietest (load 8), far less under heavy load
 //	BatchGet, 12 absent keys      p50  37 µs (the per-RPC fixed cost)
 //
 // So gRPC's p50 ≈ floor + 37 µs per RPC + ≈0.3 µs per KB of response
@@ -65,8 +66,10 @@
 // buffer, the loopback socket twice, the client's frame buffers into one
 // message). That is within 2× the floor plus the documented fixed cost only
 // when the fixed cost includes this per-byte transport cost; against the
-// per-RPC cost alone it is ≈3.2× (2.3× cold). Cold (data 5× the block
+// per-RPC cost alone it is 2.7–3.4× (2.0–2.3× cold). Cold (data 5× the block
 // cache, misses served from the page cache): floor p50 ~180 µs, gRPC ~440
 // µs; with DirectReads (misses go to disk): floor ~1.1–1.5 ms, gRPC
-// ~1.4–1.6 ms, i.e. ≈1.1× the floor.
+// ~1.4–1.9 ms, i.e. 1.1–1.4× the floor.
+//
+//	go test -run '^$' -bench BatchGet -benchtime 3000x ./cobbled/
 package cobbled
