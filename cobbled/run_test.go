@@ -3,10 +3,12 @@ package cobbled
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -221,4 +223,64 @@ func startControl(t testing.TB, ctx context.Context, dir string, parts int) (str
 	must(t, err)
 	t.Cleanup(func() { cc.Close() })
 	return lis.Addr().String(), cc
+}
+
+// slowObjects counts concurrent Gets of an object getter.
+type slowObjects struct {
+	ObjectGetter
+	delay         time.Duration
+	inflight, max atomic.Int64
+}
+
+func (s *slowObjects) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	n := s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	for {
+		m := s.max.Load()
+		if n <= m || s.max.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	time.Sleep(s.delay)
+	return s.ObjectGetter.Get(ctx, key)
+}
+
+// TestIngestConcurrencyBound: partitions download and apply in parallel, at
+// most IngestConcurrency at a time.
+func TestIngestConcurrencyBound(t *testing.T) {
+	const parts = 6
+	for _, limit := range []int{1, 2} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			objects, dir := t.TempDir(), t.TempDir()
+			ctl := newFakeControl(parts)
+			for p := range parts {
+				ctl.assign(p, "n1")
+				ctl.register(writeBatch(t, objects, parts, p, fmt.Sprintf("c%d", p), batch.KindSnapshot, []op{{key: keysIn(1, p, parts)[0], val: "v"}}, 0))
+			}
+			st, err := objstore.OpenLocal(objects)
+			must(t, err)
+			slow := &slowObjects{ObjectGetter: st, delay: 30 * time.Millisecond}
+			n := openTestNode(t, dir, objects, parts, func(o *Options) {
+				o.Control, o.Objects, o.IngestConcurrency = ctl, slow, limit
+				fastRun(o)
+			})
+			defer n.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- n.Run(ctx) }()
+			waitFor(t, "every partition applied", 20*time.Second, func() bool {
+				for p := range parts {
+					if ctl.applied("n1", p) != 1 {
+						return false
+					}
+				}
+				return true
+			})
+			cancel()
+			must(t, <-done)
+			if m := slow.max.Load(); m > int64(limit) || (limit > 1 && m < 2) {
+				t.Fatalf("max concurrent downloads %d with IngestConcurrency %d", m, limit)
+			}
+		})
+	}
 }
