@@ -15,7 +15,8 @@ import (
 func TestRunShort(t *testing.T) {
 	out := t.TempDir()
 	rep, err := Run(context.Background(), Options{Out: out, Dir: t.TempDir(), Duration: 600 * time.Millisecond, Warmup: 200 * time.Millisecond,
-		Clients: 2, Keys: 240, Partitions: 8, MaxValue: 8 << 10, DownAfter: 200 * time.Millisecond, Interleave: true})
+		Clients: 2, Keys: 240, Partitions: 8, MaxValue: 8 << 10, DownAfter: 200 * time.Millisecond, Interleave: true,
+		Zone: "zone-c"}) // the killed node's zone: requests go to it until it dies
 	if err != nil {
 		t.Fatal(err)
 	}
