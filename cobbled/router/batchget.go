@@ -335,6 +335,7 @@ func (g *gather) onAnswer(e event) {
 		r.opts.Metrics.rpcErrors.WithLabelValues(n.id, code.String()).Inc()
 		if code == codes.Unavailable || code == codes.DeadlineExceeded {
 			n.fail(r.opts.EjectFor) // unreachable, shutting down or stuck
+			r.kick()                // the control plane may know already
 		}
 		werr := fmt.Errorf("node %s (%s): %w", n.id, n.addr, err)
 		var again []*part

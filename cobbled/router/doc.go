@@ -14,11 +14,11 @@
 // ErrNoRouting when it cannot. Afterwards the table is re-fetched every
 // Options.RefreshInterval (also long-polled for a new version when the
 // source is a RoutingWatcher, as *control.Client is) and at once, at most
-// every MinRefreshGap, when a node answers "not my partition". A failing
-// control plane leaves the cached table in use; a table with a different
-// partition count is refused. A replica whose node is not "up", or which
-// lags its partition's newest batch by more than MaxLagBatches, is never
-// chosen.
+// every MinRefreshGap, when a node answers "not my partition" or cannot be
+// reached. A failing control plane leaves the cached table in use; a table
+// with a different partition count is refused. A replica whose node is not
+// "up", or which lags its partition's newest batch by more than
+// MaxLagBatches, is never chosen.
 //
 // # One BatchGet
 //
