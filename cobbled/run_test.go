@@ -225,10 +225,13 @@ func startControl(t testing.TB, ctx context.Context, dir string, parts int) (str
 	return lis.Addr().String(), cc
 }
 
-// slowObjects counts concurrent Gets of an object getter.
+// slowObjects counts concurrent Gets of an object getter. Each Get takes at
+// least delay; with waitFor > 1 it also waits (up to 5s) until that many
+// Gets are in flight, so parallelism shows even on a loaded machine.
 type slowObjects struct {
 	ObjectGetter
 	delay         time.Duration
+	waitFor       int64
 	inflight, max atomic.Int64
 }
 
@@ -242,6 +245,9 @@ func (s *slowObjects) Get(ctx context.Context, key string) (io.ReadCloser, error
 		}
 	}
 	time.Sleep(s.delay)
+	for deadline := time.Now().Add(5 * time.Second); s.max.Load() < s.waitFor && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	return s.ObjectGetter.Get(ctx, key)
 }
 
@@ -259,7 +265,7 @@ func TestIngestConcurrencyBound(t *testing.T) {
 			}
 			st, err := objstore.OpenLocal(objects)
 			must(t, err)
-			slow := &slowObjects{ObjectGetter: st, delay: 30 * time.Millisecond}
+			slow := &slowObjects{ObjectGetter: st, delay: 30 * time.Millisecond, waitFor: int64(limit)}
 			n := openTestNode(t, dir, objects, parts, func(o *Options) {
 				o.Control, o.Objects, o.IngestConcurrency = ctl, slow, limit
 				fastRun(o)
