@@ -11,6 +11,7 @@ import (
 // registry. One Metrics belongs to one Node.
 type Metrics struct {
 	requestDuration  prometheus.Histogram
+	inflight         prometheus.Gauge
 	requests         *prometheus.CounterVec
 	keys             *prometheus.CounterVec
 	bytes            prometheus.Counter
@@ -33,6 +34,9 @@ func NewMetrics() *Metrics {
 			Name:    "cobbled_batchget_duration_seconds",
 			Help:    "BatchGet handling time on the node (decode to encoded response).",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50µs … 1.6s
+		}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cobbled_batchget_inflight", Help: "BatchGet requests being handled.",
 		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cobbled_batchget_requests_total", Help: "BatchGet requests by outcome (grpc code).",
@@ -85,7 +89,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		}
 	}
 	return []prometheus.Collector{
-		m.requestDuration, m.requests, m.keys, m.bytes, m.appliedSeq, m.lag,
+		m.requestDuration, m.inflight, m.requests, m.keys, m.bytes, m.appliedSeq, m.lag,
 		m.ingestDuration, m.downloadDuration, m.downloadBytes, m.ingestErrors,
 		m.batchesApplied, m.reconciled,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

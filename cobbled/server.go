@@ -144,7 +144,9 @@ func (s *getScratch) release() {
 func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ any, err error) {
 	start := time.Now()
 	m := n.opts.Metrics
+	m.inflight.Inc()
 	defer func() {
+		m.inflight.Dec()
 		m.requestDuration.Observe(time.Since(start).Seconds())
 		m.requests.WithLabelValues(status.Code(err).String()).Inc()
 	}()

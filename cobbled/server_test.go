@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -122,7 +123,7 @@ func TestBatchGetFaultDelayAndGracefulStop(t *testing.T) {
 	const parts = 1
 	objects, dir := t.TempDir(), t.TempDir()
 	ctx := context.Background()
-	n := openTestNode(t, dir, objects, parts, func(o *Options) { o.FaultDelay = FaultDelay{Fraction: 1, Delay: 200 * time.Millisecond} })
+	n := openTestNode(t, dir, objects, parts, func(o *Options) { o.FaultDelay = FaultDelay{Fraction: 1, Delay: time.Second} })
 	defer n.Close()
 	k := keysIn(1, 0, parts)[0]
 	m := writeBatch(t, objects, parts, 0, "s", batch.KindSnapshot, []op{{key: k, val: "v"}}, 0)
@@ -137,12 +138,16 @@ func TestBatchGetFaultDelayAndGracefulStop(t *testing.T) {
 		}
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, "the request to be in flight", 10*time.Second, func() bool {
+		var m dto.Metric
+		n.opts.Metrics.inflight.Write(&m)
+		return m.GetGauge().GetValue() == 1
+	})
 	srv.GracefulStop() // drains the delayed request
 	if err := <-done; err != nil {
 		t.Fatalf("in-flight request during graceful stop: %v", err)
 	}
-	if d := time.Since(start); d < 200*time.Millisecond {
+	if d := time.Since(start); d < time.Second {
 		t.Fatalf("fault delay not applied: %v", d)
 	}
 }
