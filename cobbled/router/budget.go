@@ -36,13 +36,6 @@ func (b *budget) take() bool {
 	return true
 }
 
-// refund returns a token taken for a hedge that could not be sent.
-func (b *budget) refund() {
-	b.mu.Lock()
-	b.tokens = min(b.tokens+1, b.burst)
-	b.mu.Unlock()
-}
-
 func (b *budget) level() float64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()

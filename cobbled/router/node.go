@@ -147,16 +147,6 @@ func (l *latencies) recompute() {
 	l.p99.Store(at(0.99))
 }
 
-// samples is how many latencies the window holds.
-func (l *latencies) samples() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.filled {
-		return len(l.ring)
-	}
-	return l.next
-}
-
 // hedgeDelay is how long a sub-request to n may go unanswered before it is
 // hedged: its recent HedgeQuantile, clamped to [HedgeMinDelay,
 // HedgeMaxDelay], or HedgeInitialDelay until MinSamples are known.

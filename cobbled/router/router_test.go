@@ -299,7 +299,7 @@ func TestHedgeDelayLearned(t *testing.T) {
 
 func TestBudget(t *testing.T) {
 	b := newBudget(0.05, 2)
-	if !b.take() || !b.take() || b.take() {
+	if first, second, third := b.take(), b.take(), b.take(); !first || !second || third {
 		t.Fatal("burst of 2 not honoured")
 	}
 	for range 19 {
@@ -309,7 +309,7 @@ func TestBudget(t *testing.T) {
 		t.Fatal("hedge allowed after 19 primaries at 5%")
 	}
 	b.earn()
-	if !b.take() || b.take() {
+	if first, second := b.take(), b.take(); !first || second {
 		t.Fatal("20 primaries at 5% should allow exactly one hedge")
 	}
 	for range 1000 {
