@@ -224,6 +224,9 @@ func TestReadsDuringSnapshotSwap(t *testing.T) {
 		}(r)
 	}
 	for _, b := range bs[1:] {
+		// Let readers in between generations, however loaded the machine.
+		before := reads.Load()
+		waitFor(t, "a read", 10*time.Second, func() bool { return reads.Load() > before || len(errs) > 0 })
 		must(t, n.Apply(ctx, b))
 	}
 	stop.Store(true)
