@@ -101,7 +101,8 @@ func BenchmarkRead(b *testing.B) {
 		b.ReportMetric(100*sh.ExtraRatio, "slow-hedge-extra-%")
 	}
 	if k := rep.Result(Kill); k != nil {
-		b.ReportMetric(float64(k.Errors), "kill-failed-requests")
+		b.ReportMetric(float64(k.Errors-k.DeadlineErrors), "kill-failed-requests")
+		b.ReportMetric(float64(k.DeadlineErrors), "kill-deadline-requests")
 		b.ReportMetric(msf(k.Recovery), "kill-recovery-ms")
 	}
 	if rd := rep.Result(Redis); rd != nil {
