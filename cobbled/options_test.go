@@ -43,3 +43,24 @@ func TestOpenCorruptState(t *testing.T) {
 		t.Fatalf("got %v, want an error naming partition 1's corrupt state", err)
 	}
 }
+
+func TestInspectDir(t *testing.T) {
+	const parts = 3
+	objects, dir := t.TempDir(), t.TempDir()
+	n := openTestNode(t, dir, objects, parts, nil)
+	steps, _ := testSteps(2, parts)
+	bs, _ := writeSteps(t, objects, parts, 2, "i", steps[:2])
+	for _, b := range bs {
+		must(t, n.Apply(context.Background(), b))
+	}
+	info, err := InspectDir(dir) // while the node is open
+	must(t, err)
+	n.Close()
+	if info.Partitions != parts || len(info.Replicas) != 1 {
+		t.Fatalf("%+v", info)
+	}
+	r := info.Replicas[0]
+	if r.Partition != 2 || r.AppliedSeq != 2 || r.Batch != "i-02" || r.Generation != "db-000002" || r.Bytes == 0 {
+		t.Fatalf("%+v", r)
+	}
+}
