@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pillarkit/pillar/jobs"
+	"github.com/pillarkit/pillar/jobs/chunker"
 	"github.com/pillarkit/pillar/jobs/pipeline"
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -52,6 +53,7 @@ func backfillCommand() *cli.Command {
 		Name:  "backfill",
 		Usage: "re-chunk and re-embed the corpus into new versions (incremental, resumable)",
 		Subcommands: []*cli.Command{
+			previewCommand(),
 			{
 				Name:  "rechunk",
 				Usage: "chunk every page whose content has no rows in the chunker version; prints the version id",
@@ -155,6 +157,92 @@ func versionsCommand() *cli.Command {
 				fmt.Println("\npublished: (nothing yet)")
 			}
 			_ = strings.TrimSpace
+			return nil
+		},
+	}
+}
+
+func previewCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "preview",
+		Usage: "compare a chunker with the published one on a sample of pages (writes nothing)",
+		Description: `Chunks a deterministic sample of pages with the candidate chunker and with the published
+chunk version's chunker (or --baseline), and shows chunks per page, the token-length
+distribution, how many pages get different boundaries, and one page side by side.
+
+Examples:
+   pillar backfill preview --store data/store --chunker recursive:size=512,overlap=64 --sample 200
+   pillar backfill preview --store data/store --chunker tokens:size=256,overlap=32 --baseline recursive:size=512,overlap=64`,
+		Flags: []cli.Flag{storeFlag,
+			&cli.StringFlag{Name: "chunker", Required: true, Usage: "candidate chunker spec"},
+			&cli.StringFlag{Name: "baseline", Usage: "baseline chunker spec (default: the published chunk version's)"},
+			&cli.IntFlag{Name: "sample", Value: 200, Usage: "pages to sample (0: all)"},
+			&cli.Int64Flag{Name: "seed", Value: 1, Usage: "sample seed"},
+			&cli.IntFlag{Name: "show", Value: 3, Usage: "chunks of the example page to show side by side"},
+			&cli.BoolFlag{Name: "json", Usage: "print as JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			st, err := openStore(c, false, 0)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			p, err := pipeline.RunPreview(c.Context, st, c.String("chunker"), c.String("baseline"), c.Int("sample"), c.Int64("seed"))
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return json.NewEncoder(os.Stdout).Encode(p)
+			}
+			fmt.Printf("preview on %d sampled pages: %d get different chunk boundaries\n\n", p.Sample, p.ChangedPages)
+			tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "\tCANDIDATE\tBASELINE")
+			fmt.Fprintf(tw, "spec\t%s\t%s\n", p.Candidate, p.Baseline)
+			fmt.Fprintf(tw, "version id\t%s\t%s\n", p.CandidateID, p.BaselineID)
+			fmt.Fprintf(tw, "chunks\t%d\t%d\n", p.Cand.Chunks, p.Base.Chunks)
+			fmt.Fprintf(tw, "chunks per page\t%.2f\t%.2f\n", p.Cand.ChunksPerPage, p.Base.ChunksPerPage)
+			fmt.Fprintf(tw, "pages with no chunks\t%d\t%d\n", p.Cand.EmptyPages, p.Base.EmptyPages)
+			fmt.Fprintf(tw, "tokens min / p50 / p90 / max\t%d / %d / %d / %d\t%d / %d / %d / %d\n",
+				p.Cand.TokensMin, p.Cand.TokensP50, p.Cand.TokensP90, p.Cand.TokensMax,
+				p.Base.TokensMin, p.Base.TokensP50, p.Base.TokensP90, p.Base.TokensMax)
+			tw.Flush()
+			fmt.Printf("\ntoken-length distribution (buckets of %d tokens):\n", pipeline.HistogramBucket)
+			nb := max(len(p.Cand.TokenHistogram), len(p.Base.TokenHistogram))
+			peak := 1
+			for _, h := range [][]int{p.Cand.TokenHistogram, p.Base.TokenHistogram} {
+				for _, v := range h {
+					peak = max(peak, v)
+				}
+			}
+			at := func(h []int, i int) int {
+				if i < len(h) {
+					return h[i]
+				}
+				return 0
+			}
+			for i := 0; i < nb; i++ {
+				cv, bv := at(p.Cand.TokenHistogram, i), at(p.Base.TokenHistogram, i)
+				fmt.Printf("  %4d-%-4d cand %-30s %5d | base %-30s %5d\n", i*pipeline.HistogramBucket, (i+1)*pipeline.HistogramBucket-1,
+					strings.Repeat("#", cv*30/peak), cv, strings.Repeat("#", bv*30/peak), bv)
+			}
+			if ex := p.Example; ex != nil {
+				fmt.Printf("\nside by side: %s (%d vs %d chunks)\n", ex.URL, len(ex.Cand), len(ex.Base))
+				for i := 0; i < c.Int("show") && (i < len(ex.Cand) || i < len(ex.Base)); i++ {
+					show := func(name string, cs []chunker.Chunk) {
+						if i >= len(cs) {
+							fmt.Printf("  %s #%d: (none)\n", name, i)
+							return
+						}
+						t := strings.Join(strings.Fields(cs[i].Text), " ")
+						if len(t) > 160 {
+							t = t[:157] + "..."
+						}
+						fmt.Printf("  %s #%d [%d:%d, %d tokens] %s\n", name, i, cs[i].Start, cs[i].End, cs[i].Tokens, t)
+					}
+					show("cand", ex.Cand)
+					show("base", ex.Base)
+				}
+			}
 			return nil
 		},
 	}

@@ -253,3 +253,28 @@ func TestEmbedBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestPreview(t *testing.T) {
+	st := newStore(t, 30)
+	if _, err := RunPreview(ctx, st, "tokens:size=40,overlap=8", "", 10, 1); err == nil {
+		t.Fatal("preview without a published version or --baseline")
+	}
+	p, err := RunPreview(ctx, st, "tokens:size=40,overlap=8", "tokens:size=40,overlap=8", 10, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Sample != 10 || p.ChangedPages != 0 || p.Cand.Chunks != p.Base.Chunks || p.Cand.TokensMax > 40 {
+		t.Fatalf("same chunker: %+v", p)
+	}
+	p, err = RunPreview(ctx, st, "tokens:size=20,overlap=4", "tokens:size=40,overlap=8", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Sample != 30 || p.ChangedPages == 0 || p.Cand.Chunks <= p.Base.Chunks || p.Example == nil {
+		t.Fatalf("different chunkers: %+v", p)
+	}
+	gen := st.Info().Generation
+	if gen != st.Info().Generation {
+		t.Fatal("preview wrote")
+	}
+}
