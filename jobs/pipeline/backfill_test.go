@@ -8,8 +8,11 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"go.ytsaurus.tech/yt/go/mapreduce"
@@ -276,5 +279,58 @@ func TestPreview(t *testing.T) {
 	gen := st.Info().Generation
 	if gen != st.Info().Generation {
 		t.Fatal("preview wrote")
+	}
+}
+
+// killRunner SIGKILLs its own process in the middle of the n-th Map (after
+// the job ran, before the slice commits), as a crash would.
+type killRunner struct {
+	jobs.Runner
+	calls, killAt int
+}
+
+func (k *killRunner) Map(ctx context.Context, job mapreduce.Job, op *jobs.Op) error {
+	k.calls++
+	err := k.Runner.Map(ctx, job, op)
+	if k.calls == k.killAt {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+	return err
+}
+
+// TestRechunkResumesAfterKill runs a backfill in a child process that is
+// killed -9 during its third slice, then resumes it here: the two committed
+// slices are not redone and the result equals a clean run.
+func TestRechunkResumesAfterKill(t *testing.T) {
+	if dir := os.Getenv("PILLAR_PIPELINE_CHILD"); dir != "" {
+		st, err := local.Open(dir, nil)
+		if err != nil {
+			os.Exit(3)
+		}
+		Rechunk(ctx, st, "tokens:size=50,overlap=10", Options{SlicePages: 10, Runner: &killRunner{Runner: jobs.NewLocal(st, nil), killAt: 3}})
+		os.Exit(4) // not reached: killed
+	}
+	st := newStore(t, 60)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRechunkResumesAfterKill$")
+	cmd.Env = append(os.Environ(), "PILLAR_PIPELINE_CHILD="+st.Dir())
+	out, _ := cmd.CombinedOutput()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
+		t.Fatalf("child was not killed: %v\n%s", cmd.ProcessState, out)
+	}
+	st2, err := local.Open(st.Dir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Rechunk(ctx, st2, "tokens:size=50,overlap=10", Options{SlicePages: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.PendingPages != 40 {
+		t.Fatalf("resume processed %d pages, want the 40 of the uncommitted slices", r.PendingPages)
+	}
+	clean := newStore(t, 60)
+	rc, _ := Rechunk(ctx, clean, "tokens:size=50,overlap=10", Options{})
+	if rc.Rows != r.Rows || rc.Pages != r.Pages {
+		t.Fatalf("resumed %d rows/%d pages, clean %d/%d", r.Rows, r.Pages, rc.Rows, rc.Pages)
 	}
 }
