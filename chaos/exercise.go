@@ -71,6 +71,7 @@ func (r *run) exercise() error {
 		}
 		return writeErr
 	}
+	r.hist.setPhase("converging")
 	took, convErr := r.waitConverged(ctx)
 	r.sum.Converge = took
 	close(readStop)

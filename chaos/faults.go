@@ -26,6 +26,7 @@ func (r *run) runFaults(ctx context.Context, sched []Fault, start time.Time) err
 			continue
 		}
 		r.sum.Faults[f.Kind]++
+		r.hist.setPhase("during " + f.Kind)
 		r.say("fault %s", f)
 		select {
 		case <-time.After(f.For):
@@ -34,6 +35,7 @@ func (r *run) runFaults(ctx context.Context, sched []Fault, start time.Time) err
 		if err := heal(); err != nil {
 			return fmt.Errorf("heal %s on %s: %w", f.Kind, f.Target, err)
 		}
+		r.hist.setPhase("after " + f.Kind)
 		r.say("healed %s on %s", f.Kind, f.Target)
 	}
 	return nil

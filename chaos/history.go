@@ -90,13 +90,14 @@ type history struct {
 	counts     map[string]int    // violations per check (all, not only kept)
 	reads      map[string]int    // reads by outcome
 	readErrs   map[string]string // the first error of each failed-read kind
+	phase      string            // the fault in force, "quiet", "converging"
 }
 
 func newHistory(ks *keySpace, partitions int) *history {
 	return &history{ks: ks, bySeq: map[int64]op{}, byKey: make([][]op, len(ks.keys)),
 		enqueued: make([]int64, partitions), maybe: make([]int64, partitions),
 		last: map[string][]int64{}, violations: map[string][]string{}, counts: map[string]int{},
-		reads: map[string]int{}, readErrs: map[string]string{}}
+		reads: map[string]int{}, readErrs: map[string]string{}, phase: "quiet"}
 }
 
 // prepare records ops before their commit (so a read racing the commit's
@@ -237,12 +238,21 @@ func (h *history) countRead(kind string) {
 }
 
 // countReadErr counts a failed read and keeps the first error of its kind.
+// The kind is suffixed with the fault in force (or "after a fault" in the
+// quiet time between faults), so failures can be told apart by cause.
 func (h *history) countReadErr(kind string, err error) {
 	h.mu.Lock()
+	kind += " [" + h.phase + "]"
 	h.reads[kind]++
 	if _, ok := h.readErrs[kind]; !ok {
 		h.readErrs[kind] = err.Error()
 	}
+	h.mu.Unlock()
+}
+
+func (h *history) setPhase(p string) {
+	h.mu.Lock()
+	h.phase = p
 	h.mu.Unlock()
 }
 
