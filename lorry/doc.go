@@ -52,9 +52,8 @@
 //     MaxBatchBytes (or MaxBatchRecords) of records read ahead, all
 //     partitions of a worker together at most MaxBufferedBytes (plus one
 //     record each), and a partition reads nothing more while a step is being
-//     retried; a failing step is retried with
-//     exponential backoff forever (while the lease is kept alive), so records
-//     are delayed, never dropped.
+//     retried; a failing step is retried with exponential backoff forever
+//     (while the lease is kept alive), so records are delayed, never dropped.
 //
 // # Leases
 //
@@ -68,9 +67,12 @@
 //
 // # Concurrency
 //
-// A Worker runs one goroutine per held partition plus a balancer; at most
-// Options.Parallelism partitions build and upload at the same time. Run and
-// Drain are each called at most once per Worker; Stats may be called from any
-// goroutine. Several workers, in one process or many, may share a store,
-// object store and control plane.
+// A Worker runs one goroutine per held partition, a balancer and a group
+// committer (the state changes of all its partitions that are queued while
+// one store commit runs go into the next one); at most Options.Parallelism
+// partitions build and upload at the same time, and the loops share one
+// store snapshot per half poll interval. Run and Drain are each called at
+// most once per Worker; Stats may be called from any goroutine. Several
+// workers, in one process or many, may share a store, object store and
+// control plane.
 package lorry
