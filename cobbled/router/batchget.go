@@ -163,8 +163,17 @@ func (r *Router) check(keys [][]byte) error {
 // split groups keys by partition (partitions in increasing order, keys in
 // first-seen order, duplicates folded into one key with several positions).
 func (g *gather) split(keys [][]byte) {
+	type slot struct {
+		pt *part
+		j  int
+	}
 	byPart := map[int]*part{}
+	seen := make(map[pillar.Key]slot, len(keys))
 	for i, k := range keys {
+		if s, ok := seen[pillar.Key(k)]; ok {
+			s.pt.pos[s.j] = append(s.pt.pos[s.j], i)
+			continue
+		}
 		p := pillar.Partition(k, g.t.partitions)
 		pt := byPart[p]
 		if pt == nil {
@@ -172,13 +181,9 @@ func (g *gather) split(keys [][]byte) {
 			byPart[p] = pt
 			g.parts = append(g.parts, pt)
 		}
-		j := slices.IndexFunc(pt.keys, func(x []byte) bool { return string(x) == string(k) })
-		if j < 0 {
-			pt.keys = append(pt.keys, k)
-			pt.pos = append(pt.pos, nil)
-			j = len(pt.keys) - 1
-		}
-		pt.pos[j] = append(pt.pos[j], i)
+		pt.keys = append(pt.keys, k)
+		pt.pos = append(pt.pos, []int{i})
+		seen[pillar.Key(k)] = slot{pt, len(pt.keys) - 1}
 	}
 	slices.SortFunc(g.parts, func(a, b *part) int { return a.p - b.p })
 	g.open = len(g.parts)
