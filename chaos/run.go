@@ -176,7 +176,7 @@ func (r *run) createDB() error {
 		return fmt.Errorf("postgres %s: %w", r.o.Postgres, err)
 	}
 	defer conn.Close(context.Background())
-	r.db = fmt.Sprintf("pillar_chaos_%d_%d", r.o.Seed, os.Getpid())
+	r.db = strings.ReplaceAll(fmt.Sprintf("pillar_chaos_%d_%d_%d", r.o.Seed, os.Getpid(), time.Now().UnixNano()%1e6), "-", "m")
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+r.db); err != nil {
 		return fmt.Errorf("postgres: create database %s: %w", r.db, err)
 	}
