@@ -107,7 +107,10 @@ func OpenStore(ctx context.Context, dsn string, opts *StoreOptions) (*Store, err
 			}
 		}
 		s.backend, s.target = BackendSQLite, "sqlite "+path
-		s.db, err = sql.Open("sqlite", "file:"+path+
+		// SQLite URI filenames are percent-decoded and end at '?' or '#':
+		// escape those so any path names its own file.
+		uriPath := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)
+		s.db, err = sql.Open("sqlite", "file:"+uriPath+
 			"?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
 		if err == nil {
 			s.db.SetMaxOpenConns(8)
