@@ -77,20 +77,27 @@ func (n *node) fail(base time.Duration) {
 	n.ejectUntil.Store(time.Now().Add(base << (streak - 1)).UnixNano())
 }
 
-// score orders nodes for power-of-two choices: lower is better. A node
-// without samples counts as fast (so it gets some, and is then measured).
-// The latency estimate of a node that has not answered for a while halves
-// every idleHalfLife: a node that was slow once and then lost every choice
-// is tried again and re-measured instead of being starved on stale data.
+// score orders nodes for power-of-two choices: lower is better. The
+// latency estimate is the node's recent median (its EWMA until the window
+// has a median): a node slow now and then, whose tail hedging covers, keeps
+// its share of the load, while a node slower across the board loses it. A
+// node without samples counts as fast (so it gets some, and is then
+// measured). The estimate of a node that has not answered for a while
+// halves every idleHalfLife: a node that was slow once and then lost every
+// choice is tried again and re-measured instead of being starved on stale
+// data.
 func (n *node) score(now int64, extra int) float64 {
-	ewma := float64(n.ewmaNanos.Load())
-	if ewma == 0 {
-		ewma = float64(time.Millisecond)
+	est := float64(n.lat.p50.Load())
+	if est == 0 {
+		est = float64(n.ewmaNanos.Load())
+	}
+	if est == 0 {
+		est = float64(time.Millisecond)
 	}
 	if last := n.lastObs.Load(); last != 0 && now-last > int64(idleHalfLife/10) {
-		ewma *= math.Exp2(-float64(now-last) / float64(idleHalfLife))
+		est *= math.Exp2(-float64(now-last) / float64(idleHalfLife))
 	}
-	return ewma * float64(n.outstanding.Load()+1+int64(extra))
+	return est * float64(n.outstanding.Load()+1+int64(extra))
 }
 
 const idleHalfLife = time.Second

@@ -83,6 +83,7 @@ func runPick(t *testing.T, cmd string, reps []string) string {
 		ejected bool
 		ewma    time.Duration
 		idle    time.Duration
+		p50     time.Duration
 		out     int64
 	}
 	tweaks := map[string]tweak{}
@@ -105,6 +106,8 @@ func runPick(t *testing.T, cmd string, reps []string) string {
 				tw.ejected = true
 			case "ewma":
 				tw.ewma, err = time.ParseDuration(v)
+			case "p50":
+				tw.p50, err = time.ParseDuration(v)
 			case "idle":
 				tw.idle, err = time.ParseDuration(v)
 			case "out":
@@ -135,6 +138,7 @@ func runPick(t *testing.T, cmd string, reps []string) string {
 			n.ejectUntil.Store(time.Now().Add(time.Hour).UnixNano())
 		}
 		n.ewmaNanos.Store(int64(tw.ewma))
+		n.lat.p50.Store(int64(tw.p50))
 		if tw.idle > 0 {
 			n.lastObs.Store(time.Now().Add(-tw.idle).UnixNano())
 		} else {
