@@ -95,7 +95,13 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		return nil, err
 	}
 	r := &run{o: opts, ctx: ctx, sum: newSummary(opts)}
-	defer r.cleanup()
+	removeDir := false
+	defer func() {
+		r.cleanup() // children killed and file systems unmounted first
+		if removeDir {
+			os.RemoveAll(r.dir)
+		}
+	}()
 	fmt.Fprintf(opts.Stdout, "chaos: seed %d, %s of faults (%s), %d nodes, %d partitions, %d keys\n",
 		opts.Seed, opts.Duration, faultList(opts.Faults), opts.Nodes, opts.Partitions, opts.Keys)
 	if err := r.setup(); err != nil {
@@ -114,7 +120,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		err = fmt.Errorf("chaos: seed %d: %w (files: %s)", opts.Seed, err, r.dir)
 	}
 	if err == nil && opts.Dir == "" && !opts.Keep {
-		r.onCleanup(func() { os.RemoveAll(r.dir) })
+		removeDir = true
 	} else {
 		r.say("files kept in %s", r.dir)
 	}
