@@ -35,6 +35,7 @@ const (
 	// Results of the Redis scenario's interleaved part.
 	HealthyInterleaved = "healthy/interleaved"
 	RedisInterleaved   = "redis/interleaved"
+	DirectInterleaved  = "direct/interleaved"
 )
 
 // AllScenarios lists every scenario in run order.

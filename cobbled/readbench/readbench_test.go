@@ -20,10 +20,10 @@ func TestRunShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range append(AllScenarios, HealthyInterleaved, RedisInterleaved) {
+	for _, name := range append(AllScenarios, HealthyInterleaved, RedisInterleaved, DirectInterleaved) {
 		x := rep.Result(name)
 		if x == nil {
-			if (name == Redis || name == RedisInterleaved || name == HealthyInterleaved) && len(rep.Notes) > 0 {
+			if (name == Redis || name == RedisInterleaved || name == HealthyInterleaved || name == DirectInterleaved) && len(rep.Notes) > 0 {
 				continue // Redis not running here
 			}
 			t.Fatalf("no result for %s", name)

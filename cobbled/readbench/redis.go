@@ -10,6 +10,10 @@ import (
 	"unsafe"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/pillarkit/pillar/cobbled/servepb"
 )
 
 var errRedisUnavailable = errors.New("readbench: Redis unavailable")
@@ -85,20 +89,46 @@ func (b *bench) redisScenario(ctx context.Context) ([]*Result, error) {
 		return nil, err
 	}
 	defer closeFn()
-	b.log.Info("readbench: scenario", "scenario", "interleaved", "what", "each batch through the router, then from Redis")
-	b.loadN(ctx, o.Warmup, []getter{rget, get}, nil)
+	// The floor: the same request straight to one node (which holds every
+	// partition when replicas = nodes), without the router.
+	m := b.c.Members()[0]
+	conn, err := grpc.NewClient(m.Addr, append(servepb.DialOptions(0), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	direct := servepb.NewServeClient(conn)
+	dget := func(ctx context.Context, keys [][]byte) error {
+		resp, err := direct.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys})
+		if err != nil {
+			return err
+		}
+		return b.verify(keys, len(resp.Results), func(i int) (bool, []byte) { return resp.Results[i].Found, resp.Results[i].Value })
+	}
+	gets := []getter{rget, get}
+	if o.Replicas == o.Nodes {
+		gets = append(gets, dget)
+	}
+	b.log.Info("readbench: scenario", "scenario", "interleaved", "what", "each batch through the router, from Redis, and straight to a node")
+	b.loadN(ctx, o.Warmup, gets, nil)
 	before := r.Stats()
-	ss := b.loadN(ctx, o.Duration, []getter{rget, get}, nil)
+	ss := b.loadN(ctx, o.Duration, gets, nil)
 	after := r.Stats()
-	ri := &Result{Scenario: HealthyInterleaved, Description: "healthy cluster through the router, each batch alternating with the same batch from Redis (same clients, same moment)"}
+	ri := &Result{Scenario: HealthyInterleaved, Description: "healthy cluster through the router, each batch alternating with the same batch from Redis and straight from one node (same clients, same moment)"}
 	di := &Result{Scenario: RedisInterleaved, Description: "Redis MGET, alternating with the router"}
 	ss[0].fill(ri)
 	ss[1].fill(di)
+	var extra []*Result
+	if len(ss) > 2 {
+		fi := &Result{Scenario: DirectInterleaved, Description: fmt.Sprintf("the floor: the same BatchGet straight to %s with the generated gRPC client, no router, alternating with the router", m.ID)}
+		ss[2].fill(fi)
+		extra = append(extra, fi)
+	}
 	ri.Primaries, ri.Hedges, ri.HedgesWon = after.Primaries-before.Primaries, after.Hedges-before.Hedges, after.HedgesWon-before.HedgesWon
 	ri.HedgesDenied, ri.Failovers = after.HedgesDenied-before.HedgesDenied, after.Failovers-before.Failovers
 	if ri.Primaries > 0 {
 		ri.HedgeRatio = float64(ri.Hedges) / float64(ri.Primaries)
 		ri.ExtraRatio = float64(ri.Hedges+ri.Failovers) / float64(ri.Primaries)
 	}
-	return append(out, ri, di), nil
+	return append(append(out, ri, di), extra...), nil
 }

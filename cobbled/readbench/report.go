@@ -42,6 +42,10 @@ func (r *Report) evaluate() {
 	if hi, ri := r.Result(HealthyInterleaved), r.Result(RedisInterleaved); hi != nil && ri != nil {
 		add("healthy router p50 ≤ 1.5 × Redis MGET p50 (interleaved)", fmt.Sprintf("%s vs %s (%.2f×)", ms(hi.P50), ms(ri.P50), ratio(hi.P50, ri.P50)), float64(hi.P50) <= 1.5*float64(ri.P50))
 		add("healthy router p99 ≤ Redis MGET p99 (interleaved)", fmt.Sprintf("%s vs %s (%.2f×)", ms(hi.P99), ms(ri.P99), ratio(hi.P99, ri.P99)), hi.P99 <= ri.P99)
+		if di := r.Result(DirectInterleaved); di != nil {
+			r.Notes = append(r.Notes, fmt.Sprintf("Attribution (interleaved): straight to a node without the router p50 %s / p99 %s; the router adds %.2f× at p50 and %.2f× at p99 over that floor; the floor itself is %.2f× / %.2f× Redis MGET.",
+				ms(di.P50), ms(di.P99), ratio(hi.P50, di.P50), ratio(hi.P99, di.P99), ratio(di.P50, ri.P50), ratio(di.P99, ri.P99)))
+		}
 	}
 }
 
@@ -69,7 +73,7 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
 		hedges, extra, fo := "–", "–", "–"
-		if x.Scenario != Redis && x.Scenario != RedisInterleaved {
+		if x.Scenario != Redis && x.Scenario != RedisInterleaved && x.Scenario != DirectInterleaved {
 			hedges = fmt.Sprintf("%d (%d)", x.Hedges, x.HedgesWon)
 			extra = fmt.Sprintf("%.2f%%", 100*x.ExtraRatio)
 			fo = fmt.Sprint(x.Failovers)
