@@ -411,6 +411,8 @@ func BenchmarkDrainThroughput(b *testing.B) {
 		b.ReportMetric(float64(n)*float64(size)/took.Seconds()/(1<<20), "MiB/s")
 		b.ReportMetric(float64(n)/floor.Seconds(), "floor_records/s")
 		b.ReportMetric(floor.Seconds()/took.Seconds(), "lorry/floor")
-		b.Logf("%d records of %d B in %d partitions: lorry %v (%d batches), floor (build+upload only) %v", n, size, parts, took, res.Stats.Batches, floor)
+		st := res.Stats
+		b.Logf("%d records of %d B in %d partitions: lorry %v (%d batches), floor (build+upload only) %v; lorry step totals: read %v, pending %v, build+upload %v, register %v, commit %v",
+			n, size, parts, took, st.Batches, floor, st.ReadTime, st.PendingTime, st.UploadTime, st.RegisterTime, st.CommitTime)
 	}
 }
