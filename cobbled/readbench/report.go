@@ -155,6 +155,13 @@ func optionsJSON(o Options) map[string]any {
 		"via_server": o.ViaServer, "interleave": o.Interleave, "spread": o.Spread, "redis": o.RedisAddr, "scenarios": o.Scenarios}
 }
 
+// palette gives each scenario its own colour (Redis lines are grey/black).
+var palette = []color.Color{
+	color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0x7f, 0x7f, 0x7f, 0xff}, color.RGBA{0x2c, 0xa0, 0x2c, 0xff},
+	color.RGBA{0x7f, 0x7f, 0x7f, 0xff}, color.RGBA{0x94, 0x67, 0xbd, 0xff}, color.RGBA{0xd6, 0x27, 0x28, 0xff},
+	color.RGBA{0xff, 0x7f, 0x0e, 0xff}, color.RGBA{0x8c, 0x56, 0x4b, 0xff}, color.RGBA{0x17, 0xbe, 0xcf, 0xff},
+}
+
 // nines maps a quantile q to -log10(1-q): 50% → 0.3, 90% → 1, 99% → 2, …
 func nines(q float64) float64 { return -math.Log10(1 - q) }
 
@@ -202,7 +209,7 @@ func (r *Report) Plot(path string) error {
 		if err != nil {
 			return fmt.Errorf("readbench: plot: %w", err)
 		}
-		l.Color = plotutil.Color(i)
+		l.Color = palette[i%len(palette)]
 		l.Dashes = plotutil.Dashes(0)
 		l.Width = vg.Points(1.5)
 		switch x.Scenario {
@@ -216,7 +223,7 @@ func (r *Report) Plot(path string) error {
 		p.Add(l)
 		p.Legend.Add(x.Scenario, l)
 	}
-	p.X.Min, p.X.Max = 0, math.Min(maxX, 4)
+	p.X.Min, p.X.Max = 0, math.Min(maxX, 4)+0.1
 	if err := p.Save(9*vg.Inch, 5.5*vg.Inch, path); err != nil {
 		return fmt.Errorf("readbench: plot %s: %w", path, err)
 	}
