@@ -52,11 +52,17 @@ type attrEntry struct {
 
 // segment is a run of export-queue records of one partition in one file:
 // offsets [First, First+Count).
+//
+// Offsets and commit times are not trusted from the file: a segment file is
+// written before its commit takes the lock (so the slow part of a commit
+// does not serialize writers), when neither is known yet. Readers set
+// Offset = First + row and CommittedAt = CommittedAtMS.
 type segment struct {
-	File  string `json:"file"`
-	First int64  `json:"first"`
-	Count int64  `json:"count"`
-	Bytes int64  `json:"bytes"`
+	File          string `json:"file"`
+	First         int64  `json:"first"`
+	Count         int64  `json:"count"`
+	Bytes         int64  `json:"bytes"`
+	CommittedAtMS int64  `json:"committed_at_ms,omitempty"`
 }
 
 type queueEntry struct {

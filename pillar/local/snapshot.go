@@ -113,24 +113,28 @@ func (sn *snapshot) ReadQueue(ctx context.Context, partition int, from int64, li
 		if seg.First+seg.Count <= from {
 			continue
 		}
-		recs, err := readQueueSegment(filepath.Join(sn.s.dir, "data", seg.File))
+		skip := max(from-seg.First, 0)
+		recs, err := readQueueSegment(filepath.Join(sn.s.dir, "data", seg.File), skip, limit-len(out))
 		if err != nil {
 			return nil, fmt.Errorf("local store %s: queue partition %d segment %s: %w", sn.s.dir, partition, seg.File, err)
 		}
-		for _, r := range recs {
-			if r.Offset < from {
-				continue
+		for i := range recs {
+			recs[i].Offset = seg.First + skip + int64(i)
+			if seg.CommittedAtMS != 0 {
+				recs[i].CommittedAt = seg.CommittedAtMS
 			}
-			out = append(out, r)
-			if len(out) == limit {
-				return out, nil
-			}
+		}
+		out = append(out, recs...)
+		if len(out) >= limit {
+			return out[:limit], nil
 		}
 	}
 	return out, nil
 }
 
-func readQueueSegment(path string) ([]pillar.ExportRecord, error) {
+// readQueueSegment reads up to limit records of a segment file from row
+// skip on.
+func readQueueSegment(path string, skip int64, limit int) ([]pillar.ExportRecord, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -144,14 +148,34 @@ func readQueueSegment(path string) ([]pillar.ExportRecord, error) {
 	if err != nil {
 		return nil, err
 	}
+	n := pf.NumRows() - skip
+	if n <= 0 || limit <= 0 {
+		return nil, nil
+	}
+	n = min(n, int64(limit))
 	r := parquet.NewGenericReader[pillar.ExportRecord](pf)
 	defer r.Close()
-	out := make([]pillar.ExportRecord, pf.NumRows())
-	n, err := r.Read(out)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+	if skip > 0 {
+		if err := r.SeekToRow(skip); err != nil {
+			return nil, err
+		}
 	}
-	return out[:n], nil
+	out := make([]pillar.ExportRecord, n)
+	got := 0
+	for got < len(out) {
+		k, err := r.Read(out[got:])
+		got += k
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, err
+		}
+		if k == 0 {
+			break
+		}
+	}
+	return out[:got], nil
 }
 
 func (sn *snapshot) Consumed(ctx context.Context, id string) (bool, error) {

@@ -365,6 +365,10 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		return t.errf("commit: %v", err)
 	}
 	s := t.s
+	staged, err := t.stageQueue()
+	if err != nil {
+		return err
+	}
 	unlock, err := s.lock(ctx)
 	if err != nil {
 		return err
@@ -441,38 +445,22 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 			nm.Attrs[name] = attrEntry{Value: a.value, Gen: gen}
 		}
 	}
-	// The export queue: one segment file per partition touched, offsets
-	// assigned now, under the lock, after everything already committed.
-	byPart := map[int][]pillar.ExportRecord{}
-	for _, r := range t.queue {
-		byPart[int(r.Partition)] = append(byPart[int(r.Partition)], r)
-	}
-	parts := make([]int, 0, len(byPart))
-	for p := range byPart {
-		parts = append(parts, p)
-	}
-	sort.Ints(parts)
+	// The export queue: the segment files were written before the lock;
+	// offsets are assigned now, after everything already committed.
 	nowMS := nm.CommittedAt.UnixMilli()
-	for _, p := range parts {
-		recs := byPart[p]
-		q := nm.Queue[p]
+	for _, qf := range staged {
+		q := nm.Queue[qf.partition]
 		if q == nil {
 			q = &queueEntry{}
-			nm.Queue[p] = q
+			nm.Queue[qf.partition] = q
 		}
-		first := q.end()
-		for i := range recs {
-			recs[i].Offset = first + int64(i)
-			recs[i].CommittedAt = nowMS
-		}
-		name := fmt.Sprintf("%sq%05d.parquet", prefix, p)
-		size, err := writeQueueFile(s.opts.FS, filepath.Join(dataDir, name), recs)
-		if err != nil {
-			return t.errf("commit: export queue partition %d: %v", p, err)
+		name := prefix + qf.name
+		if err := s.opts.FS.Rename(filepath.Join(t.staging, qf.name), filepath.Join(dataDir, name)); err != nil {
+			return t.errf("commit: export queue partition %d: %v", qf.partition, err)
 		}
 		moved = append(moved, name)
 		s.hook("queue-written")
-		q.Segments = append(q.Segments, segment{File: name, First: first, Count: int64(len(recs)), Bytes: size})
+		q.Segments = append(q.Segments, segment{File: name, First: q.end(), Count: qf.count, Bytes: qf.bytes, CommittedAtMS: nowMS})
 	}
 	for _, id := range t.consumed {
 		nm.Consumed[id] = gen
@@ -516,6 +504,37 @@ const (
 	cleanupEvery = 16
 	cleanupAfter = 30 * time.Second
 )
+
+// stagedQueue is one partition's queue segment written to staging.
+type stagedQueue struct {
+	partition    int
+	name         string
+	count, bytes int64
+}
+
+// stageQueue writes (and fsyncs) one segment file per partition touched,
+// in staging, before the commit lock is taken.
+func (t *tx) stageQueue() ([]stagedQueue, error) {
+	byPart := map[int][]pillar.ExportRecord{}
+	for _, r := range t.queue {
+		byPart[int(r.Partition)] = append(byPart[int(r.Partition)], r)
+	}
+	parts := make([]int, 0, len(byPart))
+	for p := range byPart {
+		parts = append(parts, p)
+	}
+	sort.Ints(parts)
+	var out []stagedQueue
+	for _, p := range parts {
+		name := fmt.Sprintf("q%05d.parquet", p)
+		size, err := writeQueueFile(t.s.opts.FS, filepath.Join(t.staging, name), byPart[p])
+		if err != nil {
+			return nil, t.errf("commit: export queue partition %d: %v", p, err)
+		}
+		out = append(out, stagedQueue{partition: p, name: name, count: int64(len(byPart[p])), bytes: size})
+	}
+	return out, nil
+}
 
 // writeCurrent replaces CURRENT; the rename is the commit point.
 func writeCurrent(s *Store, name string) error {
