@@ -6,7 +6,12 @@
 // over the same values as the peer a user would otherwise pick.
 //
 // Scenarios, in order: healthy (hedging on); redis (the same batches,
-// loaded under a per-run key prefix and deleted afterwards); slow-nohedge
+// loaded under a per-run key prefix and deleted afterwards; with
+// Options.Interleave also healthy/interleaved, redis/interleaved and
+// direct/interleaved, where every client sends each batch through the
+// router, to Redis and straight to one node in turn, so the three see the
+// same moments of a shared machine and the router's cost over its floor is
+// measured apart from the serving node's cost over Redis); slow-nohedge
 // and slow-hedge (one node restarted with cobbled's fault delay, delaying a
 // fraction of its requests); kill (a node's gRPC server and listener stopped
 // a third of the way in, then marked down in routing DownAfter later, as the
