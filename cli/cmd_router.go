@@ -30,7 +30,7 @@ func routerFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "max-lag", Value: 2, Usage: "never read a replica more than this many batches behind (at least 1; -1: no limit)"},
 		&cli.BoolFlag{Name: "no-hedge", Usage: "turn hedged requests off"},
 		&cli.BoolFlag{Name: "spread", Usage: "choose each partition's replica on its own (default: a request goes to as few nodes as possible)"},
-		&cli.Float64Flag{Name: "hedge-quantile", Value: 0.98, Usage: "hedge a sub-request unanswered after this quantile of its node's recent latencies"},
+		&cli.Float64Flag{Name: "hedge-quantile", Value: 0.95, Usage: "hedge a sub-request unanswered after this quantile of its node's recent latencies"},
 		&cli.DurationFlag{Name: "hedge-min", Value: 2 * time.Millisecond, Usage: "floor of the hedge delay"},
 		&cli.Float64Flag{Name: "hedge-budget", Value: 0.05, Usage: "most hedges per primary sub-request (token bucket)"},
 		&cli.DurationFlag{Name: "refresh", Value: 2 * time.Second, Usage: "routing refresh interval (and long-poll wait)"},
@@ -86,7 +86,7 @@ pillar.serve.v1.Serve). It fetches the routing table from the control plane (and
 refreshes it on version change, every --refresh, and on "not my partition"), groups each
 request's keys by partition, sends one sub-request per chosen node in parallel (same-zone
 replicas first, then the least loaded of two random choices), hedges a sub-request that
-has not answered after its node's recent p98 (within a 5% extra-request budget), fails
+has not answered after its node's recent p95 (within a 5% extra-request budget), fails
 over on errors and honours the caller's deadline. Results come back in request order;
 a key fails only when every replica of its partition failed.
 

@@ -57,10 +57,11 @@ type Options struct {
 	// DisableHedging turns hedged requests off. The default value is false.
 	DisableHedging bool
 	// HedgeQuantile is the quantile of a node's recent latencies after
-	// which an unanswered sub-request is hedged. The default value is 0.98:
-	// a healthy node's own tail then asks for about 2% hedges, which leaves
-	// most of a 5% HedgeBudget for a node that turns slow (at 0.95 the
-	// healthy tail alone would spend the whole budget).
+	// which an unanswered sub-request is hedged. The default value is 0.95.
+	// A healthy node's own tail then asks for up to about 5% hedges, which
+	// competes with a node that turns slow for the HedgeBudget; with Spread
+	// (three sub-requests per request, each a chance to be slow) 0.98 leaves
+	// more of the budget for the slow node.
 	HedgeQuantile float64
 	// HedgeMinDelay is the floor of the hedge delay. The default value is
 	// 2ms.
@@ -121,7 +122,7 @@ func (o *Options) ensureDefaults() {
 		o.MaxLagBatches = 2
 	}
 	if o.HedgeQuantile == 0 {
-		o.HedgeQuantile = 0.98
+		o.HedgeQuantile = 0.95
 	}
 	if o.HedgeMinDelay == 0 {
 		o.HedgeMinDelay = 2 * time.Millisecond

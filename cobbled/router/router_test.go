@@ -280,14 +280,14 @@ func TestHedgeDelayLearned(t *testing.T) {
 	for i := 1; i <= 100; i++ {
 		n.observe(time.Duration(i) * time.Millisecond)
 	}
-	if d := r.hedgeDelay(n); d < 90*time.Millisecond || d > 98*time.Millisecond {
-		t.Errorf("1..100ms: delay %v, want p98 of the samples so far (recomputed every 16)", d)
+	if d := r.hedgeDelay(n); d < 90*time.Millisecond || d > 95*time.Millisecond {
+		t.Errorf("1..100ms: delay %v, want p95 of the samples so far (recomputed every 16)", d)
 	}
 	n.lat.mu.Lock()
 	n.lat.recompute()
 	n.lat.mu.Unlock()
-	if d := r.hedgeDelay(n); d != 98*time.Millisecond {
-		t.Errorf("1..100ms: delay %v, want p98 = 98ms", d)
+	if d := r.hedgeDelay(n); d != 95*time.Millisecond {
+		t.Errorf("1..100ms: delay %v, want p95 = 95ms", d)
 	}
 	for range 2000 { // the window forgets the old samples
 		n.observe(100 * time.Microsecond)
