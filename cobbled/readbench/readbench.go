@@ -216,7 +216,7 @@ type Result struct {
 	// recovery, from the kill to the router's last failover (after it, no
 	// request went to the dead node); Disrupted, from the kill to the end of
 	// the last 100 ms window with a failed request or one slower than
-	// DisruptLimit (2× the pre-kill p99); and the worst latency after the
+	// DisruptLimit (2× the pre-kill p99.9); and the worst latency after the
 	// kill.
 	KilledAt, Recovery, Disrupted, DisruptLimit, MaxAfterKill time.Duration
 
@@ -633,7 +633,7 @@ func (s *sample) fill(r *Result) {
 }
 
 // disruption is the time from the kill to the end of the last 100 ms window
-// with a failed request or a latency over 2× the pre-kill p99 (at least
+// with a failed request or a latency over 2× the pre-kill p99.9 (at least
 // +5 ms), and the worst latency after the kill.
 func (s *sample) disruption(killedAt time.Duration) (time.Duration, time.Duration, time.Duration) {
 	var pre []time.Duration
@@ -643,7 +643,7 @@ func (s *sample) disruption(killedAt time.Duration) (time.Duration, time.Duratio
 		}
 	}
 	slices.Sort(pre)
-	limit := max(2*pct(pre, 0.99), pct(pre, 0.99)+5*time.Millisecond)
+	limit := max(2*pct(pre, 0.999), pct(pre, 0.999)+5*time.Millisecond)
 	var last, worst time.Duration
 	for i, at := range s.at {
 		if at < killedAt {

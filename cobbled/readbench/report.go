@@ -85,7 +85,7 @@ func (r *Report) Markdown() string {
 	for _, x := range r.Results {
 		fmt.Fprintf(&b, "- **%s**: %s", x.Scenario, x.Description)
 		if x.KilledAt > 0 {
-			fmt.Fprintf(&b, "; killed at %s; **recovery %s** (from the kill to the router's last failover: no request reached the dead node after it; %d failovers); latency disrupted for %s (to the end of the last 100 ms window with a failed request or one slower than %s, 2× the pre-kill p99); worst latency after the kill %s",
+			fmt.Fprintf(&b, "; killed at %s; **recovery %s** (from the kill to the router's last failover: no request reached the dead node after it; %d failovers); latency disrupted for %s (to the end of the last 100 ms window with a failed request or one slower than %s, 2× the pre-kill p99.9); worst latency after the kill %s",
 				ms(x.KilledAt), ms(x.Recovery), x.Failovers, ms(x.Disrupted), ms(x.DisruptLimit), ms(x.MaxAfterKill))
 		}
 		b.WriteString("\n")
