@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/parquet-go/parquet-go"
 	"github.com/urfave/cli/v2"
 
 	"github.com/pillarkit/pillar/internal/batch"
@@ -346,8 +347,10 @@ func signalsCommand() *cli.Command {
 		Usage: "per-page signals (quality scores, …) that policies can use",
 		Subcommands: []*cli.Command{{
 			Name:  "import",
-			Usage: "load signals from a CSV file: url or page_key, then named columns",
-			Description: `The first column is "url" (normalized and hashed to the page key) or "page_key" (32 hex
+			Usage: "load signals from a CSV or Parquet file: url or page_key, then named columns",
+			Description: `A .parquet file is read as Parquet, anything else as CSV with a header row.
+A .parquet file is read as Parquet (typed columns; nulls are skipped), anything else as CSV.
+The first column is "url" (normalized and hashed to the page key) or "page_key" (32 hex
 characters); every other column is a signal of that name, numeric where the value parses
 as a number, else a string. Rows for pages not in the store are counted and skipped. An
 imported signal replaces the same page's signal of the same name.
@@ -355,7 +358,7 @@ imported signal replaces the same page's signal of the same name.
 Examples:
    pillar signals import --store data/store --from scores.csv
    printf 'url,score\nhttps://www.postgresql.org/docs/15/sql-select.html,0.93\n' > s.csv`,
-			Flags: []cli.Flag{storeFlag, &cli.StringFlag{Name: "from", Required: true, Usage: "CSV file"}},
+			Flags: []cli.Flag{storeFlag, &cli.StringFlag{Name: "from", Required: true, Usage: "CSV or .parquet file"}},
 			Action: func(c *cli.Context) error {
 				st, err := openStore(c, false, 0)
 				if err != nil {
@@ -373,18 +376,86 @@ Examples:
 	}
 }
 
-func importSignals(c *cli.Context, st pillar.Store, path string) (int, int, error) {
-	ctx := c.Context
+// signalTable is an imported signals file: a header and rows of values
+// (strings from CSV, typed values from Parquet).
+type signalTable struct {
+	head []string
+	rows [][]any
+}
+
+func readSignalFile(path string) (*signalTable, error) {
+	if strings.EqualFold(filepath.Ext(path), ".parquet") {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, err
+		}
+		pf, err := parquet.OpenFile(f, fi.Size())
+		if err != nil {
+			return nil, fmt.Errorf("%s: not a Parquet file: %w", path, err)
+		}
+		t := &signalTable{}
+		for _, fl := range pf.Schema().Fields() {
+			t.head = append(t.head, fl.Name())
+		}
+		//lint:ignore SA1019 columns are only known at run time: read rows as maps
+		r := parquet.NewReader(pf)
+		defer r.Close()
+		for {
+			m := map[string]any{}
+			if err := r.Read(&m); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return nil, fmt.Errorf("%s: row %d: %w", path, len(t.rows)+1, err)
+			}
+			row := make([]any, len(t.head))
+			for i, h := range t.head {
+				row[i] = m[h]
+			}
+			t.rows = append(t.rows, row)
+		}
+		return t, nil
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, 0, fmt.Errorf("signals import: %w", err)
+		return nil, err
 	}
 	defer f.Close()
 	r := csv.NewReader(f)
 	head, err := r.Read()
 	if err != nil {
-		return 0, 0, fmt.Errorf("signals import: %s: header: %w", path, err)
+		return nil, fmt.Errorf("%s: header: %w", path, err)
 	}
+	t := &signalTable{head: head}
+	for line := 2; ; line++ {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		row := make([]any, len(rec))
+		for i, v := range rec {
+			row[i] = v
+		}
+		t.rows = append(t.rows, row)
+	}
+	return t, nil
+}
+
+func importSignals(c *cli.Context, st pillar.Store, path string) (int, int, error) {
+	ctx := c.Context
+	tab, err := readSignalFile(path)
+	if err != nil {
+		return 0, 0, fmt.Errorf("signals import: %w", err)
+	}
+	head := tab.head
 	if len(head) < 2 || (head[0] != "url" && head[0] != "page_key") {
 		return 0, 0, fmt.Errorf("signals import: %s: the first column must be \"url\" or \"page_key\", then at least one signal column", path)
 	}
@@ -421,25 +492,19 @@ func importSignals(c *cli.Context, st pillar.Store, path string) (int, int, erro
 	} else if !errors.Is(err, pillar.ErrNotFound) {
 		return 0, 0, err
 	}
-	n, unknown, line := 0, 0, 1
-	for {
-		rec, err := r.Read()
-		line++
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return 0, 0, fmt.Errorf("signals import: %s:%d: %w", path, line, err)
-		}
+	n, unknown := 0, 0
+	for i, rec := range tab.rows {
+		line := i + 2
+		first := fmt.Sprint(rec[0])
 		var key string
 		if head[0] == "url" {
-			k, _, err := pillar.KeyOfURL(rec[0])
+			k, _, err := pillar.KeyOfURL(first)
 			if err != nil {
 				return 0, 0, fmt.Errorf("signals import: %s:%d: %w", path, line, err)
 			}
 			key = k.String()
 		} else {
-			k, err := pillar.ParseKey(rec[0])
+			k, err := pillar.ParseKey(first)
 			if err != nil {
 				return 0, 0, fmt.Errorf("signals import: %s:%d: %w", path, line, err)
 			}
@@ -449,12 +514,32 @@ func importSignals(c *cli.Context, st pillar.Store, path string) (int, int, erro
 			unknown++
 			continue
 		}
-		for i := 1; i < len(head) && i < len(rec); i++ {
-			s := pillar.Signal{PageKey: key, Name: head[i], Str: rec[i]}
-			if v, err := strconv.ParseFloat(strings.TrimSpace(rec[i]), 64); err == nil {
-				s.Num, s.IsNum, s.Str = v, true, ""
+		for j := 1; j < len(head) && j < len(rec); j++ {
+			if rec[j] == nil {
+				continue // a null in Parquet: no signal
 			}
-			sigs[[2]string{key, head[i]}] = s
+			s := pillar.Signal{PageKey: key, Name: head[j]}
+			switch v := rec[j].(type) {
+			case float64, float32, int, int32, int64, uint32, uint64:
+				f, _ := strconv.ParseFloat(fmt.Sprint(v), 64)
+				s.Num, s.IsNum = f, true
+			case bool:
+				s.Num, s.IsNum = 0, true
+				if v {
+					s.Num = 1
+				}
+			default:
+				str := fmt.Sprint(v)
+				if b, ok := v.([]byte); ok {
+					str = string(b)
+				}
+				if f, err := strconv.ParseFloat(strings.TrimSpace(str), 64); err == nil {
+					s.Num, s.IsNum = f, true
+				} else {
+					s.Str = str
+				}
+			}
+			sigs[[2]string{key, head[j]}] = s
 			n++
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parquet-go/parquet-go"
+
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/pillar/local"
 )
@@ -48,6 +50,28 @@ func TestSignalsImportAndRecompute(t *testing.T) {
 	ti, err = sn.Table(context.Background(), pillar.SubsetTable("good"))
 	if err != nil || ti.Rows != 1 {
 		t.Fatalf("subset good: %+v %v (want page a only)", ti, err)
+	}
+	// The same from Parquet, with typed columns and a null.
+	type row struct {
+		URL   string   `parquet:"url"`
+		Score *float64 `parquet:"score,optional"`
+		Tier  string   `parquet:"tier"`
+	}
+	one := 1.0
+	pq := filepath.Join(dir, "s.parquet")
+	f, _ := os.Create(pq)
+	w := parquet.NewGenericWriter[row](f)
+	w.Write([]row{{"https://ex.org/c.html", &one, "gold"}, {"https://ex.org/b.html", nil, "bronze"}})
+	w.Close()
+	f.Close()
+	if _, _, err := runSubsets(t, "signals", "import", "--store", store, "--from", pq); err != nil {
+		t.Fatal(err)
+	}
+	st3, _ := local.Open(store, nil)
+	sn, _ = st3.Snapshot(context.Background())
+	ti, _ = sn.Table(context.Background(), pillar.TableSignals)
+	if ti.Rows != 6 { // a: 2, b: score + tier (bronze replaces silver), c: 2
+		t.Fatalf("after the Parquet import: %d signals, want 6", ti.Rows)
 	}
 	// Bad input: a CSV whose first column is neither url nor page_key.
 	os.WriteFile(csv, []byte("name,score\nx,1\n"), 0o644)
