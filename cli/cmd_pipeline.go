@@ -349,7 +349,6 @@ func signalsCommand() *cli.Command {
 			Name:  "import",
 			Usage: "load signals from a CSV or Parquet file: url or page_key, then named columns",
 			Description: `A .parquet file is read as Parquet, anything else as CSV with a header row.
-A .parquet file is read as Parquet (typed columns; nulls are skipped), anything else as CSV.
 The first column is "url" (normalized and hashed to the page key) or "page_key" (32 hex
 characters); every other column is a signal of that name, numeric where the value parses
 as a number, else a string. Rows for pages not in the store are counted and skipped. An
