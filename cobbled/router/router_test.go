@@ -722,3 +722,43 @@ func TestPartitionMismatch(t *testing.T) {
 	}
 	checkResults(t, c, b, res)
 }
+
+// Through the server, a key whose partition failed on every replica is a
+// per-key KEY_ERROR; the others answer.
+func TestServerPerKeyErrors(t *testing.T) {
+	c := startCluster(t, func(o *cluster.Options) { o.Replicas = 1 })
+	r := newRouter(t, c, nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := NewServer(r).GRPCServer()
+	go gs.Serve(lis)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), append(servepb.DialOptions(0), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c.Members()[1].Kill()
+	keys := c.Batches(12)[0]
+	resp, err := servepb.NewServeClient(conn).BatchGet(context.Background(), &servepb.BatchGetRequest{Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed int
+	for i, k := range keys {
+		x := resp.Results[i]
+		if pillar.Partition(k, c.Partitions())%3 == 1 {
+			failed++
+			if x.Status != servepb.KeyStatus_KEY_ERROR || !strings.Contains(x.Error, "every replica failed") {
+				t.Errorf("key %d on the dead node: %v %q", i, x.Status, x.Error)
+			}
+		} else if x.Status != servepb.KeyStatus_KEY_OK || !x.Found {
+			t.Errorf("key %d on a live node: %v %q", i, x.Status, x.Error)
+		}
+	}
+	if failed == 0 {
+		t.Fatal("batch has no key of node-1; pick another")
+	}
+}
