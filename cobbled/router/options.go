@@ -50,8 +50,10 @@ type Options struct {
 	// value is 100ms.
 	MinRefreshGap time.Duration
 	// MaxLagBatches: a replica more than this many batches behind its
-	// partition's newest is never chosen. The default value is 2; a negative
-	// value disables the check.
+	// partition's newest is not chosen while a fresher replica is up; when
+	// every up replica lags more, the least-lagging ones serve (stale beats
+	// unavailable). The default value is 2; a negative value disables the
+	// check.
 	MaxLagBatches int64
 
 	// DisableHedging turns hedged requests off. The default value is false.

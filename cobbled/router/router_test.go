@@ -143,8 +143,8 @@ func TestZonePreference(t *testing.T) {
 	}
 }
 
-// A replica lagging more than MaxLagBatches is never chosen; a partition
-// whose replicas all lag fails with ErrNoReplica.
+// A replica lagging more than MaxLagBatches is not chosen while a fresher
+// one is up; when all lag, the least-lagging serve.
 func TestLaggingReplica(t *testing.T) {
 	c := startCluster(t, nil)
 	lag := map[string]int64{"node-0": 5}
@@ -173,10 +173,24 @@ func TestLaggingReplica(t *testing.T) {
 	if err := r.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	_, err := r.BatchGet(context.Background(), c.Keys()[:1])
-	if !errors.Is(err, ErrNoReplica) || !strings.Contains(err.Error(), "lags 5 batches") {
-		t.Errorf("all lagging: %v, want ErrNoReplica naming the lag", err)
+	// Every replica lags past the limit: the least-lagging ones (node-1 and
+	// node-2, 3 behind) serve rather than nothing; node-0 (5 behind) does not.
+	before := nodeStats(r, "node-1").RPCs + nodeStats(r, "node-2").RPCs
+	for _, b := range c.Batches(12)[:10] {
+		res, err := r.BatchGet(context.Background(), b)
+		if err != nil {
+			t.Fatalf("all lagging: %v, want the least-lagging replicas to serve", err)
+		}
+		checkResults(t, c, b, res)
 	}
+	if n := nodeStats(r, "node-0").RPCs; n != 0 {
+		t.Errorf("the most lagging node-0 got %d sub-requests", n)
+	}
+	if nodeStats(r, "node-1").RPCs+nodeStats(r, "node-2").RPCs == before {
+		t.Error("the least-lagging replicas served nothing")
+	}
+	_ = strings.Contains
+	_ = errors.Is
 }
 
 // The hedge goes out only after the delay, the first answer wins, and the

@@ -40,8 +40,32 @@ type table struct {
 
 type replica struct {
 	node     *node
-	eligible bool   // up and not lagging
+	eligible bool   // up and not lagging (or the least-lagging when all lag)
 	why      string // why not eligible, for errors
+	up       bool
+	lag      int64
+}
+
+// relaxLag makes the least-lagging up replicas eligible when no replica
+// of the partition is.
+func relaxLag(reps []replica) {
+	best := int64(-1)
+	for _, x := range reps {
+		if x.eligible {
+			return
+		}
+		if x.up && (best < 0 || x.lag < best) {
+			best = x.lag
+		}
+	}
+	if best < 0 {
+		return // none up: nothing to relax
+	}
+	for i := range reps {
+		if reps[i].up && reps[i].lag == best {
+			reps[i].eligible, reps[i].why = true, ""
+		}
+	}
 }
 
 // install compiles rt and publishes it, creating connections to new nodes
@@ -93,8 +117,13 @@ func (r *Router) install(rt *control.Routing) error {
 			case r.opts.MaxLagBatches >= 0 && lag > r.opts.MaxLagBatches:
 				x.eligible, x.why = false, fmt.Sprintf("node %s lags %d batches (limit %d)", rep.NodeID, lag, r.opts.MaxLagBatches)
 			}
+			x.up, x.lag = rep.State == control.StateUp, lag
 			t.reps[p] = append(t.reps[p], x)
 		}
+		// When every up replica lags past the limit (a burst of batches, a
+		// slow object store), the least-lagging ones serve: slightly stale
+		// beats unavailable, and they are still the freshest copies.
+		relaxLag(t.reps[p])
 	}
 	for key, n := range r.nodes {
 		if used[key] == nil {
