@@ -45,7 +45,7 @@ lint:
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) && $(BIN)/staticcheck ./... || echo "staticcheck unavailable or reported issues (see above)"
 
 demo: build
-	$(BIN)/pillar demo --out demo-out
+	$(BIN)/pillar --log-level warn demo --out demo-out
 
 ## chaos: the whole system under seeded faults, 5 minutes per seed (CHAOS_SEEDS="1 2 3", CHAOS_DURATION=5m).
 chaos: build tools
