@@ -1,6 +1,3 @@
-// Command pillar is the toolkit's CLI: every capability of the write and
-// serve path is reachable from here. Each component adds its commands in its
-// own cmd_<component>.go file and one line to commands() below.
 package main
 
 import (
