@@ -54,15 +54,12 @@ Examples:
 				return fmt.Errorf("--log-level %q: %w", c.String("log-level"), err)
 			}
 			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})))
-			logLevel = lvl
 			return nil
 		},
 		Commands:             commands(),
 		EnableBashCompletion: true,
 	}
 }
-
-var logLevel slog.Level
 
 // logger returns the process logger (stderr, level from --log-level).
 func logger() *slog.Logger { return slog.Default() }

@@ -401,7 +401,7 @@ func readSignalFile(path string) (*signalTable, error) {
 		for _, fl := range pf.Schema().Fields() {
 			t.head = append(t.head, fl.Name())
 		}
-		//lint:ignore SA1019 columns are only known at run time: read rows as maps
+		// Columns are only known at run time: read rows as maps.
 		r := parquet.NewReader(pf)
 		defer r.Close()
 		for {

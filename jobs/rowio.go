@@ -311,7 +311,6 @@ type recReader struct {
 	tables     []string // nil: the rows come from a mapper
 	withIndex  bool     // table and row indexes are visible (Reduce, not MapReduce)
 	n          int64    // rows read
-	rowBytes   int64
 	err        error
 	prog       progressBatch
 	lastTable  int

@@ -30,6 +30,7 @@ const metaSHA256 = "sha256"
 // S3 is a Store in an S3 bucket, under a key prefix.
 type S3 struct {
 	client *s3.Client
+	//lint:ignore SA1019 transfermanager is not in the pinned module set; manager.Uploader is still supported
 	up     *manager.Uploader
 	bucket string
 	prefix string // "" or ending in "/"
@@ -78,6 +79,7 @@ func openS3(ctx context.Context, bucket, prefix string, o *Options) (*S3, error)
 		so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 		so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 	})
+	//lint:ignore SA1019 transfermanager is not in the pinned module set; manager.Uploader is still supported
 	up := manager.NewUploader(client, func(u *manager.Uploader) {
 		u.PartSize = o.S3PartSize
 		u.Concurrency = o.S3Concurrency
@@ -176,6 +178,7 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64, opts 
 	if opts != nil && opts.IfNotExists {
 		in.IfNoneMatch = aws.String("*")
 	}
+	//lint:ignore SA1019 transfermanager is not in the pinned module set; manager.Uploader is still supported
 	if _, err := s.up.Upload(ctx, in); err != nil {
 		return s.mapErr("put", key, err)
 	}

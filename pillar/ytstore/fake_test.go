@@ -27,16 +27,15 @@ import (
 )
 
 type fnode struct {
-	id       yt.NodeID
-	typ      yt.NodeType
-	attrs    map[string]any
-	value    any      // documents
-	rows     [][]byte // tables
-	rev      uint64
-	crev     uint64
-	dirty    bool // changed in a transaction: new revision at commit
-	cdirty   bool // content changed
-	children []string
+	id     yt.NodeID
+	typ    yt.NodeType
+	attrs  map[string]any
+	value  any      // documents
+	rows   [][]byte // tables
+	rev    uint64
+	crev   uint64
+	dirty  bool // changed in a transaction: new revision at commit
+	cdirty bool // content changed
 }
 
 func (n *fnode) clone() *fnode {

@@ -364,11 +364,10 @@ func (h *cursorHeap) Pop() any {
 
 // Iterator yields the merged records in order.
 type Iterator struct {
-	h       cursorHeap
-	all     []cursor
-	cur     cursor
-	started bool
-	e       error
+	h   cursorHeap
+	all []cursor
+	cur cursor
+	e   error
 }
 
 func newIterator(cs []cursor) *Iterator {

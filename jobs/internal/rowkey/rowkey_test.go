@@ -25,7 +25,7 @@ func TestOrderMatchesValues(t *testing.T) {
 		rows = append(rows, row{
 			S: strs[rng.IntN(len(strs))],
 			I: []int64{math.MinInt64, -5, -1, 0, 1, 7, math.MaxInt64}[rng.IntN(7)],
-			F: []float64{math.Inf(-1), -2.5, -0.0, 0, 1e-9, 3, math.Inf(1)}[rng.IntN(7)],
+			F: []float64{math.Inf(-1), -2.5, math.Copysign(0, -1), 0, 1e-9, 3, math.Inf(1)}[rng.IntN(7)],
 			U: uint32(rng.IntN(3)),
 		})
 	}
