@@ -154,6 +154,10 @@ type demo struct {
 	lagMu  sync.Mutex
 	lagWG  sync.WaitGroup
 	lagEnd chan struct{}
+	// runID makes this run's export and batch ids unique: with --reuse the
+	// object store keeps earlier runs' batches, and a batch id is never
+	// reused for other content.
+	runID string
 }
 
 func (d *demo) say(format string, a ...any) {
@@ -179,7 +183,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Pillar == "" {
 		return nil, errors.New("demo: Options.Pillar (the pillar binary) is required")
 	}
-	d := &demo{o: opts, ctx: ctx, rep: &Report{}, start: time.Now()}
+	d := &demo{o: opts, ctx: ctx, rep: &Report{}, start: time.Now(), runID: time.Now().UTC().Format("20060102t150405")}
 	if !opts.Reuse {
 		for _, sub := range []string{"store", "objects", "exports", "corpus", "serve"} {
 			if err := os.RemoveAll(filepath.Join(opts.Out, sub)); err != nil {
@@ -424,7 +428,7 @@ func (d *demo) step3() error {
 		d.lagEnd = make(chan struct{})
 		d.lagWG.Add(1)
 		go d.sampleLag()
-		if err := d.bulkExport("bulk-1"); err != nil {
+		if err := d.bulkExport("bulk1-" + d.runID); err != nil {
 			return err
 		}
 		took, err := cl.waitConverged(d.ctx, 3*time.Minute)
@@ -634,7 +638,7 @@ func (d *demo) step5() error {
 			return err
 		}
 		d.say("    published %s; export: bulk=%v (%s)", r.Version, p.Export.Bulk, p.Export.Reason)
-		if err := d.bulkExport("bulk-2"); err != nil {
+		if err := d.bulkExport("bulk2-" + d.runID); err != nil {
 			finish()
 			return err
 		}
