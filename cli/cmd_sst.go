@@ -20,6 +20,8 @@ import (
 	"github.com/pillarkit/pillar/internal/progress"
 	"github.com/pillarkit/pillar/internal/record"
 	"github.com/pillarkit/pillar/internal/rocks"
+	"github.com/pillarkit/pillar/jobs/pipeline"
+	"github.com/pillarkit/pillar/lorry"
 	"github.com/pillarkit/pillar/sstbuilder"
 )
 
@@ -78,6 +80,7 @@ Examples:
 			&cli.StringFlag{Name: "objstore", Required: true, EnvVars: []string{"PILLAR_OBJSTORE"}, Usage: "object store: a directory, file:///abs/dir or s3://bucket/prefix"},
 			sstS3EndpointFlag,
 			&cli.StringFlag{Name: "register", Usage: "control-plane address host:port to register batches with (default: do not register)"},
+			&cli.StringFlag{Name: "store", EnvVars: []string{"PILLAR_STORE"}, Usage: "the Pillar store the export came from: before registering, check that Lorry delivered every queue record older than the export (else an older delta could land after the snapshot)"},
 			controlTokenFileFlag,
 			controlTLSCAFlag,
 			&cli.IntFlag{Name: "partitions", Usage: "the deployment's partition count (default: the control plane's with --register, else the export's)"},
@@ -154,6 +157,11 @@ func runSSTBuild(c *cli.Context) error {
 		}
 		partitions = cp
 		reg = client
+		if c.String("store") != "" {
+			if err := checkExportOrder(c, meta.ID); err != nil {
+				return err
+			}
+		}
 	}
 	only := map[int]bool{}
 	for _, p := range c.IntSlice("partition") {
@@ -445,4 +453,40 @@ func sstLsCommand() *cli.Command {
 			return tw.Flush()
 		},
 	}
+}
+
+// checkExportOrder refuses to register a bulk export's snapshots while Lorry
+// has not delivered the export-queue records committed before the export:
+// registered after the snapshots, those older deltas would overwrite newer
+// values on the replicas.
+func checkExportOrder(c *cli.Context, exportID string) error {
+	st, err := openStore(c, false, 0)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	sn, err := st.Snapshot(c.Context)
+	if err != nil {
+		return err
+	}
+	var last pipeline.LastExport
+	err = sn.Attr(c.Context, pipeline.AttrLastExport, &last)
+	sn.Release()
+	if err != nil || last.ID != exportID {
+		return fmt.Errorf("--store %s: the last export recorded there is %q, not %q: cannot check the delivery order", c.String("store"), last.ID, exportID)
+	}
+	ls, err := lorry.Status(c.Context, st, time.Now())
+	if err != nil {
+		return err
+	}
+	var behind []string
+	for _, s := range ls {
+		if s.Partition < len(last.QueueEnds) && s.Committed < last.QueueEnds[s.Partition] {
+			behind = append(behind, fmt.Sprintf("p%d (delivered up to %d, export supersedes %d)", s.Partition, s.Committed, last.QueueEnds[s.Partition]))
+		}
+	}
+	if len(behind) > 0 {
+		return fmt.Errorf("export %s: Lorry has not delivered the queue records older than this export in %d partitions (%s): run `pillar lorry run --once` first", exportID, len(behind), strings.Join(behind, ", "))
+	}
+	return nil
 }
