@@ -241,6 +241,12 @@ Examples:
 					fmt.Printf("subsets recompute: these inputs were already processed (run %s): nothing to do\n", r.RunID)
 					return nil
 				}
+				if r.DryRun {
+					fmt.Printf("dry run: would evaluate %d policies over %d pages as of %s, reading ~%s (docs, signals and,\n"+
+						"  when something is published, its chunks and vectors), write a new generation of each subset\n"+
+						"  and queue the export work in one transaction\n", len(r.Subsets), r.Docs, r.AsOf.Format(time.RFC3339), humanBytes(r.ReadBytes))
+					return nil
+				}
 				fmt.Printf("recomputed %d subsets over %d pages as of %s in %s\n", len(r.Subsets), r.Docs, r.AsOf.Format(time.RFC3339), r.Duration)
 				tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "  SUBSET\tEXPORTED\tGEN\tSIZE\tADDS\tREMOVES")

@@ -88,7 +88,10 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 		if err != nil {
 			return nil, err
 		}
-		res.Export = &ExportPlan{Reason: fmt.Sprintf("would read docs, %s, %s and %d exported subsets", cver.Table, ever.Table, len(members))}
+		read := tableBytes(ctx, sn, append([]string{pillar.TableDocs, cver.Table, ever.Table, TableExportState}, members...)...)
+		res.Export = &ExportPlan{Reason: fmt.Sprintf("would read docs, %s, %s, export/state and %d exported subsets (~%d MB), "+
+			"write the published pointer, version states and export/state, and queue a put per changed record (or mark a bulk rebuild)",
+			cver.Table, ever.Table, len(members), read>>20)}
 		return res, nil
 	}
 	release, err := acquire(ctx, st, verb)
@@ -324,3 +327,14 @@ func (p *Pending) Abort() {
 }
 
 func (o *Options) encoding() string { return o.Encoding }
+
+// tableBytes sums the sizes of the tables that exist.
+func tableBytes(ctx context.Context, sn pillar.Snapshot, tables ...string) int64 {
+	var n int64
+	for _, t := range tables {
+		if ti, err := sn.Table(ctx, t); err == nil {
+			n += ti.Bytes
+		}
+	}
+	return n
+}

@@ -86,6 +86,10 @@ type RecomputeResult struct {
 	Export   *ExportPlan     `json:"export,omitempty"`
 	Duration string          `json:"duration"`
 	Docs     int64           `json:"docs"`
+	// DryRun: nothing was evaluated or written; ReadBytes is what a run
+	// would read.
+	DryRun    bool  `json:"dry_run,omitempty"`
+	ReadBytes int64 `json:"read_bytes,omitempty"`
 }
 
 // SubsetSummary is one subset's outcome.
@@ -147,7 +151,19 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 		return res, nil
 	}
 	if opts.DryRun {
-		res.Duration = "0s"
+		res.DryRun = true
+		sn, err := st.Snapshot(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.ReadBytes = tableBytes(ctx, sn, pillar.TableDocs, pillar.TableSignals)
+		if pub != nil {
+			res.ReadBytes += tableBytes(ctx, sn, pillar.ChunksTable(pub.ChunkVersion), pillar.EmbeddingsTable(pub.ChunkVersion, pub.Model), TableExportState)
+		}
+		sn.Release()
+		for _, n := range set.Names() {
+			res.Subsets = append(res.Subsets, SubsetSummary{Name: n, Exported: set.Exported(n)})
+		}
 		return res, nil
 	}
 	release, err := acquire(ctx, st, "subsets recompute")
