@@ -156,7 +156,6 @@ func versionsCommand() *cli.Command {
 			} else {
 				fmt.Println("\npublished: (nothing yet)")
 			}
-			_ = strings.TrimSpace
 			return nil
 		},
 	}

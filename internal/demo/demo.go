@@ -752,13 +752,11 @@ func (d *demo) step6() error {
 		if err := d.drainLorry(); err != nil {
 			return err
 		}
-		took, err := d.cl.waitConverged(d.ctx, 2*time.Minute)
-		if err != nil {
+		if _, err := d.cl.waitConverged(d.ctx, 2*time.Minute); err != nil {
 			return err
 		}
 		d.rep.ConvergeLorry = time.Since(t0)
 		d.say("    Lorry delivered %d delta batches; readable on every replica %s after the drain started", d.rep.Incremental.Batches-before, d.rep.ConvergeLorry.Round(time.Millisecond))
-		_ = took
 		want, err := d.exportedPages()
 		if err != nil {
 			return err

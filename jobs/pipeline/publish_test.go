@@ -233,7 +233,6 @@ func TestPublishAtomicAndRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A publish whose export job fails leaves everything as it was.
-	gen := st.Info().Generation
 	bad := o
 	bad.Runner = &failReduce{Runner: jobs.NewLocal(st, nil)}
 	if _, err := Publish(ctx, st, r2.Version, "hash:dim=16", bad); err == nil {
@@ -252,7 +251,6 @@ func TestPublishAtomicAndRollback(t *testing.T) {
 			t.Fatalf("failed publish left scratch %s", ti.Name)
 		}
 	}
-	_ = gen
 	if _, err := Publish(ctx, st, r2.Version, "hash:dim=16", o); err != nil {
 		t.Fatal(err)
 	}
