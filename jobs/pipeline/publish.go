@@ -94,19 +94,11 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 			cver.Table, ever.Table, len(members), read>>20)}
 		return res, nil
 	}
-	release, err := acquire(ctx, st, verb)
+	lk, err := acquire(ctx, st, verb)
 	if err != nil {
 		return nil, err
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			_ = release(nil)
-		}
-	}()
-	if err := dropScratch(ctx, st); err != nil {
-		return nil, err
-	}
+	defer lk.abandon()
 	sn2, err := st.Snapshot(ctx)
 	if err != nil {
 		return nil, err
@@ -164,18 +156,9 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 			return nil, err
 		}
 	}
-	for _, t := range []string{desired, skipped} {
-		if err := tx.DropTable(ctx, t); err != nil {
-			return nil, err
-		}
-	}
-	if err := release(tx); err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := lk.commit(tx); err != nil {
 		return nil, fmt.Errorf("%s: commit: %w", verb, err)
 	}
-	ok = true
 	return res, nil
 }
 
@@ -205,19 +188,16 @@ type ExportResult struct {
 func Export(ctx context.Context, st pillar.Store, sink ExportSink, opts Options) (res *ExportResult, pending *Pending, err error) {
 	opts.ensureDefaults(st)
 	start := time.Now()
-	release, err := acquire(ctx, st, "export")
+	lk, err := acquire(ctx, st, "export")
 	if err != nil {
 		return nil, nil, err
 	}
 	handed := false
 	defer func() {
 		if !handed {
-			_ = release(nil)
+			lk.abandon()
 		}
 	}()
-	if err := dropScratch(ctx, st); err != nil {
-		return nil, nil, err
-	}
 	sn, err := st.Snapshot(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -268,7 +248,7 @@ func Export(ctx context.Context, st pillar.Store, sink ExportSink, opts Options)
 	}
 	res.Duration = time.Since(start).Round(time.Millisecond).String()
 	handed = true
-	return res, &Pending{tx: tx, release: release, commit: func(id, dir string) error {
+	return res, &Pending{tx: tx, lock: lk, commit: func(id, dir string) error {
 		if err := writeState(ctx, tx, rows); err != nil {
 			return err
 		}
@@ -279,15 +259,7 @@ func Export(ctx context.Context, st pillar.Store, sink ExportSink, opts Options)
 		if err := tx.SetAttr(ctx, AttrLastExport, last); err != nil {
 			return err
 		}
-		for _, t := range []string{desired, skipped} {
-			if err := tx.DropTable(ctx, t); err != nil {
-				return err
-			}
-		}
-		if err := release(tx); err != nil {
-			return err
-		}
-		if err := tx.Commit(ctx); err != nil {
+		if err := lk.commit(tx); err != nil {
 			return fmt.Errorf("export: commit: %w", err)
 		}
 		return nil
@@ -296,10 +268,10 @@ func Export(ctx context.Context, st pillar.Store, sink ExportSink, opts Options)
 
 // Pending is a bulk export waiting for its files to be finished.
 type Pending struct {
-	tx      pillar.Tx
-	release func(pillar.Tx) error
-	commit  func(id, dir string) error
-	done    bool
+	tx     pillar.Tx
+	lock   *opLock
+	commit func(id, dir string) error
+	done   bool
 }
 
 // Commit records the export (id, where its files are) in the store.
@@ -310,9 +282,7 @@ func (p *Pending) Commit(id, dir string) error {
 	p.done = true
 	err := p.commit(id, dir)
 	p.tx.Abort()
-	if err != nil {
-		_ = p.release(nil)
-	}
+	p.lock.abandon() // a no-op when the commit released it
 	return err
 }
 
@@ -323,7 +293,7 @@ func (p *Pending) Abort() {
 	}
 	p.done = true
 	p.tx.Abort()
-	_ = p.release(nil)
+	p.lock.abandon()
 }
 
 func (o *Options) encoding() string { return o.Encoding }

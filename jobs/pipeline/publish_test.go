@@ -265,7 +265,7 @@ func TestPublishAtomicAndRollback(t *testing.T) {
 		t.Fatalf("states after rollback: %s %s", v1.State, v2.State)
 	}
 	// A recompute while another operation holds the store is refused.
-	release, err := acquire(ctx, st, "publish")
+	lk, err := acquire(ctx, st, "publish")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestPublishAtomicAndRollback(t *testing.T) {
 	if _, err := Recompute(ctx, st, set2, time.Now(), o); !errors.Is(err, ErrBusy) {
 		t.Fatalf("recompute during publish: %v", err)
 	}
-	release(nil)
+	lk.abandon()
 }
 
 func mustTables(t *testing.T, sn pillar.Snapshot) []pillar.TableInfo {

@@ -90,10 +90,20 @@ var ErrBusy = errors.New("another pipeline operation is in progress")
 // lockTTL: a lock older than this is considered abandoned.
 const lockTTL = time.Hour
 
+// opLock is the held pipeline lock of one operation. Scratch tables (tmp/)
+// belong to the holder: acquire drops stale ones, and commit drops the
+// holder's in its final transaction.
+type opLock struct {
+	ctx  context.Context
+	st   pillar.Store
+	held bool
+}
+
 // acquire takes the pipeline lock for op, refusing while another live
-// operation holds it. A lock of a dead process on this host, or older than
-// lockTTL, is taken over.
-func acquire(ctx context.Context, st pillar.Store, op string) (release func(pillar.Tx) error, err error) {
+// operation holds it, and drops scratch tables left by dead operations. A
+// lock of a dead process on this host, or older than lockTTL, is taken over.
+// The caller defers abandon and ends with commit.
+func acquire(ctx context.Context, st pillar.Store, op string) (*opLock, error) {
 	host, _ := os.Hostname()
 	tx, err := st.Begin(ctx)
 	if err != nil {
@@ -122,20 +132,74 @@ func acquire(ctx context.Context, st pillar.Store, op string) (release func(pill
 		}
 		return nil, err
 	}
-	return func(tx pillar.Tx) error {
-		if tx != nil {
-			return tx.DeleteAttr(ctx, AttrLock)
-		}
-		t, err := st.Begin(ctx)
-		if err != nil {
+	lk := &opLock{ctx: ctx, st: st, held: true}
+	if err := lk.dropScratch(nil); err != nil {
+		lk.abandon()
+		return nil, err
+	}
+	return lk, nil
+}
+
+// commit ends the operation: tx drops the scratch tables, releases the
+// lock and commits, all at once.
+func (l *opLock) commit(tx pillar.Tx) error {
+	if err := l.dropScratch(tx); err != nil {
+		return err
+	}
+	if err := tx.DeleteAttr(l.ctx, AttrLock); err != nil {
+		return err
+	}
+	if err := tx.Commit(l.ctx); err != nil {
+		return err
+	}
+	l.held = false
+	return nil
+}
+
+// abandon releases the lock (scratch stays for the next holder to drop);
+// a no-op after commit.
+func (l *opLock) abandon() {
+	if !l.held {
+		return
+	}
+	l.held = false
+	tx, err := l.st.Begin(l.ctx)
+	if err != nil {
+		return
+	}
+	defer tx.Abort()
+	if tx.DeleteAttr(l.ctx, AttrLock) == nil {
+		_ = tx.Commit(l.ctx)
+	}
+}
+
+// dropScratch drops every tmp/ table, in tx or (nil) in a commit of its own.
+func (l *opLock) dropScratch(tx pillar.Tx) error {
+	own := tx == nil
+	if own {
+		var err error
+		if tx, err = l.st.Begin(l.ctx); err != nil {
 			return err
 		}
-		defer t.Abort()
-		if err := t.DeleteAttr(ctx, AttrLock); err != nil {
-			return err
+		defer tx.Abort()
+	}
+	tables, err := tx.Tables(l.ctx)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, t := range tables {
+		if strings.HasPrefix(t.Name, "tmp/") {
+			if err := tx.DropTable(l.ctx, t.Name); err != nil {
+				return err
+			}
+			n++
 		}
-		return t.Commit(ctx)
-	}, nil
+	}
+	if !own || n == 0 {
+		return nil
+	}
+	return tx.Commit(l.ctx)
 }
 
 // exportedSubsets returns the member tables of the exported subsets.
@@ -159,32 +223,6 @@ func exportedSubsets(ctx context.Context, sn pillar.Snapshot) ([]string, error) 
 	}
 	sort.Strings(out)
 	return out, nil
-}
-
-// dropScratch drops every tmp/ table (stale scratch of dead operations).
-func dropScratch(ctx context.Context, st pillar.Store) error {
-	tx, err := st.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Abort()
-	tables, err := tx.Tables(ctx)
-	if err != nil {
-		return err
-	}
-	n := 0
-	for _, t := range tables {
-		if strings.HasPrefix(t.Name, "tmp/") {
-			if err := tx.DropTable(ctx, t.Name); err != nil {
-				return err
-			}
-			n++
-		}
-	}
-	if n == 0 {
-		return nil
-	}
-	return tx.Commit(ctx)
 }
 
 // computeDesired runs the export job for pub over memberTables into the

@@ -166,19 +166,11 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 		}
 		return res, nil
 	}
-	release, err := acquire(ctx, st, "subsets recompute")
+	lk, err := acquire(ctx, st, "subsets recompute")
 	if err != nil {
 		return nil, err
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			_ = release(nil)
-		}
-	}()
-	if err := dropScratch(ctx, st); err != nil {
-		return nil, err
-	}
+	defer lk.abandon()
 	scratch := fmt.Sprintf("tmp/recompute-%d", time.Now().UnixNano())
 	matchesTable := scratch + "/matches"
 
@@ -355,27 +347,12 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 		}
 		res.Export = plan
 	}
-	tables, err := tx.Tables(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range tables {
-		if strings.HasPrefix(t.Name, scratch+"/") {
-			if err := tx.DropTable(ctx, t.Name); err != nil {
-				return nil, err
-			}
-		}
-	}
 	if err := tx.MarkConsumed(ctx, runID); err != nil {
 		return nil, err
 	}
-	if err := release(tx); err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := lk.commit(tx); err != nil {
 		return nil, fmt.Errorf("subsets recompute: commit: %w", err)
 	}
-	ok = true
 	res.Duration = time.Since(start).Round(time.Millisecond).String()
 	return res, nil
 }
