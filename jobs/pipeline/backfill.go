@@ -103,53 +103,40 @@ const PendingPrefix = "backfill-pending/"
 // pendingTable returns the pending table of a version table.
 func pendingTable(table string) string { return PendingPrefix + table }
 
-// pageHashes reads (page_key → content_hash) of a table's rows, plus the set
-// of keys and the byte size per page of the text column when textOf is set.
-func pageHashes(ctx context.Context, sn pillar.Snapshot, table string, row func() any, get func(any) (key, hash string, bytes int)) (map[string]string, map[string]int, error) {
+// pageHashes reads page_key → content_hash of a table's rows (a missing
+// table has none), and the bytes per page that a stage would read.
+func pageHashes[T any](ctx context.Context, sn pillar.Snapshot, table string, get func(*T) (key, hash string, bytes int)) (map[string]string, map[string]int, error) {
 	hashes := map[string]string{}
 	sizes := map[string]int{}
-	rr, err := sn.ReadTable(ctx, table, nil)
-	if errors.Is(err, pillar.ErrNotFound) {
-		return hashes, sizes, nil
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	defer rr.Close()
-	for rr.Next() {
-		r := row()
-		if err := rr.Scan(r); err != nil {
-			return nil, nil, err
-		}
+	err := eachRow(ctx, sn, table, true, func(r *T) error {
 		k, h, n := get(r)
 		hashes[k] = h
 		sizes[k] += n
-	}
-	return hashes, sizes, rr.Err()
+		return nil
+	})
+	return hashes, sizes, err
 }
 
 func docHashes(ctx context.Context, sn pillar.Snapshot) (map[string]string, map[string]int, error) {
-	return pageHashes(ctx, sn, pillar.TableDocs, func() any { return &pillar.Doc{} }, func(r any) (string, string, int) {
-		d := r.(*pillar.Doc)
+	return pageHashes(ctx, sn, pillar.TableDocs, func(d *pillar.Doc) (string, string, int) {
 		return d.PageKey, d.ContentHash, len(d.Text)
 	})
 }
 
 func chunkHashes(ctx context.Context, sn pillar.Snapshot, table string) (map[string]string, map[string]int, error) {
-	return versionHashes(ctx, sn, table, func() any { return &pillar.Chunk{} }, func(r any) (string, string, int) {
-		c := r.(*pillar.Chunk)
+	return versionHashes(ctx, sn, table, func(c *pillar.Chunk) (string, string, int) {
 		return c.PageKey, c.ContentHash, len(c.Text)
 	})
 }
 
 // versionHashes is pageHashes over a version table and its pending rows
 // (which are newer).
-func versionHashes(ctx context.Context, sn pillar.Snapshot, table string, row func() any, get func(any) (string, string, int)) (map[string]string, map[string]int, error) {
-	h, sz, err := pageHashes(ctx, sn, table, row, get)
+func versionHashes[T any](ctx context.Context, sn pillar.Snapshot, table string, get func(*T) (string, string, int)) (map[string]string, map[string]int, error) {
+	h, sz, err := pageHashes(ctx, sn, table, get)
 	if err != nil {
 		return nil, nil, err
 	}
-	ph, psz, err := pageHashes(ctx, sn, pendingTable(table), row, get)
+	ph, psz, err := pageHashes(ctx, sn, pendingTable(table), get)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -161,8 +148,7 @@ func versionHashes(ctx context.Context, sn pillar.Snapshot, table string, row fu
 }
 
 func embedHashes(ctx context.Context, sn pillar.Snapshot, table string) (map[string]string, map[string]int, error) {
-	return versionHashes(ctx, sn, table, func() any { return &pillar.Embedding{} }, func(r any) (string, string, int) {
-		e := r.(*pillar.Embedding)
+	return versionHashes(ctx, sn, table, func(e *pillar.Embedding) (string, string, int) {
 		return e.PageKey, e.ContentHash, 4 * len(e.Vector)
 	})
 }
@@ -246,24 +232,9 @@ func Rechunk(ctx context.Context, st pillar.Store, spec string, opts Options) (*
 		res.Rows, res.Pages, res.Duration = v.Rows, v.Pages, time.Since(start).Round(time.Millisecond).String()
 		return res, nil // up to date: commit nothing
 	}
-	for i, sl := range slices {
-		job := &RechunkJob{Spec: ch.Spec(), Done: done, Lo: sl[0], Hi: sl[1]}
-		n, err := runSlice(ctx, st, opts, fmt.Sprintf("rechunk %s slice %d/%d", cv, i+1, len(slices)), job,
-			[]string{pillar.TableDocs}, jobs.Output{Table: pendingTable(table), RowType: pillar.Chunk{}, Append: true}, v)
-		if err != nil {
-			return res, err
-		}
-		res.Slices++
-		res.RowsWritten += n
-	}
-	if err := finish(ctx, st, v, table, func() any { return &pillar.Chunk{} }, func(r any) (string, string, int32) {
-		c := r.(*pillar.Chunk)
-		return c.PageKey, c.ContentHash, c.ChunkNo
-	}, docs, res); err != nil {
-		return res, err
-	}
-	res.Duration = time.Since(start).Round(time.Millisecond).String()
-	return res, nil
+	return build(ctx, st, opts, v, res, start, slices, pillar.TableDocs, docs,
+		func(lo, hi string) mapreduce.Job { return &RechunkJob{Spec: ch.Spec(), Done: done, Lo: lo, Hi: hi} },
+		func(c *pillar.Chunk) (string, string, int32) { return c.PageKey, c.ContentHash, c.ChunkNo })
 }
 
 // Embed brings embedding version (cv, model spec) up to date with chunk
@@ -327,20 +298,29 @@ func Embed(ctx context.Context, st pillar.Store, cv, modelSpec string, opts Opti
 		res.Rows, res.Pages, res.Duration = v.Rows, v.Pages, time.Since(start).Round(time.Millisecond).String()
 		return res, nil // up to date: commit nothing
 	}
+	return build(ctx, st, opts, v, res, start, slices, cver.Table, source,
+		func(lo, hi string) mapreduce.Job {
+			return &EmbedJob{Spec: emb.Spec(), Done: done, Lo: lo, Hi: hi, Batch: opts.Batch}
+		},
+		func(e *pillar.Embedding) (string, string, int32) { return e.PageKey, e.ContentHash, e.ChunkNo })
+}
+
+// build runs a version's slices (each its own commit) into its pending
+// table, then completes the version (finish).
+func build[T any](ctx context.Context, st pillar.Store, opts Options, v *pillar.Version, res *Result, start time.Time,
+	slices [][2]string, input string, source map[string]string,
+	newJob func(lo, hi string) mapreduce.Job, get func(*T) (string, string, int32)) (*Result, error) {
+	var zero T
 	for i, sl := range slices {
-		job := &EmbedJob{Spec: emb.Spec(), Done: done, Lo: sl[0], Hi: sl[1], Batch: opts.Batch}
-		n, err := runSlice(ctx, st, opts, fmt.Sprintf("embed %s slice %d/%d", id, i+1, len(slices)), job,
-			[]string{cver.Table}, jobs.Output{Table: pendingTable(table), RowType: pillar.Embedding{}, Append: true}, v)
+		n, err := runSlice(ctx, st, opts, fmt.Sprintf("backfill %s %s slice %d/%d", v.Kind, v.ID, i+1, len(slices)), newJob(sl[0], sl[1]),
+			[]string{input}, jobs.Output{Table: pendingTable(v.Table), RowType: zero, Append: true}, v)
 		if err != nil {
 			return res, err
 		}
 		res.Slices++
 		res.RowsWritten += n
 	}
-	if err := finish(ctx, st, v, table, func() any { return &pillar.Embedding{} }, func(r any) (string, string, int32) {
-		e := r.(*pillar.Embedding)
-		return e.PageKey, e.ContentHash, e.ChunkNo
-	}, source, res); err != nil {
+	if err := finish(ctx, st, v, v.Table, get, source, res); err != nil {
 		return res, err
 	}
 	res.Duration = time.Since(start).Round(time.Millisecond).String()
@@ -387,7 +367,7 @@ func runSlice(ctx context.Context, st pillar.Store, opts Options, title string, 
 // finish compacts the version's table (drops rows whose content hash is not
 // the source's current one, sorts by page key and number) and marks the
 // version complete, in one transaction.
-func finish(ctx context.Context, st pillar.Store, v *pillar.Version, table string, row func() any, get func(any) (string, string, int32), source map[string]string, res *Result) error {
+func finish[T any](ctx context.Context, st pillar.Store, v *pillar.Version, table string, get func(*T) (key, hash string, no int32), source map[string]string, res *Result) error {
 	tx, err := st.Begin(ctx)
 	if err != nil {
 		return err
@@ -396,37 +376,21 @@ func finish(ctx context.Context, st pillar.Store, v *pillar.Version, table strin
 	type item struct {
 		key string
 		no  int32
-		row any
+		row *T
 	}
 	var items []item
-	sorted, dropped, hasPending := true, 0, false
+	dropped := 0
 	for _, t := range []string{table, pendingTable(table)} {
-		rr, err := tx.ReadTable(ctx, t, nil)
-		if errors.Is(err, pillar.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		hasPending = hasPending || t != table
-		for rr.Next() {
-			r := row()
-			if err := rr.Scan(r); err != nil {
-				rr.Close()
-				return err
-			}
+		err := eachRow(ctx, tx, t, true, func(r *T) error {
 			k, h, no := get(r)
 			if source[k] != h {
 				dropped++
-				continue
-			}
-			if n := len(items); n > 0 && (items[n-1].key > k || items[n-1].key == k && items[n-1].no >= no) {
-				sorted = false
+				return nil
 			}
 			items = append(items, item{k, no, r})
-		}
-		rr.Close()
-		if err := rr.Err(); err != nil {
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 	}
@@ -438,33 +402,31 @@ func finish(ctx context.Context, st pillar.Store, v *pillar.Version, table strin
 			empty++
 		}
 	}
-	compact := false
-	if ti, terr := tx.Table(ctx, table); terr != nil || ti.Files > 1 || strings.Join(ti.SortedBy, ",") != "page_key,chunk_no" {
-		compact = true
+	_, perr := tx.Table(ctx, pendingTable(table))
+	hasPending := perr == nil
+	// Rewrite unless the table is already one sorted file with nothing to drop
+	// or merge.
+	rewrite := hasPending || dropped > 0
+	if ti, err := tx.Table(ctx, table); err != nil || ti.Files > 1 || strings.Join(ti.SortedBy, ",") != "page_key,chunk_no" {
+		rewrite = true
 	}
 	if hasPending {
 		if err := tx.DropTable(ctx, pendingTable(table)); err != nil {
 			return err
 		}
 	}
-	if !sorted || dropped > 0 || compact || hasPending {
+	if rewrite {
 		sort.SliceStable(items, func(i, j int) bool {
 			if items[i].key != items[j].key {
 				return items[i].key < items[j].key
 			}
 			return items[i].no < items[j].no
 		})
-		w, err := tx.WriteTable(ctx, table, row(), &pillar.WriteOptions{SortedBy: []string{"page_key", "chunk_no"}})
-		if err != nil {
-			return err
+		rows := make([]T, len(items))
+		for i, it := range items {
+			rows[i] = *it.row
 		}
-		for _, it := range items {
-			if err := w.Write(it.row); err != nil {
-				w.Close()
-				return err
-			}
-		}
-		if err := w.Close(); err != nil {
+		if err := writeRows(ctx, tx, table, rows, "page_key", "chunk_no"); err != nil {
 			return err
 		}
 	}

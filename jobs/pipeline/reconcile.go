@@ -282,22 +282,11 @@ type ExportPlan struct {
 // readState reads export/state as page_key → row.
 func readState(ctx context.Context, sn pillar.Snapshot) (map[string]ExportState, error) {
 	out := map[string]ExportState{}
-	rr, err := sn.ReadTable(ctx, TableExportState, nil)
-	if errors.Is(err, pillar.ErrNotFound) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer rr.Close()
-	for rr.Next() {
-		var s ExportState
-		if err := rr.Scan(&s); err != nil {
-			return nil, err
-		}
-		out[s.PageKey] = s
-	}
-	return out, rr.Err()
+	err := eachRow(ctx, sn, TableExportState, true, func(s *ExportState) error {
+		out[s.PageKey] = *s
+		return nil
+	})
+	return out, err
 }
 
 // reconcile compares the committed scratch table desired with export/state
@@ -385,33 +374,9 @@ func reconcile(ctx context.Context, tx pillar.Tx, opts Options, desired, skipped
 
 func writeState(ctx context.Context, tx pillar.Tx, rows []ExportState) error {
 	sort.Slice(rows, func(i, j int) bool { return rows[i].PageKey < rows[j].PageKey })
-	w, err := tx.WriteTable(ctx, TableExportState, ExportState{}, &pillar.WriteOptions{SortedBy: []string{"page_key"}})
-	if err != nil {
-		return err
-	}
-	for i := range rows {
-		if err := w.Write(&rows[i]); err != nil {
-			w.Close()
-			return err
-		}
-	}
-	return w.Close()
+	return writeRows(ctx, tx, TableExportState, rows, "page_key")
 }
 
 func scanDesired(ctx context.Context, sn pillar.Snapshot, table string, fn func(*Desired) error) error {
-	rr, err := sn.ReadTable(ctx, table, nil)
-	if err != nil {
-		return err
-	}
-	defer rr.Close()
-	for rr.Next() {
-		var d Desired
-		if err := rr.Scan(&d); err != nil {
-			return err
-		}
-		if err := fn(&d); err != nil {
-			return err
-		}
-	}
-	return rr.Err()
+	return eachRow(ctx, sn, table, false, fn)
 }

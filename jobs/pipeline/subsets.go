@@ -203,22 +203,14 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 		return nil, err
 	}
 	var matches []subsets.Match
-	rr, err := sn.ReadTable(ctx, matchesTable, nil)
+	err = eachRow(ctx, sn, matchesTable, false, func(m *subsets.Match) error {
+		matches = append(matches, *m)
+		return nil
+	})
+	sn.Release()
 	if err != nil {
-		sn.Release()
 		return nil, err
 	}
-	for rr.Next() {
-		var m subsets.Match
-		if err := rr.Scan(&m); err != nil {
-			rr.Close()
-			sn.Release()
-			return nil, err
-		}
-		matches = append(matches, m)
-	}
-	rr.Close()
-	sn.Release()
 	members := map[string][]pillar.SubsetMember{}
 	for _, name := range set.Names() {
 		ms, err := set.Members(name, matches)
@@ -358,37 +350,16 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 }
 
 func writeMembers(ctx context.Context, tx pillar.Tx, table string, rows []pillar.SubsetMember) error {
-	w, err := tx.WriteTable(ctx, table, pillar.SubsetMember{}, &pillar.WriteOptions{SortedBy: []string{"page_key"}})
-	if err != nil {
-		return err
-	}
-	for i := range rows {
-		if err := w.Write(&rows[i]); err != nil {
-			w.Close()
-			return err
-		}
-	}
-	return w.Close()
+	return writeRows(ctx, tx, table, rows, "page_key")
 }
 
 func readMembers(ctx context.Context, sn pillar.Snapshot, table string) ([]pillar.SubsetMember, error) {
-	rr, err := sn.ReadTable(ctx, table, nil)
-	if errors.Is(err, pillar.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer rr.Close()
 	var out []pillar.SubsetMember
-	for rr.Next() {
-		var m pillar.SubsetMember
-		if err := rr.Scan(&m); err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, rr.Err()
+	err := eachRow(ctx, sn, table, true, func(m *pillar.SubsetMember) error {
+		out = append(out, *m)
+		return nil
+	})
+	return out, err
 }
 
 // SubsetInfo is what `subsets show` prints.
