@@ -108,13 +108,6 @@ func rollbackCommand() *cli.Command {
 	}
 }
 
-// exportSink routes export rows to an sstbuilder.ExportWriter.
-type exportSink struct{ w *sstbuilder.ExportWriter }
-
-func (s exportSink) Write(key, op string, value []byte) error {
-	return s.w.Write(sstbuilder.ExportRow{PageKey: key, Op: op, Value: value})
-}
-
 func exportCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "export",
@@ -160,7 +153,7 @@ Examples:
 			}
 			opts := pipelineOptions(c)
 			opts.Encoding = c.String("encoding")
-			res, pending, err := pipeline.Export(c.Context, st, exportSink{w}, opts)
+			res, pending, err := pipeline.Export(c.Context, st, w, opts)
 			if err != nil {
 				w.Abort()
 				return err

@@ -431,6 +431,12 @@ func NewExportWriter(dir string, partitions int, kind string, opts *ExportOption
 // ID returns the export id.
 func (w *ExportWriter) ID() string { return w.meta.ID }
 
+// WriteRecord writes a row with sequence number 0 (a snapshot export has
+// one row per key); it makes an ExportWriter a jobs/pipeline.ExportSink.
+func (w *ExportWriter) WriteRecord(pageKey, op string, value []byte) error {
+	return w.Write(ExportRow{PageKey: pageKey, Op: op, Value: value})
+}
+
 // Write routes a row to its partition's file.
 func (w *ExportWriter) Write(row ExportRow) error {
 	if w.err != nil {

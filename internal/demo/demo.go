@@ -365,7 +365,7 @@ func (d *demo) bulkExport(id string) error {
 	if err != nil {
 		return err
 	}
-	res, pending, err := pipeline.Export(d.ctx, d.st, sinkOf(w), pipeline.Options{Logger: d.o.Logger})
+	res, pending, err := pipeline.Export(d.ctx, d.st, w, pipeline.Options{Logger: d.o.Logger})
 	if err != nil {
 		w.Abort()
 		return err
@@ -407,14 +407,6 @@ func (d *demo) bulkExport(id string) error {
 	d.say("    built and registered %d snapshot batches (%d SST files, %.1f MB) in %s", len(br.Partitions), files, float64(bytes)/1e6, br.Elapsed.Round(time.Millisecond))
 	return nil
 }
-
-type sink struct{ w *sstbuilder.ExportWriter }
-
-func (s sink) Write(key, op string, value []byte) error {
-	return s.w.Write(sstbuilder.ExportRow{PageKey: key, Op: op, Value: value})
-}
-
-func sinkOf(w *sstbuilder.ExportWriter) pipeline.ExportSink { return sink{w} }
 
 // step3 starts the serving side and loads the first bulk export.
 func (d *demo) step3() error {

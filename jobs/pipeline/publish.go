@@ -165,7 +165,7 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 // ExportSink receives the rows of a bulk export, sorted by page key within
 // each partition (sstbuilder's ExportWriter is one).
 type ExportSink interface {
-	Write(pageKey string, op string, value []byte) error
+	WriteRecord(pageKey, op string, value []byte) error
 }
 
 // ExportResult reports a bulk export.
@@ -232,7 +232,7 @@ func Export(ctx context.Context, st pillar.Store, sink ExportSink, opts Options)
 		res.Pages++
 		res.Bytes += int64(len(d.Value))
 		rows = append(rows, ExportState{PageKey: d.PageKey, Partition: d.Partition, RecordHash: d.RecordHash})
-		return sink.Write(d.PageKey, pillar.OpPut, d.Value)
+		return sink.WriteRecord(d.PageKey, pillar.OpPut, d.Value)
 	})
 	if err != nil {
 		tx.Abort()

@@ -20,7 +20,7 @@ import (
 // memSink collects a bulk export.
 type memSink struct{ keys []string }
 
-func (m *memSink) Write(key, op string, value []byte) error {
+func (m *memSink) WriteRecord(key, op string, value []byte) error {
 	if _, err := record.Unmarshal(value); err != nil {
 		return err
 	}
