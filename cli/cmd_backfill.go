@@ -123,16 +123,11 @@ func versionsCommand() *cli.Command {
    pillar versions --store data/store --json`,
 		Flags: []cli.Flag{storeFlag, &cli.BoolFlag{Name: "json", Usage: "print as JSON"}},
 		Action: func(c *cli.Context) error {
-			st, err := openStore(c, false, 0)
+			sn, done, err := openSnapshot(c)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
-			sn, err := st.Snapshot(c.Context)
-			if err != nil {
-				return err
-			}
-			defer sn.Release()
+			defer done()
 			vs, err := pillar.Versions(c.Context, sn)
 			if err != nil {
 				return err

@@ -258,16 +258,11 @@ Examples:
    pillar subsets show --store data/store`,
 			Flags: []cli.Flag{storeFlag, &cli.BoolFlag{Name: "json", Usage: "print as JSON"}},
 			Action: func(c *cli.Context) error {
-				st, err := openStore(c, false, 0)
+				sn, done, err := openSnapshot(c)
 				if err != nil {
 					return err
 				}
-				defer st.Close()
-				sn, err := st.Snapshot(c.Context)
-				if err != nil {
-					return err
-				}
-				defer sn.Release()
+				defer done()
 				ms, err := pipeline.SubsetInfo(c.Context, sn)
 				if err != nil {
 					return err
@@ -303,16 +298,11 @@ Examples:
 				&cli.IntFlag{Name: "limit", Value: 50, Usage: "list at most this many pages per kind (0: all)"},
 			},
 			Action: func(c *cli.Context) error {
-				st, err := openStore(c, false, 0)
+				sn, done, err := openSnapshot(c)
 				if err != nil {
 					return err
 				}
-				defer st.Close()
-				sn, err := st.Snapshot(c.Context)
-				if err != nil {
-					return err
-				}
-				defer sn.Release()
+				defer done()
 				meta, changes, err := pipeline.SubsetDiff(c.Context, sn, c.String("subset"))
 				if err != nil {
 					return err

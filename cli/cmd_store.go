@@ -48,6 +48,21 @@ func openStore(c *cli.Context, create bool, partitions int) (pillar.Store, error
 	return st, err
 }
 
+// openSnapshot opens the store named by --store and a snapshot of it;
+// done releases both.
+func openSnapshot(c *cli.Context) (pillar.Snapshot, func(), error) {
+	st, err := openStore(c, false, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	sn, err := st.Snapshot(c.Context)
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return sn, func() { sn.Release(); st.Close() }, nil
+}
+
 func ingestCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "ingest",
@@ -116,16 +131,11 @@ func tablesCommand() *cli.Command {
 			&cli.BoolFlag{Name: "schema", Usage: "print each table's columns"},
 		},
 		Action: func(c *cli.Context) error {
-			st, err := openStore(c, false, 0)
+			sn, done, err := openSnapshot(c)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
-			sn, err := st.Snapshot(c.Context)
-			if err != nil {
-				return err
-			}
-			defer sn.Release()
+			defer done()
 			info := sn.Info()
 			fmt.Printf("store %s (%s backend), %d partitions, generation %d\n\n", info.Root, info.Backend, info.Partitions, info.Generation)
 			tables, err := sn.Tables(c.Context)

@@ -212,16 +212,11 @@ Examples:
 			if t := c.Timestamp("as-of"); t != nil {
 				asOf = *t
 			}
-			st, err := openStore(c, false, 0)
+			sn, done, err := openSnapshot(c)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
-			sn, err := st.Snapshot(c.Context)
-			if err != nil {
-				return err
-			}
-			defer sn.Release()
+			defer done()
 			page, err := loadPage(c.Context, sn, key.String())
 			if err != nil {
 				return err
