@@ -117,15 +117,35 @@ func pageHashes[T any](ctx context.Context, sn pillar.Snapshot, table string, ge
 	return hashes, sizes, err
 }
 
+// Projections of the row types: reading a table into one of these decodes
+// only its columns, not the text or vectors the done-sets never look at.
+type (
+	docHead struct {
+		PageKey     string `parquet:"page_key"`
+		ContentHash string `parquet:"content_hash"`
+		TextLen     int64  `parquet:"text_len"`
+	}
+	chunkHead struct {
+		PageKey     string `parquet:"page_key"`
+		ContentHash string `parquet:"content_hash"`
+		Start       int32  `parquet:"start"`
+		End         int32  `parquet:"end"`
+	}
+	embedHead struct {
+		PageKey     string `parquet:"page_key"`
+		ContentHash string `parquet:"content_hash"`
+	}
+)
+
 func docHashes(ctx context.Context, sn pillar.Snapshot) (map[string]string, map[string]int, error) {
-	return pageHashes(ctx, sn, pillar.TableDocs, func(d *pillar.Doc) (string, string, int) {
-		return d.PageKey, d.ContentHash, len(d.Text)
+	return pageHashes(ctx, sn, pillar.TableDocs, func(d *docHead) (string, string, int) {
+		return d.PageKey, d.ContentHash, int(d.TextLen)
 	})
 }
 
 func chunkHashes(ctx context.Context, sn pillar.Snapshot, table string) (map[string]string, map[string]int, error) {
-	return versionHashes(ctx, sn, table, func(c *pillar.Chunk) (string, string, int) {
-		return c.PageKey, c.ContentHash, len(c.Text)
+	return versionHashes(ctx, sn, table, func(c *chunkHead) (string, string, int) {
+		return c.PageKey, c.ContentHash, int(c.End - c.Start)
 	})
 }
 
@@ -148,8 +168,8 @@ func versionHashes[T any](ctx context.Context, sn pillar.Snapshot, table string,
 }
 
 func embedHashes(ctx context.Context, sn pillar.Snapshot, table string) (map[string]string, map[string]int, error) {
-	return versionHashes(ctx, sn, table, func(e *pillar.Embedding) (string, string, int) {
-		return e.PageKey, e.ContentHash, 4 * len(e.Vector)
+	return versionHashes(ctx, sn, table, func(e *embedHead) (string, string, int) {
+		return e.PageKey, e.ContentHash, 0
 	})
 }
 

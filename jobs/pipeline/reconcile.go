@@ -302,10 +302,12 @@ func reconcile(ctx context.Context, tx pillar.Tx, opts Options, desired, skipped
 	if ti, err := tx.Table(ctx, skipped); err == nil {
 		plan.Skipped = int(ti.Rows)
 	}
-	// Pass 1: count the changes.
+	// Pass 1: count the changes. It reads the desired table as ExportState
+	// rows, so the records themselves (the value column) are not decoded;
+	// pass 2 reads them only when they are queued.
 	seen := map[string]bool{}
 	var next []ExportState
-	err = scanDesired(ctx, tx, desired, func(d *Desired) error {
+	err = eachRow(ctx, tx, desired, false, func(d *ExportState) error {
 		seen[d.PageKey] = true
 		plan.Desired++
 		if s, ok := state[d.PageKey]; ok && s.RecordHash == d.RecordHash {
@@ -313,7 +315,7 @@ func reconcile(ctx context.Context, tx pillar.Tx, opts Options, desired, skipped
 		} else {
 			plan.Puts++
 		}
-		next = append(next, ExportState{PageKey: d.PageKey, Partition: d.Partition, RecordHash: d.RecordHash})
+		next = append(next, *d)
 		return nil
 	})
 	if err != nil {
