@@ -121,19 +121,19 @@ func pageHashes[T any](ctx context.Context, sn pillar.Snapshot, table string, ge
 // only its columns, not the text or vectors the done-sets never look at.
 type (
 	docHead struct {
-		PageKey     string `parquet:"page_key"`
-		ContentHash string `parquet:"content_hash"`
-		TextLen     int64  `parquet:"text_len"`
+		PageKey     string `yson:"page_key" parquet:"page_key"`
+		ContentHash string `yson:"content_hash" parquet:"content_hash"`
+		TextLen     int64  `yson:"text_len" parquet:"text_len"`
 	}
 	chunkHead struct {
-		PageKey     string `parquet:"page_key"`
-		ContentHash string `parquet:"content_hash"`
-		Start       int32  `parquet:"start"`
-		End         int32  `parquet:"end"`
+		PageKey     string `yson:"page_key" parquet:"page_key"`
+		ContentHash string `yson:"content_hash" parquet:"content_hash"`
+		Start       int32  `yson:"start" parquet:"start"`
+		End         int32  `yson:"end" parquet:"end"`
 	}
 	embedHead struct {
-		PageKey     string `parquet:"page_key"`
-		ContentHash string `parquet:"content_hash"`
+		PageKey     string `yson:"page_key" parquet:"page_key"`
+		ContentHash string `yson:"content_hash" parquet:"content_hash"`
 	}
 )
 
