@@ -1,5 +1,7 @@
 package pillar
 
+import "fmt"
+
 // Row types of the Pillar tables. Every type carries yson tags (YTsaurus and
 // the MapReduce job protocol) and parquet tags (the embedded store); the
 // column names are the same in both. Page keys are stored as 32 lower-case hex
@@ -96,4 +98,23 @@ type ExportRecord struct {
 	Cause     string `yson:"cause" parquet:"cause"`
 	// CommittedAt is the commit time in unix milliseconds (set by the store).
 	CommittedAt int64 `yson:"committed_at" parquet:"committed_at"`
+}
+
+// Validate checks a record before it is enqueued in a store of partitions
+// partitions: its key, its partition (which must be the key's) and its op.
+func (r *ExportRecord) Validate(partitions int) error {
+	if r.Partition < 0 || int(r.Partition) >= partitions {
+		return fmt.Errorf("page %s: partition %d out of range [0,%d)", r.PageKey, r.Partition, partitions)
+	}
+	k, err := ParseKey(r.PageKey)
+	if err != nil {
+		return err
+	}
+	if p := k.Partition(partitions); p != int(r.Partition) {
+		return fmt.Errorf("page %s: partition %d, but the key belongs to %d", r.PageKey, r.Partition, p)
+	}
+	if r.Op != OpPut && r.Op != OpDelete {
+		return fmt.Errorf("page %s: op %q is neither put nor delete", r.PageKey, r.Op)
+	}
+	return nil
 }

@@ -243,20 +243,9 @@ func (t *tx) ExpectAttr(ctx context.Context, name string) error {
 }
 
 func (t *tx) Enqueue(ctx context.Context, recs ...pillar.ExportRecord) error {
-	parts := t.s.meta.Partitions
-	for i, r := range recs {
-		if r.Partition < 0 || int(r.Partition) >= parts {
-			return t.errf("enqueue record %d (page %s): partition %d out of range [0,%d)", i, r.PageKey, r.Partition, parts)
-		}
-		k, err := pillar.ParseKey(r.PageKey)
-		if err != nil {
+	for i := range recs {
+		if err := recs[i].Validate(t.s.meta.Partitions); err != nil {
 			return t.errf("enqueue record %d: %v", i, err)
-		}
-		if k.Partition(parts) != int(r.Partition) {
-			return t.errf("enqueue record %d (page %s): partition %d, but the key belongs to %d", i, r.PageKey, r.Partition, k.Partition(parts))
-		}
-		if r.Op != pillar.OpPut && r.Op != pillar.OpDelete {
-			return t.errf("enqueue record %d (page %s): op %q is neither put nor delete", i, r.PageKey, r.Op)
 		}
 	}
 	t.mu.Lock()
