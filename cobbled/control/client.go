@@ -187,7 +187,7 @@ func (c *Client) ListBatches(ctx context.Context, partition int, afterSeq int64,
 		if err != nil {
 			return nil, fmt.Errorf("control: partition %d seq %d: %w", partition, b.Seq, err)
 		}
-		out = append(out, BatchEntry{Seq: b.Seq, Manifest: *m, RegisteredAt: time.UnixMilli(b.RegisteredAtMs)})
+		out = append(out, BatchEntry{Seq: b.Seq, Manifest: *m, RegisteredAt: time.UnixMilli(b.RegisteredAtMs), Retracted: b.Retracted})
 	}
 	return out, nil
 }
@@ -238,6 +238,27 @@ func (c *Client) RemoveNode(ctx context.Context, nodeID string, force bool) erro
 	return nil
 }
 
+// RetractBatch marks a registered batch bad for the reason why: replicas
+// skip it and the partition moves on with the batches registered after it
+// (register a replacement: a new snapshot, or a re-built delta). Unknown ids
+// fail with ErrNotFound.
+func (c *Client) RetractBatch(ctx context.Context, id, why string) (Retraction, error) {
+	r, err := c.rpc.RetractBatch(ctx, &controlpb.RetractBatchRequest{BatchId: id, Why: why})
+	if err != nil {
+		return Retraction{}, fromStatus("retract batch "+id, err)
+	}
+	return Retraction{Partition: int(r.Partition), Seq: r.Seq, Already: r.Already}, nil
+}
+
+// ReportFault records a replica's fault, or clears it (empty Reason).
+func (c *Client) ReportFault(ctx context.Context, f Fault) error {
+	_, err := c.rpc.ReportFault(ctx, &controlpb.ReportFaultRequest{NodeId: f.Node, Partition: int32(f.Partition), BatchId: f.BatchID, Reason: f.Reason, Serving: f.Serving})
+	if err != nil {
+		return fromStatus(fmt.Sprintf("report fault %s p%d", f.Node, f.Partition), err)
+	}
+	return nil
+}
+
 // GetRouting returns the current routing table.
 func (c *Client) GetRouting(ctx context.Context) (*Routing, error) {
 	return c.WatchRouting(ctx, 0, 0)
@@ -262,7 +283,7 @@ func (c *Client) WatchRouting(ctx context.Context, known int64, wait time.Durati
 		}
 		for _, rep := range pr.Replicas {
 			out.Replicas[p] = append(out.Replicas[p], Replica{NodeID: rep.NodeId, Addr: rep.Addr, Zone: rep.Zone, State: rep.State,
-				AppliedSeq: rep.AppliedSeq, LagBatches: rep.LagBatches, Lag: time.Duration(rep.LagMs) * time.Millisecond})
+				AppliedSeq: rep.AppliedSeq, LagBatches: rep.LagBatches, Lag: time.Duration(rep.LagMs) * time.Millisecond, Fault: rep.Fault})
 		}
 	}
 	return out, nil

@@ -31,6 +31,10 @@ var (
 	// ErrNodeUp: RemoveNode of a node that is up (without force). gRPC
 	// FailedPrecondition.
 	ErrNodeUp = errors.New("control: node is up")
+	// ErrNotDelivered: RegisterBatch of a snapshot that supersedes
+	// export-queue records whose deltas are not registered yet. Retry once
+	// they are (Lorry delivers them). gRPC FailedPrecondition.
+	ErrNotDelivered = errors.New("control: superseded deltas not delivered yet")
 	// ErrUnauthenticated: a mutating call without the right bearer token.
 	// gRPC Unauthenticated.
 	ErrUnauthenticated = errors.New("control: unauthenticated")

@@ -19,6 +19,7 @@ type Metrics struct {
 	longPolls  prometheus.Gauge
 	version    prometheus.Gauge
 	nodes      *prometheus.GaugeVec
+	faults     *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered collectors named pillar_control_*.
@@ -38,11 +39,13 @@ func NewMetrics() *Metrics {
 			Help: "Current routing version."}),
 		nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pillar_control_nodes",
 			Help: "Registered nodes by state."}, []string{"state"}),
+		faults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pillar_control_replica_faults_total",
+			Help: "Replica fault reports (kind: reported, cleared)."}, []string{"kind"}),
 	}
 }
 
 func (m *Metrics) all() []prometheus.Collector {
-	return []prometheus.Collector{m.rpcs, m.rpcSeconds, m.registered, m.collected, m.longPolls, m.version, m.nodes}
+	return []prometheus.Collector{m.rpcs, m.rpcSeconds, m.registered, m.collected, m.longPolls, m.version, m.nodes, m.faults}
 }
 
 // Describe implements prometheus.Collector.
@@ -71,6 +74,17 @@ func (m *Metrics) batchRegistered() {
 	if m != nil {
 		m.registered.Inc()
 	}
+}
+
+func (m *Metrics) replicaFault(reported bool) {
+	if m == nil {
+		return
+	}
+	kind := "cleared"
+	if reported {
+		kind = "reported"
+	}
+	m.faults.WithLabelValues(kind).Inc()
 }
 
 func (m *Metrics) batchCollected() {

@@ -55,6 +55,29 @@ var migrations = []migration{
 			applied_at_ms BIGINT NOT NULL,
 			PRIMARY KEY (part, node_id))`,
 	}},
+	// Integrity and ordering (issue 19).
+	//   partitions.delivered_end: the highest queue_end of the partition's
+	//     registered deltas; a snapshot superseding more is refused.
+	//   batches.parent: the id of the batch before it in its partition.
+	//   batches.retracted: non-empty = retracted for this reason.
+	//   batches.stamped: 1 once manifest.json in the object store carries
+	//     seq and parent (Server stamps it after registration).
+	//   faults: each replica's last reported fault.
+	{2, "integrity and ordering", []string{
+		`ALTER TABLE partitions ADD COLUMN delivered_end BIGINT NOT NULL DEFAULT 0`,
+		`ALTER TABLE batches ADD COLUMN parent TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE batches ADD COLUMN retracted TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE batches ADD COLUMN stamped INTEGER NOT NULL DEFAULT 0`,
+		`CREATE INDEX batches_unstamped ON batches (part, seq) WHERE stamped = 0`,
+		`CREATE TABLE faults (
+			part INTEGER NOT NULL,
+			node_id TEXT NOT NULL,
+			batch_id TEXT NOT NULL,
+			reason TEXT NOT NULL,
+			serving INTEGER NOT NULL,
+			at_ms BIGINT NOT NULL,
+			PRIMARY KEY (part, node_id))`,
+	}},
 }
 
 // SchemaVersion is the schema version this binary migrates to.

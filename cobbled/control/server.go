@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -58,6 +59,8 @@ var mutating = map[string]bool{
 	controlpb.Control_Heartbeat_FullMethodName:     true,
 	controlpb.Control_ReportApplied_FullMethodName: true,
 	controlpb.Control_RemoveNode_FullMethodName:    true,
+	controlpb.Control_RetractBatch_FullMethodName:  true,
+	controlpb.Control_ReportFault_FullMethodName:   true,
 }
 
 // longPoll names the methods that may wait up to MaxWait.
@@ -124,6 +127,7 @@ var sentinelReasons = []struct {
 	{ErrUnavailable, codes.Unavailable, "UNAVAILABLE"},
 	{ErrUnauthenticated, codes.Unauthenticated, "UNAUTHENTICATED"},
 	{ErrNodeUp, codes.FailedPrecondition, "NODE_UP"},
+	{ErrNotDelivered, codes.FailedPrecondition, "NOT_DELIVERED"},
 }
 
 const errorDomain = "control.pillar"
@@ -175,8 +179,51 @@ func (s *Server) RegisterBatch(ctx context.Context, req *controlpb.RegisterBatch
 		s.notify.batch(m.Partition)
 		s.o.Metrics.batchRegistered()
 		s.o.Logger.Debug("control: batch registered", "partition", m.Partition, "seq", seq, "id", m.ID, "kind", m.Kind)
+		// Best effort: the GC loop stamps what is left unstamped.
+		if _, err := s.StampManifests(ctx, m.Partition, seq); err != nil {
+			s.o.Logger.Warn("control: stamp manifest", "partition", m.Partition, "seq", seq, "id", m.ID, "err", err)
+		}
 	}
 	return &controlpb.RegisterBatchResponse{Seq: seq, Existed: existed}, nil
+}
+
+// RetractBatch marks a batch bad; replicas skip it.
+func (s *Server) RetractBatch(ctx context.Context, req *controlpb.RetractBatchRequest) (*controlpb.RetractBatchResponse, error) {
+	r, err := s.store.RetractBatch(ctx, req.BatchId, req.Why)
+	if err != nil {
+		return nil, err
+	}
+	if !r.Already {
+		// Recorded next to the batch too, so a log rebuilt from the object
+		// store keeps the retraction.
+		if w, ok := s.o.Objects.(objectWriter); ok {
+			why := []byte(req.Why + "\n")
+			if err := w.Put(ctx, batch.Prefix(r.Partition, req.BatchId)+RetractedObject, bytes.NewReader(why), int64(len(why)), nil); err != nil {
+				s.o.Logger.Warn("control: record retraction in the object store", "id", req.BatchId, "err", err)
+			}
+		}
+		s.notify.batch(r.Partition)
+		s.o.Logger.Warn("control: batch retracted", "partition", r.Partition, "seq", r.Seq, "id", req.BatchId, "why", req.Why)
+	}
+	return &controlpb.RetractBatchResponse{Partition: int32(r.Partition), Seq: r.Seq, Already: r.Already}, nil
+}
+
+// ReportFault records a replica's fault; one that stops serving changes the
+// routing at once.
+func (s *Server) ReportFault(ctx context.Context, req *controlpb.ReportFaultRequest) (*controlpb.ReportFaultResponse, error) {
+	f := Fault{Node: req.NodeId, Partition: int(req.Partition), BatchID: req.BatchId, Reason: req.Reason, Serving: req.Serving}
+	changed, err := s.store.ReportFault(ctx, f, s.o.Now())
+	if err != nil {
+		return nil, err
+	}
+	if f.Reason != "" {
+		s.o.Logger.Warn("control: replica fault", "node", f.Node, "partition", f.Partition, "batch", f.BatchID, "serving", f.Serving, "reason", f.Reason)
+	}
+	s.o.Metrics.replicaFault(f.Reason != "")
+	if changed {
+		s.notify.routing()
+	}
+	return &controlpb.ReportFaultResponse{}, nil
 }
 
 // ListBatches returns the batches after a seq, waiting up to wait_ms (capped
@@ -225,7 +272,7 @@ func listResponse(entries []rawEntry, head PartitionHead) (*controlpb.ListBatche
 	resp := &controlpb.ListBatchesResponse{NewestSeq: head.NewestSeq, CollectedThrough: head.CollectedThrough,
 		Batches: make([]*controlpb.BatchEntry, len(entries))}
 	for i, e := range entries {
-		resp.Batches[i] = &controlpb.BatchEntry{Seq: e.seq, ManifestJson: e.manifest, RegisteredAtMs: e.registeredAt.UnixMilli()}
+		resp.Batches[i] = &controlpb.BatchEntry{Seq: e.seq, ManifestJson: e.manifest, RegisteredAtMs: e.registeredAt.UnixMilli(), Retracted: e.retracted}
 	}
 	return resp, nil
 }
@@ -335,7 +382,7 @@ func routingToPB(r *Routing) *controlpb.Routing {
 		}
 		for _, rep := range reps {
 			pr.Replicas = append(pr.Replicas, &controlpb.Replica{NodeId: rep.NodeID, Addr: rep.Addr, Zone: rep.Zone, State: rep.State,
-				AppliedSeq: rep.AppliedSeq, LagBatches: rep.LagBatches, LagMs: rep.Lag.Milliseconds()})
+				AppliedSeq: rep.AppliedSeq, LagBatches: rep.LagBatches, LagMs: rep.Lag.Milliseconds(), Fault: rep.Fault})
 		}
 		out.Partition = append(out.Partition, pr)
 	}
@@ -504,6 +551,9 @@ func (s *Server) gcLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		gctx, cancel := context.WithTimeout(ctx, max(s.o.GCInterval, 5*time.Minute))
+		if n, err := s.StampManifests(gctx, -1, 0); err != nil && ctx.Err() == nil {
+			s.o.Logger.Warn("control: stamp manifests", "err", err, "stamped", n)
+		}
 		st, err := s.CollectGarbage(gctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {

@@ -41,6 +41,12 @@ type StoreOptions struct {
 	ConnectTimeout time.Duration
 	// Logger receives migration notes. The default value discards.
 	Logger *slog.Logger
+	// SkipIntegrityCheck skips the checks an SQLite database gets at open:
+	// its write-ahead log is inspected for damage and truncation before
+	// SQLite recovers it, then PRAGMA quick_check runs; either failing is
+	// ErrDamaged naming the file. (PostgreSQL checks its own pages.) The
+	// default value false runs them.
+	SkipIntegrityCheck bool
 }
 
 func (o *StoreOptions) ensureDefaults() {
@@ -107,6 +113,11 @@ func OpenStore(ctx context.Context, dsn string, opts *StoreOptions) (*Store, err
 			}
 		}
 		s.backend, s.target = BackendSQLite, "sqlite "+path
+		if !o.SkipIntegrityCheck {
+			if err := checkWAL(path + "-wal"); err != nil {
+				return nil, err
+			}
+		}
 		// SQLite URI filenames are percent-decoded and end at '?' or '#':
 		// escape those so any path names its own file.
 		uriPath := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)
@@ -135,6 +146,12 @@ func OpenStore(ctx context.Context, dsn string, opts *StoreOptions) (*Store, err
 	if err != nil {
 		s.db.Close()
 		return nil, fmt.Errorf("control: %s: unreachable: %w: %w", s.target, ErrUnavailable, err)
+	}
+	if s.backend == BackendSQLite && !o.SkipIntegrityCheck {
+		if err := quickCheck(ctx, s.db, s.target); err != nil {
+			s.db.Close()
+			return nil, err
+		}
 	}
 	if err := s.migrate(ctx, o.Logger); err != nil {
 		s.db.Close()
@@ -372,35 +389,64 @@ func (s *Store) CheckManifest(m *batch.Manifest) error {
 }
 
 // RegisterBatch appends a batch to its partition's log and returns its seq.
-// Registering an id again with the same manifest returns the original seq and
+// Registering an id again with the same manifest (compared without the
+// control-plane-assigned Seq and Parent) returns the original seq and
 // existed=true; with a different manifest it fails with ErrConflict.
 // Concurrent calls never leave a gap: the seq is taken under the partition
 // row's lock in the same transaction as the insert.
+//
+// Ordering: a snapshot whose Supersedes is beyond the queue end covered by
+// the partition's registered deltas is refused with ErrNotDelivered
+// (retryable once those deltas are registered). The stored manifest carries
+// its Seq and Parent (the id of the partition's previous batch).
 func (s *Store) RegisterBatch(ctx context.Context, m *batch.Manifest, now time.Time) (seq int64, existed bool, err error) {
 	if err := s.CheckManifest(m); err != nil {
 		return 0, false, err
 	}
-	raw, err := json.Marshal(m)
+	canon := m.Canonical()
+	raw, err := json.Marshal(canon)
 	if err != nil {
 		return 0, false, fmt.Errorf("control: batch %q: encode manifest: %w", m.ID, err)
 	}
 	for attempt := 0; ; attempt++ {
 		err = s.tx(ctx, "register batch "+m.ID, func(tx *sql.Tx) error {
 			var ok bool
-			if seq, ok, err = s.existingBatch(ctx, tx, m, raw); err != nil || ok {
+			if seq, ok, err = s.existingBatch(ctx, tx, canon.ID, raw); err != nil || ok {
 				existed = ok
 				return err
 			}
-			if err := tx.QueryRowContext(ctx, s.q(`UPDATE partitions SET newest_seq = newest_seq + 1, newest_at_ms = ? WHERE part = ? RETURNING newest_seq`),
-				now.UnixMilli(), m.Partition).Scan(&seq); err != nil {
+			var delivered int64
+			if err := tx.QueryRowContext(ctx, s.q(`UPDATE partitions SET newest_seq = newest_seq + 1, newest_at_ms = ? WHERE part = ? RETURNING newest_seq, delivered_end`),
+				now.UnixMilli(), m.Partition).Scan(&seq, &delivered); err != nil {
+				return err
+			}
+			if m.Kind == batch.KindSnapshot && m.Supersedes > delivered {
+				return errf(ErrNotDelivered, "batch %q: snapshot of partition %d supersedes export-queue offsets below %d, but the registered deltas cover only up to %d: register those deltas first (run Lorry), then retry",
+					m.ID, m.Partition, m.Supersedes, delivered)
+			}
+			if m.Kind == batch.KindDelta && m.QueueEnd > delivered {
+				if _, err := tx.ExecContext(ctx, s.q(`UPDATE partitions SET delivered_end = ? WHERE part = ?`), m.QueueEnd, m.Partition); err != nil {
+					return err
+				}
+			}
+			stamped := *canon
+			stamped.Seq = seq
+			if seq > 1 {
+				// The previous seq may be a collected row; it keeps its id.
+				if err := tx.QueryRowContext(ctx, s.q(`SELECT id FROM batches WHERE part = ? AND seq = ?`), m.Partition, seq-1).Scan(&stamped.Parent); err != nil && !errors.Is(err, sql.ErrNoRows) {
+					return err
+				}
+			}
+			full, err := json.Marshal(&stamped)
+			if err != nil {
 				return err
 			}
 			// A concurrent registration of the same id that committed
 			// since the check above makes the insert fail with a unique
 			// violation; the retry below then finds it. The seq taken
 			// here rolls back with the insert, so no gap is left.
-			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO batches (part, seq, id, kind, manifest, registered_at_ms) VALUES (?, ?, ?, ?, ?, ?)`),
-				m.Partition, seq, m.ID, m.Kind, string(raw), now.UnixMilli()); err != nil {
+			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO batches (part, seq, id, kind, manifest, registered_at_ms, parent) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+				m.Partition, seq, m.ID, m.Kind, string(full), now.UnixMilli(), stamped.Parent); err != nil {
 				return err
 			}
 			return s.notifyTx(ctx, tx, channelBatches, strconv.Itoa(m.Partition))
@@ -417,20 +463,134 @@ func (s *Store) RegisterBatch(ctx context.Context, m *batch.Manifest, now time.T
 	}
 }
 
-func (s *Store) existingBatch(ctx context.Context, tx *sql.Tx, m *batch.Manifest, raw []byte) (int64, bool, error) {
+// existingBatch finds batch id; raw is the canonical JSON of the manifest
+// being registered, compared with the stored one made canonical.
+func (s *Store) existingBatch(ctx context.Context, tx *sql.Tx, id string, raw []byte) (int64, bool, error) {
 	var seq int64
 	var have string
-	err := tx.QueryRowContext(ctx, s.q(`SELECT seq, manifest FROM batches WHERE id = ?`), m.ID).Scan(&seq, &have)
+	err := tx.QueryRowContext(ctx, s.q(`SELECT seq, manifest FROM batches WHERE id = ?`), id).Scan(&seq, &have)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, err
 	}
-	if have != string(raw) {
-		return 0, false, errf(ErrConflict, "batch %q: already registered (partition seq %d) with a different manifest", m.ID, seq)
+	var stored batch.Manifest
+	if err := json.Unmarshal([]byte(have), &stored); err != nil {
+		return 0, false, fmt.Errorf("batch %q: stored manifest: %w", id, err)
+	}
+	canon, err := json.Marshal(stored.Canonical())
+	if err != nil {
+		return 0, false, err
+	}
+	if string(canon) != string(raw) {
+		return 0, false, errf(ErrConflict, "batch %q: already registered (partition seq %d) with a different manifest", id, seq)
 	}
 	return seq, true, nil
+}
+
+// Retraction is the result of RetractBatch.
+type Retraction struct {
+	Partition int
+	Seq       int64
+	Already   bool // it was retracted before (the first reason stays)
+}
+
+// RetractBatch marks batch id bad for the reason why: it stays in the log
+// with its seq (ids are never reused), replicas skip it, and it never
+// counts as a garbage-collection floor. Unknown ids fail with ErrNotFound.
+func (s *Store) RetractBatch(ctx context.Context, id, why string) (Retraction, error) {
+	var r Retraction
+	if strings.TrimSpace(why) == "" {
+		return r, errf(ErrInvalid, "retract batch %q: a reason is required", id)
+	}
+	err := s.tx(ctx, "retract batch "+id, func(tx *sql.Tx) error {
+		var have string
+		err := tx.QueryRowContext(ctx, s.q(`SELECT part, seq, retracted FROM batches WHERE id = ?`), id).Scan(&r.Partition, &r.Seq, &have)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errf(ErrNotFound, "retract batch %q: not registered", id)
+		}
+		if err != nil {
+			return err
+		}
+		if have != "" {
+			r.Already = true
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE batches SET retracted = ? WHERE id = ?`), why, id); err != nil {
+			return err
+		}
+		return s.notifyTx(ctx, tx, channelBatches, strconv.Itoa(r.Partition))
+	})
+	return r, err
+}
+
+// Fault is a replica's reported fault.
+type Fault struct {
+	Node      string
+	Partition int
+	BatchID   string // the refused batch; "" for a fault of the replica itself
+	Reason    string // shown as is: "corrupt batch <id>: <why>", "corrupt replica: <why>"
+	Serving   bool   // false: the replica does not serve the partition (routers skip it)
+}
+
+// ReportFault records (or, with an empty Reason, clears) a replica's fault.
+// A fault with Serving=false also resets the replica's progress to 0 (it
+// rebuilds the partition from the log) and, like any change of Serving,
+// bumps the routing version so routers stop (or resume) sending it reads.
+func (s *Store) ReportFault(ctx context.Context, f Fault, now time.Time) (routingChanged bool, err error) {
+	if err := s.checkPartition(f.Partition); err != nil {
+		return false, err
+	}
+	err = s.tx(ctx, "report fault", func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, s.q(`SELECT 1 FROM nodes WHERE id = ?`), f.Node).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errf(ErrUnknownNode, "report fault: node %q is not registered", f.Node)
+		}
+		if err != nil {
+			return err
+		}
+		wasServing := true
+		var serving int
+		err = tx.QueryRowContext(ctx, s.q(`SELECT serving FROM faults WHERE part = ? AND node_id = ?`), f.Partition, f.Node).Scan(&serving)
+		if err == nil {
+			wasServing = serving != 0
+		} else if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if f.Reason == "" {
+			f.Serving = true
+			if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM faults WHERE part = ? AND node_id = ?`), f.Partition, f.Node); err != nil {
+				return err
+			}
+		} else {
+			sv := 0
+			if f.Serving {
+				sv = 1
+			}
+			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO faults (part, node_id, batch_id, reason, serving, at_ms) VALUES (?, ?, ?, ?, ?, ?)
+				ON CONFLICT (part, node_id) DO UPDATE SET batch_id = excluded.batch_id, reason = excluded.reason, serving = excluded.serving, at_ms = excluded.at_ms`),
+				f.Partition, f.Node, f.BatchID, f.Reason, sv, now.UnixMilli()); err != nil {
+				return err
+			}
+		}
+		if !f.Serving {
+			if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM progress WHERE part = ? AND node_id = ?`), f.Partition, f.Node); err != nil {
+				return err
+			}
+		}
+		if f.Serving == wasServing {
+			return nil
+		}
+		routingChanged = true
+		var version int64
+		if err := tx.QueryRowContext(ctx, `UPDATE cluster SET routing_version = routing_version + 1 WHERE id = 1 RETURNING routing_version`).Scan(&version); err != nil {
+			return err
+		}
+		return s.notifyTx(ctx, tx, channelRouting, strconv.FormatInt(version, 10))
+	})
+	return routingChanged, err
 }
 
 // PartitionHead is a partition's log position.
@@ -456,7 +616,7 @@ func (s *Store) ListBatches(ctx context.Context, partition int, afterSeq int64, 
 	}
 	out := make([]BatchEntry, len(raws))
 	for i, r := range raws {
-		out[i] = BatchEntry{Seq: r.seq, RegisteredAt: r.registeredAt}
+		out[i] = BatchEntry{Seq: r.seq, RegisteredAt: r.registeredAt, Retracted: r.retracted}
 		if err := json.Unmarshal(r.manifest, &out[i].Manifest); err != nil {
 			return nil, head, fmt.Errorf("control: %s: partition %d seq %d: stored manifest: %w", s.target, partition, r.seq, err)
 		}
@@ -470,6 +630,7 @@ type rawEntry struct {
 	seq          int64
 	manifest     []byte
 	registeredAt time.Time
+	retracted    string
 }
 
 func (s *Store) listRaw(ctx context.Context, partition int, afterSeq int64, limit int) ([]rawEntry, PartitionHead, error) {
@@ -493,7 +654,7 @@ func (s *Store) listRaw(ctx context.Context, partition int, afterSeq int64, limi
 		if afterSeq >= head.NewestSeq {
 			return nil
 		}
-		rows, err := s.db.QueryContext(ctx, s.q(`SELECT seq, manifest, registered_at_ms FROM batches
+		rows, err := s.db.QueryContext(ctx, s.q(`SELECT seq, manifest, registered_at_ms, retracted FROM batches
 			WHERE part = ? AND seq > ? AND gc_state = 0 ORDER BY seq LIMIT ?`), partition, afterSeq, limit)
 		if err != nil {
 			return err
@@ -502,7 +663,7 @@ func (s *Store) listRaw(ctx context.Context, partition int, afterSeq int64, limi
 		for rows.Next() {
 			var e rawEntry
 			var ms int64
-			if err := rows.Scan(&e.seq, &e.manifest, &ms); err != nil {
+			if err := rows.Scan(&e.seq, &e.manifest, &ms, &e.retracted); err != nil {
 				return err
 			}
 			e.registeredAt = time.UnixMilli(ms)
@@ -809,11 +970,13 @@ func (s *Store) Routing(ctx context.Context, now time.Time) (*Routing, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		rows, err = tx.QueryContext(ctx, `SELECT a.part, a.node_id, n.addr, n.zone, n.state, COALESCE(p.applied_seq, 0), COALESCE(b.registered_at_ms, 0)
+		rows, err = tx.QueryContext(ctx, `SELECT a.part, a.node_id, n.addr, n.zone, n.state, COALESCE(p.applied_seq, 0), COALESCE(b.registered_at_ms, 0),
+				COALESCE(f.reason, ''), COALESCE(f.serving, 1)
 			FROM assignments a
 			JOIN nodes n ON n.id = a.node_id
 			LEFT JOIN progress p ON p.part = a.part AND p.node_id = a.node_id
 			LEFT JOIN batches b ON b.part = a.part AND b.seq = COALESCE(p.applied_seq, 0) + 1
+			LEFT JOIN faults f ON f.part = a.part AND f.node_id = a.node_id
 			ORDER BY a.part, a.slot`)
 		if err != nil {
 			return err
@@ -823,7 +986,8 @@ func (s *Store) Routing(ctx context.Context, now time.Time) (*Routing, error) {
 			var p int
 			var rep Replica
 			var pending int64
-			if err := rows.Scan(&p, &rep.NodeID, &rep.Addr, &rep.Zone, &rep.State, &rep.AppliedSeq, &pending); err != nil {
+			var serving int
+			if err := rows.Scan(&p, &rep.NodeID, &rep.Addr, &rep.Zone, &rep.State, &rep.AppliedSeq, &pending, &rep.Fault, &serving); err != nil {
 				return err
 			}
 			if p < 0 || p >= s.partitions {
@@ -831,6 +995,9 @@ func (s *Store) Routing(ctx context.Context, now time.Time) (*Routing, error) {
 			}
 			if rep.State == StateGone {
 				rep.State = StateDown
+			}
+			if serving == 0 && rep.State == StateUp {
+				rep.State = StateCorrupt
 			}
 			rep.LagBatches = r.NewestSeq[p] - rep.AppliedSeq
 			if rep.LagBatches > 0 && pending > 0 {
@@ -893,7 +1060,7 @@ func (s *Store) MarkCollectable(ctx context.Context) (int64, error) {
 		}
 		for _, f := range floors {
 			var snap sql.NullInt64
-			if err := tx.QueryRowContext(ctx, s.q(`SELECT MAX(seq) FROM batches WHERE part = ? AND kind = ? AND seq <= ? AND gc_state = 0`),
+			if err := tx.QueryRowContext(ctx, s.q(`SELECT MAX(seq) FROM batches WHERE part = ? AND kind = ? AND seq <= ? AND gc_state = 0 AND retracted = ''`),
 				f.part, batch.KindSnapshot, f.minApplied).Scan(&snap); err != nil {
 				return err
 			}

@@ -11,6 +11,9 @@ const (
 	StateUp   = "up"   // heartbeating; routed to
 	StateDown = "down" // missed heartbeats past DownAfter; still assigned, not routed to
 	StateGone = "gone" // down past ReassignAfter; its partitions are reassigned
+	// StateCorrupt is a replica (not a node) state in routing: the replica
+	// found its own data corrupt and rebuilds it; it is not routed to.
+	StateCorrupt = "corrupt"
 )
 
 // BatchEntry is one registered batch of a partition's log.
@@ -18,6 +21,9 @@ type BatchEntry struct {
 	Seq          int64
 	Manifest     batch.Manifest
 	RegisteredAt time.Time
+	// Retracted is non-empty when the batch was retracted (the reason):
+	// replicas skip it.
+	Retracted string
 }
 
 // Node is a serving node as it registers itself.
@@ -28,8 +34,11 @@ type Node struct {
 // Replica is one replica of a partition in a routing table.
 type Replica struct {
 	NodeID, Addr, Zone string
-	State              string // StateUp or StateDown
+	State              string // StateUp, StateDown or StateCorrupt
 	AppliedSeq         int64
+	// Fault is the replica's last reported fault ("" when healthy), e.g.
+	// "corrupt batch <id>: <reason>".
+	Fault string
 	// LagBatches is the partition's newest seq minus AppliedSeq.
 	LagBatches int64
 	// Lag is the age of the oldest batch the replica has not applied yet

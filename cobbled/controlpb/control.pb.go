@@ -301,8 +301,11 @@ type BatchEntry struct {
 	Seq            int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	ManifestJson   []byte                 `protobuf:"bytes,2,opt,name=manifest_json,json=manifestJson,proto3" json:"manifest_json,omitempty"`
 	RegisteredAtMs int64                  `protobuf:"varint,3,opt,name=registered_at_ms,json=registeredAtMs,proto3" json:"registered_at_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Non-empty: the batch was retracted (pillar control retract) for this
+	// reason; replicas skip it (advance past it without applying it).
+	Retracted     string `protobuf:"bytes,4,opt,name=retracted,proto3" json:"retracted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BatchEntry) Reset() {
@@ -354,6 +357,13 @@ func (x *BatchEntry) GetRegisteredAtMs() int64 {
 		return x.RegisteredAtMs
 	}
 	return 0
+}
+
+func (x *BatchEntry) GetRetracted() string {
+	if x != nil {
+		return x.Retracted
+	}
+	return ""
 }
 
 type ListBatchesResponse struct {
@@ -805,14 +815,19 @@ func (x *GetRoutingRequest) GetWaitMs() int64 {
 }
 
 type Replica struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	Zone          string                 `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
-	State         string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"` // "up" or "down"
-	AppliedSeq    int64                  `protobuf:"varint,5,opt,name=applied_seq,json=appliedSeq,proto3" json:"applied_seq,omitempty"`
-	LagBatches    int64                  `protobuf:"varint,6,opt,name=lag_batches,json=lagBatches,proto3" json:"lag_batches,omitempty"` // newest_seq - applied_seq
-	LagMs         int64                  `protobuf:"varint,7,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`                // age of the oldest batch the replica has not applied
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	NodeId     string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Addr       string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Zone       string                 `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
+	State      string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"` // "up" or "down"
+	AppliedSeq int64                  `protobuf:"varint,5,opt,name=applied_seq,json=appliedSeq,proto3" json:"applied_seq,omitempty"`
+	LagBatches int64                  `protobuf:"varint,6,opt,name=lag_batches,json=lagBatches,proto3" json:"lag_batches,omitempty"` // newest_seq - applied_seq
+	LagMs      int64                  `protobuf:"varint,7,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`                // age of the oldest batch the replica has not applied
+	// The replica's last reported fault, e.g. "corrupt batch <id>: <reason>"
+	// (it refused the batch and serves the previous data) or "corrupt
+	// replica: <reason>" (then state is "corrupt": not routed to while it
+	// rebuilds). Empty when healthy.
+	Fault         string `protobuf:"bytes,8,opt,name=fault,proto3" json:"fault,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -894,6 +909,13 @@ func (x *Replica) GetLagMs() int64 {
 		return x.LagMs
 	}
 	return 0
+}
+
+func (x *Replica) GetFault() string {
+	if x != nil {
+		return x.Fault
+	}
+	return ""
 }
 
 type PartitionReplicas struct {
@@ -1278,6 +1300,235 @@ func (x *RemoveNodeResponse) GetRoutingVersion() int64 {
 	return 0
 }
 
+// RetractBatch marks a registered batch bad: replicas skip it. The batch
+// keeps its seq; a replacement is registered as a new batch.
+type RetractBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	Why           string                 `protobuf:"bytes,2,opt,name=why,proto3" json:"why,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetractBatchRequest) Reset() {
+	*x = RetractBatchRequest{}
+	mi := &file_control_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetractBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetractBatchRequest) ProtoMessage() {}
+
+func (x *RetractBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetractBatchRequest.ProtoReflect.Descriptor instead.
+func (*RetractBatchRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RetractBatchRequest) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+func (x *RetractBatchRequest) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
+type RetractBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Seq           int64                  `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Already       bool                   `protobuf:"varint,3,opt,name=already,proto3" json:"already,omitempty"` // it was retracted before
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetractBatchResponse) Reset() {
+	*x = RetractBatchResponse{}
+	mi := &file_control_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetractBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetractBatchResponse) ProtoMessage() {}
+
+func (x *RetractBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetractBatchResponse.ProtoReflect.Descriptor instead.
+func (*RetractBatchResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RetractBatchResponse) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *RetractBatchResponse) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RetractBatchResponse) GetAlready() bool {
+	if x != nil {
+		return x.Already
+	}
+	return false
+}
+
+// ReportFault records a replica's fault (or clears it, with an empty
+// reason). serving=false: the replica does not serve the partition until it
+// has rebuilt it (routers skip it).
+type ReportFaultRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	BatchId       string                 `protobuf:"bytes,3,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"` // the refused batch; empty for a replica fault
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Serving       bool                   `protobuf:"varint,5,opt,name=serving,proto3" json:"serving,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportFaultRequest) Reset() {
+	*x = ReportFaultRequest{}
+	mi := &file_control_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportFaultRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportFaultRequest) ProtoMessage() {}
+
+func (x *ReportFaultRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportFaultRequest.ProtoReflect.Descriptor instead.
+func (*ReportFaultRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ReportFaultRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ReportFaultRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ReportFaultRequest) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+func (x *ReportFaultRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ReportFaultRequest) GetServing() bool {
+	if x != nil {
+		return x.Serving
+	}
+	return false
+}
+
+type ReportFaultResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportFaultResponse) Reset() {
+	*x = ReportFaultResponse{}
+	mi := &file_control_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportFaultResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportFaultResponse) ProtoMessage() {}
+
+func (x *ReportFaultResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportFaultResponse.ProtoReflect.Descriptor instead.
+func (*ReportFaultResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{26}
+}
+
 var File_control_proto protoreflect.FileDescriptor
 
 const file_control_proto_rawDesc = "" +
@@ -1300,12 +1551,13 @@ const file_control_proto_rawDesc = "" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x17\n" +
-	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\"m\n" +
+	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\"\x8b\x01\n" +
 	"\n" +
 	"BatchEntry\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12#\n" +
 	"\rmanifest_json\x18\x02 \x01(\fR\fmanifestJson\x12(\n" +
-	"\x10registered_at_ms\x18\x03 \x01(\x03R\x0eregisteredAtMs\"\x9a\x01\n" +
+	"\x10registered_at_ms\x18\x03 \x01(\x03R\x0eregisteredAtMs\x12\x1c\n" +
+	"\tretracted\x18\x04 \x01(\tR\tretracted\"\x9a\x01\n" +
 	"\x13ListBatchesResponse\x127\n" +
 	"\abatches\x18\x01 \x03(\v2\x1d.pillar.control.v1.BatchEntryR\abatches\x12\x1d\n" +
 	"\n" +
@@ -1330,7 +1582,7 @@ const file_control_proto_rawDesc = "" +
 	"\x15ReportAppliedResponse\"Q\n" +
 	"\x11GetRoutingRequest\x12#\n" +
 	"\rknown_version\x18\x01 \x01(\x03R\fknownVersion\x12\x17\n" +
-	"\await_ms\x18\x02 \x01(\x03R\x06waitMs\"\xb9\x01\n" +
+	"\await_ms\x18\x02 \x01(\x03R\x06waitMs\"\xcf\x01\n" +
 	"\aReplica\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x12\n" +
@@ -1340,7 +1592,8 @@ const file_control_proto_rawDesc = "" +
 	"appliedSeq\x12\x1f\n" +
 	"\vlag_batches\x18\x06 \x01(\x03R\n" +
 	"lagBatches\x12\x15\n" +
-	"\x06lag_ms\x18\a \x01(\x03R\x05lagMs\"\xa1\x01\n" +
+	"\x06lag_ms\x18\a \x01(\x03R\x05lagMs\x12\x14\n" +
+	"\x05fault\x18\b \x01(\tR\x05fault\"\xa1\x01\n" +
 	"\x11PartitionReplicas\x126\n" +
 	"\breplicas\x18\x01 \x03(\v2\x1a.pillar.control.v1.ReplicaR\breplicas\x12\x1d\n" +
 	"\n" +
@@ -1367,7 +1620,21 @@ const file_control_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"=\n" +
 	"\x12RemoveNodeResponse\x12'\n" +
-	"\x0frouting_version\x18\x01 \x01(\x03R\x0eroutingVersion2\xb4\x06\n" +
+	"\x0frouting_version\x18\x01 \x01(\x03R\x0eroutingVersion\"B\n" +
+	"\x13RetractBatchRequest\x12\x19\n" +
+	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12\x10\n" +
+	"\x03why\x18\x02 \x01(\tR\x03why\"`\n" +
+	"\x14RetractBatchResponse\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x18\n" +
+	"\aalready\x18\x03 \x01(\bR\aalready\"\x98\x01\n" +
+	"\x12ReportFaultRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x19\n" +
+	"\bbatch_id\x18\x03 \x01(\tR\abatchId\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x18\n" +
+	"\aserving\x18\x05 \x01(\bR\aserving\"\x15\n" +
+	"\x13ReportFaultResponse2\xf3\a\n" +
 	"\aControl\x12G\n" +
 	"\x04Info\x12\x1e.pillar.control.v1.InfoRequest\x1a\x1f.pillar.control.v1.InfoResponse\x12b\n" +
 	"\rRegisterBatch\x12'.pillar.control.v1.RegisterBatchRequest\x1a(.pillar.control.v1.RegisterBatchResponse\x12\\\n" +
@@ -1379,7 +1646,9 @@ const file_control_proto_rawDesc = "" +
 	"GetRouting\x12$.pillar.control.v1.GetRoutingRequest\x1a\x1a.pillar.control.v1.Routing\x12V\n" +
 	"\tListNodes\x12#.pillar.control.v1.ListNodesRequest\x1a$.pillar.control.v1.ListNodesResponse\x12Y\n" +
 	"\n" +
-	"RemoveNode\x12$.pillar.control.v1.RemoveNodeRequest\x1a%.pillar.control.v1.RemoveNodeResponseB/Z-github.com/pillarkit/pillar/cobbled/controlpbb\x06proto3"
+	"RemoveNode\x12$.pillar.control.v1.RemoveNodeRequest\x1a%.pillar.control.v1.RemoveNodeResponse\x12_\n" +
+	"\fRetractBatch\x12&.pillar.control.v1.RetractBatchRequest\x1a'.pillar.control.v1.RetractBatchResponse\x12\\\n" +
+	"\vReportFault\x12%.pillar.control.v1.ReportFaultRequest\x1a&.pillar.control.v1.ReportFaultResponseB/Z-github.com/pillarkit/pillar/cobbled/controlpbb\x06proto3"
 
 var (
 	file_control_proto_rawDescOnce sync.Once
@@ -1393,7 +1662,7 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_control_proto_goTypes = []any{
 	(*InfoRequest)(nil),           // 0: pillar.control.v1.InfoRequest
 	(*InfoResponse)(nil),          // 1: pillar.control.v1.InfoResponse
@@ -1418,6 +1687,10 @@ var file_control_proto_goTypes = []any{
 	(*ListNodesResponse)(nil),     // 20: pillar.control.v1.ListNodesResponse
 	(*RemoveNodeRequest)(nil),     // 21: pillar.control.v1.RemoveNodeRequest
 	(*RemoveNodeResponse)(nil),    // 22: pillar.control.v1.RemoveNodeResponse
+	(*RetractBatchRequest)(nil),   // 23: pillar.control.v1.RetractBatchRequest
+	(*RetractBatchResponse)(nil),  // 24: pillar.control.v1.RetractBatchResponse
+	(*ReportFaultRequest)(nil),    // 25: pillar.control.v1.ReportFaultRequest
+	(*ReportFaultResponse)(nil),   // 26: pillar.control.v1.ReportFaultResponse
 }
 var file_control_proto_depIdxs = []int32{
 	5,  // 0: pillar.control.v1.ListBatchesResponse.batches:type_name -> pillar.control.v1.BatchEntry
@@ -1435,17 +1708,21 @@ var file_control_proto_depIdxs = []int32{
 	14, // 12: pillar.control.v1.Control.GetRouting:input_type -> pillar.control.v1.GetRoutingRequest
 	18, // 13: pillar.control.v1.Control.ListNodes:input_type -> pillar.control.v1.ListNodesRequest
 	21, // 14: pillar.control.v1.Control.RemoveNode:input_type -> pillar.control.v1.RemoveNodeRequest
-	1,  // 15: pillar.control.v1.Control.Info:output_type -> pillar.control.v1.InfoResponse
-	3,  // 16: pillar.control.v1.Control.RegisterBatch:output_type -> pillar.control.v1.RegisterBatchResponse
-	6,  // 17: pillar.control.v1.Control.ListBatches:output_type -> pillar.control.v1.ListBatchesResponse
-	9,  // 18: pillar.control.v1.Control.RegisterNode:output_type -> pillar.control.v1.RegisterNodeResponse
-	11, // 19: pillar.control.v1.Control.Heartbeat:output_type -> pillar.control.v1.HeartbeatResponse
-	13, // 20: pillar.control.v1.Control.ReportApplied:output_type -> pillar.control.v1.ReportAppliedResponse
-	17, // 21: pillar.control.v1.Control.GetRouting:output_type -> pillar.control.v1.Routing
-	20, // 22: pillar.control.v1.Control.ListNodes:output_type -> pillar.control.v1.ListNodesResponse
-	22, // 23: pillar.control.v1.Control.RemoveNode:output_type -> pillar.control.v1.RemoveNodeResponse
-	15, // [15:24] is the sub-list for method output_type
-	6,  // [6:15] is the sub-list for method input_type
+	23, // 15: pillar.control.v1.Control.RetractBatch:input_type -> pillar.control.v1.RetractBatchRequest
+	25, // 16: pillar.control.v1.Control.ReportFault:input_type -> pillar.control.v1.ReportFaultRequest
+	1,  // 17: pillar.control.v1.Control.Info:output_type -> pillar.control.v1.InfoResponse
+	3,  // 18: pillar.control.v1.Control.RegisterBatch:output_type -> pillar.control.v1.RegisterBatchResponse
+	6,  // 19: pillar.control.v1.Control.ListBatches:output_type -> pillar.control.v1.ListBatchesResponse
+	9,  // 20: pillar.control.v1.Control.RegisterNode:output_type -> pillar.control.v1.RegisterNodeResponse
+	11, // 21: pillar.control.v1.Control.Heartbeat:output_type -> pillar.control.v1.HeartbeatResponse
+	13, // 22: pillar.control.v1.Control.ReportApplied:output_type -> pillar.control.v1.ReportAppliedResponse
+	17, // 23: pillar.control.v1.Control.GetRouting:output_type -> pillar.control.v1.Routing
+	20, // 24: pillar.control.v1.Control.ListNodes:output_type -> pillar.control.v1.ListNodesResponse
+	22, // 25: pillar.control.v1.Control.RemoveNode:output_type -> pillar.control.v1.RemoveNodeResponse
+	24, // 26: pillar.control.v1.Control.RetractBatch:output_type -> pillar.control.v1.RetractBatchResponse
+	26, // 27: pillar.control.v1.Control.ReportFault:output_type -> pillar.control.v1.ReportFaultResponse
+	17, // [17:28] is the sub-list for method output_type
+	6,  // [6:17] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1462,7 +1739,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

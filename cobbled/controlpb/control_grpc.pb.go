@@ -32,6 +32,8 @@ const (
 	Control_GetRouting_FullMethodName    = "/pillar.control.v1.Control/GetRouting"
 	Control_ListNodes_FullMethodName     = "/pillar.control.v1.Control/ListNodes"
 	Control_RemoveNode_FullMethodName    = "/pillar.control.v1.Control/RemoveNode"
+	Control_RetractBatch_FullMethodName  = "/pillar.control.v1.Control/RetractBatch"
+	Control_ReportFault_FullMethodName   = "/pillar.control.v1.Control/ReportFault"
 )
 
 // ControlClient is the client API for Control service.
@@ -42,7 +44,7 @@ const (
 // replica assignment, and records each replica's applied sequence number.
 //
 // Mutating calls (RegisterBatch, RegisterNode, Heartbeat, ReportApplied,
-// RemoveNode)
+// RemoveNode, RetractBatch, ReportFault)
 // require the metadata "authorization: Bearer <token>".
 type ControlClient interface {
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error)
@@ -54,6 +56,8 @@ type ControlClient interface {
 	GetRouting(ctx context.Context, in *GetRoutingRequest, opts ...grpc.CallOption) (*Routing, error)
 	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
 	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
+	RetractBatch(ctx context.Context, in *RetractBatchRequest, opts ...grpc.CallOption) (*RetractBatchResponse, error)
+	ReportFault(ctx context.Context, in *ReportFaultRequest, opts ...grpc.CallOption) (*ReportFaultResponse, error)
 }
 
 type controlClient struct {
@@ -154,6 +158,26 @@ func (c *controlClient) RemoveNode(ctx context.Context, in *RemoveNodeRequest, o
 	return out, nil
 }
 
+func (c *controlClient) RetractBatch(ctx context.Context, in *RetractBatchRequest, opts ...grpc.CallOption) (*RetractBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RetractBatchResponse)
+	err := c.cc.Invoke(ctx, Control_RetractBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ReportFault(ctx context.Context, in *ReportFaultRequest, opts ...grpc.CallOption) (*ReportFaultResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportFaultResponse)
+	err := c.cc.Invoke(ctx, Control_ReportFault_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -162,7 +186,7 @@ func (c *controlClient) RemoveNode(ctx context.Context, in *RemoveNodeRequest, o
 // replica assignment, and records each replica's applied sequence number.
 //
 // Mutating calls (RegisterBatch, RegisterNode, Heartbeat, ReportApplied,
-// RemoveNode)
+// RemoveNode, RetractBatch, ReportFault)
 // require the metadata "authorization: Bearer <token>".
 type ControlServer interface {
 	Info(context.Context, *InfoRequest) (*InfoResponse, error)
@@ -174,6 +198,8 @@ type ControlServer interface {
 	GetRouting(context.Context, *GetRoutingRequest) (*Routing, error)
 	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
 	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
+	RetractBatch(context.Context, *RetractBatchRequest) (*RetractBatchResponse, error)
+	ReportFault(context.Context, *ReportFaultRequest) (*ReportFaultResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -210,6 +236,12 @@ func (UnimplementedControlServer) ListNodes(context.Context, *ListNodesRequest) 
 }
 func (UnimplementedControlServer) RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveNode not implemented")
+}
+func (UnimplementedControlServer) RetractBatch(context.Context, *RetractBatchRequest) (*RetractBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RetractBatch not implemented")
+}
+func (UnimplementedControlServer) ReportFault(context.Context, *ReportFaultRequest) (*ReportFaultResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportFault not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -394,6 +426,42 @@ func _Control_RemoveNode_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_RetractBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetractBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).RetractBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_RetractBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).RetractBatch(ctx, req.(*RetractBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ReportFault_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportFaultRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ReportFault(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ReportFault_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ReportFault(ctx, req.(*ReportFaultRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -436,6 +504,14 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveNode",
 			Handler:    _Control_RemoveNode_Handler,
+		},
+		{
+			MethodName: "RetractBatch",
+			Handler:    _Control_RetractBatch_Handler,
+		},
+		{
+			MethodName: "ReportFault",
+			Handler:    _Control_ReportFault_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

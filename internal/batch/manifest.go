@@ -45,8 +45,38 @@ type Manifest struct {
 	Deletes     int64  `json:"deletes"` // tombstones among Keys
 	Smallest    string `json:"smallest"`
 	Largest     string `json:"largest"`
-	Source      string `json:"source"` // e.g. "export:<id>" or "lorry:p7:100-200"
+	Source      string `json:"source"` // free text for people, e.g. "pillar export <root>"; programs read the typed fields below
 	CreatedAtMS int64  `json:"created_at_ms"`
+
+	// QueueFirst and QueueEnd are, for a delta delivered from the export
+	// queue (Lorry), the half-open range [QueueFirst, QueueEnd) of the
+	// partition's queue offsets it carries. Both zero: not from the queue.
+	QueueFirst int64 `json:"queue_first,omitempty"`
+	QueueEnd   int64 `json:"queue_end,omitempty"`
+	// Supersedes is, for a snapshot from a bulk export, the partition's
+	// export-queue end when the export was taken: the snapshot already
+	// holds the effect of every queue record before it. The control plane
+	// registers the snapshot only after deltas covering the queue up to
+	// Supersedes are registered (see cobbled/control). Zero: nothing.
+	Supersedes int64 `json:"supersedes,omitempty"`
+
+	// Seq and Parent are assigned by the control plane at registration:
+	// the batch's position in its partition's log and the id of the batch
+	// before it ("" for the first). Producers leave them zero; the control
+	// plane ignores them on registration, fills them in ListBatches, and
+	// writes them into the stored manifest.json, so that the log can be
+	// rebuilt from the object store (`pillar control rebuild`).
+	Seq    int64  `json:"seq,omitempty"`
+	Parent string `json:"parent,omitempty"`
+}
+
+// Canonical returns a copy of m without the fields the control plane
+// assigns (Seq, Parent): what a producer wrote, the identity of a batch for
+// idempotent registration.
+func (m *Manifest) Canonical() *Manifest {
+	c := *m
+	c.Seq, c.Parent = 0, ""
+	return &c
 }
 
 var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
@@ -106,6 +136,21 @@ func (m *Manifest) Validate() error {
 	}
 	if m.Keys < 0 || m.Deletes < 0 || m.Deletes > m.Keys {
 		return fail("keys %d / deletes %d inconsistent", m.Keys, m.Deletes)
+	}
+	if m.QueueFirst < 0 || m.QueueEnd < m.QueueFirst {
+		return fail("queue range [%d,%d) is not a range", m.QueueFirst, m.QueueEnd)
+	}
+	if m.Kind == KindSnapshot && (m.QueueFirst != 0 || m.QueueEnd != 0) {
+		return fail("a snapshot carries no queue range (queue_first/queue_end); it supersedes one")
+	}
+	if m.Supersedes < 0 {
+		return fail("supersedes %d is negative", m.Supersedes)
+	}
+	if m.Kind == KindDelta && m.Supersedes != 0 {
+		return fail("a delta does not supersede queue records; use queue_first/queue_end")
+	}
+	if m.Seq < 0 || (m.Seq == 0 && m.Parent != "") || (m.Parent != "" && !ValidID(m.Parent)) {
+		return fail("seq %d / parent %q inconsistent", m.Seq, m.Parent)
 	}
 	if m.Smallest > m.Largest {
 		return fail("smallest key %s > largest %s", m.Smallest, m.Largest)

@@ -16,17 +16,21 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string]func(*Manifest){
-		"format":        func(m *Manifest) { m.Format = 2 },
-		"invalid id":    func(m *Manifest) { m.ID = "Bad ID" },
-		"out of range":  func(m *Manifest) { m.Partition = 64 },
-		"kind":          func(m *Manifest) { m.Kind = "full" },
-		"no files":      func(m *Manifest) { m.Files = nil },
-		"sha256":        func(m *Manifest) { m.Files[0].SHA256 = "abc" },
-		"bad name":      func(m *Manifest) { m.Files[0].Name = "../x.sst" },
-		"size":          func(m *Manifest) { m.Files[0].Size = 0 },
-		"inconsistent":  func(m *Manifest) { m.Deletes = 5 },
-		"partitions 0":  func(m *Manifest) { m.Partitions = 0 },
-		"smallest > la": func(m *Manifest) { m.Smallest, m.Largest = "ff", "00" },
+		"format":           func(m *Manifest) { m.Format = 2 },
+		"invalid id":       func(m *Manifest) { m.ID = "Bad ID" },
+		"out of range":     func(m *Manifest) { m.Partition = 64 },
+		"kind":             func(m *Manifest) { m.Kind = "full" },
+		"no files":         func(m *Manifest) { m.Files = nil },
+		"sha256":           func(m *Manifest) { m.Files[0].SHA256 = "abc" },
+		"bad name":         func(m *Manifest) { m.Files[0].Name = "../x.sst" },
+		"size":             func(m *Manifest) { m.Files[0].Size = 0 },
+		"inconsistent":     func(m *Manifest) { m.Deletes = 5 },
+		"partitions 0":     func(m *Manifest) { m.Partitions = 0 },
+		"smallest > la":    func(m *Manifest) { m.Smallest, m.Largest = "ff", "00" },
+		"queue range":      func(m *Manifest) { m.QueueFirst, m.QueueEnd = 5, 3 },
+		"delta supersedes": func(m *Manifest) { m.Supersedes = 3 },
+		"snapshot range":   func(m *Manifest) { m.Kind, m.QueueEnd = KindSnapshot, 3 },
+		"parent no seq":    func(m *Manifest) { m.Parent = "x" },
 	}
 	for name, mut := range cases {
 		m := validManifest()
@@ -40,6 +44,14 @@ func TestValidate(t *testing.T) {
 		if !strings.Contains(err.Error(), `batch "`) {
 			t.Errorf("%s: error does not name the batch: %v", name, err)
 		}
+	}
+	m = validManifest()
+	m.QueueFirst, m.QueueEnd, m.Seq, m.Parent = 3, 9, 4, "prev"
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c := m.Canonical(); c.Seq != 0 || c.Parent != "" || c.QueueEnd != 9 || m.Seq != 4 {
+		t.Fatalf("canonical: %+v", c)
 	}
 	if _, err := Decode([]byte(`{"format":1,"unknown":true}`)); err == nil {
 		t.Error("unknown field accepted")
