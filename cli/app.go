@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 )
@@ -65,10 +62,14 @@ Examples:
 func logger() *slog.Logger { return slog.Default() }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newApp().RunContext(ctx, os.Args); err != nil {
+	ctx, stop := signalContext() // signals.go: SIGINT/SIGTERM cancel ctx, then exit
+	err := newApp().RunContext(ctx, os.Args)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "pillar:", err)
+		if sig := interrupted(); sig != nil {
+			os.Exit(exitCode(sig))
+		}
 		os.Exit(1)
 	}
 }

@@ -107,6 +107,7 @@ Examples:
 }
 
 func cobbledServe(c *cli.Context) error {
+	allowStop(c.Duration("drain")) // signals.go: the drain may outlast the stop grace
 	ctx := c.Context
 	log := logger().With("node", c.String("id"))
 	cacheBytes, err := cobbledParseSize(c.String("cache"))

@@ -139,6 +139,7 @@ Examples:
 }
 
 func runControlServe(c *cli.Context) error {
+	allowStop(7 * time.Second) // signals.go: GracefulStop (5 s) and the HTTP shutdown (2 s)
 	ctx := c.Context
 	log := slog.Default()
 	token, err := readControlToken(c)

@@ -111,6 +111,7 @@ Examples:
 }
 
 func routerServe(c *cli.Context) error {
+	allowStop(c.Duration("drain")) // signals.go: the drain may outlast the stop grace
 	ctx := c.Context
 	if c.Int64("max-lag") == 0 {
 		return fmt.Errorf("--max-lag 0: use 1 or more, or -1 for no limit")

@@ -70,7 +70,8 @@ func ingestCommand() *cli.Command {
 		Description: `Strips markup to clean text, derives each page's URL (its <link rel=canonical>, else
 --base-url + the file's relative path), computes the page key and content hash and
 commits all pages in one transaction. Unchanged pages keep their row; changed pages get
-a new version. Binary, unreadable, oversize and duplicate files are skipped and counted.
+a new version. Binary, unreadable, oversize and duplicate files are skipped and counted,
+and so is anything that is not a regular file (a named pipe, a socket, a device).
 
 Examples:
    pillar ingest --store data/store --from /usr/share/doc/postgresql-doc-15/html \
@@ -106,8 +107,8 @@ Examples:
 				float64(stats.Pages)/(float64(stats.DurationMS)/1000+1e-9))
 			fmt.Printf("  changed pages: %d (new %d, changed %d), unchanged %d, empty %d\n",
 				stats.ChangedPages(), stats.New, stats.Changed, stats.Unchanged, stats.Empty)
-			fmt.Printf("  skipped: binary/invalid UTF-8 %d, unreadable %d, too large %d, duplicate URL %d, bad URL %d\n",
-				stats.Binary, stats.Unreadable, stats.TooLarge, stats.Duplicates, stats.BadURL)
+			fmt.Printf("  skipped: binary/invalid UTF-8 %d, unreadable %d, too large %d, duplicate URL %d, bad URL %d, not a regular file %d\n",
+				stats.Binary, stats.Unreadable, stats.TooLarge, stats.Duplicates, stats.BadURL, stats.NotRegular)
 			for _, r := range stats.Rejected {
 				fmt.Printf("  rejected (over --max-page-bytes): %s\n", r)
 			}

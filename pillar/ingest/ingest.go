@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pillarkit/pillar/internal/progress"
@@ -83,6 +84,7 @@ type Stats struct {
 	TooLarge   int   `json:"too_large"`   // rejected: over MaxPageBytes
 	Duplicates int   `json:"duplicates"`  // skipped: URL already seen in this run
 	BadURL     int   `json:"bad_url"`     // skipped: no valid URL could be derived
+	NotRegular int   `json:"not_regular"` // skipped: not a regular file (named pipe, socket, device)
 	HTMLBytes  int64 `json:"html_bytes"`  // bytes of the files read
 	TextBytes  int64 `json:"text_bytes"`  // bytes of clean text
 	Generation int64 `json:"generation"`  // store generation committed (0: nothing changed)
@@ -133,6 +135,13 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 			return nil
 		}
 		if d.IsDir() || !isCandidate(p) {
+			return nil
+		}
+		// Opening a named pipe blocks until a writer comes (forever, and
+		// deaf to signals); sockets and devices are not pages either.
+		if why := notRegular(p, d); why != "" {
+			opts.Logger.Warn("ingest: skipping a path that is not a regular file", "path", p, "why", why)
+			stats.NotRegular++
 			return nil
 		}
 		paths = append(paths, p)
@@ -191,6 +200,10 @@ feed:
 			stats.TooLarge++
 			stats.Rejected = append(stats.Rejected, p.path)
 			opts.Logger.Warn("ingest: rejecting page over the size limit", "path", p.path, "err", p.err)
+			continue
+		case "not_regular":
+			stats.NotRegular++
+			opts.Logger.Warn("ingest: skipping a path that is not a regular file", "path", p.path, "why", p.err)
 			continue
 		case "bad_url":
 			stats.BadURL++
@@ -296,9 +309,41 @@ func isCandidate(p string) bool {
 	return false
 }
 
+// notRegular says why a walked path is not a regular file (following a
+// symbolic link), or "" when it is one.
+func notRegular(path string, d fs.DirEntry) string {
+	m := d.Type()
+	if m&fs.ModeSymlink != 0 {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return "" // a dangling link: reading it reports it as unreadable
+		}
+		m = fi.Mode()
+	}
+	return modeReason(m)
+}
+
+func modeReason(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return ""
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	case m.IsDir():
+		return "directory"
+	}
+	return "not a regular file (" + m.Type().String() + ")"
+}
+
 func readPage(path string, o *Options) page {
 	p := page{path: path}
-	f, err := os.Open(path)
+	// O_NONBLOCK: a path that became a named pipe after the walk must not
+	// block the open; it has no effect on a regular file.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		p.kind, p.err = "unreadable", err
 		return p
@@ -307,6 +352,10 @@ func readPage(path string, o *Options) page {
 	st, err := f.Stat()
 	if err != nil {
 		p.kind, p.err = "unreadable", err
+		return p
+	}
+	if why := modeReason(st.Mode()); why != "" {
+		p.kind, p.err = "not_regular", errors.New(why)
 		return p
 	}
 	if st.Size() > o.MaxPageBytes {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -364,8 +365,11 @@ func TestFullDiskDuringCommit(t *testing.T) {
 			if got != "a,b" {
 				t.Fatalf("limit %d: commit failed (%v) but state is %q", limit, err, got)
 			}
-			if !errors.Is(err, syscall.ENOSPC) && !strings.Contains(err.Error(), "no space") {
-				t.Fatalf("limit %d: error does not say the disk is full: %v", limit, err)
+			if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "no space left on device") {
+				t.Fatalf("limit %d: error does not say (and wrap) that the disk is full: %v", limit, err)
+			}
+			if ents, _ := os.ReadDir(filepath.Join(dir, "tx")); len(ents) != 0 {
+				t.Fatalf("limit %d: staging left behind after a failed commit: %d dirs", limit, len(ents))
 			}
 			continue
 		}
@@ -375,6 +379,29 @@ func TestFullDiskDuringCommit(t *testing.T) {
 		return // the commit fit: done
 	}
 	t.Fatal("commit never fit in 200000 bytes")
+}
+
+// A commit waiting for the commit lock gives up when its context ends, and
+// the error says why (errors.Is finds the context's error).
+func TestCommitLockWaitCanceled(t *testing.T) {
+	s := mustCreate(t, t.TempDir())
+	tx, _ := s.Begin(ctx)
+	unlock, err := s.lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeDocs(t, tx, "docs", pillar.Replace, "a")
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	err = tx.Commit(cctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("commit while another holds the lock: %v, want context.DeadlineExceeded", err)
+	}
+	unlock()
+	sn, _ := s.Snapshot(ctx)
+	if _, err := sn.Table(ctx, "docs"); !errors.Is(err, pillar.ErrNotFound) {
+		t.Fatalf("docs after a canceled commit: %v", err)
+	}
 }
 
 // The kill -9 test: a child process commits and SIGKILLs itself at the n-th

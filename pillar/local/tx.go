@@ -4,42 +4,25 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/pillarkit/pillar/pillar"
+	"github.com/pillarkit/pillar/pillar/internal/writeset"
 )
 
-type tableChange struct {
-	drop     bool
-	mode     pillar.WriteMode
-	rowType  reflect.Type
-	schema   string
-	sortedBy []string
-	files    []*stagedFile // in the order their writers were opened
-}
-
+// stagedFile is one writer's Parquet file in the staging directory.
 type stagedFile struct {
-	name   string // base name in the staging dir
-	rows   int64
-	bytes  int64
-	closed bool
-}
-
-type attrChange struct {
-	del    bool
-	expect bool // ExpectAttr only: no write
-	value  json.RawMessage
+	name  string // base name in the staging dir
+	rows  int64
+	bytes int64
 }
 
 type tx struct {
@@ -47,15 +30,7 @@ type tx struct {
 	id      string
 	staging string
 	lockF   *os.File
-
-	mu       sync.Mutex
-	tables   map[string]*tableChange
-	order    []string // tables in first-touch order
-	attrs    map[string]*attrChange
-	queue    []pillar.ExportRecord
-	consumed []string
-	nfile    int
-	done     bool
+	ws      *writeset.Set[stagedFile]
 }
 
 // Begin starts a transaction reading the current generation.
@@ -86,25 +61,12 @@ func (s *Store) Begin(ctx context.Context) (pillar.Tx, error) {
 		id:       id,
 		staging:  staging,
 		lockF:    lf,
-		tables:   map[string]*tableChange{},
-		attrs:    map[string]*attrChange{},
+		ws:       writeset.New[stagedFile](),
 	}, nil
 }
 
 func (t *tx) errf(format string, a ...any) error {
-	return fmt.Errorf("local store %s: tx %s: %s", t.s.dir, t.id, fmt.Sprintf(format, a...))
-}
-
-func validTableName(name string) error {
-	if name == "" || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") || strings.Contains(name, "//") {
-		return fmt.Errorf("table name %q: must be non-empty path segments separated by '/'", name)
-	}
-	for _, seg := range strings.Split(name, "/") {
-		if seg == "." || seg == ".." {
-			return fmt.Errorf("table name %q: '.' and '..' are not allowed", name)
-		}
-	}
-	return nil
+	return fmt.Errorf("local store %s: tx %s: %w", t.s.dir, t.id, fmt.Errorf(format, a...))
 }
 
 func schemaString(s *parquet.Schema) string {
@@ -120,50 +82,34 @@ func schemaString(s *parquet.Schema) string {
 }
 
 func (t *tx) WriteTable(ctx context.Context, name string, rowType any, opts *pillar.WriteOptions) (pillar.RowWriter, error) {
-	if err := validTableName(name); err != nil {
-		return nil, t.errf("%v", err)
+	if err := writeset.ValidTableName(name); err != nil {
+		return nil, t.errf("%w", err)
 	}
-	o := pillar.WriteOptions{}
-	if opts != nil {
-		o = *opts
-	}
-	rt := reflect.TypeOf(rowType)
-	for rt != nil && rt.Kind() == reflect.Pointer {
-		rt = rt.Elem()
-	}
-	if rt == nil || rt.Kind() != reflect.Struct {
-		return nil, t.errf("table %q: row type %T is not a struct", name, rowType)
+	rt, err := writeset.RowType(name, rowType)
+	if err != nil {
+		return nil, t.errf("%w", err)
 	}
 	schema := parquet.SchemaOf(reflect.New(rt).Interface())
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return nil, pillar.ErrTxDone
-	}
-	ch := t.tables[name]
-	if ch == nil || ch.drop {
-		if ch == nil {
-			t.order = append(t.order, name)
-		}
-		ch = &tableChange{mode: o.Mode, rowType: rt, schema: schemaString(schema), sortedBy: o.SortedBy}
-		t.tables[name] = ch
-	} else if ch.rowType != rt {
-		return nil, t.errf("table %q: row type %s differs from %s written earlier in this transaction", name, rt, ch.rowType)
-	}
-	if o.Mode == pillar.Append {
-		if old, ok := t.m.Tables[name]; ok && old.RowType != rt.String() {
-			return nil, t.errf("table %q: cannot append rows of type %s to a table of %s", name, rt, old.RowType)
-		}
-	}
-	t.nfile++
-	sf := &stagedFile{name: fmt.Sprintf("%06d.parquet", t.nfile)}
-	ch.files = append(ch.files, sf)
-	f, err := t.s.opts.FS.Create(filepath.Join(t.staging, sf.name))
+	var f File
+	part, err := t.ws.Write(name, rt, opts, t.baseRowType, func(_ *writeset.Table[stagedFile], n int) (stagedFile, error) {
+		sf := stagedFile{name: fmt.Sprintf("%06d.parquet", n)}
+		var err error
+		f, err = t.s.opts.FS.Create(filepath.Join(t.staging, sf.name))
+		return sf, err
+	})
 	if err != nil {
-		return nil, t.errf("table %q: %v", name, err)
+		return nil, t.errf("%w", err)
 	}
 	w := parquet.NewWriter(f, schema, parquet.Compression(&parquet.Zstd), parquet.MaxRowsPerRowGroup(8192))
-	return &rowWriter{t: t, table: name, f: f, w: w, rt: rt, sf: sf}, nil
+	return &rowWriter{t: t, table: name, f: f, w: w, rt: rt, part: part}, nil
+}
+
+// baseRowType is the row type of a table in the state the Tx began from.
+func (t *tx) baseRowType(name string) (string, bool) {
+	if old, ok := t.m.Tables[name]; ok {
+		return old.RowType, true
+	}
+	return "", false
 }
 
 type rowWriter struct {
@@ -171,19 +117,24 @@ type rowWriter struct {
 	table string
 	f     File
 	//lint:ignore SA1019 the untyped writer writes any row type a table is created with
-	w    *parquet.Writer
-	rt   reflect.Type
-	sf   *stagedFile
-	rows int64
-	err  error // first error; every later call returns it
+	w      *parquet.Writer
+	rt     reflect.Type
+	part   *writeset.Part[stagedFile]
+	rows   int64
+	err    error // first error; every later call returns it
+	closed bool
 }
 
 func (w *rowWriter) Write(row any) error {
 	if w.err != nil {
 		return w.err
 	}
+	if w.closed {
+		w.err = fmt.Errorf("local store: table %q: Write after Close", w.table)
+		return w.err
+	}
 	rt := reflect.TypeOf(row)
-	if rt != w.rt && (rt.Kind() != reflect.Pointer || rt.Elem() != w.rt) {
+	if rt != w.rt && (rt == nil || rt.Kind() != reflect.Pointer || rt.Elem() != w.rt) {
 		w.err = fmt.Errorf("local store: table %q: row of type %T, table rows are %s", w.table, row, w.rt)
 		return w.err
 	}
@@ -196,10 +147,10 @@ func (w *rowWriter) Write(row any) error {
 }
 
 func (w *rowWriter) Close() error {
-	if w.sf.closed {
+	if w.closed {
 		return w.err
 	}
-	w.sf.closed = true
+	w.closed = true
 	fail := func(err error) error {
 		if w.err == nil {
 			w.err = fmt.Errorf("local store: table %q: close: %w", w.table, err)
@@ -219,103 +170,50 @@ func (w *rowWriter) Close() error {
 	if err := w.f.Close(); err != nil {
 		return fail(err)
 	}
-	st, err := os.Stat(filepath.Join(w.t.staging, w.sf.name))
+	st, err := os.Stat(filepath.Join(w.t.staging, w.part.Staged.name))
 	if err != nil {
 		return fail(err)
 	}
-	w.t.mu.Lock()
-	w.sf.rows, w.sf.bytes = w.rows, st.Size()
-	w.t.mu.Unlock()
+	w.t.ws.Closed(w.part, func(sf *stagedFile) { sf.rows, sf.bytes = w.rows, st.Size() })
 	return nil
 }
 
 func (t *tx) DropTable(ctx context.Context, name string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return pillar.ErrTxDone
+	_, existed := t.m.Tables[name]
+	if err := t.ws.Drop(name, existed); err != nil {
+		return t.errf("%w", err)
 	}
-	if _, ok := t.m.Tables[name]; !ok {
-		if ch := t.tables[name]; ch == nil || ch.drop {
-			return fmt.Errorf("local store %s: tx %s: drop table %q: %w", t.s.dir, t.id, name, pillar.ErrNotFound)
-		}
-	}
-	if t.tables[name] == nil {
-		t.order = append(t.order, name)
-	}
-	t.tables[name] = &tableChange{drop: true}
 	return nil
 }
 
 func (t *tx) SetAttr(ctx context.Context, name string, value any) error {
-	b, err := json.Marshal(value)
-	if err != nil {
-		return t.errf("attribute %q: %v", name, err)
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return pillar.ErrTxDone
-	}
-	t.attrs[name] = &attrChange{value: b}
-	return nil
+	return t.wrap(t.ws.SetAttr(name, value))
 }
 
-func (t *tx) DeleteAttr(ctx context.Context, name string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return pillar.ErrTxDone
-	}
-	t.attrs[name] = &attrChange{del: true}
-	return nil
-}
+func (t *tx) DeleteAttr(ctx context.Context, name string) error { return t.wrap(t.ws.DeleteAttr(name)) }
 
-func (t *tx) ExpectAttr(ctx context.Context, name string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return pillar.ErrTxDone
-	}
-	if t.attrs[name] == nil {
-		t.attrs[name] = &attrChange{expect: true}
-	}
-	return nil
-}
+func (t *tx) ExpectAttr(ctx context.Context, name string) error { return t.wrap(t.ws.ExpectAttr(name)) }
 
 func (t *tx) Enqueue(ctx context.Context, recs ...pillar.ExportRecord) error {
-	for i := range recs {
-		if err := recs[i].Validate(t.m.Partitions); err != nil {
-			return t.errf("enqueue record %d: %v", i, err)
-		}
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return pillar.ErrTxDone
-	}
-	t.queue = append(t.queue, recs...)
-	return nil
+	return t.wrap(t.ws.Enqueue(t.m.Partitions, recs...))
 }
 
 func (t *tx) MarkConsumed(ctx context.Context, ids ...string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return pillar.ErrTxDone
+	return t.wrap(t.ws.MarkConsumed(ids...))
+}
+
+// wrap prefixes a write-set error with the store and transaction.
+func (t *tx) wrap(err error) error {
+	if err == nil {
+		return nil
 	}
-	t.consumed = append(t.consumed, ids...)
-	return nil
+	return t.errf("%w", err)
 }
 
 func (t *tx) Abort() error {
-	t.mu.Lock()
-	if t.done {
-		t.mu.Unlock()
+	if !t.ws.Finish() {
 		return nil
 	}
-	t.done = true
-	t.mu.Unlock()
 	t.finish()
 	return nil
 }
@@ -335,24 +233,16 @@ func (s *Store) hook(step string) {
 
 // Commit makes every change of the transaction visible at once, or none.
 func (t *tx) Commit(ctx context.Context) (err error) {
-	t.mu.Lock()
-	if t.done {
-		t.mu.Unlock()
-		return pillar.ErrTxDone
+	if !t.ws.Finish() {
+		return t.errf("commit: %w", pillar.ErrTxDone)
 	}
-	t.done = true
-	t.mu.Unlock()
 	defer t.finish()
 
-	for _, name := range t.order {
-		for _, f := range t.tables[name].files {
-			if !f.closed {
-				return t.errf("table %q: a writer was not closed before Commit; nothing committed", name)
-			}
-		}
+	if err := t.ws.CheckClosed(); err != nil {
+		return t.errf("%w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return t.errf("commit: %v", err)
+		return t.errf("commit: %w", err)
 	}
 	s := t.s
 	staged, err := t.stageQueue()
@@ -361,7 +251,7 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	}
 	unlock, err := s.lock(ctx)
 	if err != nil {
-		return err
+		return t.errf("commit: %w", err)
 	}
 	defer unlock()
 	s.hook("locked")
@@ -371,13 +261,17 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		return err
 	}
 	base := t.m
-	for name := range t.tables {
+	tables := t.ws.Tables()
+	for _, tc := range tables {
+		name := tc.Name
 		if tableGen(cur, name) != tableGen(base, name) {
 			return fmt.Errorf("local store %s: table %q changed by generation %d since this transaction began at %d: %w",
 				s.dir, name, tableGen(cur, name), base.Generation, pillar.ErrConflict)
 		}
 	}
-	for name := range t.attrs {
+	attrs := t.ws.Attrs()
+	for _, a := range attrs {
+		name := a.Name
 		if cur.Attrs[name].Gen != base.Attrs[name].Gen {
 			return fmt.Errorf("local store %s: attribute %q changed by generation %d since this transaction began at %d: %w",
 				s.dir, name, cur.Attrs[name].Gen, base.Generation, pillar.ErrConflict)
@@ -401,38 +295,40 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		}
 	}()
 
-	for _, name := range t.order {
-		ch := t.tables[name]
-		if ch.drop {
+	for _, ch := range tables {
+		name := ch.Name
+		if ch.Drop {
 			delete(nm.Tables, name)
 			continue
 		}
 		var files []fileEntry
-		for _, sf := range ch.files {
+		for _, part := range ch.Parts {
+			sf := part.Staged
 			dst := prefix + sf.name
 			if err := s.opts.FS.Rename(filepath.Join(t.staging, sf.name), filepath.Join(dataDir, dst)); err != nil {
-				return t.errf("commit: table %q: %v", name, err)
+				return t.errf("commit: table %q: %w", name, err)
 			}
 			moved = append(moved, dst)
 			s.hook("moved-data")
 			files = append(files, fileEntry{Name: dst, Rows: sf.rows, Bytes: sf.bytes})
 		}
-		te := &tableEntry{RowType: ch.rowType.String(), Schema: ch.schema, SortedBy: ch.sortedBy, Files: files, Gen: gen}
-		if old, ok := nm.Tables[name]; ok && ch.mode == pillar.Append {
+		schema := schemaString(parquet.SchemaOf(reflect.New(ch.RowType).Interface()))
+		te := &tableEntry{RowType: ch.RowType.String(), Schema: schema, SortedBy: ch.SortedBy, Files: files, Gen: gen}
+		if old, ok := nm.Tables[name]; ok && ch.Mode == pillar.Append {
 			te.Files = append(append([]fileEntry(nil), old.Files...), files...)
-			if !equalStrings(old.SortedBy, ch.sortedBy) {
+			if !equalStrings(old.SortedBy, ch.SortedBy) {
 				te.SortedBy = nil // an append breaks any claimed order
 			}
 		}
 		nm.Tables[name] = te
 	}
-	for name, a := range t.attrs {
+	for _, a := range attrs {
 		switch {
-		case a.expect:
-		case a.del:
-			delete(nm.Attrs, name)
+		case a.Expect:
+		case a.Delete:
+			delete(nm.Attrs, a.Name)
 		default:
-			nm.Attrs[name] = attrEntry{Value: a.value, Gen: gen}
+			nm.Attrs[a.Name] = attrEntry{Value: a.Value, Gen: gen}
 		}
 	}
 	// The export queue: the segment files were written before the lock;
@@ -446,26 +342,26 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		}
 		name := prefix + qf.name
 		if err := s.opts.FS.Rename(filepath.Join(t.staging, qf.name), filepath.Join(dataDir, name)); err != nil {
-			return t.errf("commit: export queue partition %d: %v", qf.partition, err)
+			return t.errf("commit: export queue partition %d: %w", qf.partition, err)
 		}
 		moved = append(moved, name)
 		s.hook("queue-written")
 		q.Segments = append(q.Segments, segment{File: name, First: q.end(), Count: qf.count, Bytes: qf.bytes, CommittedAtMS: nowMS})
 	}
-	for _, id := range t.consumed {
+	for _, id := range t.ws.Consumed() {
 		nm.Consumed[id] = gen
 	}
 	if err := s.opts.FS.SyncDir(dataDir); err != nil {
-		return t.errf("commit: sync data: %v", err)
+		return t.errf("commit: sync data: %w", err)
 	}
 	s.hook("data-synced")
 	if err := writeJSONAtomic(s.opts.FS, filepath.Join(s.dir, "manifests", manifestName(gen)), nm); err != nil {
-		return t.errf("commit: manifest: %v", err)
+		return t.errf("commit: manifest: %w", err)
 	}
 	s.hook("manifest-written")
 	if err := writeCurrent(s, manifestName(gen)); err != nil {
 		_ = s.opts.FS.Remove(filepath.Join(s.dir, "manifests", manifestName(gen)))
-		return t.errf("commit: CURRENT: %v", err)
+		return t.errf("commit: CURRENT: %w", err)
 	}
 	s.hook("committed")
 	s.mu.Lock()
@@ -485,7 +381,7 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 			s.opts.Logger.Warn("local store: cleanup after commit", "err", cerr)
 		}
 	}
-	s.opts.Logger.Debug("local store: committed", "generation", gen, "tables", len(t.tables), "attrs", len(t.attrs), "queued", len(t.queue))
+	s.opts.Logger.Debug("local store: committed", "generation", gen, "tables", len(tables), "attrs", len(attrs), "queued", t.ws.Queued())
 	return nil
 }
 
@@ -505,21 +401,13 @@ type stagedQueue struct {
 // stageQueue writes (and fsyncs) one segment file per partition touched,
 // in staging, before the commit lock is taken.
 func (t *tx) stageQueue() ([]stagedQueue, error) {
-	byPart := map[int][]pillar.ExportRecord{}
-	for _, r := range t.queue {
-		byPart[int(r.Partition)] = append(byPart[int(r.Partition)], r)
-	}
-	parts := make([]int, 0, len(byPart))
-	for p := range byPart {
-		parts = append(parts, p)
-	}
-	sort.Ints(parts)
+	parts, byPart := t.ws.Queue()
 	var out []stagedQueue
 	for _, p := range parts {
 		name := fmt.Sprintf("q%05d.parquet", p)
 		size, err := writeQueueFile(t.s.opts.FS, filepath.Join(t.staging, name), byPart[p])
 		if err != nil {
-			return nil, t.errf("commit: export queue partition %d: %v", p, err)
+			return nil, t.errf("commit: export queue partition %d: %w", p, err)
 		}
 		out = append(out, stagedQueue{partition: p, name: name, count: int64(len(byPart[p])), bytes: size})
 	}

@@ -12,7 +12,14 @@
 // happen, attributes and the ExpectAttr compare-and-swap, first-committer-wins
 // conflicts (ErrConflict, with the losing transaction's changes invisible),
 // queue offsets dense per partition and assigned at commit, consumed marks,
-// ErrTxDone after the end of a transaction and ErrNotFound where documented.
+// ErrTxDone after the end of a transaction and ErrNotFound where documented,
+// a table dropped and re-written in one Tx, and a commit whose context is
+// canceled failing with an error that wraps context.Canceled.
+//
+// RunFaults runs the fault cases; the backend's FaultFactory hands out a
+// store and a switch that makes its commit path's writes fail. A failed
+// commit's error must wrap the I/O error (errors.Is finds ErrInjected and
+// syscall.EIO), nothing of it may be visible, and the store stays writable.
 //
 // Nothing in the suite depends on timing: concurrent subtests check outcomes
 // (every increment of a counter survives), never interleavings. Subtests run

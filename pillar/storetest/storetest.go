@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/pillarkit/pillar/pillar"
@@ -58,6 +59,8 @@ var cases = []struct {
 	{"Consumed", testConsumed},
 	{"AbortAndDone", testAbortAndDone},
 	{"Generation", testGeneration},
+	{"DropThenAppend", testDropThenAppend},
+	{"CanceledCommitKeepsCause", testCanceledCommit},
 }
 
 var ctx = context.Background()
@@ -414,11 +417,8 @@ func testReplaceAppendDrop(t *testing.T, st pillar.Store) {
 	if err := tx.DropTable(ctx, "chunks/v1"); err != nil {
 		t.Fatal(err)
 	}
-	// store.go asks for ErrNotFound here; the embedded store's error names
-	// the table and says "not found" without wrapping the sentinel, so the
-	// suite checks the message.
-	if err := tx.DropTable(ctx, "chunks/none"); err == nil || !strings.Contains(err.Error(), "chunks/none") || !strings.Contains(err.Error(), "not found") {
-		t.Fatalf("drop of a missing table: %v", err)
+	if err := tx.DropTable(ctx, "chunks/none"); !errors.Is(err, pillar.ErrNotFound) || !strings.Contains(err.Error(), "chunks/none") {
+		t.Fatalf("drop of a missing table: %v, want ErrNotFound naming chunks/none", err)
 	}
 	commit(t, tx)
 	sn := snap(t, st)
@@ -1155,4 +1155,137 @@ func testGeneration(t *testing.T, st pillar.Store) {
 	if d.Generation != g1 || c.Generation != g2 {
 		t.Fatalf("table generations docs %d (want %d), chunks/x %d (want %d)", d.Generation, g1, c.Generation, g2)
 	}
+}
+
+// testDropThenAppend: a table dropped and then written with Append in the
+// same Tx has exactly the new rows (nothing is left to append to); written
+// and then dropped, it is gone.
+func testDropThenAppend(t *testing.T, st pillar.Store) {
+	keys := sortedKeys(4)
+	tx := begin(t, st)
+	writeDocs(t, tx, "docs", nil, "a", keys[0:2]...)
+	writeDocs(t, tx, "tmp/x", nil, "a", keys[0])
+	commit(t, tx)
+
+	tx = begin(t, st)
+	if err := tx.DropTable(ctx, "docs"); err != nil {
+		t.Fatal(err)
+	}
+	writeDocs(t, tx, "docs", &pillar.WriteOptions{Mode: pillar.Append}, "b", keys[2:4]...)
+	writeDocs(t, tx, "tmp/x", nil, "b", keys[1])
+	if err := tx.DropTable(ctx, "tmp/x"); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, tx)
+	sn := snap(t, st)
+	got := readDocs(t, sn, "docs", nil)
+	wantKeys(t, "drop then append", docKeys(got), keys[2:4])
+	if tags := docTags(got); tags != "b,b" {
+		t.Fatalf("drop then append: tags %s, want b,b", tags)
+	}
+	_, err := sn.Table(ctx, "tmp/x")
+	wantErr(t, "write then drop", err, pillar.ErrNotFound)
+}
+
+// testCanceledCommit: a Commit whose context is canceled fails with an
+// error that wraps context.Canceled (errors.Is), commits nothing, and
+// leaves the store writable.
+func testCanceledCommit(t *testing.T, st pillar.Store) {
+	keys := sortedKeys(2)
+	k, p := key(0, st.Info().Partitions)
+	tx := begin(t, st)
+	writeDocs(t, tx, "docs", nil, "a", keys...)
+	if err := tx.SetAttr(ctx, "x", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Enqueue(ctx, pillar.ExportRecord{Partition: int32(p), PageKey: k, Op: pillar.OpPut}); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	err := tx.Commit(cctx)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Commit with a canceled context: %v, want an error wrapping context.Canceled", err)
+	}
+	sn := snap(t, st)
+	if _, err := sn.Table(ctx, "docs"); !errors.Is(err, pillar.ErrNotFound) {
+		t.Fatalf("docs after a canceled commit: %v, want ErrNotFound", err)
+	}
+	wantErr(t, "attribute after a canceled commit", sn.Attr(ctx, "x", new(int)), pillar.ErrNotFound)
+	if end, _ := sn.QueueEnd(ctx, p); end != 0 {
+		t.Fatalf("queue end %d after a canceled commit", end)
+	}
+	tx = begin(t, st)
+	writeDocs(t, tx, "docs", nil, "b", keys...)
+	commit(t, tx)
+	wantKeys(t, "after retry", docKeys(readDocs(t, snap(t, st), "docs", nil)), keys)
+}
+
+// FaultFactory returns a new, empty store whose I/O can be made to fail:
+// after fail(err), every operation of the backend's commit path that writes
+// (a file, a rename, a Cypress node) returns err (or an error wrapping it),
+// until fail(nil). Reads are not affected.
+type FaultFactory func(t *testing.T) (st pillar.Store, fail func(err error))
+
+// RunFaults runs the fault cases against stores made by open.
+func RunFaults(t *testing.T, open FaultFactory) {
+	for _, c := range faultCases {
+		t.Run(c.name, func(t *testing.T) {
+			st, fail := open(t)
+			defer st.Close()
+			defer fail(nil)
+			c.f(t, st, fail)
+		})
+	}
+}
+
+var faultCases = []struct {
+	name string
+	f    func(t *testing.T, st pillar.Store, fail func(error))
+}{
+	{"IOErrorKeepsCause", testIOErrorKeepsCause},
+}
+
+// ErrInjected is the I/O error the fault cases inject. It wraps
+// syscall.EIO, as a failing disk's error would.
+var ErrInjected = fmt.Errorf("storetest: injected I/O fault: %w", syscall.EIO)
+
+// testIOErrorKeepsCause: a commit whose write fails returns an error from
+// which the underlying I/O error is reachable (errors.Is), commits nothing
+// (the previous state reads as before) and leaves the store writable.
+func testIOErrorKeepsCause(t *testing.T, st pillar.Store, fail func(error)) {
+	keys := sortedKeys(4)
+	k, p := key(0, st.Info().Partitions)
+	tx := begin(t, st)
+	writeDocs(t, tx, "docs", nil, "a", keys[0:2]...)
+	commit(t, tx)
+
+	tx = begin(t, st)
+	writeDocs(t, tx, "docs", nil, "b", keys[2:4]...)
+	if err := tx.SetAttr(ctx, "x", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Enqueue(ctx, pillar.ExportRecord{Partition: int32(p), PageKey: k, Op: pillar.OpPut}); err != nil {
+		t.Fatal(err)
+	}
+	fail(ErrInjected)
+	err := tx.Commit(ctx)
+	fail(nil)
+	if err == nil {
+		t.Fatal("Commit succeeded with every write failing")
+	}
+	if !errors.Is(err, ErrInjected) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Commit: %v, want an error wrapping the injected I/O error (and syscall.EIO)", err)
+	}
+	sn := snap(t, st)
+	got := readDocs(t, sn, "docs", nil)
+	wantKeys(t, "docs after a failed commit", docKeys(got), keys[0:2])
+	wantErr(t, "attribute after a failed commit", sn.Attr(ctx, "x", new(int)), pillar.ErrNotFound)
+	if end, _ := sn.QueueEnd(ctx, p); end != 0 {
+		t.Fatalf("queue end %d after a failed commit", end)
+	}
+	tx = begin(t, st)
+	writeDocs(t, tx, "docs", nil, "c", keys[2:4]...)
+	commit(t, tx)
+	wantKeys(t, "docs after the retry", docKeys(readDocs(t, snap(t, st), "docs", nil)), keys[2:4])
 }

@@ -242,7 +242,7 @@ func (s *Store) trySnapshot(ctx context.Context) (_ *snapshot, err error) {
 	}
 	if err := lockAll(ctx, tx, ids); err != nil {
 		if yterrors.ContainsResolveError(err) {
-			return nil, fmt.Errorf("%w: %v", errRetrySnapshot, err)
+			return nil, fmt.Errorf("%w: %w", errRetrySnapshot, err)
 		}
 		return nil, fmt.Errorf("ytstore %s: snapshot: %w", s.root, err)
 	}

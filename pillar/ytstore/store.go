@@ -15,6 +15,7 @@ import (
 	"go.ytsaurus.tech/yt/go/yterrors"
 
 	"github.com/pillarkit/pillar/pillar"
+	"github.com/pillarkit/pillar/pillar/internal/writeset"
 )
 
 // formatVersion is the layout version written to @pillar_format.
@@ -356,13 +357,8 @@ func decodeName(enc string) (string, error) {
 }
 
 func validTableName(name string) error {
-	if name == "" || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") || strings.Contains(name, "//") {
-		return fmt.Errorf("table name %q: must be non-empty path segments separated by '/'", name)
-	}
-	for _, seg := range strings.Split(name, "/") {
-		if seg == "." || seg == ".." {
-			return fmt.Errorf("table name %q: '.' and '..' are not allowed", name)
-		}
+	if err := writeset.ValidTableName(name); err != nil {
+		return err
 	}
 	if name == internalDir || strings.HasPrefix(name, internalDir+"/") {
 		return fmt.Errorf("table name %q: %s/ is reserved for the store's own nodes", name, internalDir)
@@ -374,7 +370,7 @@ func validTableName(name string) error {
 // what was being changed; other errors are wrapped as they are.
 func conflictErr(root ypath.Path, what string, err error) error {
 	if yterrors.ContainsErrorCode(err, yterrors.CodeConcurrentTransactionLockConflict) {
-		return fmt.Errorf("ytstore %s: %s is locked by another transaction (%v): %w", root, what, err, pillar.ErrConflict)
+		return fmt.Errorf("ytstore %s: %s is locked by another transaction (%w): %w", root, what, err, pillar.ErrConflict)
 	}
 	return fmt.Errorf("ytstore %s: %s: %w", root, what, err)
 }

@@ -2,59 +2,30 @@ package ytstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"slices"
 	"sort"
-	"sync"
 	"time"
 
 	"go.ytsaurus.tech/yt/go/mapreduce/spec"
-	"go.ytsaurus.tech/yt/go/schema"
 	"go.ytsaurus.tech/yt/go/ypath"
 	"go.ytsaurus.tech/yt/go/yson"
 	"go.ytsaurus.tech/yt/go/yt"
 	"go.ytsaurus.tech/yt/go/yterrors"
 
 	"github.com/pillarkit/pillar/pillar"
+	"github.com/pillarkit/pillar/pillar/internal/writeset"
 )
 
-type stage struct {
-	path   ypath.Path
-	closed bool
-}
-
-type tableChange struct {
-	drop     bool
-	mode     pillar.WriteMode
-	rowType  reflect.Type
-	schema   schema.Schema
-	sortedBy []string
-	stages   []*stage // in the order their writers were opened
-}
-
-type attrChange struct {
-	del    bool
-	expect bool // ExpectAttr only: no write
-	value  []byte
-}
-
-// tx is one store transaction: a snapshot (the Begin state, for reads) and
-// the master transaction every change is made in.
+// tx is one store transaction: a snapshot (the Begin state, for reads),
+// the master transaction every change is made in, and the write-set (one
+// staging table per writer).
 type tx struct {
 	*snapshot
 	ytx yt.Tx
-
-	mu       sync.Mutex
-	tables   map[string]*tableChange
-	order    []string
-	attrs    map[string]*attrChange
-	queue    []pillar.ExportRecord
-	consumed []string
-	nstage   int
-	done     bool
+	ws  *writeset.Set[ypath.Path]
 }
 
 // YTTx returns the master transaction, so that jobs.YT runs operations
@@ -72,7 +43,7 @@ func (s *Store) Begin(ctx context.Context) (pillar.Tx, error) {
 		sn.Release()
 		return nil, fmt.Errorf("ytstore %s: begin: %w", s.root, err)
 	}
-	return &tx{snapshot: sn, ytx: ytx, tables: map[string]*tableChange{}, attrs: map[string]*attrChange{}}, nil
+	return &tx{snapshot: sn, ytx: ytx, ws: writeset.New[ypath.Path]()}, nil
 }
 
 func (t *tx) errf(format string, a ...any) error {
@@ -83,58 +54,44 @@ func (t *tx) stagingDir() ypath.Path { return t.s.stagingPath().Child(t.ytx.ID()
 
 func (t *tx) WriteTable(ctx context.Context, name string, rowType any, opts *pillar.WriteOptions) (pillar.RowWriter, error) {
 	if err := validTableName(name); err != nil {
-		return nil, t.errf("%v", err)
+		return nil, t.errf("%w", err)
 	}
-	o := pillar.WriteOptions{}
+	rt, err := writeset.RowType(name, rowType)
+	if err != nil {
+		return nil, t.errf("%w", err)
+	}
+	var sortedBy []string
 	if opts != nil {
-		o = *opts
+		sortedBy = opts.SortedBy
 	}
-	rt := reflect.TypeOf(rowType)
-	for rt != nil && rt.Kind() == reflect.Pointer {
-		rt = rt.Elem()
-	}
-	if rt == nil || rt.Kind() != reflect.Struct {
-		return nil, t.errf("table %q: row type %T is not a struct", name, rowType)
-	}
-	sch, err := SchemaFor(rowType, o.SortedBy)
+	sch, err := SchemaFor(rowType, sortedBy)
 	if err != nil {
-		return nil, t.errf("table %q: %v", name, err)
+		return nil, t.errf("table %q: %w", name, err)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return nil, pillar.ErrTxDone
-	}
-	ch := t.tables[name]
-	switch {
-	case ch == nil || ch.drop:
-		mode := o.Mode
-		if ch != nil {
-			mode = pillar.Replace // dropped earlier in this Tx: nothing to append to
-		} else {
-			t.order = append(t.order, name)
+	var w yt.TableWriter
+	part, err := t.ws.Write(name, rt, opts, t.baseRowType, func(_ *writeset.Table[ypath.Path], n int) (ypath.Path, error) {
+		path := t.stagingDir().Child(fmt.Sprintf("w%05d", n))
+		if _, err := t.ytx.CreateNode(ctx, path, yt.NodeTable, &yt.CreateNodeOptions{Recursive: true, Attributes: map[string]any{"schema": sch}}); err != nil {
+			return "", fmt.Errorf("create staging table: %w", err)
 		}
-		ch = &tableChange{mode: mode, rowType: rt, schema: sch, sortedBy: o.SortedBy}
-		t.tables[name] = ch
-	case ch.rowType != rt:
-		return nil, t.errf("table %q: row type %s differs from %s written earlier in this transaction", name, rt, ch.rowType)
-	}
-	if ch.mode == pillar.Append {
-		if old, ok := t.st.tables[name]; ok && old.RowType != "" && old.RowType != rt.String() {
-			return nil, t.errf("table %q: cannot append rows of type %s to a table of %s", name, rt, old.RowType)
+		var err error
+		if w, err = t.ytx.WriteTable(ctx, path, nil); err != nil {
+			return "", fmt.Errorf("open writer: %w", err)
 		}
-	}
-	t.nstage++
-	st := &stage{path: t.stagingDir().Child(fmt.Sprintf("w%05d", t.nstage))}
-	if _, err := t.ytx.CreateNode(ctx, st.path, yt.NodeTable, &yt.CreateNodeOptions{Recursive: true, Attributes: map[string]any{"schema": sch}}); err != nil {
-		return nil, t.errf("table %q: create staging table: %v", name, err)
-	}
-	w, err := t.ytx.WriteTable(ctx, st.path, nil)
+		return path, nil
+	})
 	if err != nil {
-		return nil, t.errf("table %q: open writer: %v", name, err)
+		return nil, t.errf("%w", err)
 	}
-	ch.stages = append(ch.stages, st)
-	return &rowWriter{t: t, table: name, w: w, rt: rt, st: st}, nil
+	return &rowWriter{t: t, table: name, w: w, rt: rt, part: part}, nil
+}
+
+// baseRowType is the row type a table had when the Tx began.
+func (t *tx) baseRowType(name string) (string, bool) {
+	if old, ok := t.st.tables[name]; ok && old.RowType != "" {
+		return old.RowType, true
+	}
+	return "", false
 }
 
 type rowWriter struct {
@@ -142,7 +99,7 @@ type rowWriter struct {
 	table string
 	w     yt.TableWriter
 	rt    reflect.Type
-	st    *stage
+	part  *writeset.Part[ypath.Path]
 	rows  int64
 	err   error // first error; every later call returns it
 	ended bool
@@ -182,101 +139,45 @@ func (w *rowWriter) Close() error {
 		w.err = fmt.Errorf("ytstore: table %q: close: %w", w.table, err)
 		return w.err
 	}
-	w.t.mu.Lock()
-	w.st.closed = true
-	w.t.mu.Unlock()
+	w.t.ws.Closed(w.part, nil)
 	return nil
 }
 
 func (t *tx) DropTable(ctx context.Context, name string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return pillar.ErrTxDone
-	}
-	if _, ok := t.st.tables[name]; !ok {
-		if ch := t.tables[name]; ch == nil || ch.drop {
-			return t.errf("drop table %q: %w", name, pillar.ErrNotFound)
-		}
-	}
-	if t.tables[name] == nil {
-		t.order = append(t.order, name)
-	}
-	t.tables[name] = &tableChange{drop: true}
-	return nil
+	_, existed := t.st.tables[name]
+	return t.wrap(t.ws.Drop(name, existed))
 }
 
 func (t *tx) SetAttr(ctx context.Context, name string, value any) error {
-	b, err := json.Marshal(value)
-	if err != nil {
-		return t.errf("attribute %q: %v", name, err)
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return pillar.ErrTxDone
-	}
-	t.attrs[name] = &attrChange{value: b}
-	return nil
+	return t.wrap(t.ws.SetAttr(name, value))
 }
 
-func (t *tx) DeleteAttr(ctx context.Context, name string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return pillar.ErrTxDone
-	}
-	t.attrs[name] = &attrChange{del: true}
-	return nil
-}
+func (t *tx) DeleteAttr(ctx context.Context, name string) error { return t.wrap(t.ws.DeleteAttr(name)) }
 
-func (t *tx) ExpectAttr(ctx context.Context, name string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return pillar.ErrTxDone
-	}
-	if t.attrs[name] == nil {
-		t.attrs[name] = &attrChange{expect: true}
-	}
-	return nil
-}
+func (t *tx) ExpectAttr(ctx context.Context, name string) error { return t.wrap(t.ws.ExpectAttr(name)) }
 
 func (t *tx) Enqueue(ctx context.Context, recs ...pillar.ExportRecord) error {
-	for i := range recs {
-		if err := recs[i].Validate(t.s.meta.Partitions); err != nil {
-			return t.errf("enqueue record %d: %v", i, err)
-		}
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return pillar.ErrTxDone
-	}
-	t.queue = append(t.queue, recs...)
-	return nil
+	return t.wrap(t.ws.Enqueue(t.s.meta.Partitions, recs...))
 }
 
 func (t *tx) MarkConsumed(ctx context.Context, ids ...string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return pillar.ErrTxDone
+	return t.wrap(t.ws.MarkConsumed(ids...))
+}
+
+// wrap prefixes a write-set error with the store and transaction.
+func (t *tx) wrap(err error) error {
+	if err == nil {
+		return nil
 	}
-	t.consumed = append(t.consumed, ids...)
-	return nil
+	return t.errf("%w", err)
 }
 
 // Abort aborts the master transaction (staging tables and operation
 // outputs vanish with it) and releases the snapshot.
 func (t *tx) Abort() error {
-	t.mu.Lock()
-	if t.done {
-		t.mu.Unlock()
+	if !t.ws.Finish() {
 		return nil
 	}
-	t.done = true
-	t.mu.Unlock()
 	_ = t.ytx.Abort()
 	t.Release()
 	return nil
@@ -288,13 +189,9 @@ func (t *tx) Abort() error {
 // conflicts, put the written tables in place, set attributes, append the
 // queue, mark consumed ids, advance the generation, commit.
 func (t *tx) Commit(ctx context.Context) (err error) {
-	t.mu.Lock()
-	if t.done {
-		t.mu.Unlock()
-		return pillar.ErrTxDone
+	if !t.ws.Finish() {
+		return t.errf("commit: %w", pillar.ErrTxDone)
 	}
-	t.done = true
-	t.mu.Unlock()
 	defer func() {
 		if err != nil {
 			_ = t.ytx.Abort()
@@ -306,12 +203,8 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		}
 		t.Release()
 	}()
-	for _, name := range t.order {
-		for _, st := range t.tables[name].stages {
-			if !st.closed {
-				return t.errf("table %q: a writer was not closed before Commit; nothing committed", name)
-			}
-		}
+	if err := t.ws.CheckClosed(); err != nil {
+		return t.errf("%w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return t.errf("commit: %w", err)
@@ -334,25 +227,25 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	if err := t.applyQueue(ctx); err != nil {
 		return err
 	}
-	for _, id := range dedupe(t.consumed) {
+	for _, id := range t.ws.Consumed() {
 		if _, err := t.ytx.CreateNode(ctx, t.s.consumedPath().Child(encodeName(id)), yt.NodeDocument,
 			&yt.CreateNodeOptions{IgnoreExisting: true, Attributes: map[string]any{"value": next}}); err != nil {
-			return t.errf("commit: consumed %q: %v", id, err)
+			return t.errf("commit: consumed %q: %w", id, err)
 		}
 	}
-	if t.nstage > 0 {
+	if len(t.ws.Tables()) > 0 {
 		if err := t.ytx.RemoveNode(ctx, t.stagingDir(), &yt.RemoveNodeOptions{Recursive: true, Force: true}); err != nil {
-			return t.errf("commit: remove staging: %v", err)
+			return t.errf("commit: remove staging: %w", err)
 		}
 	}
 	if err := t.ytx.SetNode(ctx, t.s.genPath(), next, nil); err != nil {
-		return t.errf("commit: generation: %v", err)
+		return t.errf("commit: generation: %w", err)
 	}
 	if err := t.ytx.Commit(); err != nil {
 		return conflictErr(t.s.root, fmt.Sprintf("tx %s: commit", t.ytx.ID()), err)
 	}
 	t.s.opts.Logger.Debug("ytstore: committed", "root", string(t.s.root), "generation", next,
-		"tables", len(t.tables)+len(opWritten), "attrs", len(t.attrs), "queued", len(t.queue))
+		"tables", len(t.ws.Tables())+len(opWritten), "attrs", len(t.ws.Attrs()), "queued", t.ws.Queued())
 	return nil
 }
 
@@ -362,7 +255,7 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 func (t *tx) lockCommit(ctx context.Context) (int64, error) {
 	res, err := t.ytx.LockNode(ctx, t.s.genPath(), yt.LockExclusive, &yt.LockNodeOptions{Waitable: true})
 	if err != nil {
-		return 0, t.errf("commit lock: %v", err)
+		return 0, t.errf("commit lock: %w", err)
 	}
 	deadline := time.Now().Add(t.s.opts.LockTimeout)
 	lockState := ypath.Path("#" + res.LockID.String()).Attr("state")
@@ -370,7 +263,7 @@ func (t *tx) lockCommit(ctx context.Context) (int64, error) {
 	for {
 		var state string
 		if err := t.s.yc.GetNode(ctx, lockState, &state, nil); err != nil {
-			return 0, t.errf("commit lock: %v", err)
+			return 0, t.errf("commit lock: %w", err)
 		}
 		if state == "acquired" {
 			break
@@ -390,7 +283,7 @@ func (t *tx) lockCommit(ctx context.Context) (int64, error) {
 	}
 	var gen int64
 	if err := t.ytx.GetNode(ctx, t.s.genPath(), &gen, nil); err != nil {
-		return 0, t.errf("commit: read generation: %v", err)
+		return 0, t.errf("commit: read generation: %w", err)
 	}
 	return gen, nil
 }
@@ -423,7 +316,7 @@ func (t *tx) checkConflicts(ctx context.Context) (*state, []string, error) {
 	}
 	var opWritten []string
 	for name, v := range view {
-		if _, mine := t.tables[name]; mine {
+		if t.ws.Touches(name) {
 			continue
 		}
 		if c, ok := tcontent[name]; !ok || c != v {
@@ -431,12 +324,16 @@ func (t *tx) checkConflicts(ctx context.Context) (*state, []string, error) {
 		}
 	}
 	for name := range tcontent {
-		if _, ok := view[name]; !ok && t.tables[name] == nil {
+		if _, ok := view[name]; !ok && !t.ws.Touches(name) {
 			opWritten = append(opWritten, name) // removed inside the transaction
 		}
 	}
 	sort.Strings(opWritten)
-	names := append(slices.Clone(t.order), opWritten...)
+	var names []string
+	for _, tc := range t.ws.Tables() {
+		names = append(names, tc.Name)
+	}
+	names = append(names, opWritten...)
 	for _, name := range names {
 		if b, c := t.st.tables[name], trunk.tables[name]; !sameNode(b, c) {
 			g := int64(0)
@@ -447,7 +344,8 @@ func (t *tx) checkConflicts(ctx context.Context) (*state, []string, error) {
 				t.s.root, name, g, t.st.gen, pillar.ErrConflict)
 		}
 	}
-	for name := range t.attrs {
+	for _, a := range t.ws.Attrs() {
+		name := a.Name
 		b, bok := t.st.attrs[name]
 		c, cok := trunk.attrs[name]
 		if bok != cok || b.id != c.id || b.revision != c.revision {
@@ -533,11 +431,11 @@ func isResolve(err error) bool { return yterrors.ContainsResolveError(err) }
 // are concatenated in writer order by an ordered merge operation inside the
 // master transaction. Dropped tables are removed.
 func (t *tx) applyTables(ctx context.Context, trunk *state, opWritten []string, next int64) error {
-	for _, name := range t.order {
-		ch := t.tables[name]
+	for _, ch := range t.ws.Tables() {
+		name := ch.Name
 		dst := t.s.tablePath(name)
 		existing := trunk.tables[name]
-		if ch.drop {
+		if ch.Drop {
 			if existing != nil {
 				if err := t.ytx.RemoveNode(ctx, dst, &yt.RemoveNodeOptions{Force: true}); err != nil {
 					return conflictErr(t.s.root, fmt.Sprintf("drop table %q", name), err)
@@ -545,19 +443,22 @@ func (t *tx) applyTables(ctx context.Context, trunk *state, opWritten []string, 
 			}
 			continue
 		}
-		appendTo := ch.mode == pillar.Append && existing != nil
-		final := ch.schema
+		appendTo := ch.Mode == pillar.Append && existing != nil
+		final, err := SchemaFor(reflect.New(ch.RowType).Interface(), ch.SortedBy)
+		if err != nil {
+			return t.errf("table %q: %w", name, err)
+		}
 		if appendTo {
 			var oldKeys []string
 			if existing.Schema != nil {
 				oldKeys = existing.Schema.KeyColumns()
 			}
-			if len(ch.sortedBy) == 0 || !slices.Equal(oldKeys, ch.sortedBy) {
-				final = unsorted(ch.schema) // an append breaks any claimed order
+			if len(ch.SortedBy) == 0 || !slices.Equal(oldKeys, ch.SortedBy) {
+				final = unsorted(final) // an append breaks any claimed order
 			}
 		}
-		if !appendTo && len(ch.stages) == 1 {
-			if _, err := t.ytx.MoveNode(ctx, ch.stages[0].path, dst, &yt.MoveNodeOptions{Recursive: true, Force: true}); err != nil {
+		if !appendTo && len(ch.Parts) == 1 {
+			if _, err := t.ytx.MoveNode(ctx, ch.Parts[0].Staged, dst, &yt.MoveNodeOptions{Recursive: true, Force: true}); err != nil {
 				return conflictErr(t.s.root, fmt.Sprintf("table %q", name), err)
 			}
 		} else {
@@ -567,15 +468,15 @@ func (t *tx) applyTables(ctx context.Context, trunk *state, opWritten []string, 
 			} else if _, err := t.ytx.CreateNode(ctx, dst, yt.NodeTable, &yt.CreateNodeOptions{Recursive: true, Force: true, Attributes: map[string]any{"schema": final}}); err != nil {
 				return conflictErr(t.s.root, fmt.Sprintf("table %q", name), err)
 			}
-			for _, st := range ch.stages {
-				inputs = append(inputs, st.path)
+			for _, p := range ch.Parts {
+				inputs = append(inputs, p.Staged)
 			}
 			out := ypath.NewRich(string(dst)).SetSchema(final)
 			if err := t.merge(ctx, name, inputs, out); err != nil {
 				return err
 			}
 		}
-		if err := t.ytx.SetNode(ctx, dst.Attr(attrRowType), ch.rowType.String(), nil); err != nil {
+		if err := t.ytx.SetNode(ctx, dst.Attr(attrRowType), ch.RowType.String(), nil); err != nil {
 			return conflictErr(t.s.root, fmt.Sprintf("table %q", name), err)
 		}
 		if err := t.ytx.SetNode(ctx, dst.Attr(attrGeneration), next, nil); err != nil {
@@ -608,7 +509,7 @@ func (t *tx) merge(ctx context.Context, table string, inputs []ypath.YPath, out 
 	for {
 		st, err := t.s.yc.GetOperation(ctx, id, &yt.GetOperationOptions{Attributes: []string{"state", "result"}})
 		if err != nil {
-			return t.errf("table %q: merge %s: %v", table, id, err)
+			return t.errf("table %q: merge %s: %w", table, id, err)
 		}
 		if st.State.IsFinished() {
 			if st.State != yt.StateCompleted {
@@ -631,22 +532,17 @@ func (t *tx) merge(ctx context.Context, table string, inputs []ypath.YPath, out 
 // applyAttrs writes each set attribute as a document node (created or
 // replaced) and removes deleted ones, in name order.
 func (t *tx) applyAttrs(ctx context.Context) error {
-	names := make([]string, 0, len(t.attrs))
-	for n := range t.attrs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		a := t.attrs[name]
+	for _, a := range t.ws.Attrs() {
+		name := a.Name
 		p := t.s.attrsPath().Child(encodeName(name))
 		switch {
-		case a.expect:
-		case a.del:
+		case a.Expect:
+		case a.Delete:
 			if err := t.ytx.RemoveNode(ctx, p, &yt.RemoveNodeOptions{Force: true}); err != nil {
 				return conflictErr(t.s.root, fmt.Sprintf("attribute %q", name), err)
 			}
 		default:
-			if _, err := t.ytx.CreateNode(ctx, p, yt.NodeDocument, &yt.CreateNodeOptions{Force: true, Attributes: map[string]any{"value": string(a.value)}}); err != nil {
+			if _, err := t.ytx.CreateNode(ctx, p, yt.NodeDocument, &yt.CreateNodeOptions{Force: true, Attributes: map[string]any{"value": string(a.Value)}}); err != nil {
 				return conflictErr(t.s.root, fmt.Sprintf("attribute %q", name), err)
 			}
 		}
@@ -657,21 +553,13 @@ func (t *tx) applyAttrs(ctx context.Context) error {
 // applyQueue appends each partition's records to its queue table. Under
 // the commit lock the table's row count is the next offset.
 func (t *tx) applyQueue(ctx context.Context) error {
-	byPart := map[int][]pillar.ExportRecord{}
-	for _, r := range t.queue {
-		byPart[int(r.Partition)] = append(byPart[int(r.Partition)], r)
-	}
-	parts := make([]int, 0, len(byPart))
-	for p := range byPart {
-		parts = append(parts, p)
-	}
-	sort.Ints(parts)
+	parts, byPart := t.ws.Queue()
 	now := time.Now().UnixMilli()
 	for _, p := range parts {
 		path := queuePath(t.s.root, p)
 		var first int64
 		if err := t.ytx.GetNode(ctx, path.Attr("row_count"), &first, nil); err != nil {
-			return t.errf("commit: export queue partition %d: %v", p, err)
+			return t.errf("commit: export queue partition %d: %w", p, err)
 		}
 		w, err := t.ytx.WriteTable(ctx, ypath.NewRich(string(path)).SetAppend(), nil)
 		if err != nil {
@@ -682,7 +570,7 @@ func (t *tx) applyQueue(ctx context.Context) error {
 			r.CommittedAt = now
 			if err := w.Write(&r); err != nil {
 				_ = w.Rollback()
-				return t.errf("commit: export queue partition %d: %v", p, err)
+				return t.errf("commit: export queue partition %d: %w", p, err)
 			}
 		}
 		if err := w.Commit(); err != nil {
@@ -690,16 +578,4 @@ func (t *tx) applyQueue(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func dedupe(ids []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, id := range ids {
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, id)
-		}
-	}
-	return out
 }
