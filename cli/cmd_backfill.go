@@ -27,7 +27,7 @@ var runFlags = []cli.Flag{
 func pipelineOptions(c *cli.Context) pipeline.Options {
 	return pipeline.Options{
 		Workers: c.Int("workers"), MemoryLimit: c.Int64("memory-limit"), SlicePages: c.Int("slice-pages"),
-		DryRun: c.Bool("dry-run"), Logger: logger(), Progress: jobs.NewProgress(os.Stderr, logger(), 5*time.Second),
+		DryRun: c.Bool("dry-run"), Priority: c.String("priority"), Logger: logger(), Progress: jobs.NewProgress(os.Stderr, logger(), 5*time.Second),
 		Runner: ytRunner(c), // nil (the local runner) unless --store is yt:// (cli/store_yt.go)
 	}
 }

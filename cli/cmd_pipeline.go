@@ -50,10 +50,11 @@ queues just the changed pages for Lorry.
 
 Examples:
    pillar publish --store data/store --chunks recursive-s512-o64-54906c2d --model hash:dim=384
-   pillar publish --store data/store --chunks recursive-s512-o64-54906c2d --model hash-d384-ea4b8133 --dry-run`,
+   pillar publish --store data/store --chunks recursive-s512-o64-54906c2d --model hash-d384-ea4b8133 --dry-run
+   pillar publish --store data/store --chunks recursive-s512-o64-54906c2d --model hash:dim=384 --priority bulk`,
 		Flags: append([]cli.Flag{storeFlag,
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "chunk version id"},
-			&cli.StringFlag{Name: "model", Required: true, Usage: "model id or spec (e.g. hash:dim=384)"},
+			&cli.StringFlag{Name: "model", Required: true, Usage: "model id or spec (e.g. hash:dim=384)"}, priorityFlag,
 		}, runFlags...),
 		Action: func(c *cli.Context) error {
 			st, err := openStore(c, false, 0)
@@ -92,7 +93,7 @@ func rollbackCommand() *cli.Command {
 		Usage: "republish the previous published pair (atomically, with its export work)",
 		Description: `Examples:
    pillar rollback --store data/store`,
-		Flags: append([]cli.Flag{storeFlag}, runFlags...),
+		Flags: append([]cli.Flag{storeFlag, priorityFlag}, runFlags...),
 		Action: func(c *cli.Context) error {
 			st, err := openStore(c, false, 0)
 			if err != nil {
@@ -207,7 +208,7 @@ Examples:
    pillar subsets recompute --store data/store --policies testdata/policies.yaml --as-of 2026-11-30T00:00:00Z`,
 			Flags: append([]cli.Flag{storeFlag,
 				&cli.StringFlag{Name: "policies", Required: true, Usage: "policy file (YAML or JSON)", EnvVars: []string{"PILLAR_POLICIES"}},
-				&cli.TimestampFlag{Name: "as-of", Layout: time.RFC3339, Usage: "evaluation time for age() (default: now)"},
+				&cli.TimestampFlag{Name: "as-of", Layout: time.RFC3339, Usage: "evaluation time for age() (default: now)"}, priorityFlag,
 			}, runFlags...),
 			Action: func(c *cli.Context) error {
 				set, err := subsets.ReadFile(c.String("policies"))

@@ -98,7 +98,33 @@ type ExportRecord struct {
 	Cause     string `yson:"cause" parquet:"cause"`
 	// CommittedAt is the commit time in unix milliseconds (set by the store).
 	CommittedAt int64 `yson:"committed_at" parquet:"committed_at"`
+	// Priority is PriorityFresh or PriorityBulk, set by the operation that
+	// enqueues. "" (records of older queues) is delivered as fresh.
+	Priority string `yson:"priority,omitempty" parquet:"priority,optional"`
 }
+
+// Export priorities. Lorry delivers a partition's fresh records ahead of its
+// bulk backlog, keeping per-key order (see package lorry).
+const (
+	// PriorityFresh: crawl updates and policy deletes, which readers are
+	// waiting for.
+	PriorityFresh = "fresh"
+	// PriorityBulk: backfill republishes, which fill the troughs.
+	PriorityBulk = "bulk"
+)
+
+// ParsePriority checks a priority name ("" is accepted and returned as is:
+// it means "the operation's default").
+func ParsePriority(s string) (string, error) {
+	switch s {
+	case "", PriorityFresh, PriorityBulk:
+		return s, nil
+	}
+	return "", fmt.Errorf("priority %q: want %q or %q", s, PriorityFresh, PriorityBulk)
+}
+
+// IsBulk reports whether the record is bulk work (anything else is fresh).
+func (r *ExportRecord) IsBulk() bool { return r.Priority == PriorityBulk }
 
 // Validate checks a record before it is enqueued in a store of partitions
 // partitions: its key, its partition (which must be the key's) and its op.
@@ -115,6 +141,9 @@ func (r *ExportRecord) Validate(partitions int) error {
 	}
 	if r.Op != OpPut && r.Op != OpDelete {
 		return fmt.Errorf("page %s: op %q is neither put nor delete", r.PageKey, r.Op)
+	}
+	if _, err := ParsePriority(r.Priority); err != nil {
+		return fmt.Errorf("page %s: %w", r.PageKey, err)
 	}
 	return nil
 }

@@ -87,6 +87,14 @@ type Snapshot interface {
 	Release()
 }
 
+// QueueHeadReader is implemented by snapshots that can read export-queue
+// records without decoding their values (a column projection): Lorry scans
+// past a bulk backlog this way to find the fresh records behind it. The
+// records it returns are ReadQueue's with Value nil.
+type QueueHeadReader interface {
+	ReadQueueHeads(ctx context.Context, partition int, from int64, limit int) ([]ExportRecord, error)
+}
+
 // WriteMode says what a RowWriter does to the table's existing rows.
 type WriteMode int
 

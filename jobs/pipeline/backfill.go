@@ -53,6 +53,13 @@ type Options struct {
 	// Encoding of vectors in exported records: "float16", "float32" or
 	// "int8". The default value ("") is float16.
 	Encoding string
+	// Priority overrides the priority of the export records an operation
+	// queues (pillar.PriorityFresh or PriorityBulk). The default value ("")
+	// lets the operation choose: a publish of the pair already published
+	// (crawl updates) and subset recomputes (policy entries and deletes)
+	// queue fresh records; a publish of a new pair and a rollback
+	// (republishes) queue bulk ones.
+	Priority string
 }
 
 func (o *Options) ensureDefaults(st pillar.Store) {

@@ -123,7 +123,13 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 	if err := tx.ExpectAttr(ctx, pillar.AttrPublished); err != nil {
 		return nil, err
 	}
-	plan, err := reconcile(ctx, tx, opts, desired, skipped, verb+" "+eid, res.Published)
+	// Re-publishing the live pair delivers crawl updates (fresh); a new
+	// pair or a rollback republishes the corpus (bulk).
+	priority := pillar.PriorityBulk
+	if verb == "publish" && res.Previous != nil && res.Previous.ChunkVersion == cv && res.Previous.Model == model {
+		priority = pillar.PriorityFresh
+	}
+	plan, err := reconcile(ctx, tx, opts, desired, skipped, verb+" "+eid, priority, res.Published)
 	if err != nil {
 		return nil, err
 	}

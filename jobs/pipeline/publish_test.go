@@ -60,6 +60,30 @@ func queue(t *testing.T, st pillar.Store, from map[int]int64) []string {
 	return out
 }
 
+// priorities returns the distinct priorities of the records queued after
+// from, sorted and joined by ",".
+func priorities(t *testing.T, st pillar.Store, from map[int]int64) string {
+	t.Helper()
+	sn, _ := st.Snapshot(ctx)
+	defer sn.Release()
+	seen := map[string]bool{}
+	for p := 0; p < st.Info().Partitions; p++ {
+		recs, err := sn.ReadQueue(ctx, p, from[p], 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			seen[r.Priority] = true
+		}
+	}
+	var out []string
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}
+
 func queueEnds(st pillar.Store) map[int]int64 {
 	sn, _ := st.Snapshot(ctx)
 	m := map[int]int64{}
@@ -162,6 +186,9 @@ policies:
 	if strings.Join(got, "|") != strings.Join(wantQ, "|") || rc.Export.Bulk {
 		t.Fatalf("queue after recompute = %v, want %v (plan %+v)", got, wantQ, rc.Export)
 	}
+	if pr := priorities(t, st, ends); pr != pillar.PriorityFresh {
+		t.Fatalf("a recompute queued priorities %q, want fresh (policy entries and deletes)", pr)
+	}
 	// The same inputs again: nothing.
 	ends = queueEnds(st)
 	rc, err = Recompute(ctx, st, setB, asOf, o)
@@ -212,6 +239,9 @@ policies:
 	if got := queue(t, st, ends); strings.Join(got, "|") != "put "+key(11) {
 		t.Fatalf("republish after edit queued %v (plan %+v)", got, pr.Export)
 	}
+	if pr := priorities(t, st, ends); pr != pillar.PriorityFresh {
+		t.Fatalf("re-publishing the live pair queued priorities %q, want fresh (crawl updates)", pr)
+	}
 }
 
 func TestPublishAtomicAndRollback(t *testing.T) {
@@ -251,12 +281,22 @@ func TestPublishAtomicAndRollback(t *testing.T) {
 			t.Fatalf("failed publish left scratch %s", ti.Name)
 		}
 	}
+	ends := queueEnds(st)
 	if _, err := Publish(ctx, st, r2.Version, "hash:dim=16", o); err != nil {
 		t.Fatal(err)
 	}
-	rb, err := Rollback(ctx, st, o)
+	if pr := priorities(t, st, ends); pr != pillar.PriorityBulk {
+		t.Fatalf("publishing a new pair queued priorities %q, want bulk", pr)
+	}
+	ends = queueEnds(st)
+	fresh := o
+	fresh.Priority = pillar.PriorityFresh
+	rb, err := Rollback(ctx, st, fresh)
 	if err != nil || rb.Published.ChunkVersion != r1.Version || rb.Previous.ChunkVersion != r2.Version {
 		t.Fatalf("rollback %+v %v", rb, err)
+	}
+	if pr := priorities(t, st, ends); pr != pillar.PriorityFresh {
+		t.Fatalf("a rollback with Priority fresh queued priorities %q", pr)
 	}
 	sn, _ = st.Snapshot(ctx)
 	v1, _ := pillar.LoadVersion(ctx, sn, r1.Version)

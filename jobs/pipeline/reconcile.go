@@ -293,7 +293,13 @@ func readState(ctx context.Context, sn pillar.Snapshot) (map[string]ExportState,
 // inside tx: it enqueues a put for every page whose record is new or changed
 // and a delete for every page no longer desired, and rewrites export/state —
 // or, when the changes exceed BulkRatio of the pages, marks a bulk rebuild.
-func reconcile(ctx context.Context, tx pillar.Tx, opts Options, desired, skipped, cause string, pub pillar.Published) (*ExportPlan, error) {
+func reconcile(ctx context.Context, tx pillar.Tx, opts Options, desired, skipped, cause, priority string, pub pillar.Published) (*ExportPlan, error) {
+	if opts.Priority != "" {
+		priority = opts.Priority
+	}
+	if _, err := pillar.ParsePriority(priority); err != nil {
+		return nil, fmt.Errorf("%s: %w", cause, err)
+	}
 	plan := &ExportPlan{}
 	state, err := readState(ctx, tx)
 	if err != nil {
@@ -356,7 +362,7 @@ func reconcile(ctx context.Context, tx pillar.Tx, opts Options, desired, skipped
 		if s, ok := state[d.PageKey]; ok && s.RecordHash == d.RecordHash {
 			return nil
 		}
-		batch = append(batch, pillar.ExportRecord{Partition: d.Partition, PageKey: d.PageKey, Op: pillar.OpPut, Value: d.Value, Cause: cause})
+		batch = append(batch, pillar.ExportRecord{Partition: d.Partition, PageKey: d.PageKey, Op: pillar.OpPut, Value: d.Value, Cause: cause, Priority: priority})
 		if len(batch) >= 256 {
 			return flush()
 		}
@@ -366,7 +372,7 @@ func reconcile(ctx context.Context, tx pillar.Tx, opts Options, desired, skipped
 		return nil, err
 	}
 	for _, s := range deletes {
-		batch = append(batch, pillar.ExportRecord{Partition: s.Partition, PageKey: s.PageKey, Op: pillar.OpDelete, Cause: cause})
+		batch = append(batch, pillar.ExportRecord{Partition: s.Partition, PageKey: s.PageKey, Op: pillar.OpDelete, Cause: cause, Priority: priority})
 	}
 	if err := flush(); err != nil {
 		return nil, err

@@ -333,7 +333,7 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 	}
 	sort.Slice(res.Subsets, func(i, j int) bool { return res.Subsets[i].Name < res.Subsets[j].Name })
 	if pub != nil {
-		plan, err := reconcile(ctx, tx, opts, desired, skipped, "subsets recompute "+asOf.UTC().Format(time.RFC3339), *pub)
+		plan, err := reconcile(ctx, tx, opts, desired, skipped, "subsets recompute "+asOf.UTC().Format(time.RFC3339), pillar.PriorityFresh, *pub)
 		if err != nil {
 			return nil, err
 		}

@@ -101,6 +101,40 @@ func (sn *snapshot) QueueEnd(ctx context.Context, partition int) (int64, error) 
 }
 
 func (sn *snapshot) ReadQueue(ctx context.Context, partition int, from int64, limit int) ([]pillar.ExportRecord, error) {
+	return readQueue[pillar.ExportRecord](sn, partition, from, limit, func(r *pillar.ExportRecord) *pillar.ExportRecord { return r })
+}
+
+// queueHead is ExportRecord without its value: reading a segment into it
+// decodes neither the value column nor the cause.
+type queueHead struct {
+	Partition   int32  `parquet:"partition"`
+	Offset      int64  `parquet:"offset"`
+	PageKey     string `parquet:"page_key"`
+	Op          string `parquet:"op"`
+	CommittedAt int64  `parquet:"committed_at"`
+	Priority    string `parquet:"priority,optional"`
+}
+
+// ReadQueueHeads is ReadQueue without values (pillar.QueueHeadReader).
+func (sn *snapshot) ReadQueueHeads(ctx context.Context, partition int, from int64, limit int) ([]pillar.ExportRecord, error) {
+	heads, err := readQueue[queueHead](sn, partition, from, limit, func(h *queueHead) *queueHead { return h })
+	if err != nil {
+		return nil, err
+	}
+	out := make([]pillar.ExportRecord, len(heads))
+	for i, h := range heads {
+		out[i] = pillar.ExportRecord{Partition: h.Partition, Offset: h.Offset, PageKey: h.PageKey, Op: h.Op,
+			CommittedAt: h.CommittedAt, Priority: h.Priority}
+	}
+	return out, nil
+}
+
+// queueRow is a row type a queue segment is read into.
+type queueRow interface {
+	pillar.ExportRecord | queueHead
+}
+
+func readQueue[T queueRow](sn *snapshot, partition int, from int64, limit int, self func(*T) *T) ([]T, error) {
 	if err := sn.checkPartition(partition); err != nil {
 		return nil, err
 	}
@@ -108,21 +142,18 @@ func (sn *snapshot) ReadQueue(ctx context.Context, partition int, from int64, li
 	if q == nil || limit <= 0 {
 		return nil, nil
 	}
-	var out []pillar.ExportRecord
+	var out []T
 	for _, seg := range q.Segments {
 		if seg.First+seg.Count <= from {
 			continue
 		}
 		skip := max(from-seg.First, 0)
-		recs, err := readQueueSegment(filepath.Join(sn.s.dir, "data", seg.File), skip, limit-len(out))
+		recs, err := readQueueSegment[T](filepath.Join(sn.s.dir, "data", seg.File), skip, limit-len(out))
 		if err != nil {
 			return nil, fmt.Errorf("local store %s: queue partition %d segment %s: %w", sn.s.dir, partition, seg.File, err)
 		}
 		for i := range recs {
-			recs[i].Offset = seg.First + skip + int64(i)
-			if seg.CommittedAtMS != 0 {
-				recs[i].CommittedAt = seg.CommittedAtMS
-			}
+			setPosition(self(&recs[i]), seg.First+skip+int64(i), seg.CommittedAtMS)
 		}
 		out = append(out, recs...)
 		if len(out) >= limit {
@@ -132,9 +163,26 @@ func (sn *snapshot) ReadQueue(ctx context.Context, partition int, from int64, li
 	return out, nil
 }
 
+// setPosition sets a row's offset and commit time, which the segment (not
+// the file) records.
+func setPosition(row any, offset, committedAtMS int64) {
+	switch r := row.(type) {
+	case *pillar.ExportRecord:
+		r.Offset = offset
+		if committedAtMS != 0 {
+			r.CommittedAt = committedAtMS
+		}
+	case *queueHead:
+		r.Offset = offset
+		if committedAtMS != 0 {
+			r.CommittedAt = committedAtMS
+		}
+	}
+}
+
 // readQueueSegment reads up to limit records of a segment file from row
 // skip on.
-func readQueueSegment(path string, skip int64, limit int) ([]pillar.ExportRecord, error) {
+func readQueueSegment[T any](path string, skip int64, limit int) ([]T, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -153,14 +201,14 @@ func readQueueSegment(path string, skip int64, limit int) ([]pillar.ExportRecord
 		return nil, nil
 	}
 	n = min(n, int64(limit))
-	r := parquet.NewGenericReader[pillar.ExportRecord](pf)
+	r := parquet.NewGenericReader[T](pf)
 	defer r.Close()
 	if skip > 0 {
 		if err := r.SeekToRow(skip); err != nil {
 			return nil, err
 		}
 	}
-	out := make([]pillar.ExportRecord, n)
+	out := make([]T, n)
 	got := 0
 	for got < len(out) {
 		k, err := r.Read(out[got:])
