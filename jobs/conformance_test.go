@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -13,10 +14,12 @@ import (
 	"time"
 
 	"go.ytsaurus.tech/yt/go/ypath"
+	"go.ytsaurus.tech/yt/go/yson"
 	"go.ytsaurus.tech/yt/go/yt"
 
 	"github.com/pillarkit/pillar/jobs"
 	"github.com/pillarkit/pillar/jobs/internal/exechost"
+	"github.com/pillarkit/pillar/jobs/ytfake"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -49,6 +52,30 @@ func buildJobBinary(t *testing.T) string {
 	return jobBinary.path
 }
 
+// newFakeYT returns the shared FAKE cluster (jobs/ytfake), its job
+// sandboxes in the test's temp dir.
+func newFakeYT(t *testing.T) *ytfake.Cluster {
+	c := ytfake.New(&ytfake.Options{SandboxDir: t.TempDir()})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// fakeTable decodes a committed table of the fake cluster into a slice of T.
+func fakeTable[T any](t *testing.T, c *ytfake.Cluster, path ypath.Path) []T {
+	t.Helper()
+	if !c.HasNode(path) {
+		t.Fatalf("fake cluster: no table %s", path)
+	}
+	rows := c.Rows(path)
+	out := make([]T, len(rows))
+	for i, r := range rows {
+		if err := yson.Unmarshal(r, &out[i]); err != nil {
+			t.Fatalf("table %s row %d: %v", path, i, err)
+		}
+	}
+	return out
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if jobBinary.dir != "" {
@@ -64,7 +91,7 @@ func TestMain(m *testing.M) {
 type conformance struct {
 	t    *testing.T
 	e    *env
-	fake *fakeYT
+	fake *ytfake.Cluster
 	yt   *jobs.YT
 	opts *jobs.YTOptions
 }
@@ -82,7 +109,9 @@ func newConformance(t *testing.T) *conformance {
 
 func (c *conformance) input(name string, docs []pillar.Doc) {
 	writeTable(c.e, name, docs)
-	c.fake.setTable(c.opts.TablePath(name), docs)
+	if err := c.fake.SetTable(c.opts.TablePath(name), docs, nil); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 func compareOutput[T comparable](c *conformance, table string) int {
@@ -162,14 +191,15 @@ func TestConformance(t *testing.T) {
 		if err := c.e.runner.Reduce(ctx, reducer, op("wc", "wc_sorted")); err != nil {
 			t.Fatal(err)
 		}
-		sorts := len(c.fake.specs)
+		sorts := len(c.fake.Specs())
 		if err := c.yt.Reduce(ctx, reducer, op("wc", "wc_sorted")); err != nil {
 			t.Fatal(err)
 		}
-		if got := c.fake.specs[sorts]; got.Type != yt.OperationSort || len(c.fake.specs) != sorts+2 {
-			t.Fatalf("operations after an unsorted reduce input: %d, first %s; want a sort, then the reduce", len(c.fake.specs)-sorts, got.Type)
+		specs := c.fake.Specs()
+		if got := specs[sorts]; got.Type != yt.OperationSort || len(specs) != sorts+2 {
+			t.Fatalf("operations after an unsorted reduce input: %d, first %s; want a sort, then the reduce", len(specs)-sorts, got.Type)
 		}
-		if tmp := string(c.fake.specs[sorts].OutputTablePath.YPath()); c.fake.hasNode(ypath.Path(tmp)) || !strings.HasPrefix(tmp, "//tmp/pillar/tmp/") {
+		if tmp := string(specs[sorts].OutputTablePath.YPath()); c.fake.HasNode(ypath.Path(tmp)) || !strings.HasPrefix(tmp, "//tmp/pillar/tmp/") {
 			t.Fatalf("temporary sorted table %s left behind", tmp)
 		}
 		compareOutput[jobs.WordCount](c, "sums")
@@ -208,10 +238,11 @@ func TestConformance(t *testing.T) {
 
 	// What the SDK handed the cluster: the job command, the binary and
 	// job-state files, the vault with the job-state key.
-	if len(c.fake.specs) != 7 {
-		t.Fatalf("%d operations started, want 7", len(c.fake.specs))
+	specs := c.fake.Specs()
+	if len(specs) != 7 {
+		t.Fatalf("%d operations started, want 7", len(specs))
 	}
-	ms := c.fake.specs[0]
+	ms := specs[0]
 	if want := "./go-binary -job github.com/pillarkit/pillar/jobs.WordCountMapper -output-pipes 2"; ms.Mapper.Command != want {
 		t.Fatalf("mapper command %q, want %q", ms.Mapper.Command, want)
 	}
@@ -235,13 +266,13 @@ func TestConformance(t *testing.T) {
 			}
 		}))
 	}
-	if mr := c.fake.specs[5]; mr.Reducer.Command != "./go-binary -job github.com/pillarkit/pillar/jobs.WordSumReducer -output-pipes 2" ||
+	if mr := specs[5]; mr.Reducer.Command != "./go-binary -job github.com/pillarkit/pillar/jobs.WordSumReducer -output-pipes 2" ||
 		mr.Mapper.Command != "./go-binary -job github.com/pillarkit/pillar/jobs.WordCountMapper -output-pipes 2" {
 		t.Fatalf("map_reduce commands %q / %q", mr.Mapper.Command, mr.Reducer.Command)
 	}
 	uploads := 0
-	for _, call := range c.fake.calls {
-		if strings.HasPrefix(call, "PutFileToCache") {
+	for _, call := range c.fake.Calls() {
+		if strings.HasPrefix(call, "put_file_to_cache") {
 			uploads++
 		}
 	}
@@ -277,13 +308,13 @@ func TestConformanceFailures(t *testing.T) {
 			}
 		}
 		for _, tb := range []string{"wc", "dw"} {
-			if c.fake.hasNode(c.opts.TablePath(tb)) {
+			if c.fake.HasNode(c.opts.TablePath(tb)) {
 				t.Fatalf("output table %s exists after a failed operation", tb)
 			}
 		}
 	}
-	if c.fake.calls[len(c.fake.calls)-1] != "AbortTx" {
-		t.Fatalf("last call %q, want AbortTx", c.fake.calls[len(c.fake.calls)-1])
+	if calls := c.fake.Calls(); !strings.HasSuffix(calls[len(calls)-1], ": abort_tx") {
+		t.Fatalf("last call %q, want the runner's abort_tx", calls[len(calls)-1])
 	}
 }
 
@@ -291,24 +322,20 @@ func TestConformanceFailures(t *testing.T) {
 // operation and the runner's transaction.
 func TestYTCancel(t *testing.T) {
 	fake := newFakeYT(t)
-	fake.hold = true
+	fake.Hold = true
 	r, err := jobs.NewYT(fake, &jobs.YTOptions{PollInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake.setTable("//home/pillar/docs", makeDocs(25, 3))
+	if err := fake.SetTable("//home/pillar/docs", makeDocs(25, 3), nil); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- r.Map(ctx, &jobs.WordCountMapper{}, &jobs.Op{Inputs: []string{"docs"}, Outputs: []jobs.Output{{Table: "wc"}}})
 	}()
-	for {
-		fake.mu.Lock()
-		n := len(fake.ops)
-		fake.mu.Unlock()
-		if n > 0 {
-			break
-		}
+	for fake.Running() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
@@ -320,10 +347,11 @@ func TestYTCancel(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	fake.mu.Lock()
-	calls := strings.Join(fake.calls, "\n")
-	fake.mu.Unlock()
-	if !strings.Contains(calls, "AbortOperation\nAbortTx") || fake.hasNode("//home/pillar/wc") {
+	calls := strings.Join(fake.Calls(), "\n")
+	// The runner's transaction was begun with ctx, so cancelling ctx aborts
+	// it (as the SDK's does), and with it the operation; the runner also
+	// aborts the operation itself.
+	if !regexp.MustCompile(`(?m)^tx1: abort_tx`).MatchString(calls) || !strings.Contains(calls, "\nabort_operation") || fake.HasNode("//home/pillar/wc") || fake.Running() != 0 {
 		t.Fatalf("operation or transaction not aborted, or output left:\n%s", calls)
 	}
 }
@@ -336,7 +364,7 @@ func TestJobBinaryStages(t *testing.T) {
 	if err := c.yt.Map(context.Background(), &jobs.WordCountMapper{}, &jobs.Op{Inputs: []string{"docs"}, Outputs: []jobs.Output{{Table: "wc"}}}); err != nil {
 		t.Fatal(err)
 	}
-	good := *c.fake.jobs[0]
+	good := *c.fake.Jobs()[0]
 	dir := t.TempDir()
 	for i, tc := range []struct {
 		name  string

@@ -115,7 +115,7 @@ func TestRecordedSpecGolden(t *testing.T) {
 	if err := c.yt.Map(context.Background(), &jobs.WordCountMapper{VaultHost: "crawl_host"}, op); err != nil {
 		t.Fatal(err)
 	}
-	s := c.fake.specs[0]
+	s := c.fake.Specs()[0]
 	s.StartedBy = nil // user, host, pid
 	b := specText(t, s)
 	b = reVault.ReplaceAll(b, []byte(`"job_state_key"="<tink keyset>"`))

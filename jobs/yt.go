@@ -197,6 +197,10 @@ type YT struct {
 
 	mu         sync.Mutex
 	binaryPath ypath.Path // uploaded job binary, once
+
+	// skipCreateOutputs leaves output tables to the SDK (tests: proves the
+	// fake catches the folders it would not create).
+	skipCreateOutputs bool
 }
 
 var _ Runner = (*YT)(nil)
@@ -212,6 +216,27 @@ func NewYT(yc yt.Client, opts *YTOptions) (*YT, error) {
 		return nil, err
 	}
 	return &YT{yc: yc, opts: o}, nil
+}
+
+// createOutputs creates every output table of op that does not exist,
+// with its parent folders, in tx. The SDK creates missing output tables of
+// a map, reduce or map_reduce without Recursive (mapreduce/prepare.go,
+// createOutputTable), so an output under a folder that does not exist yet
+// ("backfill-pending/chunks/<cv>", "tmp/recompute-…/matches") would fail
+// the start; and it does not create a sort's output at all (it is
+// OutputTablePath, not OutputTablePaths), while YTsaurus requires output
+// tables to exist.
+func (y *YT) createOutputs(ctx context.Context, tx yt.Tx, op *Op) error {
+	if y.skipCreateOutputs {
+		return nil
+	}
+	for _, o := range op.Outputs {
+		p := y.opts.TablePath(o.Table)
+		if _, err := tx.CreateNode(ctx, p, yt.NodeTable, &yt.CreateNodeOptions{Recursive: true, IgnoreExisting: true}); err != nil {
+			return fmt.Errorf("create output table %s: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // Map implements Runner.
@@ -304,6 +329,9 @@ func (y *YT) run(ctx context.Context, k Kind, op *Op, jobsOf []any, start startF
 	}()
 	mr := mapreduce.New(y.yc, mapreduce.WithContext(ctx)).WithTx(tx)
 	started := time.Now()
+	if err := y.createOutputs(ctx, tx, op); err != nil {
+		return fmt.Errorf("jobs: %s: %w", title, err)
+	}
 	var temps []ypath.Path
 	if k == KindReduce {
 		if temps, err = y.sortInputs(ctx, mr, tx, s, log); err != nil {

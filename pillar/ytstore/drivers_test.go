@@ -27,7 +27,7 @@ func TestDriversSameOnBothBackends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ys, err := Create(ctx, newFakeYT(), "//home/pillar/test", &Options{Partitions: 8, PollInterval: time.Millisecond})
+	ys, err := Create(ctx, newFakeYT(t), "//home/pillar/test", &Options{Partitions: 8, PollInterval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,16 +122,12 @@ func exampleCommit(t *testing.T, s *Store) pillar.Tx {
 // runs of them are sorted.
 func TestCommitCalls(t *testing.T) {
 	s, yc := newFakeStore(t)
-	yc.mu.Lock()
-	yc.record = true
-	yc.mu.Unlock()
+	yc.ResetCalls()
 	tx := exampleCommit(t, s)
 	if err := tx.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	yc.mu.Lock()
-	calls := yc.calls
-	yc.mu.Unlock()
+	calls := yc.Calls()
 	for i := 0; i < len(calls); {
 		j := i
 		for j < len(calls) && strings.Contains(calls[j], " snapshot waitable") {
@@ -157,32 +153,27 @@ func TestLayout(t *testing.T) {
 	if err := exampleCommit(t, s).Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	yc.mu.Lock()
 	var lines []string
-	for p, n := range yc.nodes {
-		if !strings.HasPrefix(p, "/tmp/pillar") {
-			continue
-		}
-		line := fmt.Sprintf("/%s  %s", p, n.typ)
+	for _, n := range yc.Nodes("//tmp/pillar") {
+		line := fmt.Sprintf("%s  %s", n.Path, n.Type)
 		var keys []string
-		for k := range n.attrs {
-			if k != "schema" && k != attrCreated {
+		for k := range n.Attrs {
+			if k != attrCreated {
 				keys = append(keys, k)
 			}
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			line += fmt.Sprintf("  @%s=%v", k, n.attrs[k])
+			line += fmt.Sprintf("  @%s=%v", k, n.Attrs[k])
 		}
-		if n.typ == yt.NodeTable {
-			line += fmt.Sprintf("  rows=%d", len(n.rows))
+		if n.Type == yt.NodeTable {
+			line += fmt.Sprintf("  rows=%d", n.Rows)
 		}
-		if n.typ == yt.NodeDocument {
-			line += fmt.Sprintf("  value=%v", n.value)
+		if n.Type == yt.NodeDocument {
+			line += fmt.Sprintf("  value=%v", n.Value)
 		}
 		lines = append(lines, line)
 	}
-	yc.mu.Unlock()
 	sort.Strings(lines)
 	golden(t, "layout.golden", strings.Join(lines, "\n")+"\n")
 }
@@ -223,7 +214,7 @@ func TestNameEncoding(t *testing.T) {
 
 func TestOpenErrors(t *testing.T) {
 	ctx := context.Background()
-	yc := newFakeYT()
+	yc := newFakeYT(t)
 	if _, err := Open(ctx, yc, "//tmp/none", nil); !errors.Is(err, pillar.ErrNotFound) {
 		t.Fatalf("missing root: %v", err)
 	}
@@ -304,7 +295,7 @@ func TestOperationOutputsJoinTheTransaction(t *testing.T) {
 func testOperationOutputs(t *testing.T, noContentRev bool) {
 	ctx := context.Background()
 	s, yc := newFakeStore(t)
-	yc.noContentRev = noContentRev
+	yc.NoContentRevision = noContentRev
 	tx, _ := s.Begin(ctx)
 	opWrite(t, s, tx, "chunks/v1", "a", "b")
 	tx.Abort()
@@ -397,7 +388,7 @@ func TestSnapshotRaces(t *testing.T) {
 	}
 	id := docs()
 
-	yc.afterTxGet = func() { commit("b", 2) }
+	yc.AfterTxGet = func() { commit("b", 2) }
 	sn, err := s.Snapshot(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -410,7 +401,7 @@ func TestSnapshotRaces(t *testing.T) {
 		t.Fatal("the append replaced the docs node: the test no longer changes a table in place")
 	}
 
-	yc.afterTxGet = func() { commit("", 3) }
+	yc.AfterTxGet = func() { commit("", 3) }
 	sn, err = s.Snapshot(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 
 	"go.ytsaurus.tech/yt/go/schema"
 
@@ -25,6 +26,27 @@ func SchemaFor(rowType any, sortedBy []string) (schema.Schema, error) {
 	s, err := schema.Infer(reflect.New(rt).Elem().Interface())
 	if err != nil {
 		return schema.Schema{}, fmt.Errorf("row type %s: %w", rt, err)
+	}
+	// schema.Infer makes a []byte column required, but a nil slice is
+	// written as an entity (null), which YTsaurus refuses in a required
+	// column: an export delete record (no value) would fail the commit.
+	// Nil-able fields are optional.
+	nilable := map[string]bool{}
+	for i := 0; i < rt.NumField(); i++ {
+		f := rt.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yson"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		switch f.Type.Kind() {
+		case reflect.Slice, reflect.Map, reflect.Pointer, reflect.Interface:
+			nilable[name] = true
+		}
+	}
+	for i := range s.Columns {
+		if nilable[s.Columns[i].Name] {
+			s.Columns[i].Required = false
+		}
 	}
 	if len(sortedBy) == 0 {
 		return s, nil
