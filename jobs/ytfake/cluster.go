@@ -339,8 +339,11 @@ func (c *Cluster) SetTable(p ypath.Path, rows any, sch *schema.Schema) error {
 	return nil
 }
 
+// resolveErr is the master's error for a path whose node p is missing:
+// "Node //a has no child with key "b"" (code 500).
 func resolveErr(p string) error {
-	return yterrors.Err(yterrors.CodeResolveError, fmt.Sprintf("Node /%s has no child", p), yterrors.Attr("path", "/"+p))
+	up, name := split(p)
+	return yterrors.Err(yterrors.CodeResolveError, fmt.Sprintf("Node /%s has no child with key %q", up, name), yterrors.Attr("path", "/"+p))
 }
 
 func notFound(p string) error {

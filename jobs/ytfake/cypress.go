@@ -203,7 +203,16 @@ func (v view) parentOK(p string, recursive bool) error {
 	if parent == "" || v.get(parent) != nil || recursive {
 		return v.makeParents(p)
 	}
-	return resolveErr(parent)
+	// The master names the deepest node that exists and the key it lacks.
+	missing := parent
+	for {
+		up, _ := split(missing)
+		if up == "" || v.get(up) != nil {
+			break
+		}
+		missing = up
+	}
+	return resolveErr(missing)
 }
 
 func (c *Cluster) enter(tx *Tx) error {
