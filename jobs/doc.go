@@ -75,16 +75,21 @@
 // failed or cancelled operation leaves no output table; cancelling ctx
 // aborts the operation. A Reduce input not sorted by SortBy on the cluster
 // is sorted into a temporary table first (YTsaurus reduces sorted tables
-// only; the local runner sorts every Reduce input itself).
+// only; the local runner sorts every Reduce input itself). Before starting
+// an operation the runner creates its output tables that do not exist, with
+// their folders, in the operation's transaction: the SDK creates missing
+// outputs without `recursive` (a table under a new folder such as
+// backfill-pending/chunks/<cv> would fail the start) and never a sort's.
 //
-// The job protocol is tested without a cluster: a fake yt.Client records
-// what the SDK sends and runs each job through internal/exechost, which
-// executes the real job binary as an exec node does (sandbox with go-binary
-// and job-state, YT_JOB_ID, YT_JOB_COOKIE, YT_SECURE_VAULT, YSON rows with
-// control attributes on stdin, output i on descriptor 3i+1), and the
-// outputs are compared row for row with the local runner's
-// (conformance_test.go). With YT_PROXY set, TestYTIntegration runs the
-// same jobs on a real cluster.
+// The job protocol is tested without a cluster: the FAKE cluster jobs/ytfake
+// records what the SDK sends and runs each job through internal/exechost,
+// which executes the real job binary as an exec node does (sandbox with
+// go-binary and job-state, YT_JOB_ID, YT_JOB_COOKIE, YT_SECURE_VAULT, YSON
+// rows with control attributes on stdin, output i on descriptor 3i+1), and
+// the outputs are compared row for row with the local runner's
+// (conformance_test.go); the whole pipeline on yt:// runs on it too
+// (ytpipeline_test.go). With YT_PROXY set, `make test-yt` runs the same on a
+// real cluster (docs/ytsaurus.md).
 //
 // Concurrency: a Local or YT runner may run several operations at once from
 // different goroutines; one Op value may be shared by runs that do not set

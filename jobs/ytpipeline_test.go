@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"go.ytsaurus.tech/yt/go/guid"
 	"go.ytsaurus.tech/yt/go/mapreduce"
 	"go.ytsaurus.tech/yt/go/mapreduce/spec"
+	"go.ytsaurus.tech/yt/go/ypath"
 	"go.ytsaurus.tech/yt/go/yt"
+	"go.ytsaurus.tech/yt/go/yt/ythttp"
 	"go.ytsaurus.tech/yt/go/yterrors"
 
 	"github.com/pillarkit/pillar/jobs"
@@ -53,18 +56,24 @@ func ytBackend(t *testing.T, patch func(*jobs.YT)) *backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ys, err := ytstore.Create(context.Background(), fake, root, &ytstore.Options{Partitions: 8, PollInterval: time.Millisecond})
+	b := ytBackendOn(t, fake, root, time.Millisecond, patch)
+	b.fake = fake
+	return b
+}
+
+func ytBackendOn(t *testing.T, yc yt.Client, root ypath.Path, poll time.Duration, patch func(*jobs.YT)) *backend {
+	ys, err := ytstore.Create(context.Background(), yc, root, &ytstore.Options{Partitions: 8, PollInterval: poll})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := jobs.NewYT(fake, &jobs.YTOptions{Root: root, JobBinary: buildJobBinary(t), PollInterval: time.Millisecond})
+	r, err := jobs.NewYT(yc, &jobs.YTOptions{Root: root, JobBinary: buildJobBinary(t), PollInterval: poll, Pool: os.Getenv("YT_POOL")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if patch != nil {
 		patch(r)
 	}
-	return &backend{name: "yt", store: ys, runner: r, fake: fake}
+	return &backend{name: "yt", store: ys, runner: r}
 }
 
 // writePages writes n HTML pages into dir (edit changes every fourth one).
@@ -190,7 +199,32 @@ func TestPipelineSameOnBothBackends(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the pipeline runs about a hundred jobs of the job binary")
 	}
-	eb, yb := embeddedBackend(t), ytBackend(t, nil)
+	comparePipelines(t, embeddedBackend(t), ytBackend(t, nil))
+}
+
+// TestPipelineOnCluster is TestPipelineSameOnBothBackends on the real
+// cluster at YT_PROXY (token from YT_TOKEN or YT_TOKEN_FILE, pool
+// YT_POOL), in a fresh store under YT_TEST_ROOT (default
+// //tmp/pillar-pipeline-<guid>), removed afterwards.
+func TestPipelineOnCluster(t *testing.T) {
+	if os.Getenv("YT_PROXY") == "" {
+		t.Skip("YT_PROXY is not set: skipping the pipeline on a real YTsaurus cluster (TestPipelineSameOnBothBackends runs it on the fake)")
+	}
+	yc, err := ythttp.NewClient(&yt.Config{ReadTokenFromFile: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := ypath.Path(os.Getenv("YT_TEST_ROOT"))
+	if root == "" {
+		root = ypath.Path("//tmp/pillar-pipeline-" + guid.New().String())
+	}
+	t.Cleanup(func() {
+		_ = yc.RemoveNode(context.Background(), root, &yt.RemoveNodeOptions{Recursive: true, Force: true})
+	})
+	comparePipelines(t, embeddedBackend(t), ytBackendOn(t, yc, root.Child("store"), time.Second, nil))
+}
+
+func comparePipelines(t *testing.T, eb, yb *backend) {
 	ea, err := runPipeline(t, eb)
 	if err != nil {
 		t.Fatal(err)
@@ -215,6 +249,9 @@ func TestPipelineSameOnBothBackends(t *testing.T) {
 		if _, ok := a[k]; !ok {
 			t.Errorf("%s only on the yt store: %.300s", k, b[k])
 		}
+	}
+	if yb.fake == nil {
+		return
 	}
 	ops := map[yt.OperationType]int{}
 	for _, s := range yb.fake.Specs() {
