@@ -10,18 +10,21 @@ import (
 // Measured defaults. Each says how it was measured; `pillar plan --bench`
 // replaces the first two with the user's own `pillar bench read` run.
 const (
-	// DefaultKeysPerCoreS is key reads per second per vCPU: 24,136 requests
-	// × 12 keys in 30 s took 25.74 CPU-seconds of the `pillar bench read`
-	// process (3 cobbled nodes, the router and 4 clients, all in one process,
-	// talking gRPC over loopback), 11,252 keys per CPU-second, rounded down.
-	// The nodes' own share is smaller than the whole process's, so this
-	// overstates the CPU a node needs. Measured 2026-12-01 07:37 UTC on the
-	// project's shared 2-vCPU VM (load average 3.9–6.5), values 100 B–100 KiB
-	// (mean ≈ 51 KB): `pillar bench read --scenarios healthy --redis -
-	// --duration 30s`, CPU time from /proc/PID/stat over the measured window.
+	// DefaultKeysPerCoreS is key reads per second per vCPU. In two runs of
+	// `pillar bench read --scenarios healthy --redis - --duration 30s`
+	// (values 100 B–100 KiB, mean ≈ 51 KB), 24,136 and 26,556 requests × 12
+	// keys took 25.74 and 28.0 CPU-seconds of the benchmark process (3
+	// cobbled nodes, the router and 4 clients, all in one process, talking
+	// gRPC over loopback; CPU time from /proc/PID/stat over the measured
+	// window): 11,252 and 11,381 keys per CPU-second, rounded down. The
+	// nodes' own share is smaller than the whole process's, so this
+	// overstates the CPU a node needs. Measured 2026-12-01 07:37 and 07:48
+	// UTC on the project's shared 2-vCPU VM (load average 3.9–6.5 and
+	// 10–12; CPU time, unlike wall time, is not diluted by the load).
 	DefaultKeysPerCoreS = 11000
 	// DefaultHedgeRate is extra sub-requests (hedges + failovers) per
-	// primary in the same run's healthy scenario: 840 / 24,136 = 3.5%.
+	// primary in the same runs' healthy scenario: 840 / 24,136 = 3.5% and
+	// 902 / 26,556 = 3.4%.
 	DefaultHedgeRate = 0.035
 	// DefaultLorryRecordsPerCoreS is Lorry's drain rate per vCPU: 1,450–2,400
 	// records/s of 50 KB incompressible values on 2 cores (`go test -bench
