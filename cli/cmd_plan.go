@@ -65,6 +65,7 @@ Examples:
 			&cli.IntFlag{Name: "partitions", Value: 4096, Usage: "partition count P"},
 			&cli.Float64Flag{Name: "rebuilds-per-month", Value: 1, Usage: "full snapshot rebuilds (new publications) per month"},
 			&cli.DurationFlag{Name: "lorry-batch-age", Usage: "Lorry's MaxBatchAge (default: lorry's, 1s)"},
+			&cli.Float64Flag{Name: "lorry-batches-per-s", Usage: "measured Lorry delta batches/s (default: derived from --lorry-batch-age, --partitions and --updates-per-s)"},
 			&cli.Float64Flag{Name: "lorry-records-per-core", Usage: fmt.Sprintf("Lorry records/s per vCPU (default %d, measured)", plan.DefaultLorryRecordsPerCoreS)},
 			&cli.IntFlag{Name: "control-plane-hosts", Value: 3, Usage: "control service + PostgreSQL primary and standby"},
 			&cli.Float64Flag{Name: "register-capacity", Usage: fmt.Sprintf("control plane RegisterBatch/s capacity (default %d, measured on PostgreSQL)", plan.DefaultRegisterBatchPerS)},
@@ -89,7 +90,7 @@ func planRun(c *cli.Context) error {
 		Instance: c.String("instance"), HelperInstance: c.String("helper-instance"),
 		NICShare: c.Float64("nic-share"), DiskFill: c.Float64("disk-fill"), CPUTarget: c.Float64("cpu-target"),
 		KeysPerCoreS: c.Float64("keys-per-core"), RetainedVersions: c.Int("retained-versions"), Compression: c.Float64("compression"),
-		Partitions: c.Int("partitions"), LorryBatchAge: c.Duration("lorry-batch-age"), LorryRecordsPerCoreS: c.Float64("lorry-records-per-core"),
+		Partitions: c.Int("partitions"), LorryBatchAge: c.Duration("lorry-batch-age"), LorryBatchesPerS: c.Float64("lorry-batches-per-s"), LorryRecordsPerCoreS: c.Float64("lorry-records-per-core"),
 		ControlPlaneHosts: c.Int("control-plane-hosts"), RegisterBatchPerS: c.Float64("register-capacity"), Routers: c.Int("routers"),
 		StronglyConsistent: c.Bool("strong"), DynamoTargetUtil: c.Float64("dynamo-target-util"),
 	}

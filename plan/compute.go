@@ -209,6 +209,9 @@ func Compute(w Workload, o Options, p *Prices) (*Result, error) {
 	// arrived (Poisson arrivals over P partitions), and also every
 	// MaxBatchBytes of values.
 	batches := P/age*(1-math.Exp(-w.UpdatesPerS*age/P)) + deltaBytes/lorryBatchBytes
+	if o.LorryBatchesPerS > 0 {
+		batches = o.LorryBatchesPerS
+	}
 	interval := secs
 	if rb > 0 {
 		interval = math.Min(secs, secs/rb)

@@ -124,6 +124,11 @@ type Options struct {
 	// LorryBatchAge is how long Lorry lets a partition's batch collect
 	// records. The default value is lorry's MaxBatchAge default, 1s.
 	LorryBatchAge time.Duration `json:"lorry_batch_age_ns"`
+	// LorryBatchesPerS, when positive, is the delta batches Lorry registers
+	// per second as measured (for example from the growth of the control plane's
+	// batch log), instead of the rate derived from LorryBatchAge. The
+	// default value 0 derives it.
+	LorryBatchesPerS float64 `json:"lorry_batches_per_s"`
 	// LorryRecordsPerCoreS is Lorry's drain rate per vCPU. The default
 	// value is DefaultLorryRecordsPerCoreS.
 	LorryRecordsPerCoreS float64 `json:"lorry_records_per_core_s"`
@@ -264,6 +269,9 @@ func (o Options) Validate(w Workload) error {
 	}
 	if !(o.KeysPerCoreS > 0) {
 		fail("--keys-per-core %v: want a positive rate", o.KeysPerCoreS)
+	}
+	if !(o.LorryBatchesPerS >= 0) {
+		fail("--lorry-batches-per-s %v: want zero (derive it) or a measured rate", o.LorryBatchesPerS)
 	}
 	if !(o.LorryRecordsPerCoreS > 0) {
 		fail("--lorry-records-per-core %v: want a positive rate", o.LorryRecordsPerCoreS)

@@ -250,6 +250,10 @@ func TestCrossAZAndLorry(t *testing.T) {
 	if len(fast.Warnings) == 0 || !strings.Contains(fast.Warnings[0], "--lorry-batch-age") {
 		t.Errorf("reference at 1s batches: warnings %q, want the control-plane warning", fast.Warnings)
 	}
+	// A measured batch rate replaces the derived one.
+	if r := compute(t, reference, Options{LorryBatchesPerS: 10}); r.ObjectStore.LorryBatchesPerS != 10 || !(r.ControlPlane.RegisterPerS < 11) {
+		t.Errorf("measured 10 batches/s: %v batches/s, %v registrations/s", r.ObjectStore.LorryBatchesPerS, r.ControlPlane.RegisterPerS)
+	}
 	// No updates: no Lorry batches, no workers.
 	w := reference
 	w.UpdatesPerS = 0
