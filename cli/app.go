@@ -28,6 +28,7 @@ func commands() []*cli.Command {
 		lorryCommand(),                  // export-queue delivery (cmd_lorry.go)
 		routerCommand(), benchCommand(), // hedging router and read benchmark (cmd_router.go)
 		chaosCommand(), // whole-system fault test (cmd_chaos.go)
+		planCommand(),  // sizing and cost against DynamoDB (cmd_plan.go)
 	}
 }
 
