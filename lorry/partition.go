@@ -197,6 +197,20 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 	if err != nil {
 		return err
 	}
+	if pl.recs == nil {
+		// The manifest was there already (an earlier attempt uploaded
+		// it): the records are still needed, for what the commit tells the
+		// loop (the fresh keys that supersede bulk records) and for the
+		// latency accounting.
+		err := w.retry(ctx, l, "read pending batch", func() error {
+			var err error
+			pl.recs, err = lp.contents(ctx, pend)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
 	w.count(func(s *Stats) { step(&s.UploadTime)(s) })
 	if err := w.hook("uploaded", p); err != nil {
 		return err
