@@ -110,6 +110,7 @@ type rec struct {
 	key string // 32 hex
 	val string
 	del bool
+	pri string // priority ("": fresh)
 }
 
 // enqueue commits recs in one transaction.
@@ -121,7 +122,7 @@ func (e *env) enqueue(recs ...rec) {
 	for _, r := range recs {
 		k, err := pillar.ParseKey(r.key)
 		must(e.t, err)
-		er := pillar.ExportRecord{Partition: int32(k.Partition(e.parts)), PageKey: r.key, Op: pillar.OpPut, Value: []byte(r.val), Cause: "test"}
+		er := pillar.ExportRecord{Partition: int32(k.Partition(e.parts)), PageKey: r.key, Op: pillar.OpPut, Value: []byte(r.val), Cause: "test", Priority: r.pri}
 		if r.del {
 			er.Op, er.Value = pillar.OpDelete, nil
 		}

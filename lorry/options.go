@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/internal/rocks"
@@ -23,6 +24,13 @@ import (
 // is an error wrapping control.ErrConflict). *control.Client satisfies it.
 type Registry interface {
 	RegisterBatch(ctx context.Context, m *batch.Manifest) (seq int64, err error)
+}
+
+// ReplicaSource reports replica progress: for each partition, its replicas'
+// applied sequence numbers and the newest registered one. *control.Client
+// satisfies it.
+type ReplicaSource interface {
+	GetRouting(ctx context.Context) (*control.Routing, error)
 }
 
 // Options configure a Worker. Store, Objects and Registry are required; every
@@ -67,6 +75,35 @@ type Options struct {
 	// Parallelism bounds how many partitions build and upload a batch at the
 	// same time. The default value is 4.
 	Parallelism int
+
+	// BulkMinShare is the share of a partition's delivery time bulk batches
+	// get when both lanes have a batch ready: fresh batches go first unless
+	// bulk had less than this share of the last ~10s. The default value is
+	// 0.25; it must lie in (0, 1].
+	BulkMinShare float64
+	// MaxReplicaLag pauses a partition's bulk lane while one of its
+	// replicas is this many batches behind the newest (control-plane lag);
+	// fresh batches keep flowing. Negative disables it. The default value
+	// is 8. It needs Replicas.
+	MaxReplicaLag int64
+	// Replicas reports each partition's replica progress; it drives the
+	// bulk backpressure, the enqueue → applied-on-all-replicas latency and
+	// the loss counter. The default value is Registry when it implements
+	// ReplicaSource (*control.Client does), else none.
+	Replicas ReplicaSource
+	// ReplicaPoll is how often replica progress is read. The default value
+	// is 250ms.
+	ReplicaPoll time.Duration
+	// LossAfter and BulkLossAfter: a fresh (bulk) record not applied on
+	// every replica this long after its commit counts once in the loss
+	// counter (Stats.Lost, lorry_lost_records_total). The default values
+	// are 5m and 1h.
+	LossAfter, BulkLossAfter time.Duration
+	// HeadChunk is how many record heads (no values) one scan read returns;
+	// MaxScanAhead bounds how many undelivered heads a partition keeps (a
+	// fresh record further behind a bulk backlog waits). The default values
+	// are 4096 and 1<<20.
+	HeadChunk, MaxScanAhead int
 
 	// LeaseTTL is how long a partition lease lasts without renewal; a worker
 	// that dies loses its partitions this long after its last renewal. Leases
@@ -142,6 +179,32 @@ func (o *Options) ensureDefaults() {
 	if o.Parallelism == 0 {
 		o.Parallelism = 4
 	}
+	if o.BulkMinShare == 0 {
+		o.BulkMinShare = 0.25
+	}
+	if o.MaxReplicaLag == 0 {
+		o.MaxReplicaLag = 8
+	}
+	if o.Replicas == nil {
+		if rs, ok := o.Registry.(ReplicaSource); ok {
+			o.Replicas = rs
+		}
+	}
+	if o.ReplicaPoll == 0 {
+		o.ReplicaPoll = 250 * time.Millisecond
+	}
+	if o.LossAfter == 0 {
+		o.LossAfter = 5 * time.Minute
+	}
+	if o.BulkLossAfter == 0 {
+		o.BulkLossAfter = time.Hour
+	}
+	if o.HeadChunk == 0 {
+		o.HeadChunk = 4096
+	}
+	if o.MaxScanAhead == 0 {
+		o.MaxScanAhead = 1 << 20
+	}
 	if o.LeaseTTL == 0 {
 		o.LeaseTTL = 15 * time.Second
 	}
@@ -204,6 +267,15 @@ func (o Options) Validate() error {
 	}
 	if o.MaxBatchAge <= 0 || o.PollInterval <= 0 {
 		fail("MaxBatchAge %v and PollInterval %v must be positive", o.MaxBatchAge, o.PollInterval)
+	}
+	if o.BulkMinShare <= 0 || o.BulkMinShare > 1 {
+		fail("BulkMinShare %v must lie in (0, 1]", o.BulkMinShare)
+	}
+	if o.ReplicaPoll <= 0 || o.LossAfter <= 0 || o.BulkLossAfter <= 0 {
+		fail("ReplicaPoll %v, LossAfter %v and BulkLossAfter %v must be positive", o.ReplicaPoll, o.LossAfter, o.BulkLossAfter)
+	}
+	if o.HeadChunk < 1 || o.MaxScanAhead < o.HeadChunk {
+		fail("HeadChunk %d must be positive and at most MaxScanAhead %d", o.HeadChunk, o.MaxScanAhead)
 	}
 	if o.LeaseTTL < 3*o.PollInterval {
 		fail("LeaseTTL %v must be at least 3 × PollInterval (%v): leases are renewed between polls", o.LeaseTTL, o.PollInterval)

@@ -89,231 +89,6 @@ func (l *lease) release() {
 	}
 }
 
-// accum holds a partition's records read from the queue but not yet in a
-// batch: at most MaxBatchBytes (plus one record) or MaxBatchRecords.
-type accum struct {
-	w         *Worker
-	pt        *part
-	buf       []pillar.ExportRecord
-	bytes     int64
-	firstSeen time.Time
-	next      int64 // offset of the next record to read
-	caughtUp  bool  // the last read reached the queue's end (or failed)
-	inflight  int64 // bytes of the batch being delivered (taken from buf)
-	pre       *prefetch
-}
-
-func (a *accum) full() bool {
-	return a.bytes >= a.w.o.MaxBatchBytes || len(a.buf) >= a.w.o.MaxBatchRecords
-}
-
-// fill reads once from the queue, up to the bound.
-func (a *accum) fill(ctx context.Context) error {
-	w, p := a.w, a.pt.id
-	a.caughtUp = true
-	if a.full() {
-		return nil
-	}
-	readStart := w.now()
-	recs, end, err := w.read(ctx, p, a.next, a.pt.drainTo, w.o.MaxBatchRecords-len(a.buf), false)
-	if err != nil {
-		w.count(func(s *Stats) { s.Retries++ })
-		w.o.Logger.Warn("lorry: read queue", "partition", p, "err", err)
-		return nil // try again at the next poll
-	}
-	if len(recs) > 0 {
-		took := w.now().Sub(readStart)
-		w.count(func(s *Stats) { s.ReadTime += took })
-	}
-	added, budgetHit := int64(0), false
-	for _, r := range recs {
-		if a.full() {
-			break
-		}
-		if len(a.buf) > 0 && w.bufs.Load()+added >= w.o.MaxBufferedBytes {
-			// The worker's memory budget is spent: keep what we have (its
-			// age closes it) and read the rest later. A partition with
-			// nothing buffered still takes one record, so each progresses.
-			budgetHit = true
-			break
-		}
-		if r.Offset != a.next {
-			return fmt.Errorf("lorry: partition %d: queue returned offset %d, want %d", p, r.Offset, a.next)
-		}
-		if len(a.buf) == 0 {
-			a.firstSeen = w.now()
-		}
-		a.buf = append(a.buf, r)
-		a.bytes += int64(len(r.Value)) + 64
-		added += int64(len(r.Value)) + 64
-		a.next++
-	}
-	a.setBuffered()
-	a.caughtUp = budgetHit || a.next >= end
-	return nil
-}
-
-// due reports whether the buffered records make a batch now, and otherwise
-// how long until the oldest of them reaches MaxBatchAge.
-func (a *accum) due() (bool, time.Duration) {
-	if len(a.buf) == 0 {
-		return false, a.w.o.PollInterval
-	}
-	oldest := a.firstSeen
-	if c := a.buf[0].CommittedAt; c > 0 && time.UnixMilli(c).Before(oldest) {
-		oldest = time.UnixMilli(c)
-	}
-	left := a.w.o.MaxBatchAge - a.w.now().Sub(oldest)
-	drained := a.pt.drainTo >= 0 && a.next >= a.pt.drainTo
-	return a.full() || left <= 0 || drained, min(a.w.o.PollInterval, left)
-}
-
-// pending names the batch of every buffered record.
-func (a *accum) pending() Pending {
-	first, last := a.buf[0].Offset, a.buf[len(a.buf)-1].Offset
-	return Pending{ID: BatchID(a.w.storeID, a.pt.id, first, last), First: first, Last: last}
-}
-
-// take hands the buffered records over if they are exactly pend's.
-func (a *accum) take(pend Pending) []pillar.ExportRecord {
-	if len(a.buf) == 0 || a.buf[0].Offset != pend.First || a.buf[len(a.buf)-1].Offset != pend.Last {
-		return nil
-	}
-	recs := a.buf
-	a.buf, a.inflight, a.bytes = nil, a.bytes, 0
-	a.setBuffered()
-	return recs
-}
-
-// delivered forgets the batch in flight.
-func (a *accum) delivered() {
-	a.inflight = 0
-	a.setBuffered()
-}
-
-func (a *accum) setBuffered() {
-	w := a.w
-	n := a.bytes + a.inflight
-	w.bufs.Add(n - a.pt.buffered.Swap(n))
-	for {
-		cur, peak := w.bufs.Load(), w.peak.Load()
-		if cur <= peak || w.peak.CompareAndSwap(peak, cur) {
-			break
-		}
-	}
-}
-
-// followUp is called once before a batch's offset commit: it reads what
-// arrived meanwhile and, if that makes a batch already, names it, so the
-// same commit records it as pending (one store commit per batch while the
-// queue is busy, instead of two).
-func (a *accum) followUp(ctx context.Context) *Pending {
-	for {
-		if err := a.fill(ctx); err != nil {
-			return nil
-		}
-		if a.caughtUp || a.full() {
-			break
-		}
-	}
-	if ok, _ := a.due(); ok {
-		p := a.pending()
-		a.pre = a.w.startPrefetch(ctx, a.pt.id, p, a.buf)
-		return &p
-	}
-	return nil
-}
-
-// waitPrefetch waits for a prefetch in progress and forgets it.
-func (a *accum) waitPrefetch() {
-	if a.pre != nil {
-		<-a.pre.done
-		a.pre = nil
-	}
-}
-
-// runPartition delivers one held partition until it is told to stop, the
-// context ends, a Drain target is reached or the lease is lost.
-func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) (err error) {
-	p := pt.id
-	l := &lease{w: w, pt: pt, st: st, lastWrite: w.now()}
-	defer func() {
-		if errors.Is(err, ErrLeaseLost) || errors.Is(err, errCrash) {
-			return // a crash leaves everything as it was; a lost lease is not ours
-		}
-		l.release()
-	}()
-	a := &accum{w: w, pt: pt, next: st.Offset}
-	defer func() {
-		a.waitPrefetch()
-		a.buf, a.bytes, a.inflight = nil, 0, 0
-		a.setBuffered()
-	}()
-	if st.Pending != nil {
-		w.o.Logger.Info("lorry: finishing a pending batch", "partition", p, "batch", st.Pending.ID)
-	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := w.hook("poll", p); err != nil {
-			return err
-		}
-		if pend := l.st.Pending; pend != nil {
-			// Recorded before: by a previous holder, by a crashed run, or
-			// by the last commit as the follow-up batch.
-			recs := a.take(*pend)
-			if recs == nil { // not in memory: read it again from the queue
-				a.buf, a.bytes, a.next = nil, 0, pend.Last+1
-				a.setBuffered()
-			}
-			pre := a.pre
-			a.pre = nil
-			err := w.deliver(ctx, l, *pend, recs, pre, a.followUp)
-			if pre != nil {
-				<-pre.done
-			}
-			if err != nil {
-				return err
-			}
-			a.delivered()
-			continue
-		}
-		if pt.release.Load() {
-			w.o.Logger.Info("lorry: giving partition back", "partition", p)
-			return nil
-		}
-		if pt.drainTo >= 0 && l.st.Offset >= pt.drainTo {
-			return nil
-		}
-		if err := a.fill(ctx); err != nil {
-			return err
-		}
-		ok, wait := a.due()
-		if ok {
-			pend := a.pending()
-			if err := w.deliver(ctx, l, pend, a.take(pend), nil, a.followUp); err != nil {
-				return err
-			}
-			a.delivered()
-			continue
-		}
-		if !a.caughtUp && !a.full() {
-			continue
-		}
-		if err := l.renewIfDue(ctx); err != nil {
-			if errors.Is(err, ErrLeaseLost) {
-				return err
-			}
-			w.o.Logger.Warn("lorry: renew lease", "partition", p, "err", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-	}
-}
-
 // read returns up to limit records of partition p from offset from on (at
 // most ReadChunk, never at or beyond drainTo when that is set), and the
 // queue's end as the snapshot saw it. Unless fresh, the snapshot may be one
@@ -365,15 +140,17 @@ func (w *Worker) readRange(ctx context.Context, p int, first, last int64) ([]pil
 	return out, nil
 }
 
-// deliver takes one batch (offsets pend.First..pend.Last) through the four
-// steps, each retried until it succeeds: record it as pending, upload it
-// (unless an earlier attempt did), register it, commit the new offset.
-// recs may be nil: the records are then read again from the queue. pre, when
-// not nil, is this batch's prefetched upload. followUp, when not nil, may
-// name the next batch, which the offset commit then records as pending (and
-// whose files it starts uploading meanwhile).
-func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pillar.ExportRecord, pre *prefetch, followUp func(context.Context) *Pending) error {
+// deliver takes one batch through the four steps, each retried until it
+// succeeds: record it as pending (unless it is already), upload it (unless
+// an earlier attempt did), register it, commit the new positions. pl.recs
+// may be nil: the records are then read again from the queue by the lane's
+// rule. pre, when not nil, is this batch's prefetched upload. Before the
+// commit, the loop may name the next batch, which the commit then records
+// as pending (and whose files it starts uploading meanwhile).
+func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch) error {
+	l := lp.l
 	p := l.pt.id
+	pend := pl.pend
 	start := w.now()
 	mark := start
 	step := func(d *time.Duration) func(*Stats) {
@@ -388,9 +165,14 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 				if cur.Pending != nil && *cur.Pending == pend {
 					return cur, errUnchanged
 				}
-				if cur.Pending != nil || cur.Offset != pend.First {
-					return cur, fmt.Errorf("lorry: partition %d: state moved (offset %d, pending %v) under batch [%d,%d]: %w",
-						p, cur.Offset, cur.Pending, pend.First, pend.Last, ErrLeaseLost)
+				if cur.Pending != nil || pend.Lane == LaneOrdinary && cur.Offset != pend.First ||
+					pend.Lane == LaneFresh && cur.FreshOffset() != pend.First ||
+					pend.Lane == LaneReplay && (cur.Replay == nil || ReplayBatchID(w.storeID, p, cur.Replay.From, cur.Replay.To, cur.Replay.N) != pend.ID) {
+					return cur, fmt.Errorf("lorry: partition %d: state moved (offset %d, fresh %d, pending %v) under batch %s: %w",
+						p, cur.Offset, cur.FreshOffset(), cur.Pending, pend.ID, ErrLeaseLost)
+				}
+				if pend.Lane == LaneReplay {
+					cur.Replay = nil
 				}
 				cur.Pending = &pend
 				return cur, nil
@@ -409,11 +191,25 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 	var m *batch.Manifest
 	err := w.retry(ctx, l, "upload", func() error {
 		var err error
-		m, err = w.upload(ctx, p, pend, recs, pre)
+		m, err = w.upload(ctx, lp, pl, pre)
 		return err
 	})
 	if err != nil {
 		return err
+	}
+	if pl.recs == nil {
+		// The manifest was there already (an earlier attempt uploaded
+		// it): the records are still needed, for what the commit tells the
+		// loop (the fresh keys that supersede bulk records) and for the
+		// latency accounting.
+		err := w.retry(ctx, l, "read pending batch", func() error {
+			var err error
+			pl.recs, err = lp.contents(ctx, pend)
+			return err
+		})
+		if err != nil {
+			return err
+		}
 	}
 	w.count(func(s *Stats) { step(&s.UploadTime)(s) })
 	if err := w.hook("uploaded", p); err != nil {
@@ -442,25 +238,24 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 		return err
 	}
 	w.count(func(s *Stats) { step(&s.RegisterTime)(s) })
+	w.tracked(p, seq, pl.recs, pend.Lane == LaneReplay)
 	if err := w.hook("registered", p); err != nil {
 		return err
 	}
-	n := pend.Last - pend.First + 1
-	var next *Pending
-	if followUp != nil {
-		next = followUp(ctx)
-	}
+	n := int64(len(pl.recs))
+	after := applyCommit(l.st, pend, seq, n)
+	after.Replay = l.st.Replay
+	next := lp.followUp(ctx, pl, after)
 	err = w.retry(ctx, l, "commit offset", func() error {
 		return l.cas(ctx, func(cur PartitionState) (PartitionState, error) {
-			if cur.Batch == pend.ID && cur.Offset == pend.Last+1 &&
-				(cur.Pending == nil || next != nil && *cur.Pending == *next) {
+			if cur.Batch == pend.ID && cur.Pending == nil || cur.Pending != nil && next != nil && *cur.Pending == *next {
 				return cur, errUnchanged // an earlier attempt committed after all
 			}
 			if cur.Pending == nil || *cur.Pending != pend {
 				return cur, fmt.Errorf("lorry: partition %d: pending batch changed under %s: %w", p, pend.ID, ErrLeaseLost)
 			}
-			cur.Offset, cur.Batch, cur.Seq, cur.Pending = pend.Last+1, pend.ID, seq, next
-			cur.Delivered += n
+			cur = applyCommit(cur, pend, seq, n)
+			cur.Pending = next
 			return cur, nil
 		})
 	})
@@ -478,19 +273,32 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 	for _, f := range m.Files {
 		size += f.Size
 	}
+	bulk := pl.bulk()
 	w.count(func(s *Stats) {
 		s.Batches++
 		s.Records += n
 		s.Keys += m.Keys
 		s.Deletes += m.Deletes
 		s.Bytes += size
+		if bulk {
+			s.BulkBatches++
+		} else {
+			s.FreshBatches++
+		}
 	})
-	var oldest time.Time
-	if len(recs) > 0 && recs[0].CommittedAt > 0 {
-		oldest = time.UnixMilli(recs[0].CommittedAt)
+	took := w.now().Sub(start)
+	lp.decay()
+	if bulk {
+		lp.share[1] += took.Seconds()
+	} else {
+		lp.share[0] += took.Seconds()
 	}
-	w.o.Metrics.delivered(p, n, m.Keys, size, w.now().Sub(start), oldest, w.now())
-	w.o.Logger.Debug("lorry: batch delivered", "partition", p, "batch", m.ID, "seq", seq, "records", n, "keys", m.Keys, "bytes", size)
+	var oldest time.Time
+	if len(pl.recs) > 0 && pl.recs[0].CommittedAt > 0 {
+		oldest = time.UnixMilli(pl.recs[0].CommittedAt)
+	}
+	w.o.Metrics.delivered(p, n, m.Keys, size, took, oldest, w.now())
+	w.o.Logger.Debug("lorry: batch delivered", "partition", p, "batch", m.ID, "lane", pend.Lane, "seq", seq, "records", n, "keys", m.Keys, "bytes", size)
 	return nil
 }
 
@@ -500,7 +308,8 @@ func (w *Worker) deliver(ctx context.Context, l *lease, pend Pending, recs []pil
 // registered again, idempotently. Otherwise the SST is built and uploaded
 // (or taken from pre, a prefetch of this batch) and manifest.json is written
 // last, as a conditional create.
-func (w *Worker) upload(ctx context.Context, p int, pend Pending, recs []pillar.ExportRecord, pre *prefetch) (*batch.Manifest, error) {
+func (w *Worker) upload(ctx context.Context, lp *loop, pl *plan, pre *prefetch) (*batch.Manifest, error) {
+	p, pend := lp.pt.id, pl.pend
 	m, err := sstbuilder.ReadManifest(ctx, w.o.Objects, p, pend.ID)
 	if err == nil {
 		return m, nil
@@ -524,12 +333,12 @@ func (w *Worker) upload(ctx context.Context, p int, pend Pending, recs []pillar.
 		built = pre.m
 	}
 	if built == nil {
-		if recs == nil {
-			if recs, err = w.readRange(ctx, p, pend.First, pend.Last); err != nil {
+		if pl.recs == nil {
+			if pl.recs, err = lp.contents(ctx, pend); err != nil {
 				return nil, err
 			}
 		}
-		if built, err = w.uploadFiles(ctx, p, pend, recs); err != nil {
+		if built, err = w.uploadFiles(ctx, p, pend, pl.recs); err != nil {
 			return nil, err
 		}
 	}
@@ -554,7 +363,7 @@ func (w *Worker) uploadFiles(ctx context.Context, p int, pend Pending, recs []pi
 	defer os.RemoveAll(dir)
 	built, paths, err := sstbuilder.BuildPartition(ctx, sstbuilder.SliceRows(rows), &sstbuilder.BuildOptions{
 		Dir: dir, Partition: p, Partitions: w.o.Store.Info().Partitions, Kind: batch.KindDelta,
-		BatchID: pend.ID, Source: fmt.Sprintf("lorry:p%d:%d-%d", p, pend.First, pend.Last),
+		BatchID: pend.ID, Source: batchSource(p, pend),
 		Table: w.o.Table, Now: w.o.Now, Logger: w.o.Logger,
 	})
 	if err != nil {
@@ -576,6 +385,20 @@ func (w *Worker) uploadFiles(ctx context.Context, p int, pend Pending, recs []pi
 		}
 	}
 	return built, nil
+}
+
+// batchSource is a batch manifest's source: "lorry:p7:100-199" for an
+// ordinary batch (every record of the range that was not delivered before),
+// "lorry:p7:fresh:100-199" for the fresh records of the range and
+// "lorry:p7:replay:100-199:<batch id>" for a replay of it.
+func batchSource(p int, pend Pending) string {
+	switch pend.Lane {
+	case LaneFresh:
+		return fmt.Sprintf("lorry:p%d:fresh:%d-%d", p, pend.First, pend.Last)
+	case LaneReplay:
+		return fmt.Sprintf("lorry:p%d:replay:%d-%d:%s", p, pend.First, pend.Last, pend.ID)
+	}
+	return fmt.Sprintf("lorry:p%d:%d-%d", p, pend.First, pend.Last)
 }
 
 // sameObject accepts an existing object equal to the file.

@@ -52,13 +52,79 @@ type PartitionState struct {
 	// of the last change.
 	Delivered int64 `json:"delivered"`
 	UpdatedMS int64 `json:"updated_ms,omitempty"`
+
+	// Fresh, when above Offset, is the fresh lane's position: every fresh
+	// record below it is in a registered batch as well (0: Offset).
+	Fresh int64 `json:"fresh,omitempty"`
+	// Replay is a replay an operator asked for (`pillar lorry replay`) and
+	// the holder has not started yet; Replays counts those delivered.
+	Replay  *ReplayRequest `json:"replay,omitempty"`
+	Replays int64          `json:"replays,omitempty"`
 }
+
+// FreshOffset is the fresh lane's position: every fresh record below it is
+// in a registered batch.
+func (s PartitionState) FreshOffset() int64 { return max(s.Offset, s.Fresh) }
+
+// Batch lanes (Pending.Lane).
+const (
+	// LaneOrdinary ("") covers every record of [First, Last] except the
+	// fresh ones below the fresh position (delivered already) and the bulk
+	// ones a later delivered fresh record of the same key supersedes. Its
+	// commit moves Offset (and Fresh, if behind) to Last+1.
+	LaneOrdinary = ""
+	// LaneFresh covers the fresh records of [First, Last], First being the
+	// fresh position; its commit moves Fresh to Last+1.
+	LaneFresh = "fresh"
+	// LaneReplay re-delivers, for every key with a record in [First, Last],
+	// the newest record of that key delivered so far; it moves no offset.
+	LaneReplay = "replay"
+)
 
 // Pending is a batch whose offsets are fixed but which is not committed yet.
 type Pending struct {
 	ID    string `json:"id"`
 	First int64  `json:"first"`
 	Last  int64  `json:"last"` // inclusive
+	// Lane says which records of [First, Last] the batch holds and what its
+	// commit moves (LaneOrdinary, LaneFresh, LaneReplay).
+	Lane string `json:"lane,omitempty"`
+}
+
+// ReplayRequest asks the partition's holder to re-deliver [From, To].
+type ReplayRequest struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"` // inclusive
+	// N numbers the request (Replays+1 when it was made): the batch id
+	// includes it, so a second replay of one range is delivered again while
+	// a retried delivery of one request registers the same batch.
+	N    int64 `json:"n"`
+	AtMS int64 `json:"at_ms"`
+}
+
+// applyCommit returns the state after pend, holding n records and
+// registered as seq (0: unknown), is committed.
+func applyCommit(st PartitionState, pend Pending, seq, n int64) PartitionState {
+	switch pend.Lane {
+	case LaneFresh:
+		st.Fresh = pend.Last + 1
+	case LaneReplay:
+		st.Replays++
+		n = 0
+	default:
+		f := max(st.FreshOffset(), pend.Last+1)
+		st.Offset = pend.Last + 1
+		st.Fresh = 0
+		if f > st.Offset {
+			st.Fresh = f
+		}
+	}
+	st.Batch, st.Pending = pend.ID, nil
+	if seq != 0 {
+		st.Seq = seq
+	}
+	st.Delivered += n
+	return st
 }
 
 // WorkerState is a live worker's heartbeat, used to divide partitions fairly.
@@ -66,6 +132,11 @@ type WorkerState struct {
 	ExpiresMS int64 `json:"expires_ms"`
 	StartedMS int64 `json:"started_ms"`
 	Owned     int   `json:"owned"`
+	// Lost is the worker's loss counter and Latency its recent delivery
+	// latencies by priority, as of the heartbeat (`pillar lorry status`
+	// shows them).
+	Lost    int64                     `json:"lost"`
+	Latency map[string]LatencySummary `json:"latency,omitempty"`
 }
 
 // BatchID returns the id of the batch of partition p holding queue offsets
@@ -73,6 +144,16 @@ type WorkerState struct {
 // always gets the same id, so a retried delivery registers the same batch.
 func BatchID(storeID string, p int, first, last int64) string {
 	return fmt.Sprintf("lorry-%s-p%05d-%d-%d", storeID, p, first, last)
+}
+
+// FreshBatchID names a fresh-lane batch: the fresh records of [first, last].
+func FreshBatchID(storeID string, p int, first, last int64) string {
+	return fmt.Sprintf("lorry-%s-p%05d-f%d-%d", storeID, p, first, last)
+}
+
+// ReplayBatchID names the n-th replay of partition p, of [first, last].
+func ReplayBatchID(storeID string, p int, first, last, n int64) string {
+	return fmt.Sprintf("lorry-%s-p%05d-r%d-%d-%d", storeID, p, n, first, last)
 }
 
 // ErrLeaseLost: the partition's state no longer names this worker and lease

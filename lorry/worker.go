@@ -38,6 +38,7 @@ type Worker struct {
 	snapMu sync.Mutex
 	snap   *sharedSnap // the snapshot partition loops share
 	stats  Stats
+	tr     *tracker
 	bufs   atomic.Int64 // bytes read ahead, all partitions
 	peak   atomic.Int64
 }
@@ -62,6 +63,8 @@ type Stats struct {
 	Bytes        int64 // SST bytes uploaded
 	Retries      int64 // failed attempts that were retried
 	FollowUps    int64 // batches recorded as pending by the previous batch's commit
+	FreshBatches int64 // batches holding no bulk record
+	BulkBatches  int64 // batches holding bulk records
 	Acquired     int64 // leases taken
 	Lost         int64 // leases lost to another worker
 	Held         []int // partitions held now
@@ -80,7 +83,7 @@ func New(opts Options) (*Worker, error) {
 		return nil, err
 	}
 	opts.ensureDefaults()
-	w := &Worker{o: opts, sem: make(chan struct{}, opts.Parallelism), held: map[int]*part{}}
+	w := &Worker{o: opts, sem: make(chan struct{}, opts.Parallelism), held: map[int]*part{}, tr: newTracker()}
 	if len(opts.Partitions) > 0 {
 		w.parts = append([]int(nil), opts.Partitions...)
 		sort.Ints(w.parts)
@@ -165,6 +168,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { // a cancelled Run stops the loops, which give their leases back
 		<-ctx.Done()
 		cancelParts()
+	}()
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		w.watchReplicas(pctx)
 	}()
 	if w.o.CleanupInterval > 0 {
 		w.wg.Add(1)
@@ -386,6 +394,7 @@ func (w *Worker) heartbeat(ctx context.Context, now time.Time) error {
 	w.mu.Lock()
 	ws.Owned = len(w.held)
 	w.mu.Unlock()
+	ws.Lost, ws.Latency = w.Lost(), w.Latency()
 	if err := tx.SetAttr(ctx, name, ws); err != nil {
 		return fmt.Errorf("lorry: heartbeat: %w", err)
 	}

@@ -1,0 +1,294 @@
+package lorry
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pillarkit/pillar/cobbled"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+// val makes a value that carries an increasing counter n (so a test can
+// tell an older value from a newer one) and pads it to size bytes.
+func val(n, size int) string {
+	s := fmt.Sprintf("%08d|", n)
+	if len(s) < size {
+		s += strings.Repeat("x", size-len(s))
+	}
+	return s
+}
+
+func counter(v string) int {
+	n, _ := strconv.Atoi(strings.SplitN(v, "|", 2)[0])
+	return n
+}
+
+// laneChain checks partition p's registered batches: ids unique, the
+// ordinary batches in offset order, never overlapping, the
+// fresh-lane batches each starting where the fresh position was, and
+// nothing pending. It returns the batches' sources in seq order.
+func (e *env) laneChain(p int, end int64) []string {
+	e.t.Helper()
+	var sources []string
+	next, freshNext := int64(0), int64(0)
+	seen := map[string]bool{}
+	for _, b := range e.registered(p) {
+		if seen[b.Manifest.ID] {
+			e.t.Fatalf("partition %d: batch %s registered twice", p, b.Manifest.ID)
+		}
+		seen[b.Manifest.ID] = true
+		sources = append(sources, b.Manifest.Source)
+		var pp int
+		var first, last int64
+		switch {
+		case strings.Contains(b.Manifest.Source, ":fresh:"):
+			if _, err := fmt.Sscanf(b.Manifest.Source, "lorry:p%d:fresh:%d-%d", &pp, &first, &last); err != nil || pp != p {
+				e.t.Fatalf("partition %d: batch %s source %q", p, b.Manifest.ID, b.Manifest.Source)
+			}
+			if first != max(next, freshNext) {
+				e.t.Fatalf("partition %d: fresh batch %s starts at %d, the fresh position was %d", p, b.Manifest.ID, first, max(next, freshNext))
+			}
+			freshNext = last + 1
+		case strings.Contains(b.Manifest.Source, ":replay:"):
+		default:
+			if _, err := fmt.Sscanf(b.Manifest.Source, "lorry:p%d:%d-%d", &pp, &first, &last); err != nil || pp != p {
+				e.t.Fatalf("partition %d: batch %s source %q", p, b.Manifest.ID, b.Manifest.Source)
+			}
+			// A gap is a skip: offsets holding only delivered fresh
+			// records and superseded bulk ones, committed without a batch.
+			if first < next {
+				e.t.Fatalf("partition %d: batch %s covers [%d,%d], overlapping the batches before it (up to %d): %v", p, b.Manifest.ID, first, last, next-1, sources)
+			}
+			next = last + 1
+		}
+	}
+	st := e.state(p)
+	if max(next, st.Offset) != end || st.Offset != end || st.Pending != nil {
+		e.t.Fatalf("partition %d: batches cover [0,%d), state %+v, want offset %d and nothing pending", p, next, st, end)
+	}
+	return sources
+}
+
+// checkOrder applies partition p's batches one at a time, in seq order, to a
+// fresh node and checks that no key's value ever goes back to an older
+// counter; it returns the final values of keys.
+func (e *env) checkOrder(p int, keys []string) map[string]string {
+	e.t.Helper()
+	ctx := context.Background()
+	n, err := cobbled.Open(ctx, cobbled.Options{Dir: filepath.Join(e.t.TempDir(), "order"), Partitions: e.parts,
+		CacheBytes: 8 << 20, Objects: e.objs.Store})
+	must(e.t, err)
+	defer n.Close()
+	raws := make([][]byte, len(keys))
+	for i, k := range keys {
+		raws[i], _ = hex.DecodeString(k)
+	}
+	high := map[string]int{}
+	out := map[string]string{}
+	for _, b := range e.registered(p) {
+		must(e.t, n.Apply(ctx, cobbled.Batch{Seq: b.Seq, Manifest: b.Manifest}))
+		clear(out)
+		must(e.t, n.MultiGet(p, raws, func(i int, v []byte, found bool) {
+			if !found {
+				return
+			}
+			k, c := keys[i], counter(string(v))
+			if c < high[k] {
+				e.t.Fatalf("partition %d: after batch %s (seq %d) key %s went back from update %d to %d", p, b.Manifest.ID, b.Seq, k, high[k], c)
+			}
+			high[k] = c
+			out[k] = string(v)
+		}))
+	}
+	return out
+}
+
+// TestFreshAheadOfBulk: with a bulk backlog queued before them, fresh
+// records are delivered in the first batch, and the backlog after them.
+func TestFreshAheadOfBulk(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	ks := keysIn(43, 0, parts)
+	var rs []rec
+	want := map[string]string{}
+	for i, k := range ks[:40] {
+		rs = append(rs, rec{key: k, val: val(i, 1000), pri: pillar.PriorityBulk})
+		want[k] = val(i, 1000)
+	}
+	e.enqueue(rs...)
+	rs = nil
+	for i, k := range ks[40:] {
+		rs = append(rs, rec{key: k, val: val(100+i, 100), pri: pillar.PriorityFresh})
+		want[k] = val(100+i, 100)
+	}
+	e.enqueue(rs...)
+	time.Sleep(60 * time.Millisecond)
+	o := e.opts("w")
+	o.MaxBatchRecords, o.MaxBatchAge = 4, 50*time.Millisecond
+	res, err := e.worker(o).Drain(context.Background())
+	must(t, err)
+	src := e.laneChain(0, 43)
+	if src[0] != "lorry:p0:fresh:0-42" {
+		t.Fatalf("first batch %q, want the fresh records (lorry:p0:fresh:0-42); all: %v", src[0], src)
+	}
+	if len(src) != 11 || res.Stats.FreshBatches != 1 || res.Stats.BulkBatches != 10 {
+		t.Fatalf("batches %v, stats %+v: want 1 fresh and 10 bulk", src, res.Stats)
+	}
+	e.checkServed(want, ks)
+}
+
+// TestPerKeyOrderAcrossLanes: a fresh record supersedes the queued bulk
+// records of its key, a bulk record queued after a fresh one still lands
+// after it, a fresh delete wins over an older bulk put, and no key's value
+// ever goes back while the batches apply one by one.
+func TestPerKeyOrderAcrossLanes(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	ks := keysIn(24, 0, parts)
+	A, B, C := ks[0], ks[1], ks[2]
+	bulk, fresh := pillar.PriorityBulk, pillar.PriorityFresh
+	rs := []rec{{key: A, val: val(1, 500), pri: bulk}, {key: B, val: val(2, 500), pri: bulk}, {key: C, val: val(3, 500), pri: bulk}}
+	for i, k := range ks[3:] {
+		rs = append(rs, rec{key: k, val: val(10+i, 500), pri: bulk})
+	}
+	rs = append(rs,
+		rec{key: A, val: val(50, 50), pri: fresh},
+		rec{key: A, val: val(51, 500), pri: bulk},
+		rec{key: B, val: val(52, 50), pri: fresh},
+		rec{key: C, del: true, pri: fresh},
+	)
+	e.enqueue(rs...)
+	time.Sleep(60 * time.Millisecond)
+	o := e.opts("w")
+	o.MaxBatchRecords, o.MaxBatchAge = 3, 50*time.Millisecond
+	_, err := e.worker(o).Drain(context.Background())
+	must(t, err)
+	src := e.laneChain(0, int64(len(rs)))
+	if !strings.Contains(src[0], ":fresh:") {
+		t.Fatalf("first batch %q, want the fresh lane's", src[0])
+	}
+	got := e.checkOrder(0, ks)
+	if counter(got[A]) != 51 || counter(got[B]) != 52 {
+		t.Fatalf("A = update %d (want 51: the bulk put after the fresh one), B = %d (want 52: the fresh put superseding bulk 2)", counter(got[A]), counter(got[B]))
+	}
+	if _, ok := got[C]; ok {
+		t.Fatalf("C = %q: the fresh delete lost to the older bulk put", got[C])
+	}
+}
+
+// TestBulkMinimumShare: under a steady stream of fresh records, bulk
+// batches still get delivered (their share of delivery time does not fall
+// to zero).
+func TestBulkMinimumShare(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	ks := keysIn(300, 0, parts)
+	var rs []rec
+	for i, k := range ks {
+		rs = append(rs, rec{key: k, val: val(i, 2000), pri: pillar.PriorityBulk})
+	}
+	e.enqueue(rs...)
+	o := e.opts("w")
+	o.MaxBatchRecords, o.MaxBatchAge, o.PollInterval = 10, 20*time.Millisecond, 10*time.Millisecond
+	o.BulkMinShare = 0.5
+	w := e.worker(o)
+	stop := runWorker(t, w)
+	defer stop()
+	fk := keysIn(20, 0, parts)
+	deadline := time.Now().Add(3 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		e.enqueue(rec{key: fk[i%len(fk)], val: val(1000+i, 100), pri: pillar.PriorityFresh})
+		time.Sleep(5 * time.Millisecond)
+	}
+	st := w.Stats()
+	if st.BulkBatches < 5 || st.FreshBatches < 5 {
+		t.Fatalf("in 3s of steady fresh traffic: %d bulk and %d fresh batches; want both lanes served", st.BulkBatches, st.FreshBatches)
+	}
+}
+
+// TestCrashMidBacklogWithFreshTraffic kills Lorry repeatedly at random
+// delivery steps while a bulk backlog drains and fresh updates keep
+// arriving, restarting it each time: in the end every record is delivered,
+// no batch is registered twice, ordinary batches cover every offset once,
+// no key's value ever goes back, and every key holds its newest value.
+func TestCrashMidBacklogWithFreshTraffic(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	ks := keysIn(60, 1, parts)
+	var mu sync.Mutex
+	want := map[string]string{}
+	n := 0
+	for copy := 0; copy < 2; copy++ { // 120 bulk records, each key twice
+		var rs []rec
+		for _, k := range ks {
+			n++
+			rs = append(rs, rec{key: k, val: val(n, 800), pri: pillar.PriorityBulk})
+			want[k] = val(n, 800)
+		}
+		e.enqueue(rs...)
+	}
+	total := int64(120)
+	stopFresh := make(chan struct{})
+	freshDone := make(chan struct{})
+	go func() {
+		defer close(freshDone)
+		for {
+			select {
+			case <-stopFresh:
+				return
+			case <-time.After(7 * time.Millisecond):
+			}
+			k := ks[rand.IntN(len(ks))]
+			mu.Lock()
+			n++
+			v := val(n, 80)
+			mu.Unlock()
+			e.enqueue(rec{key: k, val: v, pri: pillar.PriorityFresh})
+			mu.Lock()
+			want[k] = v
+			total++
+			mu.Unlock()
+		}
+	}()
+	points := []string{"pending", "built", "uploaded", "registered", "committed", "poll"}
+	for round := 0; round < 8; round++ {
+		o := e.opts("lorry")
+		o.MaxBatchRecords, o.MaxBatchAge, o.PollInterval = 7, 20*time.Millisecond, 10*time.Millisecond
+		o.hook = crashAtNth(points[round%len(points)], 1, 2+rand.IntN(4))
+		w := e.worker(o)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = w.Run(ctx) }()
+		waitFor(t, "the worker crashes or runs", 5*time.Second, func() bool {
+			st := w.Stats()
+			return strings.Contains(st.LastError, "injected crash") || ctx.Err() != nil
+		})
+		cancel()
+		<-done
+	}
+	close(stopFresh)
+	<-freshDone
+	o := e.opts("lorry")
+	o.MaxBatchRecords = 7
+	_, err := e.worker(o).Drain(context.Background())
+	must(t, err)
+	e.laneChain(1, total)
+	got := e.checkOrder(1, ks)
+	for _, k := range ks {
+		if got[k] != want[k] {
+			t.Errorf("key %s: update %d, want %d", k, counter(got[k]), counter(want[k]))
+		}
+	}
+}
