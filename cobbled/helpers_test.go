@@ -177,7 +177,7 @@ type fakeControl struct {
 	parts    int
 	log      map[int][]Batch
 	replicas [][]Replica
-	reports  []string // "node/partition/seq"
+	reports  []string         // "node/partition/seq"
 	faults   map[string]Fault // "node/partition" -> last reported fault
 }
 
