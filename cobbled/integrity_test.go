@@ -125,7 +125,7 @@ func TestCorruptSSTWithValidSHA(t *testing.T) {
 	_, cc := startControl(t, ctx, tmp, parts)
 	steps, universe := testSteps(p, parts)
 	bs, models := writeSteps(t, objects, parts, p, "v", steps[:5]) // snapshot, delta, delta, snapshot, delta
-	bad := corruptWithValidSHA(t, objects, bs[3].Manifest)          // the second snapshot
+	bad := corruptWithValidSHA(t, objects, bs[3].Manifest)         // the second snapshot
 	for i, b := range bs {
 		m := b.Manifest
 		if i == 3 {
