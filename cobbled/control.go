@@ -19,6 +19,17 @@ type Control interface {
 	RegisterNode(ctx context.Context, id, addr, zone string) error
 	// Heartbeat keeps the node marked up.
 	Heartbeat(ctx context.Context, nodeID string) error
+	// ReportFault records a replica's fault (or clears it: empty Reason).
+	ReportFault(ctx context.Context, f Fault) error
+}
+
+// Fault is a replica's fault as the node reports it (see control.Fault).
+type Fault struct {
+	NodeID    string
+	Partition int
+	BatchID   string // the refused batch; "" for the replica's own data
+	Reason    string // "" clears
+	Serving   bool   // false: the replica does not serve the partition
 }
 
 // BatchLister lists a partition's registered batches in sequence order.
@@ -43,6 +54,9 @@ type RoutingSource interface {
 type Batch struct {
 	Seq      int64
 	Manifest batch.Manifest
+	// Retracted is non-empty (the reason) when the batch was retracted:
+	// the replica skips it.
+	Retracted string
 }
 
 // Routing is the assignment as the node sees it.

@@ -19,7 +19,7 @@ func (a controlClient) ListBatches(ctx context.Context, partition int, afterSeq 
 	}
 	out := make([]Batch, len(es))
 	for i, e := range es {
-		out[i] = Batch{Seq: e.Seq, Manifest: e.Manifest}
+		out[i] = Batch{Seq: e.Seq, Manifest: e.Manifest, Retracted: e.Retracted}
 	}
 	return out, nil
 }
@@ -48,4 +48,8 @@ func (a controlClient) RegisterNode(ctx context.Context, id, addr, zone string) 
 
 func (a controlClient) Heartbeat(ctx context.Context, nodeID string) error {
 	return a.c.Heartbeat(ctx, nodeID)
+}
+
+func (a controlClient) ReportFault(ctx context.Context, f Fault) error {
+	return a.c.ReportFault(ctx, control.Fault{Node: f.NodeID, Partition: f.Partition, BatchID: f.BatchID, Reason: f.Reason, Serving: f.Serving})
 }

@@ -177,7 +177,8 @@ type fakeControl struct {
 	parts    int
 	log      map[int][]Batch
 	replicas [][]Replica
-	reports  []string // "node/partition/seq"
+	reports  []string         // "node/partition/seq"
+	faults   map[string]Fault // "node/partition" -> last reported fault
 }
 
 func newFakeControl(parts int) *fakeControl {
@@ -263,6 +264,38 @@ func (f *fakeControl) GetRouting(ctx context.Context) (*Routing, error) {
 		r.NewestSeq[p] = int64(len(f.log[p]))
 	}
 	return r, nil
+}
+
+func (f *fakeControl) ReportFault(ctx context.Context, fl Fault) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.faults == nil {
+		f.faults = map[string]Fault{}
+	}
+	f.faults[fmt.Sprintf("%s/%d", fl.NodeID, fl.Partition)] = fl
+	if !fl.Serving {
+		for i := range f.replicas[fl.Partition] {
+			if f.replicas[fl.Partition][i].NodeID == fl.NodeID {
+				f.replicas[fl.Partition][i].AppliedSeq = 0
+			}
+		}
+	}
+	return nil
+}
+
+// fault returns node's last reported fault for partition p.
+func (f *fakeControl) fault(node string, p int) Fault {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.faults[fmt.Sprintf("%s/%d", node, p)]
+}
+
+// retract marks the batch at seq of partition p retracted.
+func (f *fakeControl) retract(p int, seq int64, why string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.log[p][seq-1].Retracted = why
+	f.notify()
 }
 
 func (f *fakeControl) RegisterNode(ctx context.Context, id, addr, zone string) error { return nil }

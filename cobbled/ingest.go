@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/pillarkit/pillar/cobbled/control"
 )
 
 // Run registers the node with the control plane and runs until ctx ends:
@@ -27,6 +29,10 @@ func (n *Node) Run(ctx context.Context) error {
 		if err == nil {
 			break
 		}
+		if errors.Is(err, control.ErrUnauthenticated) {
+			// Retrying cannot help: the token is wrong or missing.
+			return fmt.Errorf("cobbled: node %s: the control plane refused its token (check --token-file): %w", n.opts.ID, err)
+		}
 		n.opts.Logger.Warn("cobbled: register node", "err", err)
 		if !sleep(ctx, backoff) {
 			return nil
@@ -41,7 +47,7 @@ func (n *Node) Run(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		if err := n.tick(ctx, &wg); err != nil {
-			if errors.Is(err, ErrPartitions) {
+			if errors.Is(err, ErrPartitions) || errors.Is(err, control.ErrUnauthenticated) {
 				return err
 			}
 			if ctx.Err() == nil {
@@ -59,7 +65,14 @@ func (n *Node) Run(ctx context.Context) error {
 // tick heartbeats, refreshes routing and reconciles held partitions with it.
 func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup) error {
 	ctl := n.opts.Control
-	if err := ctl.Heartbeat(ctx, n.opts.ID); err != nil {
+	if err := ctl.Heartbeat(ctx, n.opts.ID); errors.Is(err, control.ErrUnknownNode) {
+		// Forgotten (removed, or the control plane's log was rebuilt):
+		// register again; progress is re-reported below.
+		if err := ctl.RegisterNode(ctx, n.opts.ID, n.opts.Addr, n.opts.Zone); err != nil {
+			return fmt.Errorf("register again: %w", err)
+		}
+		n.opts.Logger.Warn("cobbled: the control plane did not know this node; registered again")
+	} else if err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
 	r, err := ctl.GetRouting(ctx)
@@ -143,14 +156,26 @@ func (n *Node) stopWorkers() {
 }
 
 // worker long-polls the control plane for p's next batches and applies them
-// in order. A batch that fails is retried (never skipped): after
-// DownloadAttempts failures the error is reported, and the replica keeps
-// serving what it has and retries every RetryBackoffMax.
+// in order. A batch that fails is retried (never skipped unless it is
+// retracted): after DownloadAttempts failures the error is reported, and
+// the replica keeps serving what it has and retries every RetryBackoffMax.
+// When a reader found p's own data corrupt, the worker rebuilds p from
+// the log (corrupt.go).
 func (n *Node) worker(ctx context.Context, p *partition) {
 	log := n.opts.Logger.With("partition", p.id)
 	backoff := n.opts.RetryBackoff
 	for ctx.Err() == nil {
-		bs, err := n.opts.Control.ListBatches(ctx, p.id, p.applied.Load(), n.opts.ListLimit, n.opts.LongPoll)
+		if p.rebuildReq.Load() && !n.rebuild(ctx, p) {
+			continue
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		p.setPollCancel(cancel)
+		bs, err := n.opts.Control.ListBatches(pctx, p.id, p.applied.Load(), n.opts.ListLimit, n.opts.LongPoll)
+		p.setPollCancel(nil)
+		cancel()
+		if p.rebuildReq.Load() {
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -170,11 +195,15 @@ func (n *Node) worker(ctx context.Context, p *partition) {
 			if !n.ingestRetrying(ctx, p, b) {
 				return
 			}
+			if p.rebuildReq.Load() {
+				break
+			}
 		}
 	}
 }
 
-// ingestRetrying applies b, retrying until it succeeds or ctx ends (false).
+// ingestRetrying applies b, retrying until it succeeds, it is retracted
+// (then skipped), a rebuild is requested, or ctx ends (false).
 func (n *Node) ingestRetrying(ctx context.Context, p *partition, b *Batch) bool {
 	log := n.opts.Logger.With("partition", p.id, "seq", b.Seq, "batch", b.Manifest.ID)
 	backoff := n.opts.RetryBackoff
@@ -182,8 +211,11 @@ func (n *Node) ingestRetrying(ctx context.Context, p *partition, b *Batch) bool 
 		err := n.fetchAndApply(ctx, p, b)
 		if err == nil {
 			p.setErr(nil)
-			log.Info("cobbled: batch applied", "kind", b.Manifest.Kind, "keys", b.Manifest.Keys)
-			if err := n.opts.Control.ReportApplied(ctx, n.opts.ID, p.id, b.Seq); err != nil && ctx.Err() == nil {
+			if b.Retracted == "" {
+				log.Info("cobbled: batch applied", "kind", b.Manifest.Kind, "keys", b.Manifest.Keys)
+			}
+			n.afterApplied(ctx, p)
+			if err := n.opts.Control.ReportApplied(ctx, n.opts.ID, p.id, p.applied.Load()); err != nil && ctx.Err() == nil {
 				// The next tick re-reports from the routing table.
 				log.Warn("cobbled: report applied", "err", err)
 			}
@@ -193,6 +225,15 @@ func (n *Node) ingestRetrying(ctx context.Context, p *partition, b *Batch) bool 
 			return false
 		}
 		n.opts.Metrics.ingestErrors.WithLabelValues(errReason(err)).Inc()
+		if errors.Is(err, ErrChecksum) || errors.Is(err, ErrCorruptSST) {
+			// The batch itself is bad: say so where operators look. It
+			// stays refused until it is repaired or retracted.
+			reason := fmt.Sprintf("corrupt batch %s: %v", b.Manifest.ID, err)
+			if f := p.fault.Load(); f == nil || *f != reason {
+				p.setFault(reason, "batch")
+				n.reportFault(ctx, p, b.Manifest.ID, reason)
+			}
+		}
 		if attempt >= n.opts.DownloadAttempts {
 			p.setErr(err)
 			log.Error("cobbled: batch failed; replica stays at the previous batch and retries", "attempt", attempt, "err", err)
@@ -203,6 +244,32 @@ func (n *Node) ingestRetrying(ctx context.Context, p *partition, b *Batch) bool 
 			return false
 		}
 		backoff = min(2*backoff, n.opts.RetryBackoffMax)
+		if p.rebuildReq.Load() {
+			return true
+		}
+		// It may have been retracted meanwhile (pillar control retract).
+		if bs, err := n.opts.Control.ListBatches(ctx, p.id, b.Seq-1, 1, 0); err == nil && len(bs) == 1 && bs[0].Seq == b.Seq {
+			*b = bs[0]
+		}
+	}
+}
+
+// afterApplied clears a batch fault once the replica moves on, and puts a
+// rebuilt replica back into service once it is where it was.
+func (n *Node) afterApplied(ctx context.Context, p *partition) {
+	p.applyMu.Lock()
+	back := n.rebuiltEnough(p)
+	if back {
+		p.rebuilding.Store(false)
+		p.serving.Store(true)
+	}
+	p.applyMu.Unlock()
+	if back {
+		n.opts.Logger.Warn("cobbled: partition rebuilt; serving again", "partition", p.id, "seq", p.applied.Load())
+	}
+	if p.fault.Load() != nil && !p.rebuilding.Load() && !p.rebuildReq.Load() {
+		p.setFault("", "")
+		n.reportFault(ctx, p, "", "")
 	}
 }
 
@@ -210,6 +277,8 @@ func errReason(err error) string {
 	switch {
 	case errors.Is(err, ErrChecksum):
 		return "checksum"
+	case errors.Is(err, ErrCorruptSST):
+		return "corrupt_sst"
 	case errors.Is(err, ErrForeignManifest):
 		return "foreign_manifest"
 	case errors.Is(err, ErrOutOfOrder):

@@ -23,6 +23,10 @@ type Metrics struct {
 	ingestErrors     *prometheus.CounterVec
 	batchesApplied   *prometheus.CounterVec
 	reconciled       prometheus.Counter
+	fault            *prometheus.GaugeVec
+	corruptReads     prometheus.Counter
+	rebuilds         prometheus.Counter
+	retracted        prometheus.Counter
 
 	node atomic.Pointer[Node] // set by Open, for the cache gauges
 }
@@ -73,6 +77,18 @@ func NewMetrics() *Metrics {
 		reconciled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cobbled_ingest_reconciled_total", Help: "Batches found applied after a restart and recorded without re-applying.",
 		}),
+		fault: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cobbled_partition_fault", Help: "1 while a held partition has a fault: kind batch (a corrupt batch refused; the previous data serves) or replica (own data corrupt; not serving, rebuilding).",
+		}, []string{"partition", "kind"}),
+		corruptReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cobbled_corrupt_reads_total", Help: "Reads that found a replica's own data corrupt (each takes the partition out of service for a rebuild).",
+		}),
+		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cobbled_partition_rebuilds_total", Help: "Partition rebuilds from the batch log after corruption.",
+		}),
+		retracted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cobbled_ingest_retracted_skipped_total", Help: "Retracted batches skipped.",
+		}),
 	}
 }
 
@@ -91,7 +107,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.requestDuration, m.inflight, m.requests, m.keys, m.bytes, m.appliedSeq, m.lag,
 		m.ingestDuration, m.downloadDuration, m.downloadBytes, m.ingestErrors,
-		m.batchesApplied, m.reconciled,
+		m.batchesApplied, m.reconciled, m.fault, m.corruptReads, m.rebuilds, m.retracted,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cobbled_block_cache_hit_ratio", Help: "Block cache hits / (hits + misses) since start, all partitions.",
 		}, cache(func(s Stats) float64 {

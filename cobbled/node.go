@@ -20,6 +20,7 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/sstverify"
 )
 
 // Sentinel errors callers may branch on.
@@ -28,6 +29,11 @@ var (
 	ErrNotServed = errors.New("partition not served by this node")
 	// ErrChecksum: a downloaded file's size or SHA-256 differs from the manifest.
 	ErrChecksum = errors.New("batch file does not match its manifest")
+	// ErrCorruptSST: a downloaded file matches its manifest's size and
+	// SHA-256 but fails RocksDB's block checksum verification (damaged
+	// before it was hashed, or a lying manifest). Treated like ErrChecksum:
+	// the batch is refused and the replica keeps its previous data.
+	ErrCorruptSST = errors.New("batch file fails block checksum verification")
 	// ErrForeignManifest: a batch whose manifest names another partition or
 	// partition count than the replica it was listed for.
 	ErrForeignManifest = errors.New("manifest is not for this replica")
@@ -309,11 +315,14 @@ func (n *Node) MultiGet(partition int, keys [][]byte, fn func(i int, value []byt
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if p.db == nil {
+	if p.db == nil || !p.serving.Load() {
 		return fmt.Errorf("cobbled: partition %d: %w", partition, ErrNotServed)
 	}
 	vals, err := p.db.MultiGet(n.ro, keys...)
 	if err != nil {
+		if isCorruption(err) {
+			n.markCorrupt(p, err)
+		}
 		return fmt.Errorf("cobbled: partition %d: multiget: %w", partition, err)
 	}
 	defer vals.Destroy()
@@ -386,8 +395,16 @@ func (n *Node) fetchAndApply(ctx context.Context, p *partition, b *Batch) error 
 		n.opts.Logger.Info("cobbled: batch found applied, recorded", "partition", p.id, "seq", b.Seq, "batch", m.ID)
 		return nil
 	}
-	if b.Seq != p.st.Seq+1 {
+	if !nextInOrder(p.st.Seq, b) {
 		return fmt.Errorf("cobbled: partition %d: batch %s seq %d, replica is at seq %d: %w", p.id, m.ID, b.Seq, p.st.Seq, ErrOutOfOrder)
+	}
+	if b.Retracted != "" {
+		if b.Seq != p.st.Seq+1 {
+			// Only the next batch can be skipped: past a gap, the
+			// batches in it would be lost.
+			return fmt.Errorf("cobbled: partition %d: retracted batch %s seq %d, replica is at seq %d: %w", p.id, m.ID, b.Seq, p.st.Seq, ErrOutOfOrder)
+		}
+		return p.skipRetracted(b)
 	}
 	paths, err := n.download(ctx, p, b)
 	if err != nil {
@@ -398,13 +415,22 @@ func (n *Node) fetchAndApply(ctx context.Context, p *partition, b *Batch) error 
 }
 
 // download stages b's files under p's staging directory, verifying size and
-// SHA-256 of each against the manifest.
-func (n *Node) download(ctx context.Context, p *partition, b *Batch) ([]string, error) {
+// SHA-256 of each against the manifest, and then every block checksum of
+// each SST (sstverify). After a failure (a bad file, a full disk) the
+// staging directory is removed, so nothing partial stays behind.
+func (n *Node) download(ctx context.Context, p *partition, b *Batch) (_ []string, err error) {
 	m := &b.Manifest
 	staging := filepath.Join(p.dir, "staging")
 	if err := os.RemoveAll(staging); err != nil {
 		return nil, fmt.Errorf("cobbled: partition %d: clear staging: %w", p.id, err)
 	}
+	defer func() {
+		if err != nil {
+			if rerr := os.RemoveAll(staging); rerr != nil {
+				n.opts.Logger.Warn("cobbled: clear staging after a failed download", "partition", p.id, "err", rerr)
+			}
+		}
+	}()
 	if err := os.MkdirAll(staging, 0o755); err != nil {
 		return nil, fmt.Errorf("cobbled: partition %d: staging: %w", p.id, err)
 	}
@@ -415,6 +441,12 @@ func (n *Node) download(ctx context.Context, p *partition, b *Batch) ([]string, 
 		key := batch.Prefix(m.Partition, m.ID) + f.Name
 		path := filepath.Join(staging, f.Name)
 		if err := n.fetchFile(ctx, key, path, f); err != nil {
+			return nil, fmt.Errorf("cobbled: partition %d: batch %s: %s: %w", p.id, m.ID, key, err)
+		}
+		if _, err := sstverify.Verify(path); err != nil {
+			if errors.Is(err, sstverify.ErrCorrupt) {
+				err = fmt.Errorf("%w: %w", ErrCorruptSST, err)
+			}
 			return nil, fmt.Errorf("cobbled: partition %d: batch %s: %s: %w", p.id, m.ID, key, err)
 		}
 		paths = append(paths, path)
@@ -468,6 +500,13 @@ type PartitionStats struct {
 	NewestSeq  int64     `json:"newest_seq"` // newest registered seq seen; 0 if unknown
 	LastError  string    `json:"last_error,omitempty"`
 	LastApply  time.Time `json:"last_apply,omitzero"`
+	// Fault is the replica's current fault, "corrupt batch <id>: <reason>"
+	// (refused; the previous data serves) or "corrupt replica: <reason>"
+	// (not serving; rebuilding). Empty when healthy.
+	Fault string `json:"fault,omitempty"`
+	// Serving is false while the replica's own data is corrupt or being
+	// rebuilt.
+	Serving bool `json:"serving"`
 }
 
 // Stats is a snapshot of the node.
@@ -496,6 +535,10 @@ func (n *Node) Stats() Stats {
 		if e := p.lastErr.Load(); e != nil {
 			ps.LastError = *e
 		}
+		if f := p.fault.Load(); f != nil {
+			ps.Fault = *f
+		}
+		ps.Serving = p.serving.Load() && !p.rebuildReq.Load()
 		if t := p.lastApply.Load(); t != 0 {
 			ps.LastApply = time.Unix(0, t)
 		}

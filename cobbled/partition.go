@@ -53,14 +53,24 @@ type partition struct {
 
 	applyMu sync.Mutex
 	// apply state
-	st       partState
-	metaID   string // batch id read from the database at open
-	dropping bool
+	st           partState
+	metaID       string // batch id read from the database at open
+	dropping     bool
+	rebuildUntil int64 // while rebuilding: the seq to reach before serving again
 
 	applied   atomic.Int64
 	newest    atomic.Int64 // newest registered seq seen (for lag)
 	lastErr   atomic.Pointer[string]
 	lastApply atomic.Int64 // unix nanos
+
+	// Integrity (corrupt.go). serving is false while the replica's own data
+	// is corrupt or being rebuilt: reads answer KEY_NOT_SERVED.
+	serving    atomic.Bool
+	rebuildReq atomic.Bool // a reader found corruption; the worker rebuilds
+	rebuilding atomic.Bool // rebuilt from seq 0, not yet back at rebuildUntil
+	fault      atomic.Pointer[string]
+	pollMu     sync.Mutex
+	pollCancel context.CancelFunc // cancels the worker's current long poll
 
 	cancel context.CancelFunc // stops the ingest worker (node.go)
 	done   chan struct{}      // closed when the worker exits
@@ -121,6 +131,7 @@ func (n *Node) openPartition(id int) (*partition, error) {
 	}
 	p.metaID = id2
 	p.applied.Store(p.st.Seq)
+	p.serving.Store(true)
 	return p, nil
 }
 
@@ -195,11 +206,19 @@ func syncDir(dir string) error {
 // next one (Seq != applied+1).
 var ErrOutOfOrder = errors.New("batch out of order")
 
+// nextInOrder reports whether b may be applied to a replica at seq: the
+// next batch, or a snapshot further on (it replaces the contents, so the
+// batches before it do not matter: a replica behind the garbage-collection
+// floor, or rebuilding, is listed the oldest live snapshot first).
+func nextInOrder(seq int64, b *Batch) bool {
+	return b.Seq == seq+1 || (b.Manifest.Kind == batch.KindSnapshot && b.Seq > seq)
+}
+
 // apply applies batch b, whose verified files are staged at paths (moved
 // into RocksDB on success). The caller holds applyMu.
 func (p *partition) apply(b *Batch, paths []string) error {
 	m := &b.Manifest
-	if b.Seq != p.st.Seq+1 {
+	if !nextInOrder(p.st.Seq, b) {
 		return fmt.Errorf("cobbled: partition %d: batch %s seq %d, replica is at seq %d: %w", p.id, m.ID, b.Seq, p.st.Seq, ErrOutOfOrder)
 	}
 	if len(paths) == 0 { // grocksdb panics on an empty list
@@ -278,6 +297,21 @@ func (p *partition) applySnapshot(b *Batch, paths []string, ing *grocksdb.Ingest
 		// Harmless: the next open removes it.
 		p.n.opts.Logger.Warn("cobbled: remove old generation", "partition", p.id, "dir", oldName, "err", err)
 	}
+	return nil
+}
+
+// skipRetracted records a retracted batch as passed without applying it.
+// The database (and its meta key) is unchanged, so the state keeps naming
+// the last batch actually applied. The caller holds applyMu.
+func (p *partition) skipRetracted(b *Batch) error {
+	st := partState{DB: p.st.DB, Seq: b.Seq, Batch: p.st.Batch}
+	if err := writeState(p.dir, st); err != nil {
+		return fmt.Errorf("cobbled: partition %d: record retracted batch %s as skipped: %w", p.id, b.Manifest.ID, err)
+	}
+	p.st = st
+	p.setApplied(b.Seq)
+	p.n.opts.Metrics.retracted.Inc()
+	p.n.opts.Logger.Warn("cobbled: retracted batch skipped", "partition", p.id, "seq", b.Seq, "batch", b.Manifest.ID, "why", b.Retracted)
 	return nil
 }
 

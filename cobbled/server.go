@@ -159,7 +159,7 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 	}
 	for i, k := range keys {
 		if len(k) != pillar.KeySize {
-			return nil, status.Errorf(codes.InvalidArgument, "cobbled: BatchGet: key %d (%x): %d bytes, want %d", i, k, len(k), pillar.KeySize)
+			return nil, status.Errorf(codes.InvalidArgument, "cobbled: BatchGet: key %d (%s): %d bytes, want %d", i, shortKey(k), len(k), pillar.KeySize)
 		}
 	}
 	if n.closed.Load() {
@@ -206,8 +206,11 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 			p.mu.RLock() // increasing partition order: see the comment at the top
 			s.held = append(s.held, p)
 		}
-		if p == nil || p.db == nil {
+		if p == nil || p.db == nil || !p.serving.Load() {
 			msg := fmt.Sprintf("partition %d not served by node %s", q, n.opts.ID)
+			if p != nil && p.db != nil {
+				msg += " (its data is corrupt; rebuilding)"
+			}
 			for _, i := range run {
 				s.status[i], s.msg[i] = servepb.KeyStatus_KEY_NOT_SERVED, msg
 			}
@@ -220,11 +223,9 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 		}
 		vals, err := p.db.MultiGet(n.ro, s.pkeys...)
 		if err != nil {
-			msg := fmt.Sprintf("partition %d: %v", q, err)
-			for _, i := range run {
-				s.status[i], s.msg[i] = servepb.KeyStatus_KEY_ERROR, msg
-			}
-			failed += len(run)
+			// One bad key fails the whole MultiGet: read the keys one by
+			// one, so only those that fail get an error.
+			failed += n.getEach(p, q, keys, run, s, err)
 			continue
 		}
 		s.res = append(s.res, vals)
@@ -277,6 +278,30 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 	m.keys.WithLabelValues("error").Add(float64(failed))
 	m.bytes.Add(float64(valueBytes))
 	return &encodedResponse{buf: mem.NewBuffer(bufp, respPool)}, nil
+}
+
+// getEach reads the keys of run (partition q) one at a time after their
+// MultiGet failed with mgErr, filling s; it returns how many keys failed.
+// Corruption takes the partition out of service (markCorrupt) after this
+// request, which is still answered for the keys that read fine.
+func (n *Node) getEach(p *partition, q int, keys [][]byte, run []int, s *getScratch, mgErr error) int {
+	failed := 0
+	corrupt := isCorruption(mgErr)
+	for _, i := range run {
+		v, err := p.db.Get(n.ro, keys[i])
+		if err != nil {
+			corrupt = corrupt || isCorruption(err)
+			s.status[i], s.msg[i] = servepb.KeyStatus_KEY_ERROR, fmt.Sprintf("partition %d: key %s: %v", q, shortKey(keys[i]), err)
+			failed++
+			continue
+		}
+		s.res = append(s.res, grocksdb.Slices{v})
+		s.vals[i] = v
+	}
+	if corrupt {
+		n.markCorrupt(p, fmt.Errorf("partition %d: read: %w", q, mgErr))
+	}
+	return failed
 }
 
 // innerSize is the encoded size of Result i's fields.
