@@ -35,6 +35,23 @@
 //     in another process has that long to finish.
 //   - Staging directories of transactions whose process died (their .lock is
 //     not held) are removed by cleanup; an aborted Tx removes its own.
+//   - Checksums: every data file's size and CRC32C (Castagnoli, 8 hex
+//     digits) are in the manifest entry that names it, computed while the
+//     file is written. A Store checks a file (its whole content) the first
+//     time it opens it for a read, for table reads and queue reads alike; a
+//     mismatch is an error wrapping pillar.ErrCorrupt that names the table
+//     (or queue partition) and the file, and no row of that file is
+//     returned. A Store remembers the files it checked (they are
+//     immutable), so damage done to a file after a Store read it is found by
+//     the next Store (the next command) or by Verify (pillar verify), which
+//     always reads everything and also checks the Parquet footer and row
+//     counts.
+//   - Stores written before checksums: their manifest entries have no
+//     crc32c. They read as before (size is still checked); Verify lists
+//     such files as "no checksum"; the next commit, whatever it writes,
+//     computes the checksums of every file its base manifest names without
+//     one (before taking the commit lock) and records them. The format
+//     number does not change: older binaries ignore the field.
 //
 // Concurrency: a Store and its Snapshots may be used from many goroutines. A
 // Tx is for one goroutine, except that the RowWriters it hands out may be

@@ -73,6 +73,8 @@ type Store struct {
 	closed      bool
 	commits     int       // commits by this Store since the last cleanup
 	lastCleanup time.Time // when this Store last ran cleanup
+
+	verified sync.Map // data file name → struct{}: size and checksum checked (checksum.go)
 }
 
 var _ pillar.Store = (*Store)(nil)

@@ -23,6 +23,7 @@ type stagedFile struct {
 	name  string // base name in the staging dir
 	rows  int64
 	bytes int64
+	crc   string // CRC32C of the file (checksum.go)
 }
 
 type tx struct {
@@ -90,12 +91,15 @@ func (t *tx) WriteTable(ctx context.Context, name string, rowType any, opts *pil
 		return nil, t.errf("%w", err)
 	}
 	schema := parquet.SchemaOf(reflect.New(rt).Interface())
-	var f File
+	var f *crcFile
 	part, err := t.ws.Write(name, rt, opts, t.baseRowType, func(_ *writeset.Table[stagedFile], n int) (stagedFile, error) {
 		sf := stagedFile{name: fmt.Sprintf("%06d.parquet", n)}
-		var err error
-		f, err = t.s.opts.FS.Create(filepath.Join(t.staging, sf.name))
-		return sf, err
+		raw, err := t.s.opts.FS.Create(filepath.Join(t.staging, sf.name))
+		if err != nil {
+			return sf, err
+		}
+		f = &crcFile{File: raw}
+		return sf, nil
 	})
 	if err != nil {
 		return nil, t.errf("%w", err)
@@ -115,7 +119,7 @@ func (t *tx) baseRowType(name string) (string, bool) {
 type rowWriter struct {
 	t     *tx
 	table string
-	f     File
+	f     *crcFile
 	//lint:ignore SA1019 the untyped writer writes any row type a table is created with
 	w      *parquet.Writer
 	rt     reflect.Type
@@ -174,7 +178,7 @@ func (w *rowWriter) Close() error {
 	if err != nil {
 		return fail(err)
 	}
-	w.t.ws.Closed(w.part, func(sf *stagedFile) { sf.rows, sf.bytes = w.rows, st.Size() })
+	w.t.ws.Closed(w.part, func(sf *stagedFile) { sf.rows, sf.bytes, sf.crc = w.rows, st.Size(), w.f.sum() })
 	return nil
 }
 
@@ -249,6 +253,9 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// A store written before checksums gets them with its next commit
+	// (computed before the lock: it reads every such file once).
+	sums := s.missingSums(ctx, t.m)
 	unlock, err := s.lock(ctx)
 	if err != nil {
 		return t.errf("commit: %w", err)
@@ -279,6 +286,7 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	}
 
 	nm := cur.clone()
+	addSums(nm, sums)
 	nm.Generation = cur.Generation + 1
 	nm.CommittedAt = time.Now().UTC()
 	gen := nm.Generation
@@ -310,7 +318,7 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 			}
 			moved = append(moved, dst)
 			s.hook("moved-data")
-			files = append(files, fileEntry{Name: dst, Rows: sf.rows, Bytes: sf.bytes})
+			files = append(files, fileEntry{Name: dst, Rows: sf.rows, Bytes: sf.bytes, CRC32C: sf.crc})
 		}
 		schema := schemaString(parquet.SchemaOf(reflect.New(ch.RowType).Interface()))
 		te := &tableEntry{RowType: ch.RowType.String(), Schema: schema, SortedBy: ch.SortedBy, Files: files, Gen: gen}
@@ -346,7 +354,7 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		}
 		moved = append(moved, name)
 		s.hook("queue-written")
-		q.Segments = append(q.Segments, segment{File: name, First: q.end(), Count: qf.count, Bytes: qf.bytes, CommittedAtMS: nowMS})
+		q.Segments = append(q.Segments, segment{File: name, First: q.end(), Count: qf.count, Bytes: qf.bytes, CommittedAtMS: nowMS, CRC32C: qf.crc})
 	}
 	for _, id := range t.ws.Consumed() {
 		nm.Consumed[id] = gen
@@ -396,6 +404,7 @@ type stagedQueue struct {
 	partition    int
 	name         string
 	count, bytes int64
+	crc          string
 }
 
 // stageQueue writes (and fsyncs) one segment file per partition touched,
@@ -405,11 +414,11 @@ func (t *tx) stageQueue() ([]stagedQueue, error) {
 	var out []stagedQueue
 	for _, p := range parts {
 		name := fmt.Sprintf("q%05d.parquet", p)
-		size, err := writeQueueFile(t.s.opts.FS, filepath.Join(t.staging, name), byPart[p])
+		size, crc, err := writeQueueFile(t.s.opts.FS, filepath.Join(t.staging, name), byPart[p])
 		if err != nil {
 			return nil, t.errf("commit: export queue partition %d: %w", p, err)
 		}
-		out = append(out, stagedQueue{partition: p, name: name, count: int64(len(byPart[p])), bytes: size})
+		out = append(out, stagedQueue{partition: p, name: name, count: int64(len(byPart[p])), bytes: size, crc: crc})
 	}
 	return out, nil
 }
@@ -442,32 +451,33 @@ func writeCurrent(s *Store, name string) error {
 	return s.opts.FS.SyncDir(s.dir)
 }
 
-func writeQueueFile(fs FS, path string, recs []pillar.ExportRecord) (int64, error) {
-	f, err := fs.Create(path)
+func writeQueueFile(fs FS, path string, recs []pillar.ExportRecord) (int64, string, error) {
+	raw, err := fs.Create(path)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
+	f := &crcFile{File: raw}
 	w := parquet.NewGenericWriter[pillar.ExportRecord](f, parquet.Compression(&parquet.Zstd))
 	if _, err := w.Write(recs); err != nil {
 		f.Close()
-		return 0, err
+		return 0, "", err
 	}
 	if err := w.Close(); err != nil {
 		f.Close()
-		return 0, err
+		return 0, "", err
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return 0, err
+		return 0, "", err
 	}
 	if err := f.Close(); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	st, err := os.Stat(path)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	return st.Size(), nil
+	return st.Size(), f.sum(), nil
 }
 
 func tableGen(m *manifest, name string) int64 {
