@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/parquet-go/parquet-go"
 
@@ -16,15 +17,26 @@ import (
 )
 
 type snapshot struct {
-	s *Store
-	m *manifest
+	s     *Store
+	m     *manifest
+	lease *lease
+	once  sync.Once
 }
 
 func (sn *snapshot) Info() pillar.Info {
 	return pillar.Info{Backend: "local", Root: sn.s.dir, Partitions: sn.m.Partitions, Format: sn.m.Format, Generation: sn.m.Generation}
 }
 
-func (sn *snapshot) Release() {}
+// Release drops the snapshot's lease; it is safe to call more than once.
+// Rows read from the snapshot stay valid; reading on after Release does
+// not (its files may be cleaned up).
+func (sn *snapshot) Release() {
+	sn.once.Do(func() {
+		if sn.lease != nil {
+			sn.s.release(sn.lease)
+		}
+	})
+}
 
 func (sn *snapshot) tableInfo(name string, t *tableEntry) pillar.TableInfo {
 	return pillar.TableInfo{

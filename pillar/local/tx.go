@@ -36,29 +36,33 @@ type tx struct {
 
 // Begin starts a transaction reading the current generation.
 func (s *Store) Begin(ctx context.Context) (pillar.Tx, error) {
-	m, err := s.current()
+	m, l, err := s.acquire(ctx) // the Tx reads its Begin state until it ends
 	if err != nil {
 		return nil, err
 	}
+	sn := &snapshot{s: s, m: m, lease: l}
 	var rb [8]byte
 	_, _ = rand.Read(rb[:])
 	id := fmt.Sprintf("%d-%s", time.Now().UnixNano(), hex.EncodeToString(rb[:]))
 	staging := filepath.Join(s.dir, "tx", id)
 	if err := s.opts.FS.MkdirAll(staging); err != nil {
+		sn.Release()
 		return nil, fmt.Errorf("local store %s: begin: %w", s.dir, err)
 	}
 	lf, err := os.OpenFile(filepath.Join(staging, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		_ = s.opts.FS.RemoveAll(staging)
+		sn.Release()
 		return nil, fmt.Errorf("local store %s: begin: %w", s.dir, err)
 	}
 	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		lf.Close()
 		_ = s.opts.FS.RemoveAll(staging)
+		sn.Release()
 		return nil, fmt.Errorf("local store %s: begin: lock staging: %w", s.dir, err)
 	}
 	return &tx{
-		snapshot: &snapshot{s: s, m: m},
+		snapshot: sn,
 		id:       id,
 		staging:  staging,
 		lockF:    lf,
@@ -222,11 +226,13 @@ func (t *tx) Abort() error {
 	return nil
 }
 
-// finish removes the staging directory and releases its lock.
+// finish removes the staging directory, releases its lock and the Begin
+// state's lease.
 func (t *tx) finish() {
 	_ = t.s.opts.FS.RemoveAll(t.staging)
 	_ = syscall.Flock(int(t.lockF.Fd()), syscall.LOCK_UN)
 	t.lockF.Close()
+	t.snapshot.Release()
 }
 
 func (s *Store) hook(step string) {
@@ -288,7 +294,7 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	nm := cur.clone()
 	addSums(nm, sums)
 	nm.Generation = cur.Generation + 1
-	nm.CommittedAt = time.Now().UTC()
+	nm.CommittedAt = s.opts.Now().UTC()
 	gen := nm.Generation
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
@@ -379,13 +385,13 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	// after each one (unreferenced files wait a little longer, that's all).
 	s.mu.Lock()
 	s.commits++
-	due := s.commits >= cleanupEvery || time.Since(s.lastCleanup) > cleanupAfter
+	due := s.commits >= cleanupEvery || s.opts.Now().Sub(s.lastCleanup) > cleanupAfter
 	if due {
-		s.commits, s.lastCleanup = 0, time.Now()
+		s.commits, s.lastCleanup = 0, s.opts.Now()
 	}
 	s.mu.Unlock()
 	if due {
-		if cerr := s.cleanupLocked(); cerr != nil {
+		if _, cerr := s.cleanupLocked(); cerr != nil {
 			s.opts.Logger.Warn("local store: cleanup after commit", "err", cerr)
 		}
 	}
