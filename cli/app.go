@@ -14,7 +14,8 @@ func commands() []*cli.Command {
 		demoCommand(),
 		ingestCommand(),
 		tablesCommand(),
-		jobsCommand(), // MapReduce jobs and runners (cmd_jobs.go)
+		verifyCommand(), // data file checksums of an embedded store (cmd_verify.go)
+		jobsCommand(),   // MapReduce jobs and runners (cmd_jobs.go)
 		backfillCommand(),
 		versionsCommand(),
 		publishCommand(),

@@ -22,7 +22,20 @@
 // Store semantics (every backend passes pillar/storetest):
 //
 //   - A Snapshot is a consistent, read-only view of one generation; it stays
-//     valid while commits happen.
+//     valid while commits happen, for as long as it is held, until Release.
+//     No cleanup or compaction removes a file a live snapshot reads. In the
+//     embedded store a snapshot holds a lease (a reference count in the
+//     process, a flock'ed lease file across processes) with no expiry and
+//     no renewal: it ends at Release or when its process dies (see
+//     pillar/local's doc.go); unleased readers of older binaries get
+//     local.Options.RetainFor (10 minutes after their generation was
+//     replaced). On YTsaurus a snapshot is a master transaction holding
+//     snapshot locks, which the SDK pings while it is open
+//     (ytstore.Options.TxTimeout is the cluster's lease on it).
+//   - The embedded store's data files carry checksums in its manifest: a
+//     read of a damaged file fails with an error wrapping ErrCorrupt that
+//     names the table and file (`pillar verify` checks a whole store).
+//     YTsaurus checks its chunks itself.
 //   - A Tx commits new table contents, attribute changes, export-queue
 //     appends and consumed-input marks atomically, also across a crash.
 //     Reads inside a Tx see the state it began from.

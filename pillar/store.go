@@ -23,6 +23,10 @@ var (
 	ErrPartitions = errors.New("partition count mismatch")
 	// ErrTxDone: the transaction was already committed or aborted.
 	ErrTxDone = errors.New("transaction already finished")
+	// ErrCorrupt: stored data does not match its recorded checksum or size
+	// (a flipped byte, a truncated file). The error names the table and
+	// file; nothing of the damaged file is returned.
+	ErrCorrupt = errors.New("data corrupt")
 )
 
 // Info describes a store.

@@ -21,6 +21,9 @@ type fileEntry struct {
 	Name  string `json:"name"`
 	Rows  int64  `json:"rows"`
 	Bytes int64  `json:"bytes"`
+	// CRC32C is the file's checksum (8 hex digits, Castagnoli); "" for a
+	// file written before checksums (the next commit adds it).
+	CRC32C string `json:"crc32c,omitempty"`
 }
 
 type tableEntry struct {
@@ -63,6 +66,7 @@ type segment struct {
 	Count         int64  `json:"count"`
 	Bytes         int64  `json:"bytes"`
 	CommittedAtMS int64  `json:"committed_at_ms,omitempty"`
+	CRC32C        string `json:"crc32c,omitempty"` // as fileEntry.CRC32C
 }
 
 type queueEntry struct {

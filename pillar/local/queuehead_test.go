@@ -3,6 +3,7 @@ package local
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -77,15 +78,17 @@ func TestQueueHeadsAndPriority(t *testing.T) {
 		Cause       string `parquet:"cause"`
 		CommittedAt int64  `parquet:"committed_at"`
 	}
-	path := filepath.Join(t.TempDir(), "old.parquet")
+	path := filepath.Join(dir, "data", "old.parquet")
 	if err := parquet.WriteFile(path, []oldRecord{{Partition: 1, PageKey: k, Op: pillar.OpPut, Value: []byte("v")}}); err != nil {
 		t.Fatal(err)
 	}
-	old, err := readQueueSegment[pillar.ExportRecord](path, 0, 10)
+	st, _ := os.Stat(path)
+	seg := segment{File: "old.parquet", Count: 1, Bytes: st.Size()} // and no checksum, as then
+	old, err := readQueueSegment[pillar.ExportRecord](ctx, s, seg, 0, 10)
 	if err != nil || len(old) != 1 || old[0].Priority != "" || string(old[0].Value) != "v" {
 		t.Fatalf("old segment: %+v %v", old, err)
 	}
-	oh, err := readQueueSegment[queueHead](path, 0, 10)
+	oh, err := readQueueSegment[queueHead](ctx, s, seg, 0, 10)
 	if err != nil || len(oh) != 1 || oh[0].PageKey != k {
 		t.Fatalf("old segment heads: %+v %v", oh, err)
 	}

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/parquet-go/parquet-go"
 
@@ -17,15 +17,26 @@ import (
 )
 
 type snapshot struct {
-	s *Store
-	m *manifest
+	s     *Store
+	m     *manifest
+	lease *lease
+	once  sync.Once
 }
 
 func (sn *snapshot) Info() pillar.Info {
 	return pillar.Info{Backend: "local", Root: sn.s.dir, Partitions: sn.m.Partitions, Format: sn.m.Format, Generation: sn.m.Generation}
 }
 
-func (sn *snapshot) Release() {}
+// Release drops the snapshot's lease; it is safe to call more than once.
+// Rows read from the snapshot stay valid; reading on after Release does
+// not (its files may be cleaned up).
+func (sn *snapshot) Release() {
+	sn.once.Do(func() {
+		if sn.lease != nil {
+			sn.s.release(sn.lease)
+		}
+	})
+}
 
 func (sn *snapshot) tableInfo(name string, t *tableEntry) pillar.TableInfo {
 	return pillar.TableInfo{
@@ -64,7 +75,7 @@ func (sn *snapshot) ReadTable(ctx context.Context, name string, r *pillar.Range)
 			return nil, fmt.Errorf("local store %s: table %q: range [%d,%d) outside [0,%d)", sn.s.dir, name, start, end, total)
 		}
 	}
-	return &rowReader{ctx: ctx, dir: filepath.Join(sn.s.dir, "data"), table: name, files: t.Files, pos: start, end: end}, nil
+	return &rowReader{ctx: ctx, s: sn.s, table: name, files: t.Files, pos: start, end: end}, nil
 }
 
 func (sn *snapshot) Attr(ctx context.Context, name string, dst any) error {
@@ -101,7 +112,7 @@ func (sn *snapshot) QueueEnd(ctx context.Context, partition int) (int64, error) 
 }
 
 func (sn *snapshot) ReadQueue(ctx context.Context, partition int, from int64, limit int) ([]pillar.ExportRecord, error) {
-	return readQueue[pillar.ExportRecord](sn, partition, from, limit, func(r *pillar.ExportRecord) *pillar.ExportRecord { return r })
+	return readQueue[pillar.ExportRecord](ctx, sn, partition, from, limit, func(r *pillar.ExportRecord) *pillar.ExportRecord { return r })
 }
 
 // queueHead is ExportRecord without its value: reading a segment into it
@@ -117,7 +128,7 @@ type queueHead struct {
 
 // ReadQueueHeads is ReadQueue without values (pillar.QueueHeadReader).
 func (sn *snapshot) ReadQueueHeads(ctx context.Context, partition int, from int64, limit int) ([]pillar.ExportRecord, error) {
-	heads, err := readQueue[queueHead](sn, partition, from, limit, func(h *queueHead) *queueHead { return h })
+	heads, err := readQueue[queueHead](ctx, sn, partition, from, limit, func(h *queueHead) *queueHead { return h })
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +145,7 @@ type queueRow interface {
 	pillar.ExportRecord | queueHead
 }
 
-func readQueue[T queueRow](sn *snapshot, partition int, from int64, limit int, self func(*T) *T) ([]T, error) {
+func readQueue[T queueRow](ctx context.Context, sn *snapshot, partition int, from int64, limit int, self func(*T) *T) ([]T, error) {
 	if err := sn.checkPartition(partition); err != nil {
 		return nil, err
 	}
@@ -148,7 +159,7 @@ func readQueue[T queueRow](sn *snapshot, partition int, from int64, limit int, s
 			continue
 		}
 		skip := max(from-seg.First, 0)
-		recs, err := readQueueSegment[T](filepath.Join(sn.s.dir, "data", seg.File), skip, limit-len(out))
+		recs, err := readQueueSegment[T](ctx, sn.s, seg, skip, limit-len(out))
 		if err != nil {
 			return nil, fmt.Errorf("local store %s: queue partition %d segment %s: %w", sn.s.dir, partition, seg.File, err)
 		}
@@ -182,17 +193,13 @@ func setPosition(row any, offset, committedAtMS int64) {
 
 // readQueueSegment reads up to limit records of a segment file from row
 // skip on.
-func readQueueSegment[T any](path string, skip int64, limit int) ([]T, error) {
-	f, err := os.Open(path)
+func readQueueSegment[T any](ctx context.Context, s *Store, seg segment, skip int64, limit int) ([]T, error) {
+	f, err := s.openData(ctx, seg.File, seg.Bytes, seg.CRC32C)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	pf, err := parquet.OpenFile(f, st.Size())
+	pf, err := parquet.OpenFile(f, seg.Bytes)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +241,7 @@ func (sn *snapshot) Consumed(ctx context.Context, id string) (bool, error) {
 // rowReader reads rows [pos, end) across a table's files.
 type rowReader struct {
 	ctx   context.Context
-	dir   string
+	s     *Store
 	table string
 	files []fileEntry
 	pos   int64 // index of the next row to return from Next
@@ -278,16 +285,11 @@ func (r *rowReader) open(idx int64) error {
 		if idx < base+f.Rows {
 			if r.cur == nil || r.curIdx != i {
 				r.closeCur()
-				fh, err := os.Open(filepath.Join(r.dir, f.Name))
+				fh, err := r.s.openData(r.ctx, f.Name, f.Bytes, f.CRC32C)
 				if err != nil {
 					return err
 				}
-				st, err := fh.Stat()
-				if err != nil {
-					fh.Close()
-					return err
-				}
-				pf, err := parquet.OpenFile(fh, st.Size())
+				pf, err := parquet.OpenFile(fh, f.Bytes)
 				if err != nil {
 					fh.Close()
 					return fmt.Errorf("file %s: %w", f.Name, err)
@@ -318,7 +320,7 @@ func (r *rowReader) Scan(dst any) error {
 	idx := r.row
 	r.pos = idx + 1
 	if err := r.open(idx); err != nil {
-		r.err = fmt.Errorf("local store: table %q row %d: %w", r.table, idx, err)
+		r.err = fmt.Errorf("local store %s: table %q row %d: %w", r.s.dir, r.table, idx, err)
 		return r.err
 	}
 	local := idx - r.curBase

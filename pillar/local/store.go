@@ -27,10 +27,12 @@ type Options struct {
 	// FS is the file system written through. The default value is OSFS{}.
 	FS FS
 	// RetainManifests is how many of the newest manifests (and their files)
-	// cleanup keeps for readers of older snapshots. The default value is 4.
+	// cleanup keeps besides the leased ones. The default value is 4.
 	RetainManifests int
-	// RetainFor keeps any manifest younger than this. The default value is
-	// 10 minutes.
+	// RetainFor keeps a manifest (and its files) for this long after a
+	// commit replaced it, for readers that hold no lease (a binary from
+	// before leases). Leased snapshots are kept however old. The default
+	// value is 10 minutes.
 	RetainFor time.Duration
 	// LockTimeout bounds the wait for another process's commit to finish.
 	// The default value is 60 seconds.
@@ -39,6 +41,9 @@ type Options struct {
 	// when non-zero (ErrPartitions on mismatch). The default value (0) means
 	// "whatever the store has" for Open.
 	Partitions int
+	// Now is the clock: commit times, RetainFor, the lock timeout. The
+	// default value is time.Now.
+	Now func() time.Time
 
 	// crashAt, when set, is called at each named step of a commit (tests).
 	crashAt func(step string)
@@ -60,6 +65,9 @@ func (o *Options) ensureDefaults() {
 	if o.LockTimeout == 0 {
 		o.LockTimeout = 60 * time.Second
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 }
 
 // Store is an embedded Pillar store in one directory.
@@ -73,6 +81,12 @@ type Store struct {
 	closed      bool
 	commits     int       // commits by this Store since the last cleanup
 	lastCleanup time.Time // when this Store last ran cleanup
+
+	verified sync.Map // data file name → struct{}: size and checksum checked (checksum.go)
+
+	leaseMu sync.Mutex
+	leases  map[int64]*lease // generation → this process's lease (lease.go)
+	roWarn  sync.Once
 }
 
 var _ pillar.Store = (*Store)(nil)
@@ -91,13 +105,13 @@ func Create(dir string, opts *Options) (*Store, error) {
 	if _, err := os.Stat(filepath.Join(dir, "STORE")); err == nil {
 		return nil, fmt.Errorf("local store %s: a store already exists there", dir)
 	}
-	for _, d := range []string{dir, filepath.Join(dir, "manifests"), filepath.Join(dir, "data"), filepath.Join(dir, "tx")} {
+	for _, d := range []string{dir, filepath.Join(dir, "manifests"), filepath.Join(dir, "data"), filepath.Join(dir, "tx"), filepath.Join(dir, "leases")} {
 		if err := o.FS.MkdirAll(d); err != nil {
 			return nil, fmt.Errorf("local store %s: %w", dir, err)
 		}
 	}
 	m := newManifest(o.Partitions)
-	m.CommittedAt = time.Now().UTC()
+	m.CommittedAt = o.Now().UTC()
 	if err := writeJSONAtomic(o.FS, filepath.Join(dir, "manifests", manifestName(0)), m); err != nil {
 		return nil, fmt.Errorf("local store %s: %w", dir, err)
 	}
@@ -106,7 +120,7 @@ func Create(dir string, opts *Options) (*Store, error) {
 	}
 	// STORE last: a directory without it is not a store (a crash during
 	// Create leaves something Open refuses and Create can redo).
-	sf := storeFile{Format: formatVersion, Partitions: o.Partitions, Created: time.Now().UTC()}
+	sf := storeFile{Format: formatVersion, Partitions: o.Partitions, Created: o.Now().UTC()}
 	if err := writeJSONAtomic(o.FS, filepath.Join(dir, "STORE"), sf); err != nil {
 		return nil, fmt.Errorf("local store %s: %w", dir, err)
 	}
@@ -149,14 +163,14 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if o.Partitions != 0 && o.Partitions != sf.Partitions {
 		return nil, fmt.Errorf("local store %s: has %d partitions, caller wants %d: %w", dir, sf.Partitions, o.Partitions, pillar.ErrPartitions)
 	}
-	s := &Store{dir: dir, opts: o, meta: sf}
+	s := &Store{dir: dir, opts: o, meta: sf, leases: map[int64]*lease{}}
 	if _, err := s.current(); err != nil {
 		return nil, err
 	}
-	if err := s.cleanup(); err != nil {
+	if _, err := s.Cleanup(context.Background()); err != nil && !readOnly(err) {
 		o.Logger.Warn("local store: cleanup", "dir", dir, "err", err)
 	}
-	s.lastCleanup = time.Now()
+	s.lastCleanup = o.Now()
 	return s, nil
 }
 
@@ -210,24 +224,37 @@ func (s *Store) current() (*manifest, error) {
 	return m, nil
 }
 
-// Snapshot returns a consistent view of the current generation.
+// Snapshot returns a consistent view of the current generation. It holds
+// a lease on the generation until Release: no cleanup or compaction, in
+// any process, removes a file it reads (see doc.go).
 func (s *Store) Snapshot(ctx context.Context) (pillar.Snapshot, error) {
-	m, err := s.current()
+	m, l, err := s.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &snapshot{s: s, m: m}, nil
+	return &snapshot{s: s, m: m, lease: l}, nil
 }
 
-// lock takes the commit lock (flock on LOCK), waiting up to LockTimeout.
-func (s *Store) lock(ctx context.Context) (func(), error) {
+// lock takes the commit lock (exclusive flock on LOCK), waiting up to
+// LockTimeout.
+func (s *Store) lock(ctx context.Context) (func(), error) { return s.lockMode(ctx, syscall.LOCK_EX) }
+
+// lockMode takes LOCK exclusive (commits, cleanup) or shared (taking a
+// snapshot lease), waiting up to LockTimeout.
+func (s *Store) lockMode(ctx context.Context, how int) (func(), error) {
 	f, err := os.OpenFile(filepath.Join(s.dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil && how == syscall.LOCK_SH && readOnly(err) {
+		f, err = os.Open(filepath.Join(s.dir, "LOCK")) // a reader of a read-only store
+	}
 	if err != nil {
+		if how == syscall.LOCK_SH && readOnly(err) {
+			return func() {}, nil // nothing can commit through this mount either
+		}
 		return nil, fmt.Errorf("local store %s: lock: %w", s.dir, err)
 	}
-	deadline := time.Now().Add(s.opts.LockTimeout)
+	deadline := s.opts.Now().Add(s.opts.LockTimeout)
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 		if err == nil {
 			return func() {
 				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
@@ -238,33 +265,50 @@ func (s *Store) lock(ctx context.Context) (func(), error) {
 			f.Close()
 			return nil, fmt.Errorf("local store %s: lock: %w", s.dir, err)
 		}
-		if time.Now().After(deadline) {
+		if s.opts.Now().After(deadline) {
 			f.Close()
 			return nil, fmt.Errorf("local store %s: another process holds the commit lock for over %s", s.dir, s.opts.LockTimeout)
 		}
 		select {
 		case <-ctx.Done():
 			f.Close()
-			return nil, ctx.Err()
+			return nil, fmt.Errorf("local store %s: waiting for the commit lock: %w", s.dir, ctx.Err())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }
 
-// cleanup removes staging directories of dead transactions, data files no
-// retained manifest names, and manifests past retention. It takes the
-// commit lock, so no commit is moving files meanwhile.
-func (s *Store) cleanup() error {
-	unlock, err := s.lock(context.Background())
+// CleanupStats says what a cleanup removed and kept.
+type CleanupStats struct {
+	Manifests  int   // manifests removed
+	Files      int   // data files removed
+	Bytes      int64 // bytes of the data files removed
+	Staging    int   // staging directories of dead transactions removed
+	DeadLeases int   // lease files of processes that are gone, removed
+	Leased     int   // generations kept because a live snapshot holds a lease
+}
+
+// Cleanup removes what no one can read any more: staging directories of
+// dead transactions, lease files of dead processes, manifests past
+// retention, and data files that no retained manifest names. A manifest is
+// retained when it is the current one, one of the newest RetainManifests,
+// replaced less than RetainFor ago, or leased by a live snapshot of any
+// process. Cleanup is the only code that removes data files; it runs under
+// the commit lock at Open and every few commits, and compaction's garbage
+// collection is a call to it after the compacting commit.
+func (s *Store) Cleanup(ctx context.Context) (CleanupStats, error) {
+	unlock, err := s.lock(ctx)
 	if err != nil {
-		return err
+		return CleanupStats{}, err
 	}
 	defer unlock()
 	return s.cleanupLocked()
 }
 
-func (s *Store) cleanupLocked() error {
+func (s *Store) cleanupLocked() (CleanupStats, error) {
+	var cs CleanupStats
 	fs := s.opts.FS
+	now := s.opts.Now()
 	// Dead transactions: their .lock is not held by anyone.
 	txs, _ := os.ReadDir(filepath.Join(s.dir, "tx"))
 	for _, e := range txs {
@@ -272,25 +316,29 @@ func (s *Store) cleanupLocked() error {
 		f, err := os.OpenFile(filepath.Join(p, ".lock"), os.O_RDWR, 0)
 		if err != nil {
 			// No lock file: a crash between mkdir and lock creation.
-			if fi, serr := os.Stat(p); serr == nil && time.Since(fi.ModTime()) > time.Minute {
+			if fi, serr := os.Stat(p); serr == nil && now.Sub(fi.ModTime()) > time.Minute {
 				_ = fs.RemoveAll(p)
+				cs.Staging++
 			}
 			continue
 		}
 		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
 			s.opts.Logger.Info("local store: removing staging of a dead transaction", "tx", e.Name())
 			_ = fs.RemoveAll(p)
+			cs.Staging++
 		}
 		f.Close()
 	}
+	leased, dead := s.liveLeases()
+	cs.DeadLeases = dead
 	// Retained manifests.
 	cur, err := s.current()
 	if err != nil {
-		return err
+		return cs, err
 	}
 	ents, err := os.ReadDir(filepath.Join(s.dir, "manifests"))
 	if err != nil {
-		return err
+		return cs, err
 	}
 	var names []string
 	for _, e := range ents {
@@ -301,51 +349,69 @@ func (s *Store) cleanupLocked() error {
 		}
 	}
 	sort.Strings(names)
-	keep := map[string]bool{}
 	curName := manifestName(cur.Generation)
-	for i, n := range names {
+	var live []string
+	for _, n := range names {
 		if n > curName { // written by a commit that crashed before CURRENT moved
 			_ = fs.Remove(filepath.Join(s.dir, "manifests", n))
 			continue
 		}
-		recent := i >= len(names)-s.opts.RetainManifests
-		if !recent {
-			if fi, err := os.Stat(filepath.Join(s.dir, "manifests", n)); err == nil && time.Since(fi.ModTime()) < s.opts.RetainFor {
-				recent = true
-			}
+		live = append(live, n)
+	}
+	mans := make([]*manifest, len(live))
+	for i, n := range live {
+		if b, err := os.ReadFile(filepath.Join(s.dir, "manifests", n)); err == nil {
+			mans[i], _ = decodeManifest(b, n)
 		}
-		if n == curName || recent {
-			b, err := os.ReadFile(filepath.Join(s.dir, "manifests", n))
-			if err != nil {
-				continue
-			}
-			m, err := decodeManifest(b, n)
-			if err != nil {
-				continue
-			}
-			for _, f := range m.files() {
-				keep[f] = true
-			}
+	}
+	keep := map[string]bool{}
+	for i, n := range live {
+		m := mans[i]
+		retain := n == curName || i >= len(live)-s.opts.RetainManifests
+		if m == nil {
+			retain = true // unreadable: remove nothing it may name
+		} else if leased[m.Generation] {
+			retain = true
+			cs.Leased++
+		}
+		// Replaced when the next manifest was committed.
+		if !retain && i+1 < len(live) && (mans[i+1] == nil || now.Sub(mans[i+1].CommittedAt) < s.opts.RetainFor) {
+			retain = true
+		}
+		if !retain {
+			_ = fs.Remove(filepath.Join(s.dir, "manifests", n))
+			cs.Manifests++
 			continue
 		}
-		_ = fs.Remove(filepath.Join(s.dir, "manifests", n))
+		if m == nil {
+			// Keep every data file: we cannot tell which it names.
+			return cs, fmt.Errorf("local store %s: manifest %s unreadable; no data file removed", s.dir, n)
+		}
+		for _, f := range m.files() {
+			keep[f] = true
+		}
 	}
 	data, err := os.ReadDir(filepath.Join(s.dir, "data"))
 	if err != nil {
-		return err
+		return cs, err
 	}
-	removed := 0
 	for _, e := range data {
 		if !keep[e.Name()] {
+			var size int64
+			if fi, err := e.Info(); err == nil {
+				size = fi.Size()
+			}
 			if err := fs.Remove(filepath.Join(s.dir, "data", e.Name())); err == nil {
-				removed++
+				cs.Files++
+				cs.Bytes += size
+				s.verified.Delete(e.Name())
 			}
 		}
 	}
-	if removed > 0 {
-		s.opts.Logger.Info("local store: removed unreferenced files", "count", removed)
+	if cs.Files > 0 || cs.Manifests > 0 {
+		s.opts.Logger.Info("local store: cleanup", "manifests", cs.Manifests, "files", cs.Files, "bytes", cs.Bytes, "leased", cs.Leased)
 	}
-	return nil
+	return cs, nil
 }
 
 func writeFileAtomic(fs FS, path string, b []byte) error {

@@ -23,6 +23,7 @@ type stagedFile struct {
 	name  string // base name in the staging dir
 	rows  int64
 	bytes int64
+	crc   string // CRC32C of the file (checksum.go)
 }
 
 type tx struct {
@@ -35,29 +36,33 @@ type tx struct {
 
 // Begin starts a transaction reading the current generation.
 func (s *Store) Begin(ctx context.Context) (pillar.Tx, error) {
-	m, err := s.current()
+	m, l, err := s.acquire(ctx) // the Tx reads its Begin state until it ends
 	if err != nil {
 		return nil, err
 	}
+	sn := &snapshot{s: s, m: m, lease: l}
 	var rb [8]byte
 	_, _ = rand.Read(rb[:])
 	id := fmt.Sprintf("%d-%s", time.Now().UnixNano(), hex.EncodeToString(rb[:]))
 	staging := filepath.Join(s.dir, "tx", id)
 	if err := s.opts.FS.MkdirAll(staging); err != nil {
+		sn.Release()
 		return nil, fmt.Errorf("local store %s: begin: %w", s.dir, err)
 	}
 	lf, err := os.OpenFile(filepath.Join(staging, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		_ = s.opts.FS.RemoveAll(staging)
+		sn.Release()
 		return nil, fmt.Errorf("local store %s: begin: %w", s.dir, err)
 	}
 	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		lf.Close()
 		_ = s.opts.FS.RemoveAll(staging)
+		sn.Release()
 		return nil, fmt.Errorf("local store %s: begin: lock staging: %w", s.dir, err)
 	}
 	return &tx{
-		snapshot: &snapshot{s: s, m: m},
+		snapshot: sn,
 		id:       id,
 		staging:  staging,
 		lockF:    lf,
@@ -90,12 +95,15 @@ func (t *tx) WriteTable(ctx context.Context, name string, rowType any, opts *pil
 		return nil, t.errf("%w", err)
 	}
 	schema := parquet.SchemaOf(reflect.New(rt).Interface())
-	var f File
+	var f *crcFile
 	part, err := t.ws.Write(name, rt, opts, t.baseRowType, func(_ *writeset.Table[stagedFile], n int) (stagedFile, error) {
 		sf := stagedFile{name: fmt.Sprintf("%06d.parquet", n)}
-		var err error
-		f, err = t.s.opts.FS.Create(filepath.Join(t.staging, sf.name))
-		return sf, err
+		raw, err := t.s.opts.FS.Create(filepath.Join(t.staging, sf.name))
+		if err != nil {
+			return sf, err
+		}
+		f = &crcFile{File: raw}
+		return sf, nil
 	})
 	if err != nil {
 		return nil, t.errf("%w", err)
@@ -115,7 +123,7 @@ func (t *tx) baseRowType(name string) (string, bool) {
 type rowWriter struct {
 	t     *tx
 	table string
-	f     File
+	f     *crcFile
 	//lint:ignore SA1019 the untyped writer writes any row type a table is created with
 	w      *parquet.Writer
 	rt     reflect.Type
@@ -174,7 +182,7 @@ func (w *rowWriter) Close() error {
 	if err != nil {
 		return fail(err)
 	}
-	w.t.ws.Closed(w.part, func(sf *stagedFile) { sf.rows, sf.bytes = w.rows, st.Size() })
+	w.t.ws.Closed(w.part, func(sf *stagedFile) { sf.rows, sf.bytes, sf.crc = w.rows, st.Size(), w.f.sum() })
 	return nil
 }
 
@@ -218,11 +226,13 @@ func (t *tx) Abort() error {
 	return nil
 }
 
-// finish removes the staging directory and releases its lock.
+// finish removes the staging directory, releases its lock and the Begin
+// state's lease.
 func (t *tx) finish() {
 	_ = t.s.opts.FS.RemoveAll(t.staging)
 	_ = syscall.Flock(int(t.lockF.Fd()), syscall.LOCK_UN)
 	t.lockF.Close()
+	t.snapshot.Release()
 }
 
 func (s *Store) hook(step string) {
@@ -249,6 +259,9 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// A store written before checksums gets them with its next commit
+	// (computed before the lock: it reads every such file once).
+	sums := s.missingSums(ctx, t.m)
 	unlock, err := s.lock(ctx)
 	if err != nil {
 		return t.errf("commit: %w", err)
@@ -279,8 +292,9 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	}
 
 	nm := cur.clone()
+	addSums(nm, sums)
 	nm.Generation = cur.Generation + 1
-	nm.CommittedAt = time.Now().UTC()
+	nm.CommittedAt = s.opts.Now().UTC()
 	gen := nm.Generation
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
@@ -310,7 +324,7 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 			}
 			moved = append(moved, dst)
 			s.hook("moved-data")
-			files = append(files, fileEntry{Name: dst, Rows: sf.rows, Bytes: sf.bytes})
+			files = append(files, fileEntry{Name: dst, Rows: sf.rows, Bytes: sf.bytes, CRC32C: sf.crc})
 		}
 		schema := schemaString(parquet.SchemaOf(reflect.New(ch.RowType).Interface()))
 		te := &tableEntry{RowType: ch.RowType.String(), Schema: schema, SortedBy: ch.SortedBy, Files: files, Gen: gen}
@@ -346,7 +360,7 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		}
 		moved = append(moved, name)
 		s.hook("queue-written")
-		q.Segments = append(q.Segments, segment{File: name, First: q.end(), Count: qf.count, Bytes: qf.bytes, CommittedAtMS: nowMS})
+		q.Segments = append(q.Segments, segment{File: name, First: q.end(), Count: qf.count, Bytes: qf.bytes, CommittedAtMS: nowMS, CRC32C: qf.crc})
 	}
 	for _, id := range t.ws.Consumed() {
 		nm.Consumed[id] = gen
@@ -371,13 +385,13 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	// after each one (unreferenced files wait a little longer, that's all).
 	s.mu.Lock()
 	s.commits++
-	due := s.commits >= cleanupEvery || time.Since(s.lastCleanup) > cleanupAfter
+	due := s.commits >= cleanupEvery || s.opts.Now().Sub(s.lastCleanup) > cleanupAfter
 	if due {
-		s.commits, s.lastCleanup = 0, time.Now()
+		s.commits, s.lastCleanup = 0, s.opts.Now()
 	}
 	s.mu.Unlock()
 	if due {
-		if cerr := s.cleanupLocked(); cerr != nil {
+		if _, cerr := s.cleanupLocked(); cerr != nil {
 			s.opts.Logger.Warn("local store: cleanup after commit", "err", cerr)
 		}
 	}
@@ -396,6 +410,7 @@ type stagedQueue struct {
 	partition    int
 	name         string
 	count, bytes int64
+	crc          string
 }
 
 // stageQueue writes (and fsyncs) one segment file per partition touched,
@@ -405,11 +420,11 @@ func (t *tx) stageQueue() ([]stagedQueue, error) {
 	var out []stagedQueue
 	for _, p := range parts {
 		name := fmt.Sprintf("q%05d.parquet", p)
-		size, err := writeQueueFile(t.s.opts.FS, filepath.Join(t.staging, name), byPart[p])
+		size, crc, err := writeQueueFile(t.s.opts.FS, filepath.Join(t.staging, name), byPart[p])
 		if err != nil {
 			return nil, t.errf("commit: export queue partition %d: %w", p, err)
 		}
-		out = append(out, stagedQueue{partition: p, name: name, count: int64(len(byPart[p])), bytes: size})
+		out = append(out, stagedQueue{partition: p, name: name, count: int64(len(byPart[p])), bytes: size, crc: crc})
 	}
 	return out, nil
 }
@@ -442,32 +457,33 @@ func writeCurrent(s *Store, name string) error {
 	return s.opts.FS.SyncDir(s.dir)
 }
 
-func writeQueueFile(fs FS, path string, recs []pillar.ExportRecord) (int64, error) {
-	f, err := fs.Create(path)
+func writeQueueFile(fs FS, path string, recs []pillar.ExportRecord) (int64, string, error) {
+	raw, err := fs.Create(path)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
+	f := &crcFile{File: raw}
 	w := parquet.NewGenericWriter[pillar.ExportRecord](f, parquet.Compression(&parquet.Zstd))
 	if _, err := w.Write(recs); err != nil {
 		f.Close()
-		return 0, err
+		return 0, "", err
 	}
 	if err := w.Close(); err != nil {
 		f.Close()
-		return 0, err
+		return 0, "", err
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return 0, err
+		return 0, "", err
 	}
 	if err := f.Close(); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	st, err := os.Stat(path)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	return st.Size(), nil
+	return st.Size(), f.sum(), nil
 }
 
 func tableGen(m *manifest, name string) int64 {
