@@ -131,14 +131,31 @@ func batchGetAsync(r *Router, ctx context.Context, keys [][]byte) <-chan batchGe
 	return done
 }
 
-// blockUntil waits (up to 10s of wall time, a safety bound) until clk has n
-// pending timers.
-func blockUntil(t testing.TB, clk *clock.Fake, n int) {
+// settle waits (up to 10s of wall time) until clk has exactly n pending
+// timers: the nodes have noticed that the previous request's losers were
+// cancelled and dropped their fault-delay timers, so the next count is exact.
+func settle(t testing.TB, clk *clock.Fake, n int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := clk.BlockUntil(ctx, n); err != nil {
-		t.Fatal(err)
+	for deadline := time.Now().Add(10 * time.Second); clk.Waiters() != n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("clock: %d pending timers, want %d once the last request settled", clk.Waiters(), n)
+		}
+	}
+}
+
+// blockUntilPending is blockUntil for a request in flight: it fails at once
+// if the request answers first.
+func blockUntilPending(t testing.TB, clk *clock.Fake, n int, done <-chan batchGetResult) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); clk.Waiters() < n; time.Sleep(time.Millisecond) {
+		select {
+		case out := <-done:
+			t.Fatalf("request answered (err %v) before %d timers were pending (have %d)", out.err, n, clk.Waiters())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("clock: waiting for %d pending timers, have %d", n, clk.Waiters())
+		}
 	}
 }
 

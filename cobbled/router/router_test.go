@@ -220,10 +220,11 @@ func TestHedgeAfterDelayLoserCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := c.Batches(12)[3]
-	base := clk.Waiters() // the refresh ticker
+	const base = 1 // the refresh ticker
+	settle(t, clk, base)
 	start := clk.Now()
 	done := batchGetAsync(r, ctx, b)
-	blockUntil(t, clk, base+3) // the request's timeout, the hedge timer, the slow node's fault delay
+	blockUntilPending(t, clk, base+3, done) // the request's timeout, the hedge timer, the slow node's fault delay
 	clk.Advance(delay - time.Nanosecond)
 	expectPending(t, done, "before the hedge delay")
 	if s := r.Stats(); s.Hedges != 0 {
@@ -267,12 +268,13 @@ func TestHedgeBudget(t *testing.T) {
 		o.HedgeBudget, o.HedgeBurst = 0.1, 2
 	})
 	const requests = 120
-	base := clk.Waiters()
+	const base = 1 // the refresh ticker
 	for i := range requests {
 		k := c.Keys()[i]
 		before := r.Stats()
+		settle(t, clk, base)
 		done := batchGetAsync(r, ctx, [][]byte{k}) // one partition: one primary
-		blockUntil(t, clk, base+3)                 // timeout, hedge timer, fault delay
+		blockUntilPending(t, clk, base+3, done)    // timeout, hedge timer, fault delay
 		clk.Advance(5 * time.Millisecond)          // the hedge timer fires
 		var out batchGetResult
 		select {
@@ -508,14 +510,13 @@ func TestDeadline(t *testing.T) {
 		{"caller's deadline", func() (context.Context, context.CancelFunc) { return clk.WithTimeout(ctx, 100*time.Millisecond) }, 100 * time.Millisecond},
 		{"default timeout", func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }, 150 * time.Millisecond},
 	} {
+		settle(t, clk, 1) // the refresh ticker
 		cctx, cancel := tc.ctx()
-		base := clk.Waiters() // the refresh ticker (and the caller's deadline)
 		start := clk.Now()
 		done := batchGetAsync(r, cctx, keys)
-		if tc.name == "default timeout" {
-			base++ // the router's own timeout
-		}
-		blockUntil(t, clk, base+2) // the hedge timer, the primary's fault delay
+		// The refresh ticker, the caller's deadline or the router's
+		// timeout, the hedge timer, the primary's fault delay.
+		blockUntilPending(t, clk, 4, done)
 		clk.Advance(tc.want - time.Nanosecond)
 		expectPending(t, done, tc.name+": before the deadline")
 		clk.Advance(time.Nanosecond)
