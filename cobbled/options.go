@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/internal/rocks"
 )
 
@@ -80,6 +81,11 @@ type Options struct {
 	// default value is no fault.
 	FaultDelay FaultDelay
 
+	// Clock is the time source of the read path's waits (FaultDelay) and
+	// measurements. The default value is the wall clock (clock.Real); tests
+	// pass a *clock.Fake.
+	Clock clock.Clock
+
 	// Logger receives ingest and lifecycle events. The default value discards.
 	Logger *slog.Logger
 	// Metrics receives the node's measurements. The default value is a fresh,
@@ -124,6 +130,7 @@ func (o *Options) ensureDefaults() {
 	if o.MaxResponseBytes == 0 {
 		o.MaxResponseBytes = 64 << 20
 	}
+	o.Clock = clock.Or(o.Clock)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}

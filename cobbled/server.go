@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/linxGnu/grocksdb"
 	"google.golang.org/grpc"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -142,12 +142,13 @@ func (s *getScratch) release() {
 }
 
 func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ any, err error) {
-	start := time.Now()
+	clk := n.opts.Clock
+	start := clk.Now()
 	m := n.opts.Metrics
 	m.inflight.Inc()
 	defer func() {
 		m.inflight.Dec()
-		m.requestDuration.Observe(time.Since(start).Seconds())
+		m.requestDuration.Observe(clock.Since(clk, start).Seconds())
 		m.requests.WithLabelValues(status.Code(err).String()).Inc()
 	}()
 	keys := req.Keys
@@ -166,7 +167,7 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 		return nil, status.Error(codes.Unavailable, "cobbled: BatchGet: node is shutting down")
 	}
 	if f := n.opts.FaultDelay; f.Fraction > 0 && rand.Float64() < f.Fraction {
-		if !sleep(ctx, f.Delay) {
+		if !clock.Sleep(ctx, clk, f.Delay) {
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}

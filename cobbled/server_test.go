@@ -20,6 +20,7 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/clock"
 )
 
 // serveTestNode starts n's gRPC server on 127.0.0.1 and returns a client.
@@ -123,13 +124,15 @@ func TestBatchGetFaultDelayAndGracefulStop(t *testing.T) {
 	const parts = 1
 	objects, dir := t.TempDir(), t.TempDir()
 	ctx := context.Background()
-	n := openTestNode(t, dir, objects, parts, func(o *Options) { o.FaultDelay = FaultDelay{Fraction: 1, Delay: time.Second} })
+	clk := clock.NewFake(time.Time{})
+	n := openTestNode(t, dir, objects, parts, func(o *Options) {
+		o.FaultDelay, o.Clock = FaultDelay{Fraction: 1, Delay: time.Second}, clk
+	})
 	defer n.Close()
 	k := keysIn(1, 0, parts)[0]
 	m := writeBatch(t, objects, parts, 0, "s", batch.KindSnapshot, []op{{key: k, val: "v"}}, 0)
 	must(t, n.Apply(ctx, Batch{Seq: 1, Manifest: m}))
 	cli, srv := serveTestNode(t, n)
-	start := time.Now()
 	done := make(chan error, 1)
 	go func() {
 		resp, err := cli.BatchGet(ctx, &servepb.BatchGetRequest{Keys: [][]byte{[]byte(k)}})
@@ -143,13 +146,26 @@ func TestBatchGetFaultDelayAndGracefulStop(t *testing.T) {
 		n.opts.Metrics.inflight.Write(&m)
 		return m.GetGauge().GetValue() == 1
 	})
-	srv.GracefulStop() // drains the delayed request
+	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := clk.BlockUntil(bctx, 1); err != nil { // the fault delay's timer
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }() // drains the delayed request
+	clk.Advance(time.Second - time.Nanosecond)
+	select {
+	case err := <-done:
+		t.Fatalf("request answered before its fault delay passed (%v)", err)
+	case <-stopped:
+		t.Fatal("graceful stop returned with a request in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	clk.Advance(time.Nanosecond)
 	if err := <-done; err != nil {
 		t.Fatalf("in-flight request during graceful stop: %v", err)
 	}
-	if d := time.Since(start); d < time.Second {
-		t.Fatalf("fault delay not applied: %v", d)
-	}
+	<-stopped
 }
 
 // TestReadsDuringSnapshotSwap applies generation after generation (snapshots

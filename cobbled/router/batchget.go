@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -57,7 +58,7 @@ type attempt struct {
 	parts     []*part
 	kind      int
 	cancel    context.CancelFunc
-	timer     *time.Timer
+	timer     *clock.Timer
 	over      bool // answered, failed or cancelled
 	cancelled bool // cancelled by the router (it lost, or the request ended)
 	won       bool
@@ -96,7 +97,8 @@ type gather struct {
 // …) when some keys failed. Without a deadline in ctx, Options.Timeout
 // applies. It is safe for concurrent use.
 func (r *Router) BatchGet(ctx context.Context, keys [][]byte) ([]Result, error) {
-	start := time.Now()
+	clk := r.opts.Clock
+	start := clk.Now()
 	m := r.opts.Metrics
 	if err := r.check(keys); err != nil {
 		m.requests.WithLabelValues("invalid").Inc()
@@ -107,7 +109,7 @@ func (r *Router) BatchGet(ctx context.Context, keys [][]byte) ([]Result, error) 
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, r.opts.Timeout)
+		ctx, cancel = clk.WithTimeout(ctx, r.opts.Timeout)
 		defer cancel()
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -138,7 +140,7 @@ func (r *Router) BatchGet(ctx context.Context, keys [][]byte) ([]Result, error) 
 			}
 		}
 	}
-	r.account(g, len(keys), failed, time.Since(start))
+	r.account(g, len(keys), failed, clock.Since(clk, start))
 	if failed > 0 {
 		return out, fmt.Errorf("router: %d of %d keys failed: %w", failed, len(keys), first)
 	}
@@ -252,14 +254,14 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 	if kind == kindPrimary {
 		r.budget.earn()
 		if !r.opts.DisableHedging {
-			a.timer = time.AfterFunc(r.hedgeDelay(n), func() { g.send(event{a: a, hedge: true}) })
+			a.timer = r.opts.Clock.AfterFunc(r.hedgeDelay(n), func() { g.send(event{a: a, hedge: true}) })
 		}
 	}
 	go func() {
-		start := time.Now()
+		start := r.opts.Clock.Now()
 		resp, err := n.client.BatchGet(actx, &servepb.BatchGetRequest{Keys: keys})
 		n.outstanding.Add(-1)
-		g.send(event{a: a, resp: resp, err: err, d: time.Since(start)})
+		g.send(event{a: a, resp: resp, err: err, d: clock.Since(r.opts.Clock, start)})
 	}()
 }
 
@@ -339,8 +341,8 @@ func (g *gather) onAnswer(e event) {
 		n.errs.Add(1)
 		r.opts.Metrics.rpcErrors.WithLabelValues(n.id, code.String()).Inc()
 		if code == codes.Unavailable || code == codes.DeadlineExceeded {
-			n.fail(r.opts.EjectFor) // unreachable, shutting down or stuck
-			r.kick()                // the control plane may know already
+			n.fail(r.opts.EjectFor, r.opts.Clock.Now()) // unreachable, shutting down or stuck
+			r.kick()                                    // the control plane may know already
 		}
 		werr := fmt.Errorf("node %s (%s): %w", n.id, n.addr, err)
 		var again []*part
@@ -353,7 +355,7 @@ func (g *gather) onAnswer(e event) {
 		g.failover(again)
 		return
 	}
-	n.observe(e.d)
+	n.observe(e.d, r.opts.Clock.Now())
 	r.opts.Metrics.nodeLatency.WithLabelValues(n.id).Observe(e.d.Seconds())
 	off := 0
 	var again []*part
@@ -474,7 +476,7 @@ func (g *gather) group(parts []*part) (map[*node][]*part, []*node, []*part) {
 // prefer if there is one, else the better of two random choices by
 // latency × load.
 func (g *gather) pick(pt *part, prefer []*node) *node {
-	now := time.Now().UnixNano()
+	now := g.r.opts.Clock.Now().UnixNano()
 	var tiers [3][]*node
 	for _, rep := range g.t.reps[pt.p] {
 		if !rep.eligible || slices.Contains(pt.tried, rep.node) {
@@ -542,7 +544,7 @@ func (g *gather) fail(pt *part, err error) {
 // not a stuck node, and is neither failed over nor held against the node.
 func (g *gather) nearDeadline() bool {
 	d, ok := g.ctx.Deadline()
-	return ok && time.Until(d) < 20*time.Millisecond
+	return ok && time.Until(d) < 20*time.Millisecond // a context deadline is on the wall clock (clock.Fake translates)
 }
 
 // abort ends the request at its deadline (or cancellation).

@@ -64,6 +64,14 @@
 // a node that leaves the table is closed after Options.Timeout. Close stops
 // the refresh loops and closes every connection.
 //
+// # Time
+//
+// Every wait and measurement (hedge delays, request timeouts, refresh
+// ticks, ejections, latencies) reads Options.Clock, the wall clock by
+// default. Tests run the router and its cobbled nodes (cobbled.Options.Clock)
+// on one clock.Fake, so hedging, budget, deadline and refresh rules are
+// checked at exact instants, not against a loaded machine's wall clock.
+//
 // # Observability
 //
 // Stats() returns counters (primaries, hedges sent, won and denied,

@@ -11,6 +11,7 @@ import (
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
+	"github.com/pillarkit/pillar/internal/clock"
 )
 
 // startCluster runs real cobbled nodes on 127.0.0.1 with small data: 8
@@ -112,6 +113,76 @@ func (s *routingSource) GetRouting(ctx context.Context) (*control.Routing, error
 	default:
 	}
 	return s.get()
+}
+
+type batchGetResult struct {
+	res []Result
+	err error
+}
+
+// batchGetAsync runs r.BatchGet in a goroutine (for fake-clock tests, which
+// advance the clock while it waits).
+func batchGetAsync(r *Router, ctx context.Context, keys [][]byte) <-chan batchGetResult {
+	done := make(chan batchGetResult, 1)
+	go func() {
+		res, err := r.BatchGet(ctx, keys)
+		done <- batchGetResult{res, err}
+	}()
+	return done
+}
+
+// settle waits (up to 10s of wall time) until clk has exactly n pending
+// timers: the nodes have noticed that the previous request's losers were
+// cancelled and dropped their fault-delay timers, so the next count is exact.
+func settle(t testing.TB, clk *clock.Fake, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); clk.Waiters() != n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("clock: %d pending timers, want %d once the last request settled", clk.Waiters(), n)
+		}
+	}
+}
+
+// blockUntilPending is blockUntil for a request in flight: it fails at once
+// if the request answers first.
+func blockUntilPending(t testing.TB, clk *clock.Fake, n int, done <-chan batchGetResult) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); clk.Waiters() < n; time.Sleep(time.Millisecond) {
+		select {
+		case out := <-done:
+			t.Fatalf("request answered (err %v) before %d timers were pending (have %d)", out.err, n, clk.Waiters())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("clock: waiting for %d pending timers, have %d", n, clk.Waiters())
+		}
+	}
+}
+
+// expectPending fails if the request has already answered (checked for a
+// moment of wall time: it can miss an early answer, never invent one).
+func expectPending(t testing.TB, done <-chan batchGetResult, when string) {
+	t.Helper()
+	select {
+	case out := <-done:
+		t.Fatalf("%s: request answered early: %v", when, out.err)
+	case <-time.After(20 * time.Millisecond):
+	}
+}
+
+// waitUntil returns a channel closed once cond holds (polled; gives up
+// after 10s of wall time, a safety bound).
+func waitUntil(t testing.TB, cond func() bool) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if cond() {
+				close(ch)
+				return
+			}
+		}
+	}()
+	return ch
 }
 
 func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {

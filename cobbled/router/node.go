@@ -52,11 +52,11 @@ func (n *node) zoneName() string { return *n.zone.Load() }
 func (n *node) ejected(now int64) bool { return now < n.ejectUntil.Load() }
 
 // observe records an answered sub-request.
-func (n *node) observe(d time.Duration) {
+func (n *node) observe(d time.Duration, now time.Time) {
 	n.failStreak.Store(0)
 	n.ejectUntil.Store(0)
 	n.lat.add(d)
-	n.lastObs.Store(time.Now().UnixNano())
+	n.lastObs.Store(now.UnixNano())
 	// EWMA with weight 1/8, good enough for choosing between two nodes.
 	for {
 		old := n.ewmaNanos.Load()
@@ -72,9 +72,9 @@ func (n *node) observe(d time.Duration) {
 
 // fail records a transport-level failure: the node is avoided for
 // base × 2^(streak-1), at most 8 × base.
-func (n *node) fail(base time.Duration) {
+func (n *node) fail(base time.Duration, now time.Time) {
 	streak := min(n.failStreak.Add(1), 4)
-	n.ejectUntil.Store(time.Now().Add(base << (streak - 1)).UnixNano())
+	n.ejectUntil.Store(now.Add(base << (streak - 1)).UnixNano())
 }
 
 // score orders nodes for power-of-two choices: lower is better. The

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/pillarkit/pillar/internal/clock"
 )
 
 // Options configure a Router. The zero value of every field means its
@@ -96,6 +98,11 @@ type Options struct {
 	// (servepb.DialOptions and plaintext). The default value is none.
 	DialOptions []grpc.DialOption
 
+	// Clock is the time source of hedge timers, request timeouts, routing
+	// refreshes, ejections and latency measurements. The default value is
+	// the wall clock (clock.Real); tests pass a *clock.Fake.
+	Clock clock.Clock
+
 	// Logger receives routing changes and errors. The default value
 	// discards.
 	Logger *slog.Logger
@@ -150,6 +157,7 @@ func (o *Options) ensureDefaults() {
 	if o.EjectFor == 0 {
 		o.EjectFor = time.Second
 	}
+	o.Clock = clock.Or(o.Clock)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -43,9 +43,10 @@ type Router struct {
 	budget *budget
 
 	table     atomic.Pointer[table]
-	installMu sync.Mutex       // serializes install; guards nodes
-	nodes     map[string]*node // key: id@addr
-	p         atomic.Int64     // partition count, once known
+	installMu sync.Mutex         // serializes install; guards nodes
+	nodes     map[string]*node   // key: id@addr
+	retiring  map[*node]struct{} // left the table, connection not closed yet
+	p         atomic.Int64       // partition count, once known
 
 	kickCh    chan struct{}
 	lastFetch atomic.Int64
@@ -69,7 +70,7 @@ func New(ctx context.Context, opts Options) (*Router, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Router{opts: opts, budget: newBudget(opts.HedgeBudget, opts.HedgeBurst), nodes: map[string]*node{}, kickCh: make(chan struct{}, 1)}
+	r := &Router{opts: opts, budget: newBudget(opts.HedgeBudget, opts.HedgeBurst), nodes: map[string]*node{}, retiring: map[*node]struct{}{}, kickCh: make(chan struct{}, 1)}
 	r.p.Store(int64(opts.Partitions))
 	if err := r.fetch(ctx); err != nil {
 		return nil, fmt.Errorf("router: start: %w: %w", ErrNoRouting, err)
@@ -111,6 +112,10 @@ func (r *Router) Close() error {
 	for key, n := range r.nodes {
 		n.conn.Close()
 		delete(r.nodes, key)
+	}
+	for n := range r.retiring {
+		n.conn.Close()
+		delete(r.retiring, n)
 	}
 	return nil
 }
@@ -186,7 +191,7 @@ func (r *Router) Stats() Stats {
 		s.ExtraRatio = float64(s.Hedges+s.Failovers) / float64(s.Primaries)
 		s.HedgeRatio = float64(s.Hedges) / float64(s.Primaries)
 	}
-	now := time.Now().UnixNano()
+	now := r.opts.Clock.Now().UnixNano()
 	r.installMu.Lock()
 	for _, n := range r.nodes {
 		s.Nodes = append(s.Nodes, NodeStats{

@@ -20,6 +20,7 @@ import (
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -192,16 +193,18 @@ func TestLaggingReplica(t *testing.T) {
 }
 
 // The hedge goes out only after the delay, the first answer wins, and the
-// loser is cancelled on its node.
+// loser is cancelled on its node. Router and nodes share a fake clock.
 func TestHedgeAfterDelayLoserCancelled(t *testing.T) {
-	c := startCluster(t, nil)
+	clk := clock.NewFake(time.Time{})
+	c := startCluster(t, func(o *cluster.Options) { o.Clock = clk })
 	ctx := context.Background()
 	const delay = 250 * time.Millisecond
 	r := newRouter(t, c, func(o *Options) {
-		o.Zone = "zone-a"
+		o.Zone, o.Clock = "zone-a", clk
 		o.HedgeInitialDelay, o.HedgeMaxDelay, o.MinSamples = delay, delay, 512 // keep the initial delay
 	})
-	// Healthy: answers come well before the delay, nothing is hedged.
+	// Healthy: the clock does not move, so however slowly this machine
+	// answers, nothing is hedged.
 	for _, b := range c.Batches(12)[:20] {
 		if _, err := r.BatchGet(ctx, b); err != nil {
 			t.Fatal(err)
@@ -217,22 +220,31 @@ func TestHedgeAfterDelayLoserCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := c.Batches(12)[3]
-	start := time.Now()
-	res, err := r.BatchGet(ctx, b)
-	took := time.Since(start)
-	if err != nil {
-		t.Fatal(err)
+	const base = 1 // the refresh ticker
+	settle(t, clk, base)
+	start := clk.Now()
+	done := batchGetAsync(r, ctx, b)
+	blockUntilPending(t, clk, base+3, done) // the request's timeout, the hedge timer, the slow node's fault delay
+	clk.Advance(delay - time.Nanosecond)
+	expectPending(t, done, "before the hedge delay")
+	if s := r.Stats(); s.Hedges != 0 {
+		t.Fatalf("%d hedges before the delay", s.Hedges)
 	}
-	checkResults(t, c, b, res)
+	clk.Advance(time.Nanosecond)
+	out := <-done
+	if out.err != nil {
+		t.Fatal(out.err)
+	}
+	checkResults(t, c, b, out.res)
 	s := r.Stats()
-	if took < delay || took > 3*time.Second {
-		t.Errorf("hedged request took %v; want at least the hedge delay %v and far less than the slow node's 5s", took, delay)
+	if took := clk.Now().Sub(start); took != delay {
+		t.Errorf("hedged request answered at +%v, want the hedge delay %v (the slow node waits 5s)", took, delay)
 	}
 	if s.Hedges != 1 || s.HedgesWon != 1 || s.Cancelled != 1 {
 		t.Errorf("hedges %d won %d cancelled %d, want 1/1/1", s.Hedges, s.HedgesWon, s.Cancelled)
 	}
 	// The slow node saw the cancellation (it would otherwise answer OK after 5s).
-	waitFor(t, "the slow node to see its request cancelled", time.Second, func() bool {
+	waitFor(t, "the slow node to see its request cancelled", 10*time.Second, func() bool {
 		return nodeRequests(t, slow.Metrics, "Canceled") == 1
 	})
 	if ok := nodeRequests(t, slow.Metrics, "OK"); ok != okBefore {
@@ -241,40 +253,45 @@ func TestHedgeAfterDelayLoserCancelled(t *testing.T) {
 }
 
 // Hedges spend from a token bucket: at most HedgeBudget per primary plus
-// the burst, however slow the cluster is.
+// the burst, however slow the cluster is. On a fake clock every primary
+// crosses its hedge delay, so the budget alone decides.
 func TestHedgeBudget(t *testing.T) {
-	c := startCluster(t, nil)
+	clk := clock.NewFake(time.Time{})
+	c := startCluster(t, func(o *cluster.Options) { o.Clock = clk })
 	ctx := context.Background()
 	if err := c.Members()[0].Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: 40 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	r := newRouter(t, c, func(o *Options) {
-		o.Zone = "zone-a"
+		o.Zone, o.Clock = "zone-a", clk
 		o.HedgeInitialDelay, o.MinSamples = 5*time.Millisecond, 512
 		o.HedgeBudget, o.HedgeBurst = 0.1, 2
 	})
-	const clients, each = 8, 15
-	var wg sync.WaitGroup
-	for w := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				k := c.Keys()[w*each+i]
-				res, err := r.BatchGet(ctx, [][]byte{k}) // one partition: one primary
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				checkResults(t, c, [][]byte{k}, res)
-			}
-		}()
+	const requests = 120
+	const base = 1 // the refresh ticker
+	for i := range requests {
+		k := c.Keys()[i]
+		before := r.Stats()
+		settle(t, clk, base)
+		done := batchGetAsync(r, ctx, [][]byte{k}) // one partition: one primary
+		blockUntilPending(t, clk, base+3, done)    // timeout, hedge timer, fault delay
+		clk.Advance(5 * time.Millisecond)          // the hedge timer fires
+		var out batchGetResult
+		select {
+		case out = <-done: // hedged: the other replica answered
+		case <-waitUntil(t, func() bool { return r.Stats().HedgesDenied > before.HedgesDenied }):
+			clk.Advance(35 * time.Millisecond) // denied: the slow node answers
+			out = <-done
+		}
+		if out.err != nil {
+			t.Fatal(out.err)
+		}
+		checkResults(t, c, [][]byte{k}, out.res)
 	}
-	wg.Wait()
 	s := r.Stats()
 	limit := int64(0.1*float64(s.Primaries)) + 2
-	if s.Primaries != clients*each || s.Hedges > limit || s.Hedges < limit/2 || s.HedgesDenied == 0 {
-		t.Errorf("%d primaries, %d hedges (budget allows %d), %d denied", s.Primaries, s.Hedges, limit, s.HedgesDenied)
+	if s.Primaries != requests || s.Hedges > limit || s.Hedges < limit-2 || s.Hedges+s.HedgesDenied != requests {
+		t.Errorf("%d primaries, %d hedges (budget allows %d), %d denied; %+v", s.Primaries, s.Hedges, limit, s.HedgesDenied, s)
 	}
 	if s.HedgeRatio > 0.1+2.0/float64(s.Primaries) {
 		t.Errorf("hedge ratio %.3f over the budget", s.HedgeRatio)
@@ -290,7 +307,7 @@ func TestHedgeDelayLearned(t *testing.T) {
 		t.Errorf("no samples: delay %v, want the initial %v", d, r.opts.HedgeInitialDelay)
 	}
 	for i := 1; i <= 100; i++ {
-		n.observe(time.Duration(i) * time.Millisecond)
+		n.observe(time.Duration(i)*time.Millisecond, time.Now())
 	}
 	if d := r.hedgeDelay(n); d < 90*time.Millisecond || d > 95*time.Millisecond {
 		t.Errorf("1..100ms: delay %v, want p95 of the samples so far (recomputed every 16)", d)
@@ -302,7 +319,7 @@ func TestHedgeDelayLearned(t *testing.T) {
 		t.Errorf("1..100ms: delay %v, want p95 = 95ms", d)
 	}
 	for range 2000 { // the window forgets the old samples
-		n.observe(100 * time.Microsecond)
+		n.observe(100*time.Microsecond, time.Now())
 	}
 	if d := r.hedgeDelay(n); d != r.opts.HedgeMinDelay {
 		t.Errorf("fast node: delay %v, want the floor %v", d, r.opts.HedgeMinDelay)
@@ -437,10 +454,10 @@ func TestNotServedFailoverAndRefresh(t *testing.T) {
 	}
 	select {
 	case <-src.fetches:
-	case <-time.After(2 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("'not my partition' did not trigger a routing refresh")
 	}
-	waitFor(t, "routing version 2", time.Second, func() bool { return r.RoutingVersion() == 2 })
+	waitFor(t, "routing version 2", 10*time.Second, func() bool { return r.RoutingVersion() == 2 })
 }
 
 // Every replica failed: only that partition's keys fail, with
@@ -470,28 +487,42 @@ func TestAllReplicasFailed(t *testing.T) {
 	}
 }
 
+// Nodes slower than the deadline (on a fake clock): the request ends at the
+// caller's deadline or at Options.Timeout, with per-key DeadlineExceeded.
 func TestDeadline(t *testing.T) {
-	c := startCluster(t, nil)
+	clk := clock.NewFake(time.Time{})
+	c := startCluster(t, func(o *cluster.Options) { o.Clock = clk })
 	ctx := context.Background()
 	for _, m := range c.Members() {
 		if err := m.Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: 3 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r := newRouter(t, c, func(o *Options) { o.Timeout = 150 * time.Millisecond; o.HedgeInitialDelay = 20 * time.Millisecond })
+	r := newRouter(t, c, func(o *Options) {
+		o.Timeout, o.HedgeInitialDelay, o.Clock = 150*time.Millisecond, 20*time.Millisecond, clk
+	})
 	keys := c.Batches(12)[0]
 	for _, tc := range []struct {
 		name string
 		ctx  func() (context.Context, context.CancelFunc)
 		want time.Duration
 	}{
-		{"caller's deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 100*time.Millisecond) }, 100 * time.Millisecond},
+		{"caller's deadline", func() (context.Context, context.CancelFunc) { return clk.WithTimeout(ctx, 100*time.Millisecond) }, 100 * time.Millisecond},
 		{"default timeout", func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }, 150 * time.Millisecond},
 	} {
+		settle(t, clk, 1) // the refresh ticker
 		cctx, cancel := tc.ctx()
-		start := time.Now()
-		res, err := r.BatchGet(cctx, keys)
-		took := time.Since(start)
+		start := clk.Now()
+		done := batchGetAsync(r, cctx, keys)
+		// The refresh ticker, the caller's deadline or the router's
+		// timeout, the hedge timer, the primary's fault delay.
+		blockUntilPending(t, clk, 4, done)
+		clk.Advance(tc.want - time.Nanosecond)
+		expectPending(t, done, tc.name+": before the deadline")
+		clk.Advance(time.Nanosecond)
+		out := <-done
+		res, err := out.res, out.err
+		took := clk.Now().Sub(start)
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) || len(res) != len(keys) {
 			t.Errorf("%s: %v, want DeadlineExceeded and per-key results", tc.name, err)
@@ -502,8 +533,8 @@ func TestDeadline(t *testing.T) {
 				t.Errorf("%s: key %d: %v", tc.name, i, x.Err)
 			}
 		}
-		if took < tc.want || took > tc.want+time.Second {
-			t.Errorf("%s: returned after %v, want about %v", tc.name, took, tc.want)
+		if took != tc.want {
+			t.Errorf("%s: returned at +%v, want %v", tc.name, took, tc.want)
 		}
 	}
 }
@@ -513,8 +544,9 @@ func TestRoutingRefreshOnVersionChange(t *testing.T) {
 	c := startCluster(t, nil)
 	ctx := context.Background()
 	c.SetDown(0, true)
+	clk := clock.NewFake(time.Time{})
 	r := newRouter(t, c, func(o *Options) {
-		o.Zone = "zone-a"
+		o.Zone, o.Clock = "zone-a", clk
 		o.RefreshInterval = 20 * time.Millisecond
 		o.DisableHedging = true
 	})
@@ -527,7 +559,12 @@ func TestRoutingRefreshOnVersionChange(t *testing.T) {
 		t.Fatalf("down node-0 got %d sub-requests", n)
 	}
 	c.SetDown(0, false)
-	waitFor(t, "a newer routing version", 2*time.Second, func() bool { return r.RoutingVersion() > v })
+	time.Sleep(20 * time.Millisecond)
+	if r.RoutingVersion() != v {
+		t.Fatal("routing refreshed before RefreshInterval passed")
+	}
+	clk.Advance(20 * time.Millisecond)
+	waitFor(t, "a newer routing version", 10*time.Second, func() bool { return r.RoutingVersion() > v })
 	if _, err := r.BatchGet(ctx, b); err != nil {
 		t.Fatal(err)
 	}
@@ -603,7 +640,7 @@ func TestControlPlane(t *testing.T) {
 	if err := cli.RegisterNode(ctx, control.Node{ID: "node-3", Addr: deadAddr, Zone: "zone-d"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new routing version", 2*time.Second, func() bool { return r.RoutingVersion() > v })
+	waitFor(t, "the new routing version", 10*time.Second, func() bool { return r.RoutingVersion() > v })
 	for _, b := range c.Batches(12)[4:12] {
 		res, err := r.BatchGet(ctx, b)
 		if err != nil {
@@ -616,7 +653,7 @@ func TestControlPlane(t *testing.T) {
 	}
 
 	gs.Stop() // the control plane goes away
-	waitFor(t, "a failed routing refresh", 5*time.Second, func() bool {
+	waitFor(t, "a failed routing refresh", 10*time.Second, func() bool {
 		return r.Stats().RoutingErrors > 0
 	})
 	for _, b := range c.Batches(12)[1:4] {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/internal/clock"
 )
 
 // RoutingSource returns the current routing table (*control.Client
@@ -86,7 +87,7 @@ func (r *Router) install(rt *control.Routing) error {
 	if cur != nil && rt.Version < cur.version {
 		return nil // an older answer overtaken by a newer one
 	}
-	t := &table{version: rt.Version, partitions: rt.Partitions, reps: make([][]replica, rt.Partitions), fetched: time.Now()}
+	t := &table{version: rt.Version, partitions: rt.Partitions, reps: make([][]replica, rt.Partitions), fetched: r.opts.Clock.Now()}
 	used := map[string]*node{}
 	for p, reps := range rt.Replicas {
 		newest := int64(0)
@@ -142,10 +143,17 @@ func (r *Router) install(rt *control.Routing) error {
 }
 
 // retire closes a node's connection once requests that may still use it
-// have had their deadline.
+// have had their deadline (or at Close, if that comes first). Called with
+// installMu held.
 func (r *Router) retire(n *node) {
 	r.opts.Logger.Info("router: node left the routing table", "node", n.id, "addr", n.addr)
-	time.AfterFunc(r.opts.Timeout+time.Second, func() { n.conn.Close() })
+	r.retiring[n] = struct{}{}
+	r.opts.Clock.AfterFunc(r.opts.Timeout+time.Second, func() {
+		r.installMu.Lock()
+		delete(r.retiring, n)
+		r.installMu.Unlock()
+		n.conn.Close()
+	})
 }
 
 // fetch gets a table from the source and installs it.
@@ -153,7 +161,7 @@ func (r *Router) fetch(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.InitTimeout)
 	defer cancel()
 	rt, err := r.opts.Source.GetRouting(ctx)
-	r.lastFetch.Store(time.Now().UnixNano())
+	r.lastFetch.Store(r.opts.Clock.Now().UnixNano())
 	if err != nil {
 		r.opts.Metrics.routingErrors.Inc()
 		r.routingErrors.Add(1)
@@ -179,7 +187,8 @@ func (r *Router) kick() {
 // A failing control plane leaves the cached table in use.
 func (r *Router) refreshLoop(ctx context.Context) {
 	defer r.wg.Done()
-	tick := time.NewTicker(r.opts.RefreshInterval)
+	clk := r.opts.Clock
+	tick := clk.NewTicker(r.opts.RefreshInterval)
 	defer tick.Stop()
 	failing := false
 	for {
@@ -189,11 +198,9 @@ func (r *Router) refreshLoop(ctx context.Context) {
 		case <-tick.C:
 		case <-r.kickCh:
 			r.opts.Metrics.routingKicks.Inc()
-			if gap := time.Duration(time.Now().UnixNano()-r.lastFetch.Load()) - r.opts.MinRefreshGap; gap < 0 {
-				select {
-				case <-ctx.Done():
+			if gap := time.Duration(clk.Now().UnixNano()-r.lastFetch.Load()) - r.opts.MinRefreshGap; gap < 0 {
+				if !clock.Sleep(ctx, clk, -gap) {
 					return
-				case <-time.After(-gap):
 				}
 			}
 		}
@@ -224,10 +231,7 @@ func (r *Router) watchLoop(ctx context.Context, w RoutingWatcher) {
 			r.opts.Metrics.routingErrors.Inc()
 			r.routingErrors.Add(1)
 			// The refresh loop logs errors; back off here.
-			select {
-			case <-ctx.Done():
-			case <-time.After(r.opts.RefreshInterval):
-			}
+			clock.Sleep(ctx, r.opts.Clock, r.opts.RefreshInterval)
 		}
 	}
 }

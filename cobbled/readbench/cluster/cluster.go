@@ -42,6 +42,7 @@ import (
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/internal/rocks"
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -69,6 +70,9 @@ type Options struct {
 	Seed uint64
 	// CacheBytes is each node's block cache. The default value is 64 MiB.
 	CacheBytes int64
+	// Clock is every node's clock (their fault delays wait on it). The
+	// default value is the wall clock.
+	Clock clock.Clock
 	// Logger receives progress. The default value discards.
 	Logger *slog.Logger
 }
@@ -326,7 +330,7 @@ func (d dirObjects) Get(ctx context.Context, key string) (io.ReadCloser, error) 
 
 func (m *Member) open(ctx context.Context, fault cobbled.FaultDelay) error {
 	n, err := cobbled.Open(ctx, cobbled.Options{ID: m.ID, Zone: m.Zone, Dir: m.dir, Partitions: m.c.opts.Partitions,
-		CacheBytes: m.c.opts.CacheBytes, Objects: dirObjects{m.c.objects}, FaultDelay: fault, Metrics: m.Metrics})
+		CacheBytes: m.c.opts.CacheBytes, Objects: dirObjects{m.c.objects}, FaultDelay: fault, Metrics: m.Metrics, Clock: m.c.opts.Clock})
 	if err != nil {
 		return fmt.Errorf("cluster: open %s: %w", m.ID, err)
 	}
