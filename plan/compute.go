@@ -201,8 +201,8 @@ func Compute(w Workload, o Options, p *Prices) (*Result, error) {
 		putsPerFile += 2 // CreateMultipartUpload + CompleteMultipartUpload
 	}
 	files := P * filesPerPart
-	putsRebuild := files*putsPerFile + P        // + one manifest per partition
-	getsRebuild := R * (files*partsPerFile + P) // every replica reads every file in part-sized ranges
+	putsRebuild := files*putsPerFile + P // + one manifest per partition
+	getsRebuild := R * (files + P)       // every replica reads every file and manifest with one GET (objstore.S3.Get streams)
 	deltaBytes := w.UpdatesPerS * stored
 	age := o.LorryBatchAge.Seconds()
 	// A partition closes a batch every MaxBatchAge when at least one record

@@ -32,8 +32,8 @@
 // The object store holds RetainedVersions full snapshots plus the deltas
 // since the last rebuild (on average half the interval's). Requests: a
 // rebuild writes every SST file in 16 MiB multipart parts (objstore's part
-// size) plus a manifest per partition, and every replica reads it back in
-// part-sized ranges; Lorry closes a batch per partition every
+// size) plus a manifest per partition, and every replica reads each file
+// and manifest back with one GET; Lorry closes a batch per partition every
 // MaxBatchAge in which a record arrived (Poisson arrivals over P
 // partitions) or every 8 MiB, each batch one SST and one manifest, read
 // by every replica. Those batch registrations are the control plane's
