@@ -154,3 +154,69 @@ func (j *ExportJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapr
 			RecordHash: hex.EncodeToString(sum[:16]), Value: val})
 	})
 }
+
+func init() {
+	jobs.Register("reconcile", "desired records + export/state, reduced by page_key → the puts and deletes that bring the serving tier up to date", &ReconcileJob{})
+	jobs.Register("export-state", "desired records, reduced by page_key → export/state rows (page, partition, record hash)", &StateJob{})
+}
+
+// ReconcileJob is a reducer over (grouped by page_key) input 0, the desired
+// records (Desired), and input 1, export/state (ExportState; absent before
+// the first export). Output 0 gets the Desired row of every page whose
+// record is new or has another hash than the state's (a put); output 1 the
+// state row of every page that is no longer desired (a delete). Both come
+// out sorted by page_key.
+type ReconcileJob struct{}
+
+func (*ReconcileJob) InputTypes() []any  { return []any{&Desired{}, &ExportState{}} }
+func (*ReconcileJob) OutputTypes() []any { return []any{&Desired{}, &ExportState{}} }
+
+// Do implements mapreduce.Job.
+func (*ReconcileJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
+	return mapreduce.GroupKeys(in, func(r mapreduce.Reader) error {
+		var d *Desired
+		var s *ExportState
+		for r.Next() {
+			if r.TableIndex() == 0 {
+				d = new(Desired)
+				if err := r.Scan(d); err != nil {
+					return err
+				}
+				continue
+			}
+			s = new(ExportState)
+			if err := r.Scan(s); err != nil {
+				return err
+			}
+		}
+		switch {
+		case d != nil && (s == nil || s.RecordHash != d.RecordHash):
+			return out[0].Write(d)
+		case d == nil && s != nil:
+			return out[1].Write(s)
+		}
+		return nil
+	})
+}
+
+// StateJob is a reducer over desired records (read as ExportState rows, so
+// the record values are not decoded): it writes each as a row of
+// export/state.
+type StateJob struct{}
+
+func (*StateJob) InputTypes() []any  { return []any{&ExportState{}} }
+func (*StateJob) OutputTypes() []any { return []any{&ExportState{}} }
+
+// Do implements mapreduce.Job.
+func (*StateJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
+	for in.Next() {
+		var s ExportState
+		if err := in.Scan(&s); err != nil {
+			return err
+		}
+		if err := out[0].Write(&s); err != nil {
+			return err
+		}
+	}
+	return nil
+}

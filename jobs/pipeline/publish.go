@@ -113,6 +113,9 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 	if err := computeDesired(ctx, st, opts, res.Published, members, desired, skipped, ""); err != nil {
 		return nil, fmt.Errorf("%s: %w", verb, err)
 	}
+	if err := diffState(ctx, st, opts, desired); err != nil {
+		return nil, fmt.Errorf("%s: %w", verb, err)
+	}
 	tx, err := st.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -129,7 +132,7 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 	if verb == "publish" && res.Previous != nil && res.Previous.ChunkVersion == cv && res.Previous.Model == model {
 		priority = pillar.PriorityFresh
 	}
-	plan, err := reconcile(ctx, tx, opts, desired, skipped, verb+" "+eid, priority, res.Published)
+	plan, err := reconcile(ctx, st, tx, opts, desired, skipped, verb+" "+eid, priority, res.Published)
 	if err != nil {
 		return nil, err
 	}
@@ -232,12 +235,11 @@ func Export(ctx context.Context, st pillar.Store, sink ExportSink, opts Options)
 		res.Skipped = int(ti.Rows)
 	}
 	// The desired table is sorted by page key overall; a partition's rows
-	// are then sorted too.
-	var rows []ExportState
+	// are then sorted too. The records stream through; export/state is
+	// rewritten from desired by an operation on the runner at commit.
 	err = scanDesired(ctx, tx, desired, func(d *Desired) error {
 		res.Pages++
 		res.Bytes += int64(len(d.Value))
-		rows = append(rows, ExportState{PageKey: d.PageKey, Partition: d.Partition, RecordHash: d.RecordHash})
 		return sink.WriteRecord(d.PageKey, pillar.OpPut, d.Value)
 	})
 	if err != nil {
@@ -255,7 +257,7 @@ func Export(ctx context.Context, st pillar.Store, sink ExportSink, opts Options)
 	res.Duration = time.Since(start).Round(time.Millisecond).String()
 	handed = true
 	return res, &Pending{tx: tx, lock: lk, commit: func(id, dir string) error {
-		if err := writeState(ctx, tx, rows); err != nil {
+		if err := writeState(ctx, tx, opts, desired); err != nil {
 			return err
 		}
 		if err := tx.DeleteAttr(ctx, AttrBulk); err != nil {

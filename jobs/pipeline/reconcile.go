@@ -279,64 +279,48 @@ type ExportPlan struct {
 	Reason    string `json:"reason,omitempty"`
 }
 
-// readState reads export/state as page_key → row.
-func readState(ctx context.Context, sn pillar.Snapshot) (map[string]ExportState, error) {
-	out := map[string]ExportState{}
-	err := eachRow(ctx, sn, TableExportState, true, func(s *ExportState) error {
-		out[s.PageKey] = *s
-		return nil
-	})
-	return out, err
-}
-
 // reconcile compares the committed scratch table desired with export/state
-// inside tx: it enqueues a put for every page whose record is new or changed
+// (diffState must have run, before tx began, so that tx drops its scratch) inside tx: it enqueues a put for every page whose record is new or changed
 // and a delete for every page no longer desired, and rewrites export/state —
 // or, when the changes exceed BulkRatio of the pages, marks a bulk rebuild.
-func reconcile(ctx context.Context, tx pillar.Tx, opts Options, desired, skipped, cause, priority string, pub pillar.Published) (*ExportPlan, error) {
+//
+// Nothing here is keyed by page in this process: the comparison is a reduce
+// by page_key on the runner (ReconcileJob) into two scratch tables, puts and
+// deletes, committed on their own; the driver reads their row counts, then
+// streams just those rows into the queue (the change, not the corpus), and the
+// new export/state is a reduce of desired on the runner inside tx.
+func reconcile(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Options, desired, skipped, cause, priority string, pub pillar.Published) (*ExportPlan, error) {
 	if opts.Priority != "" {
 		priority = opts.Priority
 	}
 	if _, err := pillar.ParsePriority(priority); err != nil {
-		return nil, fmt.Errorf("%s: %w", cause, err)
-	}
-	plan := &ExportPlan{}
-	state, err := readState(ctx, tx)
-	if err != nil {
 		return nil, err
 	}
+	plan := &ExportPlan{}
 	if ti, err := tx.Table(ctx, skipped); err == nil {
 		plan.Skipped = int(ti.Rows)
 	}
-	// Pass 1: count the changes. It reads the desired table as ExportState
-	// rows, so the records themselves (the value column) are not decoded;
-	// pass 2 reads them only when they are queued.
-	seen := map[string]bool{}
-	var next []ExportState
-	err = eachRow(ctx, tx, desired, false, func(d *ExportState) error {
-		seen[d.PageKey] = true
-		plan.Desired++
-		if s, ok := state[d.PageKey]; ok && s.RecordHash == d.RecordHash {
-			plan.Unchanged++
-		} else {
-			plan.Puts++
-		}
-		next = append(next, *d)
-		return nil
-	})
+	puts, deletes := diffTables(desired)
+	sn, err := st.Snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var deletes []ExportState
-	for k, s := range state {
-		if !seen[k] {
-			deletes = append(deletes, s)
+	defer sn.Release()
+	rows := func(t string) int {
+		ti, err := sn.Table(ctx, t)
+		if err != nil {
+			return 0
 		}
+		return int(ti.Rows)
 	}
-	sort.Slice(deletes, func(i, j int) bool { return deletes[i].PageKey < deletes[j].PageKey })
-	plan.Deletes = len(deletes)
+	stateRows := 0
+	if ti, err := tx.Table(ctx, TableExportState); err == nil {
+		stateRows = int(ti.Rows)
+	}
+	plan.Desired, plan.Puts, plan.Deletes = rows(desired), rows(puts), rows(deletes)
+	plan.Unchanged = plan.Desired - plan.Puts
 	changes := plan.Puts + plan.Deletes
-	base := max(len(state), plan.Desired, 1)
+	base := max(stateRows, plan.Desired, 1)
 	if changes >= opts.BulkMinPages && float64(changes) > opts.BulkRatio*float64(base) {
 		plan.Bulk = true
 		plan.Reason = fmt.Sprintf("%d of %d pages change (over %.0f%%): bulk rebuild with `pillar export`", changes, base, 100*opts.BulkRatio)
@@ -348,7 +332,6 @@ func reconcile(ctx context.Context, tx pillar.Tx, opts Options, desired, skipped
 	if changes == 0 {
 		return plan, nil
 	}
-	// Pass 2: enqueue.
 	var batch []pillar.ExportRecord
 	flush := func() error {
 		if len(batch) == 0 {
@@ -358,31 +341,80 @@ func reconcile(ctx context.Context, tx pillar.Tx, opts Options, desired, skipped
 		batch = batch[:0]
 		return err
 	}
-	err = scanDesired(ctx, tx, desired, func(d *Desired) error {
-		if s, ok := state[d.PageKey]; ok && s.RecordHash == d.RecordHash {
-			return nil
-		}
-		batch = append(batch, pillar.ExportRecord{Partition: d.Partition, PageKey: d.PageKey, Op: pillar.OpPut, Value: d.Value, Cause: cause, Priority: priority})
+	add := func(r pillar.ExportRecord) error {
+		batch = append(batch, r)
 		if len(batch) >= 256 {
 			return flush()
 		}
 		return nil
+	}
+	err = eachRow(ctx, sn, puts, false, func(d *Desired) error {
+		return add(pillar.ExportRecord{Partition: d.Partition, PageKey: d.PageKey, Op: pillar.OpPut, Value: d.Value, Cause: cause, Priority: priority})
 	})
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range deletes {
-		batch = append(batch, pillar.ExportRecord{Partition: s.Partition, PageKey: s.PageKey, Op: pillar.OpDelete, Cause: cause, Priority: priority})
+	err = eachRow(ctx, sn, deletes, false, func(s *ExportState) error {
+		return add(pillar.ExportRecord{Partition: s.Partition, PageKey: s.PageKey, Op: pillar.OpDelete, Cause: cause, Priority: priority})
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := flush(); err != nil {
 		return nil, err
 	}
-	return plan, writeState(ctx, tx, next)
+	return plan, writeState(ctx, tx, opts, desired)
 }
 
-func writeState(ctx context.Context, tx pillar.Tx, rows []ExportState) error {
-	sort.Slice(rows, func(i, j int) bool { return rows[i].PageKey < rows[j].PageKey })
-	return writeRows(ctx, tx, TableExportState, rows, "page_key")
+// diffTables names the scratch tables of the puts and deletes of desired.
+func diffTables(desired string) (puts, deletes string) {
+	return desired + "-puts", desired + "-deletes"
+}
+
+// diffState runs ReconcileJob over desired and export/state into the scratch
+// tables of diffTables, committed on their own (scratch tables are dropped
+// by the operation's final commit). It must run after computeDesired and
+// before the transaction that calls reconcile begins.
+func diffState(ctx context.Context, st pillar.Store, opts Options, desired string) error {
+	puts, deletes := diffTables(desired)
+	tx, err := st.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Abort()
+	inputs := []string{desired}
+	types := []any{&Desired{}}
+	if _, err := tx.Table(ctx, TableExportState); err == nil {
+		inputs = append(inputs, TableExportState)
+		types = append(types, &ExportState{})
+	} else if !errors.Is(err, pillar.ErrNotFound) {
+		return err
+	}
+	op := &jobs.Op{Title: "reconcile " + desired, Inputs: inputs, InputTypes: types,
+		Outputs: []jobs.Output{
+			{Table: puts, RowType: Desired{}, SortedBy: []string{"page_key"}},
+			{Table: deletes, RowType: ExportState{}, SortedBy: []string{"page_key"}},
+		},
+		ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
+		Progress: opts.Progress, Logger: opts.Logger}
+	if err := opts.Runner.Reduce(ctx, &ReconcileJob{}, op); err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	return tx.Commit(ctx)
+}
+
+// writeState replaces export/state inside tx with the (page, partition,
+// record hash) of every row of the committed table desired: a reduce on the
+// runner, sorted by page_key.
+func writeState(ctx context.Context, tx pillar.Tx, opts Options, desired string) error {
+	op := &jobs.Op{Title: "export state " + desired, Inputs: []string{desired}, InputTypes: []any{&ExportState{}},
+		Outputs:  []jobs.Output{{Table: TableExportState, RowType: ExportState{}, SortedBy: []string{"page_key"}}},
+		ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
+		Progress: opts.Progress, Logger: opts.Logger}
+	if err := opts.Runner.Reduce(ctx, &StateJob{}, op); err != nil {
+		return fmt.Errorf("write %s: %w", TableExportState, err)
+	}
+	return nil
 }
 
 func scanDesired(ctx context.Context, sn pillar.Snapshot, table string, fn func(*Desired) error) error {

@@ -247,6 +247,9 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 		if err := computeDesired(ctx, st, opts, *pub, memberTables, desired, skipped, opts.encoding()); err != nil {
 			return nil, fmt.Errorf("subsets recompute: %w", err)
 		}
+		if err := diffState(ctx, st, opts, desired); err != nil {
+			return nil, fmt.Errorf("subsets recompute: %w", err)
+		}
 	}
 
 	// The one transaction: generations, history, export work, consumed mark.
@@ -333,7 +336,7 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 	}
 	sort.Slice(res.Subsets, func(i, j int) bool { return res.Subsets[i].Name < res.Subsets[j].Name })
 	if pub != nil {
-		plan, err := reconcile(ctx, tx, opts, desired, skipped, "subsets recompute "+asOf.UTC().Format(time.RFC3339), pillar.PriorityFresh, *pub)
+		plan, err := reconcile(ctx, st, tx, opts, desired, skipped, "subsets recompute "+asOf.UTC().Format(time.RFC3339), pillar.PriorityFresh, *pub)
 		if err != nil {
 			return nil, err
 		}
