@@ -18,15 +18,16 @@ import (
 
 var runFlags = []cli.Flag{
 	&cli.IntFlag{Name: "workers", Usage: "parallel jobs (default: number of CPUs)"},
-	&cli.Int64Flag{Name: "memory-limit", Usage: "bytes of memory for sorts before spilling (default 512 MiB)"},
+	memoryLimitFlag,
 	&cli.IntFlag{Name: "slice-pages", Value: 5000, Usage: "pages per committed slice: an interrupted run loses at most one slice"},
 	&cli.BoolFlag{Name: "dry-run", Usage: "say what would be read and written, write nothing"},
 	&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 }
 
 func pipelineOptions(c *cli.Context) pipeline.Options {
+	mem, _ := memoryLimit(c) // checked by the flag's Action
 	return pipeline.Options{
-		Workers: c.Int("workers"), MemoryLimit: c.Int64("memory-limit"), SlicePages: c.Int("slice-pages"),
+		Workers: c.Int("workers"), MemoryLimit: mem, SlicePages: c.Int("slice-pages"),
 		DryRun: c.Bool("dry-run"), Priority: c.String("priority"), Logger: logger(), Progress: jobs.NewProgress(os.Stderr, logger(), 5*time.Second),
 		Runner: ytRunner(c), // nil (the local runner) unless --store is yt:// (cli/store_yt.go)
 	}

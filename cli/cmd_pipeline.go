@@ -128,6 +128,7 @@ Examples:
 			&cli.StringFlag{Name: "id", Usage: "export id (default: the --out folder's name)"},
 			&cli.StringFlag{Name: "encoding", Value: "float16", Usage: "vector encoding in records: float16, float32 or int8"},
 			&cli.IntFlag{Name: "workers", Usage: "parallel jobs (default: number of CPUs)"},
+			memoryLimitFlag,
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
 		Action: func(c *cli.Context) error {

@@ -84,9 +84,14 @@ Examples:
 			&cli.IntFlag{Name: "partitions", Value: 64, Usage: "partition count when the store is created (fixed afterwards)"},
 			&cli.Int64Flag{Name: "max-page-bytes", Value: ingest.DefaultMaxPageBytes, Usage: "reject files larger than this (named in the summary)"},
 			&cli.IntFlag{Name: "workers", Usage: "parallel cleaners (default: number of CPUs)"},
+			memoryLimitFlag,
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
 		},
 		Action: func(c *cli.Context) error {
+			mem, err := memoryLimit(c)
+			if err != nil {
+				return err
+			}
 			st, err := openStore(c, true, c.Int("partitions"))
 			if err != nil {
 				return err
@@ -94,7 +99,7 @@ Examples:
 			defer st.Close()
 			stats, err := ingest.Run(c.Context, st, ingest.Options{
 				From: c.String("from"), BaseURL: c.String("base-url"), MaxPageBytes: c.Int64("max-page-bytes"),
-				Workers: c.Int("workers"), Logger: logger(), Progress: true,
+				Workers: c.Int("workers"), Logger: logger(), Progress: true, MemoryLimit: mem,
 			})
 			if err != nil {
 				return err

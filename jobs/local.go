@@ -17,7 +17,7 @@ import (
 
 	"go.ytsaurus.tech/yt/go/mapreduce"
 
-	"github.com/pillarkit/pillar/jobs/internal/extsort"
+	"github.com/pillarkit/pillar/internal/extsort"
 	"github.com/pillarkit/pillar/jobs/internal/rowkey"
 	"github.com/pillarkit/pillar/pillar"
 )

@@ -11,7 +11,7 @@ import (
 	"go.ytsaurus.tech/yt/go/mapreduce"
 	"go.ytsaurus.tech/yt/go/yson"
 
-	"github.com/pillarkit/pillar/jobs/internal/extsort"
+	"github.com/pillarkit/pillar/internal/extsort"
 	"github.com/pillarkit/pillar/jobs/internal/rowkey"
 	"github.com/pillarkit/pillar/pillar"
 )

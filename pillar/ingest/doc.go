@@ -18,8 +18,13 @@
 //   - Re-running on unchanged files commits nothing (0 changed pages).
 //   - Bad files never fail the run: binary or invalid UTF-8 files, unreadable
 //     files, files over MaxPageBytes (named in Stats.Rejected) and duplicate
-//     URLs (the first file in path order wins) are skipped, logged and counted.
+//     URLs (the first file in walk order wins: lexical within each folder)
+//     are skipped, logged and counted.
 //     Empty pages are kept (text ""); they get zero chunks downstream.
-//   - Memory: the run holds the new pages and the existing docs table in
-//     memory (fine for corpora of ~10^5 pages of ~50 KB on a 24 GiB machine).
+//   - Memory is bounded by Options.MemoryLimit, not by the corpus: the walk
+//     streams paths to the cleaners, cleaned pages are spilled through an
+//     external sort by page key (internal/extsort, runs under TempDir,
+//     removed at the end), and the sorted stream is merged with the docs
+//     table read in key order into the new docs table. Only the merge's
+//     current rows are in memory.
 package ingest

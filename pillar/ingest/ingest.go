@@ -13,12 +13,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/pillarkit/pillar/internal/extsort"
 	"github.com/pillarkit/pillar/internal/progress"
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -48,6 +48,13 @@ type Options struct {
 	Progress bool
 	// Now returns the ingest time. The default value is time.Now.
 	Now func() time.Time
+	// MemoryLimit bounds the cleaned pages held in memory, in bytes; beyond
+	// it they are spilled, sorted, to TempDir. The default value is
+	// DefaultMemoryLimit.
+	MemoryLimit int64
+	// TempDir receives the spilled runs (removed at the end). The default
+	// value is os.TempDir().
+	TempDir string
 }
 
 func (o *Options) ensureDefaults() {
@@ -68,6 +75,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.MemoryLimit <= 0 {
+		o.MemoryLimit = DefaultMemoryLimit
 	}
 }
 
@@ -103,10 +113,18 @@ type page struct {
 	kind string // "", "binary", "unreadable", "too_large", "bad_url"
 }
 
+// DefaultMemoryLimit is Options.MemoryLimit's default (64 MiB).
+const DefaultMemoryLimit = 64 << 20
+
 // Run ingests every page under opts.From into the docs table of st in one
 // transaction. Pages whose content hash is unchanged keep their row (same
 // version); a changed page gets a new version; a run that changes nothing
 // commits nothing.
+//
+// It streams: the walk feeds the cleaners, which spill the cleaned pages
+// through an external sort by page key (bounded by Options.MemoryLimit);
+// the sorted pages are then merged with the docs table (read in key order)
+// into the new docs table. No step holds all pages in memory.
 func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 	opts.ensureDefaults()
 	start := time.Now()
@@ -124,168 +142,49 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 	if _, err := url.Parse(opts.BaseURL); err != nil {
 		return stats, fmt.Errorf("ingest: --base-url %q: %w", opts.BaseURL, err)
 	}
-	var paths []string
-	err = filepath.WalkDir(opts.From, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			opts.Logger.Warn("ingest: skipping unreadable path", "path", p, "err", err)
-			stats.Unreadable++
-			if d != nil && d.IsDir() {
-				return fs.SkipDir
+	// A first walk counts the files for the progress bar (directory reads
+	// only; nothing is kept).
+	var total int64
+	if opts.Progress {
+		_ = filepath.WalkDir(opts.From, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && isCandidate(p) {
+				total++
 			}
 			return nil
-		}
-		if d.IsDir() || !isCandidate(p) {
-			return nil
-		}
-		// Opening a named pipe blocks until a writer comes (forever, and
-		// deaf to signals); sockets and devices are not pages either.
-		if why := notRegular(p, d); why != "" {
-			opts.Logger.Warn("ingest: skipping a path that is not a regular file", "path", p, "why", why)
-			stats.NotRegular++
-			return nil
-		}
-		paths = append(paths, p)
-		return nil
-	})
+		})
+	}
+	tmp, err := os.MkdirTemp(opts.TempDir, "pillar-ingest-")
 	if err != nil {
-		return stats, fmt.Errorf("ingest: walk %s: %w", opts.From, err)
+		return stats, fmt.Errorf("ingest: temp dir: %w", err)
 	}
-	sort.Strings(paths)
-	stats.Files = len(paths)
-
-	bar := progress.New(int64(len(paths)), "ingest", &progress.Options{Quiet: !opts.Progress, Logger: opts.Logger})
-	pages := make([]page, len(paths))
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for w := 0; w < opts.Workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				pages[i] = readPage(paths[i], &opts)
-				bar.Add(1)
-			}
-		}()
+	defer os.RemoveAll(tmp)
+	sorted, err := readAll(ctx, &opts, &stats, tmp, total)
+	if err != nil {
+		return stats, err
 	}
-feed:
-	for i := range paths {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	bar.Done()
-	if err := ctx.Err(); err != nil {
-		return stats, fmt.Errorf("ingest: %w", err)
-	}
-
-	// Dedupe by key (first path wins: paths are sorted) and count.
-	byKey := map[string]*pillar.Doc{}
-	firstPath := map[string]string{}
-	for i := range pages {
-		p := &pages[i]
-		switch p.kind {
-		case "binary":
-			stats.Binary++
-			opts.Logger.Warn("ingest: skipping non-text file", "path", p.path, "why", p.err)
-			continue
-		case "unreadable":
-			stats.Unreadable++
-			opts.Logger.Warn("ingest: skipping unreadable file", "path", p.path, "err", p.err)
-			continue
-		case "too_large":
-			stats.TooLarge++
-			stats.Rejected = append(stats.Rejected, p.path)
-			opts.Logger.Warn("ingest: rejecting page over the size limit", "path", p.path, "err", p.err)
-			continue
-		case "not_regular":
-			stats.NotRegular++
-			opts.Logger.Warn("ingest: skipping a path that is not a regular file", "path", p.path, "why", p.err)
-			continue
-		case "bad_url":
-			stats.BadURL++
-			opts.Logger.Warn("ingest: skipping page without a valid URL", "path", p.path, "err", p.err)
-			continue
-		}
-		if prev, dup := firstPath[p.doc.PageKey]; dup {
-			stats.Duplicates++
-			opts.Logger.Warn("ingest: duplicate URL in this run; keeping the first file", "url", p.doc.URL, "kept", prev, "skipped", p.path)
-			continue
-		}
-		firstPath[p.doc.PageKey] = p.path
-		stats.Pages++
-		stats.HTMLBytes += p.doc.HTMLBytes
-		stats.TextBytes += int64(len(p.doc.Text))
-		if p.doc.Text == "" {
-			stats.Empty++
-		}
-		byKey[p.doc.PageKey] = &p.doc
-	}
+	defer sorted.close()
 
 	tx, err := st.Begin(ctx)
 	if err != nil {
 		return stats, fmt.Errorf("ingest: %w", err)
 	}
 	defer tx.Abort()
-	// Merge with the existing docs table (sorted by page_key).
-	existing := map[string]pillar.Doc{}
-	rr, err := tx.ReadTable(ctx, pillar.TableDocs, nil)
-	switch {
-	case errors.Is(err, pillar.ErrNotFound):
-	case err != nil:
-		return stats, fmt.Errorf("ingest: read docs: %w", err)
-	default:
-		for rr.Next() {
-			var d pillar.Doc
-			if err := rr.Scan(&d); err != nil {
-				rr.Close()
-				return stats, fmt.Errorf("ingest: read docs: %w", err)
-			}
-			existing[d.PageKey] = d
-		}
-		rr.Close()
-		if err := rr.Err(); err != nil {
-			return stats, fmt.Errorf("ingest: read docs: %w", err)
-		}
+	old, err := openDocs(ctx, tx)
+	if err != nil {
+		return stats, err
 	}
-	nowMS := opts.Now().UnixMilli()
-	for k, d := range byKey {
-		old, ok := existing[k]
-		switch {
-		case !ok:
-			stats.New++
-			d.Version, d.UpdatedAt = 1, nowMS
-			existing[k] = *d
-		case old.ContentHash != d.ContentHash:
-			stats.Changed++
-			d.Version, d.UpdatedAt = old.Version+1, nowMS
-			existing[k] = *d
-		default:
-			stats.Unchanged++
-		}
-	}
-	if stats.ChangedPages() == 0 {
-		stats.DurationMS = time.Since(start).Milliseconds()
-		return stats, nil
-	}
-	keys := make([]string, 0, len(existing))
-	for k := range existing {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	defer old.Close()
 	w, err := tx.WriteTable(ctx, pillar.TableDocs, pillar.Doc{}, &pillar.WriteOptions{SortedBy: []string{"page_key"}})
 	if err != nil {
 		return stats, fmt.Errorf("ingest: %w", err)
 	}
-	for _, k := range keys {
-		d := existing[k]
-		if err := w.Write(&d); err != nil {
-			w.Close()
-			return stats, fmt.Errorf("ingest: write docs: %w", err)
-		}
+	defer w.Close()
+	if err := merge(ctx, &opts, &stats, sorted, old, w); err != nil {
+		return stats, err
+	}
+	if stats.ChangedPages() == 0 {
+		stats.DurationMS = time.Since(start).Milliseconds()
+		return stats, nil // the deferred Abort drops what was written
 	}
 	if err := w.Close(); err != nil {
 		return stats, fmt.Errorf("ingest: write docs: %w", err)
@@ -299,6 +198,304 @@ feed:
 	}
 	stats.Generation = st.Info().Generation
 	return stats, nil
+}
+
+// readAll walks opts.From in lexical order, cleans the candidate files with
+// opts.Workers goroutines and adds each page to its worker's sorter, keyed by
+// page key, ties broken by the file's position in the walk (so among pages
+// with one URL the first file wins). Skipped files are counted and logged.
+func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total int64) (*sortedPages, error) {
+	bar := progress.New(max(total, -1), "ingest", &progress.Options{Quiet: !opts.Progress, Logger: opts.Logger})
+	defer bar.Done()
+	type item struct {
+		seq  uint64
+		path string
+	}
+	sorters := make([]*extsort.Sorter, opts.Workers)
+	for i := range sorters {
+		sorters[i] = extsort.New(extsort.Options{MemoryLimit: max(opts.MemoryLimit/int64(opts.Workers), 64<<10), Dir: dir,
+			BufferSize: int(min(max(opts.MemoryLimit/64, 4<<10), 256<<10))})
+	}
+	closeAll := func() {
+		for _, s := range sorters {
+			s.Close()
+		}
+	}
+	var mu sync.Mutex
+	var firstErr error
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	next := make(chan item, opts.Workers)
+	var wg sync.WaitGroup
+	for w := 0; w < opts.Workers; w++ {
+		wg.Add(1)
+		go func(s *extsort.Sorter) {
+			defer wg.Done()
+			var buf []byte
+			for it := range next {
+				p := readPage(it.path, opts)
+				bar.Add(1)
+				mu.Lock()
+				ok := countPage(opts, stats, &p)
+				mu.Unlock()
+				if !ok {
+					continue
+				}
+				var err error
+				if buf, err = appendDoc(buf[:0], it.path, &p.doc); err != nil {
+					fail(fmt.Errorf("ingest: page %s: %w", it.path, err))
+					continue
+				}
+				if err := s.Add(&extsort.Record{Key: []byte(p.doc.PageKey), Prefix: len(p.doc.PageKey), Tie: it.seq, Payload: buf}); err != nil {
+					fail(fmt.Errorf("ingest: spill cleaned pages to %s: %w", dir, err))
+				}
+			}
+		}(sorters[w])
+	}
+	var seq uint64
+	walkErr := filepath.WalkDir(opts.From, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			opts.Logger.Warn("ingest: skipping unreadable path", "path", p, "err", err)
+			mu.Lock()
+			stats.Unreadable++
+			mu.Unlock()
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() || !isCandidate(p) {
+			return nil
+		}
+		// Opening a named pipe blocks until a writer comes (forever, and
+		// deaf to signals); sockets and devices are not pages either.
+		if why := notRegular(p, d); why != "" {
+			opts.Logger.Warn("ingest: skipping a path that is not a regular file", "path", p, "why", why)
+			mu.Lock()
+			stats.NotRegular++
+			mu.Unlock()
+			return nil
+		}
+		seq++
+		mu.Lock()
+		stats.Files++
+		mu.Unlock()
+		select {
+		case next <- item{seq, p}:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	close(next)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	if walkErr != nil {
+		closeAll()
+		return nil, fmt.Errorf("ingest: walk %s: %w", opts.From, walkErr)
+	}
+	if firstErr != nil {
+		closeAll()
+		return nil, firstErr
+	}
+	it, err := extsort.Merge(sorters)
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("ingest: merge cleaned pages: %w", err)
+	}
+	return &sortedPages{it: it, sorters: sorters}, nil
+}
+
+// countPage counts a read page in stats and logs a skipped one; it reports
+// whether the page goes on (duplicates are found after the sort).
+func countPage(opts *Options, stats *Stats, p *page) bool {
+	switch p.kind {
+	case "binary":
+		stats.Binary++
+		opts.Logger.Warn("ingest: skipping non-text file", "path", p.path, "why", p.err)
+	case "unreadable":
+		stats.Unreadable++
+		opts.Logger.Warn("ingest: skipping unreadable file", "path", p.path, "err", p.err)
+	case "too_large":
+		stats.TooLarge++
+		stats.Rejected = append(stats.Rejected, p.path)
+		opts.Logger.Warn("ingest: rejecting page over the size limit", "path", p.path, "err", p.err)
+	case "not_regular":
+		stats.NotRegular++
+		opts.Logger.Warn("ingest: skipping a path that is not a regular file", "path", p.path, "why", p.err)
+	case "bad_url":
+		stats.BadURL++
+		opts.Logger.Warn("ingest: skipping page without a valid URL", "path", p.path, "err", p.err)
+	default:
+		return true
+	}
+	return false
+}
+
+// sortedPages is the merged stream of cleaned pages, by page key then walk
+// position.
+type sortedPages struct {
+	it      *extsort.Iterator
+	sorters []*extsort.Sorter
+}
+
+// next returns the next distinct page (the first file of each key), counting
+// and logging the duplicates it skips; nil at the end.
+func (s *sortedPages) next(opts *Options, stats *Stats, last *pillar.Doc, lastPath *string) (*pillar.Doc, error) {
+	for s.it.Next() {
+		path, d, err := decodeDoc(s.it.Record().Payload)
+		if err != nil {
+			return nil, fmt.Errorf("ingest: spilled page: %w", err)
+		}
+		if last != nil && d.PageKey == last.PageKey {
+			stats.Duplicates++
+			opts.Logger.Warn("ingest: duplicate URL in this run; keeping the first file", "url", d.URL, "kept", *lastPath, "skipped", path)
+			continue
+		}
+		*lastPath = path
+		stats.Pages++
+		stats.HTMLBytes += d.HTMLBytes
+		stats.TextBytes += int64(len(d.Text))
+		if d.Text == "" {
+			stats.Empty++
+		}
+		return &d, nil
+	}
+	if err := s.it.Err(); err != nil {
+		return nil, fmt.Errorf("ingest: read spilled pages: %w", err)
+	}
+	return nil, nil
+}
+
+func (s *sortedPages) close() {
+	s.it.Close()
+	for _, so := range s.sorters {
+		so.Close()
+	}
+}
+
+// openDocs opens the docs table in key order (an empty reader when there is
+// none yet). A docs table not sorted by page_key is an error: every writer
+// of it sorts.
+func openDocs(ctx context.Context, tx pillar.Tx) (pillar.RowReader, error) {
+	ti, err := tx.Table(ctx, pillar.TableDocs)
+	if errors.Is(err, pillar.ErrNotFound) {
+		return emptyReader{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ingest: read docs: %w", err)
+	}
+	if len(ti.SortedBy) == 0 || ti.SortedBy[0] != "page_key" {
+		return nil, fmt.Errorf("ingest: the docs table is not sorted by page_key (sorted by %v); it cannot be merged", ti.SortedBy)
+	}
+	rr, err := tx.ReadTable(ctx, pillar.TableDocs, nil)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: read docs: %w", err)
+	}
+	return rr, nil
+}
+
+type emptyReader struct{}
+
+func (emptyReader) Next() bool     { return false }
+func (emptyReader) Scan(any) error { return io.EOF }
+func (emptyReader) Err() error     { return nil }
+func (emptyReader) Close() error   { return nil }
+
+// merge writes the union of the new pages and the old docs to w in key
+// order: a new page replaces an old row of another content hash (version+1),
+// keeps an old row of the same hash, and is version 1 when it is new.
+func merge(ctx context.Context, opts *Options, stats *Stats, pages *sortedPages, old pillar.RowReader, w pillar.RowWriter) error {
+	nowMS := opts.Now().UnixMilli()
+	var (
+		cur     *pillar.Doc
+		curPath string
+		od      pillar.Doc
+		haveOld bool
+		prevOld string
+		n       int
+	)
+	advanceOld := func() error {
+		haveOld = old.Next()
+		if !haveOld {
+			if err := old.Err(); err != nil {
+				return fmt.Errorf("ingest: read docs: %w", err)
+			}
+			return nil
+		}
+		od = pillar.Doc{}
+		if err := old.Scan(&od); err != nil {
+			return fmt.Errorf("ingest: read docs: %w", err)
+		}
+		if od.PageKey <= prevOld && prevOld != "" {
+			return fmt.Errorf("ingest: docs table out of order at page %s (after %s)", od.PageKey, prevOld)
+		}
+		prevOld = od.PageKey
+		return nil
+	}
+	write := func(d *pillar.Doc) error {
+		if n++; n&1023 == 0 && ctx.Err() != nil {
+			return fmt.Errorf("ingest: %w", ctx.Err())
+		}
+		if err := w.Write(d); err != nil {
+			return fmt.Errorf("ingest: write docs: %w", err)
+		}
+		return nil
+	}
+	if err := advanceOld(); err != nil {
+		return err
+	}
+	var err error
+	if cur, err = pages.next(opts, stats, nil, &curPath); err != nil {
+		return err
+	}
+	for cur != nil || haveOld {
+		switch {
+		case cur == nil || (haveOld && od.PageKey < cur.PageKey):
+			if err := write(&od); err != nil {
+				return err
+			}
+			if err := advanceOld(); err != nil {
+				return err
+			}
+			continue
+		case !haveOld || cur.PageKey < od.PageKey:
+			stats.New++
+			cur.Version, cur.UpdatedAt = 1, nowMS
+			if err := write(cur); err != nil {
+				return err
+			}
+		default: // same page
+			if od.ContentHash != cur.ContentHash {
+				stats.Changed++
+				cur.Version, cur.UpdatedAt = od.Version+1, nowMS
+				if err := write(cur); err != nil {
+					return err
+				}
+			} else {
+				stats.Unchanged++
+				if err := write(&od); err != nil {
+					return err
+				}
+			}
+			if err := advanceOld(); err != nil {
+				return err
+			}
+		}
+		last := cur
+		if cur, err = pages.next(opts, stats, last, &curPath); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func isCandidate(p string) bool {

@@ -177,3 +177,86 @@ func BenchmarkIngestPostgresDocs(b *testing.B) {
 		b.ReportMetric(float64(bytes)/1e6/b.Elapsed().Seconds(), "MB/s")
 	})
 }
+
+// TestIngestSpillsAndMerges ingests pages far beyond the memory limit (so the
+// cleaned pages spill to sorted runs), with duplicate URLs across runs, then
+// re-ingests a folder of a few edited pages into the store: the docs table
+// must be sorted, complete, hold the first file of each URL, and only the
+// edited pages get a new version.
+func TestIngestSpillsAndMerges(t *testing.T) {
+	ctx := context.Background()
+	in := t.TempDir()
+	body := strings.Repeat("lorem ipsum dolor sit amet ", 80)
+	for i := 0; i < 300; i++ {
+		write(t, in, fmt.Sprintf("d%d/p%03d.txt", i%7, i), []byte(fmt.Sprintf("# Page %d\n\n%s %d", i, body, i)))
+	}
+	// Two files with one canonical URL: the first in walk order wins.
+	write(t, in, "a-first.html", []byte(`<html><head><link rel="canonical" href="http://x.test/same"></head><body><p>first</p></body></html>`))
+	write(t, in, "z-second.html", []byte(`<html><head><link rel="canonical" href="http://x.test/same"></head><body><p>second</p></body></html>`))
+	st, err := local.Create(filepath.Join(t.TempDir(), "store"), &local.Options{Partitions: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s1, err := Run(ctx, st, Options{From: in, MemoryLimit: 1, Workers: 2, TempDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s1.Pages != 301 || s1.New != 301 || s1.Duplicates != 1 {
+		t.Fatalf("first run: %+v", s1)
+	}
+	docs := storeDocs(t, st)
+	if len(docs) != 301 {
+		t.Fatalf("docs holds %d rows, want 301", len(docs))
+	}
+	for i := 1; i < len(docs); i++ {
+		if docs[i-1].PageKey >= docs[i].PageKey {
+			t.Fatalf("docs out of order at row %d: %s then %s", i, docs[i-1].PageKey, docs[i].PageKey)
+		}
+	}
+	for _, d := range docs {
+		if d.URL == "http://x.test/same" && d.Text != "first" {
+			t.Fatalf("duplicate URL kept %q, want the first file", d.Text)
+		}
+	}
+	// Re-ingest 3 edited pages (and one unchanged) from a folder of their own.
+	edits := t.TempDir()
+	for _, i := range []int{5, 77, 250} {
+		write(t, edits, fmt.Sprintf("d%d/p%03d.txt", i%7, i), []byte(fmt.Sprintf("# Page %d\n\nedited %d", i, i)))
+	}
+	write(t, edits, "d1/p001.txt", []byte(fmt.Sprintf("# Page %d\n\n%s %d", 1, body, 1)))
+	s2, err := Run(ctx, st, Options{From: edits, MemoryLimit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.Changed != 3 || s2.Unchanged != 1 || s2.New != 0 {
+		t.Fatalf("edit run: %+v", s2)
+	}
+	after := storeDocs(t, st)
+	if len(after) != 301 {
+		t.Fatalf("after the edit docs holds %d rows, want 301", len(after))
+	}
+	versions := map[int64]int{}
+	for _, d := range after {
+		versions[d.Version]++
+	}
+	if versions[2] != 3 || versions[1] != 298 {
+		t.Fatalf("versions after the edit: %v", versions)
+	}
+	// Nothing changed: nothing is committed.
+	gen := st.Info().Generation
+	s3, err := Run(ctx, st, Options{From: edits})
+	if err != nil || s3.ChangedPages() != 0 || st.Info().Generation != gen {
+		t.Fatalf("unchanged re-run: %+v, %v, generation %d → %d", s3, err, gen, st.Info().Generation)
+	}
+}
+
+func storeDocs(t *testing.T, st pillar.Store) []pillar.Doc {
+	t.Helper()
+	sn, err := st.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Release()
+	return readDocs(t, sn)
+}
