@@ -157,6 +157,8 @@ type run struct {
 	log     *slog.Logger
 	vault   map[string]string
 	tables  []pillar.TableInfo
+	names   []string // input table names (without row ranges)
+	offsets []int64  // first row of each input's range
 	group   *rowkey.Encoder
 	sub     *rowkey.Encoder
 	sorters []*extsort.Sorter
@@ -255,10 +257,26 @@ func (l *Local) run(ctx context.Context, k Kind, op *Op, jobsOf []any, body func
 		r.group = rowkey.New(op.SortBy)
 	}
 	for _, in := range op.Inputs {
-		ti, err := r.tx.Table(ctx, in)
+		name, rg, err := SplitRowRange(in)
+		if err != nil {
+			return fmt.Errorf("jobs: %s: %w: %v", title, ErrInvalidOp, err)
+		}
+		ti, err := r.tx.Table(ctx, name)
 		if err != nil {
 			return fmt.Errorf("jobs: %s: input %q: %w", title, in, err)
 		}
+		var off int64
+		if rg != nil {
+			// A row range: the job sees rows [Start, End) of the table
+			// (clamped to it), with their absolute row indexes.
+			lo, hi := min(rg.Start, ti.Rows), min(rg.End, ti.Rows)
+			if ti.Rows > 0 {
+				ti.Bytes = ti.Bytes * (hi - lo) / ti.Rows
+			}
+			off, ti.Rows = lo, hi-lo
+		}
+		r.names = append(r.names, name)
+		r.offsets = append(r.offsets, off)
 		r.tables = append(r.tables, ti)
 	}
 	if err := body(r); err != nil {
@@ -376,8 +394,9 @@ func (r *run) splits() ([]split, int64, int64) {
 		n := max(1, (t.Rows*target+rows-1)/rows)
 		n = max(1, min(n, t.Rows/minSplitRows))
 		per := (t.Rows + n - 1) / n
+		off := r.offsets[ti]
 		for s := int64(0); s < t.Rows; s += per {
-			out = append(out, split{idx: len(out), table: ti, start: s, end: min(s+per, t.Rows)})
+			out = append(out, split{idx: len(out), table: ti, start: off + s, end: off + min(s+per, t.Rows)})
 		}
 	}
 	return out, rows, bytes
@@ -395,7 +414,7 @@ func (r *run) rowBytes(table int) int64 {
 }
 
 func (r *run) openInput(s split) (pillar.RowReader, error) {
-	name := r.op.Inputs[s.table]
+	name := r.names[s.table]
 	rr, err := r.tx.ReadTable(r.ctx, name, &pillar.Range{Start: s.start, End: s.end})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: input %q rows [%d,%d): %w", name, s.start, s.end, err)
@@ -490,7 +509,7 @@ func (r *run) mapPhase(phase string, mapper mapreduce.Job, direct []outSpec, toS
 				return err
 			}
 			in := &tableReader{rr: op.in, done: r.ctx.Done(), cause: func() error { return context.Cause(r.ctx) },
-				table: s.table, name: r.op.Inputs[s.table], row: s.start - 1, rowBytes: r.rowBytes(s.table), prog: progressBatch{p: r.prog}}
+				table: s.table, name: r.names[s.table], row: s.start - 1, rowBytes: r.rowBytes(s.table), prog: progressBatch{p: r.prog}}
 			var outs []mapreduce.Writer
 			if toSort {
 				outs = append(outs, &sortWriter{s: r.sorters[w], group: r.group, sub: r.sub, split: uint64(s.idx)})
@@ -574,7 +593,7 @@ func (r *run) readPhase(phase string, types []reflect.Type) error {
 		func(w int, s split, o any) error {
 			rr := o.(pillar.RowReader)
 			defer rr.Close()
-			name := r.op.Inputs[s.table]
+			name := r.names[s.table]
 			sw := &sortWriter{s: r.sorters[w], group: r.group, sub: r.sub, table: s.table}
 			v := reflect.New(types[s.table])
 			prog := progressBatch{p: r.prog}

@@ -571,3 +571,26 @@ func TestReducePhaseFailures(t *testing.T) {
 		t.Fatalf("%d goroutines left over (had %d)", n, goroutines)
 	}
 }
+
+// TestRowRangeInputs sorts row ranges of two tables: the job sees exactly
+// those rows; a range past the end is clamped; a malformed one is refused.
+func TestRowRangeInputs(t *testing.T) {
+	e := newEnv(t)
+	a, b := makeDocs(8, 300), makeDocs(9, 100)
+	writeTable(e, "a", a)
+	writeTable(e, "b", b)
+	op := &jobs.Op{Inputs: []string{jobs.RowRange("a", 50, 170), jobs.RowRange("b", 90, 1000)},
+		Outputs: []jobs.Output{{Table: "sorted", RowType: pillar.Doc{}}}, SortBy: []string{"page_key"}, Workers: 3}
+	if err := e.runner.Sort(context.Background(), op); err != nil {
+		t.Fatal(err)
+	}
+	want := append(slices.Clone(a[50:170]), b[90:]...)
+	slices.SortStableFunc(want, func(x, y pillar.Doc) int { return cmp.Compare(x.PageKey, y.PageKey) })
+	if got := readTable[pillar.Doc](e, "sorted"); !slices.Equal(got, want) {
+		t.Fatalf("sorted %d rows of the ranges, want %d", len(got), len(want))
+	}
+	op.Inputs = []string{"a[#5:#2]"}
+	if err := e.runner.Sort(context.Background(), op); !errors.Is(err, jobs.ErrInvalidOp) {
+		t.Fatalf("a reversed range: %v, want ErrInvalidOp", err)
+	}
+}

@@ -70,6 +70,9 @@ type Op struct {
 	// default value is "<kind> <job type>".
 	Title string
 	// Inputs are the input tables; a job sees input i as TableIndex() == i.
+	// An input may select a row range in YPath syntax, "table[#lo:#hi]"
+	// (rows lo ≤ i < hi; RowIndex stays the table's): YTsaurus reads the
+	// path as it is, the local runner clamps the range to the table.
 	Inputs []string
 	// InputTypes are the row types of the inputs, used where the runner
 	// itself must decode input rows (the grouping of Reduce, Sort). The
@@ -257,3 +260,23 @@ func (e *JobError) Error() string {
 }
 
 func (e *JobError) Unwrap() error { return e.Err }
+
+// SplitRowRange splits an input of the form "table[#lo:#hi]" into the table
+// and its row range; an input without a range gives a nil range.
+func SplitRowRange(in string) (string, *pillar.Range, error) {
+	i := strings.IndexByte(in, '[')
+	if i < 0 || !strings.HasSuffix(in, "]") {
+		return in, nil, nil
+	}
+	lo, hi, ok := strings.Cut(in[i+1:len(in)-1], ":")
+	var r pillar.Range
+	_, err1 := fmt.Sscanf(lo, "#%d", &r.Start)
+	_, err2 := fmt.Sscanf(hi, "#%d", &r.End)
+	if !ok || err1 != nil || err2 != nil || r.Start < 0 || r.End < r.Start {
+		return "", nil, fmt.Errorf("input %q: a row range is [#lo:#hi] with 0 <= lo <= hi", in)
+	}
+	return in[:i], &r, nil
+}
+
+// RowRange returns table restricted to rows [lo, hi) (see Op.Inputs).
+func RowRange(table string, lo, hi int64) string { return fmt.Sprintf("%s[#%d:#%d]", table, lo, hi) }
