@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
+	"reflect"
 	"strings"
 	"time"
 
@@ -110,102 +110,143 @@ const PendingPrefix = "backfill-pending/"
 // pendingTable returns the pending table of a version table.
 func pendingTable(table string) string { return PendingPrefix + table }
 
-// pageHashes reads page_key → content_hash of a table's rows (a missing
-// table has none), and the bytes per page that a stage would read.
-func pageHashes[T any](ctx context.Context, sn pillar.Snapshot, table string, get func(*T) (key, hash string, bytes int)) (map[string]string, map[string]int, error) {
-	hashes := map[string]string{}
-	sizes := map[string]int{}
-	err := eachRow(ctx, sn, table, true, func(r *T) error {
-		k, h, n := get(r)
-		hashes[k] = h
-		sizes[k] += n
-		return nil
-	})
-	return hashes, sizes, err
-}
+// TodoPrefix prefixes the tables a backfill's plan writes: TodoPrefix +
+// <version table> holds the source rows (docs for a rechunk, chunks for an
+// embed) of the pages it must process, sorted by page key, and its "-stale"
+// sibling the pages whose rows are of old content. Slices are row ranges of
+// the todo table. Both are dropped when the version completes; a new run
+// replaces them.
+const TodoPrefix = "backfill-todo/"
+
+// nextPrefix prefixes the table the completion writes before it replaces the
+// version table (an operation cannot read and write one table).
+const nextPrefix = "backfill-next/"
 
 // Projections of the row types: reading a table into one of these decodes
-// only its columns, not the text or vectors the done-sets never look at.
+// only its columns, not the text or vectors the plan never looks at.
 type (
-	docHead struct {
+	// pageHash is the (page, content hash) of a row of docs, chunks or
+	// embeddings.
+	pageHash struct {
 		PageKey     string `yson:"page_key" parquet:"page_key"`
 		ContentHash string `yson:"content_hash" parquet:"content_hash"`
-		TextLen     int64  `yson:"text_len" parquet:"text_len"`
+	}
+	docHead struct {
+		PageKey string `yson:"page_key" parquet:"page_key"`
+		TextLen int64  `yson:"text_len" parquet:"text_len"`
 	}
 	chunkHead struct {
-		PageKey     string `yson:"page_key" parquet:"page_key"`
-		ContentHash string `yson:"content_hash" parquet:"content_hash"`
-		Start       int32  `yson:"start" parquet:"start"`
-		End         int32  `yson:"end" parquet:"end"`
-	}
-	embedHead struct {
-		PageKey     string `yson:"page_key" parquet:"page_key"`
-		ContentHash string `yson:"content_hash" parquet:"content_hash"`
+		PageKey string `yson:"page_key" parquet:"page_key"`
+		Start   int32  `yson:"start" parquet:"start"`
+		End     int32  `yson:"end" parquet:"end"`
 	}
 )
 
-func docHashes(ctx context.Context, sn pillar.Snapshot) (map[string]string, map[string]int, error) {
-	return pageHashes(ctx, sn, pillar.TableDocs, func(d *docHead) (string, string, int) {
-		return d.PageKey, d.ContentHash, int(d.TextLen)
-	})
+// backfillPlan is what a backfill's plan found: the todo table, its slices
+// (row ranges of whole pages) and the counts.
+type backfillPlan struct {
+	todo, stale string
+	generation  int64 // the generation the plan read the source at
+	pending     int
+	stalePages  int
+	bytes       int64
+	slices      [][2]int64
 }
 
-func chunkHashes(ctx context.Context, sn pillar.Snapshot, table string) (map[string]string, map[string]int, error) {
-	return versionHashes(ctx, sn, table, func(c *chunkHead) (string, string, int) {
-		return c.PageKey, c.ContentHash, int(c.End - c.Start)
-	})
-}
-
-// versionHashes is pageHashes over a version table and its pending rows
-// (which are newer).
-func versionHashes[T any](ctx context.Context, sn pillar.Snapshot, table string, get func(*T) (string, string, int)) (map[string]string, map[string]int, error) {
-	h, sz, err := pageHashes(ctx, sn, table, get)
+// planBackfill runs PlanJob over the source table and the version's done
+// rows (its table and its pending table) into the todo and stale tables,
+// committed on their own, then reads the todo table's (page, size)
+// projection once to cut it into slices of at most n pages. Nothing keyed
+// by page is held: the driver keeps counts and slice bounds.
+func planBackfill(ctx context.Context, st pillar.Store, opts Options, kind, source, table string, n int) (*backfillPlan, error) {
+	pl := &backfillPlan{todo: TodoPrefix + table}
+	pl.stale = pl.todo + "-stale"
+	tx, err := st.Begin(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	ph, psz, err := pageHashes(ctx, sn, pendingTable(table), get)
+	defer tx.Abort()
+	var srcType, rowType any = &pillar.Doc{}, pillar.Doc{}
+	if kind == pillar.KindEmbeddings {
+		srcType, rowType = &pillar.Chunk{}, pillar.Chunk{}
+	}
+	inputs, types := []string{source}, []any{srcType}
+	for _, t := range []string{table, pendingTable(table)} {
+		if _, err := tx.Table(ctx, t); err == nil {
+			inputs, types = append(inputs, t), append(types, &pageHash{})
+		} else if !errors.Is(err, pillar.ErrNotFound) {
+			return nil, err
+		}
+	}
+	op := &jobs.Op{Title: "backfill plan " + table, Inputs: inputs, InputTypes: types,
+		Outputs: []jobs.Output{
+			{Table: pl.todo, RowType: rowType, SortedBy: []string{"page_key"}},
+			{Table: pl.stale, RowType: pageHash{}, SortedBy: []string{"page_key"}},
+		},
+		ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
+		Progress: opts.Progress, Logger: opts.Logger}
+	pl.generation = tx.Info().Generation
+	if err := opts.Runner.Reduce(ctx, &PlanJob{Source: kind}, op); err != nil {
+		return nil, fmt.Errorf("backfill plan %s: %w", table, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("backfill plan %s: commit: %w", table, err)
+	}
+	sn, err := st.Snapshot(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	for k, v := range ph {
-		h[k] = v
-		sz[k] = psz[k]
+	defer sn.Release()
+	ti, err := sn.Table(ctx, pl.stale)
+	if err != nil {
+		return nil, err
 	}
-	return h, sz, nil
+	pl.stalePages = int(ti.Rows)
+	// Cut the todo rows into slices of at most n whole pages.
+	var row, lo int64
+	prev, pages := "", 0
+	cut := func() {
+		if row > lo {
+			pl.slices = append(pl.slices, [2]int64{lo, row})
+		}
+		lo, pages = row, 0
+	}
+	visit := func(key string, size int64) {
+		if key != prev {
+			if pages == n {
+				cut()
+			}
+			pages++
+			pl.pending++
+			prev = key
+		}
+		pl.bytes += size
+		row++
+	}
+	if kind == pillar.KindEmbeddings {
+		err = eachRow(ctx, sn, pl.todo, false, func(c *chunkHead) error { visit(c.PageKey, int64(c.End-c.Start)); return nil })
+	} else {
+		err = eachRow(ctx, sn, pl.todo, false, func(d *docHead) error { visit(d.PageKey, d.TextLen); return nil })
+	}
+	if err != nil {
+		return nil, fmt.Errorf("backfill plan %s: read %s: %w", table, pl.todo, err)
+	}
+	cut()
+	return pl, nil
 }
 
-func embedHashes(ctx context.Context, sn pillar.Snapshot, table string) (map[string]string, map[string]int, error) {
-	return versionHashes(ctx, sn, table, func(e *embedHead) (string, string, int) {
-		return e.PageKey, e.ContentHash, 0
-	})
-}
-
-// plan splits the pending keys (source hash differs from done) into key
-// slices of at most n pages; it also returns the stale keys of done.
-func plan(source, done map[string]string, n int) (pending []string, stale int, slices [][2]string) {
-	for k, h := range source {
-		if done[k] != h {
-			pending = append(pending, k)
-		}
+// upToDate reports whether version v needs no run: it is complete (or
+// published), nothing is pending, and its source table has not changed since
+// it was completed. This is what makes a re-run commit nothing.
+func upToDate(ctx context.Context, sn pillar.Snapshot, v *pillar.Version, source string) bool {
+	if v.State == pillar.StateBuilding || v.SourceGeneration == 0 {
+		return false
 	}
-	for k, h := range done {
-		if source[k] != h {
-			stale++
-		}
+	if _, err := sn.Table(ctx, pendingTable(v.Table)); err == nil {
+		return false
 	}
-	sort.Strings(pending)
-	for i := 0; i < len(pending); i += n {
-		lo := pending[i]
-		hi := ""
-		if i+n < len(pending) {
-			hi = pending[i+n]
-		}
-		if i == 0 {
-			lo = ""
-		}
-		slices = append(slices, [2]string{lo, hi})
-	}
-	return pending, stale, slices
+	ti, err := sn.Table(ctx, source)
+	return err == nil && ti.Generation <= v.SourceGeneration
 }
 
 // Rechunk brings chunk version spec up to date with the docs table: only
@@ -228,26 +269,8 @@ func Rechunk(ctx context.Context, st pillar.Store, spec string, opts Options) (*
 		return nil, err
 	}
 	defer sn.Release()
-	docs, docSizes, err := docHashes(ctx, sn)
-	if err != nil {
-		return nil, fmt.Errorf("rechunk %s: read docs: %w", cv, err)
-	}
-	if len(docs) == 0 {
+	if ti, err := sn.Table(ctx, pillar.TableDocs); err != nil || ti.Rows == 0 {
 		return nil, fmt.Errorf("rechunk %s: the docs table is empty or missing: run `pillar ingest` first", cv)
-	}
-	done, _, err := chunkHashes(ctx, sn, table)
-	if err != nil {
-		return nil, fmt.Errorf("rechunk %s: read %s: %w", cv, table, err)
-	}
-	pending, stale, slices := plan(docs, done, opts.SlicePages)
-	res := &Result{Version: cv, Table: table, PendingPages: len(pending), StalePages: stale, DryRun: opts.DryRun}
-	for _, k := range pending {
-		res.ReadBytes += int64(docSizes[k])
-	}
-	res.WriteBytes = res.ReadBytes * 5 / 4 // text plus overlap and columns, roughly
-	if opts.DryRun {
-		res.Slices = len(slices)
-		return res, nil
 	}
 	v, err := pillar.LoadVersion(ctx, sn, cv)
 	if errors.Is(err, pillar.ErrNotFound) {
@@ -255,13 +278,23 @@ func Rechunk(ctx context.Context, st pillar.Store, spec string, opts Options) (*
 	} else if err != nil {
 		return nil, err
 	}
-	if len(pending) == 0 && stale == 0 && v.State != pillar.StateBuilding {
+	res := &Result{Version: cv, Table: table, DryRun: opts.DryRun}
+	if upToDate(ctx, sn, v, pillar.TableDocs) {
 		res.Rows, res.Pages, res.Duration = v.Rows, v.Pages, time.Since(start).Round(time.Millisecond).String()
 		return res, nil // up to date: commit nothing
 	}
-	return build(ctx, st, opts, v, res, start, slices, pillar.TableDocs, docs,
-		func(lo, hi string) mapreduce.Job { return &RechunkJob{Spec: ch.Spec(), Done: done, Lo: lo, Hi: hi} },
-		func(c *pillar.Chunk) (string, string, int32) { return c.PageKey, c.ContentHash, c.ChunkNo })
+	pl, err := planBackfill(ctx, st, opts, pillar.KindChunks, pillar.TableDocs, table, opts.SlicePages)
+	if err != nil {
+		return nil, fmt.Errorf("rechunk %s: %w", cv, err)
+	}
+	res.PendingPages, res.StalePages, res.ReadBytes = pl.pending, pl.stalePages, pl.bytes
+	res.WriteBytes = res.ReadBytes * 5 / 4 // text plus overlap and columns, roughly
+	if opts.DryRun {
+		res.Slices = len(pl.slices)
+		return res, dropPlan(ctx, st, pl)
+	}
+	return build(ctx, st, opts, v, res, start, pl, pillar.TableDocs,
+		func() mapreduce.Job { return &RechunkJob{Spec: ch.Spec()} })
 }
 
 // Embed brings embedding version (cv, model spec) up to date with chunk
@@ -294,26 +327,6 @@ func Embed(ctx context.Context, st pillar.Store, cv, modelSpec string, opts Opti
 	if cver.State == pillar.StateBuilding {
 		return nil, fmt.Errorf("embed %s: chunk version %s is still building: finish `pillar backfill rechunk` first", id, cv)
 	}
-	source, sizes, err := chunkHashes(ctx, sn, cver.Table)
-	if err != nil {
-		return nil, fmt.Errorf("embed %s: read %s: %w", id, cver.Table, err)
-	}
-	done, _, err := embedHashes(ctx, sn, table)
-	if err != nil {
-		return nil, fmt.Errorf("embed %s: read %s: %w", id, table, err)
-	}
-	pending, stale, slices := plan(source, done, opts.SlicePages)
-	res := &Result{Version: id, Table: table, PendingPages: len(pending), StalePages: stale, DryRun: opts.DryRun}
-	var chunks int64
-	for _, k := range pending {
-		res.ReadBytes += int64(sizes[k])
-		chunks += int64(sizes[k]) / 2048
-	}
-	res.WriteBytes = int64(emb.Dims()) * 4 * max(chunks, int64(len(pending)))
-	if opts.DryRun {
-		res.Slices = len(slices)
-		return res, nil
-	}
 	v, err := pillar.LoadVersion(ctx, sn, id)
 	if errors.Is(err, pillar.ErrNotFound) {
 		v = &pillar.Version{ID: id, Kind: pillar.KindEmbeddings, Spec: emb.Spec(), Table: table, ChunkVersion: cv,
@@ -321,33 +334,60 @@ func Embed(ctx context.Context, st pillar.Store, cv, modelSpec string, opts Opti
 	} else if err != nil {
 		return nil, err
 	}
-	if len(pending) == 0 && stale == 0 && v.State != pillar.StateBuilding {
+	res := &Result{Version: id, Table: table, DryRun: opts.DryRun}
+	if upToDate(ctx, sn, v, cver.Table) {
 		res.Rows, res.Pages, res.Duration = v.Rows, v.Pages, time.Since(start).Round(time.Millisecond).String()
 		return res, nil // up to date: commit nothing
 	}
-	return build(ctx, st, opts, v, res, start, slices, cver.Table, source,
-		func(lo, hi string) mapreduce.Job {
-			return &EmbedJob{Spec: emb.Spec(), Done: done, Lo: lo, Hi: hi, Batch: opts.Batch}
-		},
-		func(e *pillar.Embedding) (string, string, int32) { return e.PageKey, e.ContentHash, e.ChunkNo })
+	pl, err := planBackfill(ctx, st, opts, pillar.KindEmbeddings, cver.Table, table, opts.SlicePages)
+	if err != nil {
+		return nil, fmt.Errorf("embed %s: %w", id, err)
+	}
+	res.PendingPages, res.StalePages, res.ReadBytes = pl.pending, pl.stalePages, pl.bytes
+	chunks := pl.bytes / 2048
+	res.WriteBytes = int64(emb.Dims()) * 4 * max(chunks, int64(pl.pending))
+	if opts.DryRun {
+		res.Slices = len(pl.slices)
+		return res, dropPlan(ctx, st, pl)
+	}
+	return build(ctx, st, opts, v, res, start, pl, cver.Table,
+		func() mapreduce.Job { return &EmbedJob{Spec: emb.Spec(), Batch: opts.Batch} })
 }
 
-// build runs a version's slices (each its own commit) into its pending
-// table, then completes the version (finish).
-func build[T any](ctx context.Context, st pillar.Store, opts Options, v *pillar.Version, res *Result, start time.Time,
-	slices [][2]string, input string, source map[string]string,
-	newJob func(lo, hi string) mapreduce.Job, get func(*T) (string, string, int32)) (*Result, error) {
-	var zero T
-	for i, sl := range slices {
-		n, err := runSlice(ctx, st, opts, fmt.Sprintf("backfill %s %s slice %d/%d", v.Kind, v.ID, i+1, len(slices)), newJob(sl[0], sl[1]),
-			[]string{input}, jobs.Output{Table: pendingTable(v.Table), RowType: zero, Append: true}, v)
+// dropPlan drops the plan's tables (after a dry run).
+func dropPlan(ctx context.Context, st pillar.Store, pl *backfillPlan) error {
+	tx, err := st.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Abort()
+	for _, t := range []string{pl.todo, pl.stale} {
+		if err := tx.DropTable(ctx, t); err != nil && !errors.Is(err, pillar.ErrNotFound) {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// build runs a version's slices (each its own commit: a map over a row range
+// of the todo table) into its pending table, then completes the version
+// (finish).
+func build(ctx context.Context, st pillar.Store, opts Options, v *pillar.Version, res *Result, start time.Time,
+	pl *backfillPlan, source string, newJob func() mapreduce.Job) (*Result, error) {
+	rowType := any(pillar.Chunk{})
+	if v.Kind == pillar.KindEmbeddings {
+		rowType = pillar.Embedding{}
+	}
+	for i, sl := range pl.slices {
+		n, err := runSlice(ctx, st, opts, fmt.Sprintf("backfill %s %s slice %d/%d", v.Kind, v.ID, i+1, len(pl.slices)), newJob(),
+			[]string{jobs.RowRange(pl.todo, sl[0], sl[1])}, jobs.Output{Table: pendingTable(v.Table), RowType: rowType, Append: true}, v)
 		if err != nil {
 			return res, err
 		}
 		res.Slices++
 		res.RowsWritten += n
 	}
-	if err := finish(ctx, st, v, v.Table, get, source, res); err != nil {
+	if err := finish(ctx, st, opts, v, source, pl, res); err != nil {
 		return res, err
 	}
 	res.Duration = time.Since(start).Round(time.Millisecond).String()
@@ -391,76 +431,90 @@ func runSlice(ctx context.Context, st pillar.Store, opts Options, title string, 
 	return ti.Rows - before, nil
 }
 
-// finish compacts the version's table (drops rows whose content hash is not
-// the source's current one, sorts by page key and number) and marks the
-// version complete, in one transaction.
-func finish[T any](ctx context.Context, st pillar.Store, v *pillar.Version, table string, get func(*T) (key, hash string, no int32), source map[string]string, res *Result) error {
+// finish completes the version: FinishJob (a reduce by page on the runner)
+// keeps the rows of the source's current content from the version table
+// and its pending rows, sorted by (page_key, chunk_no), into a next table
+// (committed on its own); then one transaction copies it into the version
+// table, drops the pending, next and plan tables and marks the version
+// complete with the counts FinishJob summarised. When nothing is pending or
+// stale and the table is already sorted, the rows stay as they are.
+func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Version, source string, pl *backfillPlan, res *Result) error {
+	next := nextPrefix + v.Table
+	sn, err := st.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	_, perr := sn.Table(ctx, pendingTable(v.Table))
+	hasPending := perr == nil
+	ti, terr := sn.Table(ctx, v.Table)
+	sn.Release()
+	rewrite := hasPending || pl.stalePages > 0 || terr != nil || strings.Join(ti.SortedBy, ",") != "page_key,chunk_no"
+	rowType := any(pillar.Chunk{})
+	if v.Kind == pillar.KindEmbeddings {
+		rowType = pillar.Embedding{}
+	}
+	if rewrite {
+		tx, err := st.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		inputs, types := []string{source}, []any{&pageHash{}}
+		for _, t := range []string{v.Table, pendingTable(v.Table)} {
+			if _, err := tx.Table(ctx, t); err == nil {
+				inputs = append(inputs, t)
+				types = append(types, reflect.New(reflect.TypeOf(rowType)).Interface())
+			}
+		}
+		op := &jobs.Op{Title: "backfill complete " + v.ID, Inputs: inputs, InputTypes: types,
+			Outputs: []jobs.Output{
+				{Table: next, RowType: rowType, SortedBy: []string{"page_key", "chunk_no"}},
+				{Table: next + "-summary", RowType: FinishSummary{}},
+			},
+			ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
+			Progress: opts.Progress, Logger: opts.Logger}
+		if err := opts.Runner.Reduce(ctx, &FinishJob{Kind: v.Kind}, op); err != nil {
+			tx.Abort()
+			return fmt.Errorf("complete %s: %w", v.ID, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("complete %s: %w", v.ID, err)
+		}
+	}
 	tx, err := st.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Abort()
-	type item struct {
-		key string
-		no  int32
-		row *T
-	}
-	var items []item
-	dropped := 0
-	for _, t := range []string{table, pendingTable(table)} {
-		err := eachRow(ctx, tx, t, true, func(r *T) error {
-			k, h, no := get(r)
-			if source[k] != h {
-				dropped++
-				return nil
-			}
-			items = append(items, item{k, no, r})
+	if rewrite {
+		var sum FinishSummary
+		err := eachRow(ctx, tx, next+"-summary", false, func(s *FinishSummary) error {
+			sum.Pages += s.Pages
+			sum.Rows += s.Rows
+			sum.Empty += s.Empty
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-	}
-	pages := map[string]bool{}
-	var empty int64
-	for _, it := range items {
-		pages[it.key] = true
-		if it.no < 0 {
-			empty++
+		v.Rows, v.Pages, v.EmptyPages = sum.Rows-sum.Empty, sum.Pages, sum.Empty
+		op := &jobs.Op{Title: "backfill copy " + v.ID, Inputs: []string{next}, InputTypes: []any{reflect.New(reflect.TypeOf(rowType)).Interface()},
+			Outputs:  []jobs.Output{{Table: v.Table, RowType: rowType, SortedBy: []string{"page_key", "chunk_no"}}},
+			ReduceBy: []string{"page_key"}, SortBy: []string{"page_key", "chunk_no"}, Tx: tx, Workers: opts.Workers,
+			MemoryLimit: opts.MemoryLimit, Progress: opts.Progress, Logger: opts.Logger}
+		if err := opts.Runner.Reduce(ctx, &CopyJob{Kind: v.Kind}, op); err != nil {
+			return fmt.Errorf("complete %s: %w", v.ID, err)
 		}
 	}
-	_, perr := tx.Table(ctx, pendingTable(table))
-	hasPending := perr == nil
-	// Rewrite unless the table is already one sorted file with nothing to drop
-	// or merge.
-	rewrite := hasPending || dropped > 0
-	if ti, err := tx.Table(ctx, table); err != nil || ti.Files > 1 || strings.Join(ti.SortedBy, ",") != "page_key,chunk_no" {
-		rewrite = true
-	}
-	if hasPending {
-		if err := tx.DropTable(ctx, pendingTable(table)); err != nil {
-			return err
-		}
-	}
-	if rewrite {
-		sort.SliceStable(items, func(i, j int) bool {
-			if items[i].key != items[j].key {
-				return items[i].key < items[j].key
+	for _, t := range []string{pendingTable(v.Table), next, next + "-summary", pl.todo, pl.stale} {
+		if _, err := tx.Table(ctx, t); err == nil {
+			if err := tx.DropTable(ctx, t); err != nil {
+				return err
 			}
-			return items[i].no < items[j].no
-		})
-		rows := make([]T, len(items))
-		for i, it := range items {
-			rows[i] = *it.row
-		}
-		if err := writeRows(ctx, tx, table, rows, "page_key", "chunk_no"); err != nil {
-			return err
 		}
 	}
-	v.Rows = int64(len(items)) - empty
-	v.Pages = int64(len(pages))
-	v.EmptyPages = empty
-	v.SourceGeneration = tx.Info().Generation
+	// The source as the plan saw it: a change made since is not in the
+	// version, and makes the next run plan again (upToDate).
+	v.SourceGeneration = pl.generation
 	if v.State != pillar.StatePublished {
 		v.State = pillar.StateComplete
 	}

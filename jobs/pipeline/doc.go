@@ -19,6 +19,16 @@
 //     leaves it building.
 //   - A page whose text is empty has one marker row with chunk_no -1 in the
 //     chunks and embeddings tables ("processed, no chunks").
-//   - The compaction step holds one version's rows in memory (fine for the
-//     embedded store's scale; on YTsaurus it is a sort operation).
+//   - No driver holds anything keyed by page. Every step over the corpus is
+//     an operation on the runner (a reduce by page_key): a backfill's plan
+//     (PlanJob: source rows + done rows → the todo table of pages to
+//     process, sliced by row ranges) and its completion (FinishJob, then
+//     CopyJob into the version table), subset evaluation, the export
+//     records (ExportJob), and the reconcile of publish, rollback and
+//     recompute (ReconcileJob → puts and deletes tables; StateJob rewrites
+//     export/state). Drivers read row counts, small summaries, and the
+//     rows of the change itself (the puts and deletes they enqueue).
+//   - A backfill is up to date, and a re-run commits nothing, when its
+//     version is complete and its source table has not changed since the
+//     generation its last plan read.
 package pipeline

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"time"
 
 	"go.ytsaurus.tech/yt/go/mapreduce"
@@ -17,23 +19,196 @@ import (
 func init() {
 	jobs.Register("rechunk", "docs → chunks/<cv>: split each pending page with a chunker version", &RechunkJob{})
 	jobs.Register("embed", "chunks/<cv> → embeddings/<cv>/<model>: embed each pending page's chunks", &EmbedJob{})
+	jobs.Register("backfill-plan", "source rows + a version's done rows, reduced by page_key → the source rows of the pages to process, and the stale pages", &PlanJob{})
+	jobs.Register("backfill-finish", "source hashes + a version's rows, reduced by page_key → the rows of current content, sorted, and a summary", &FinishJob{})
+	jobs.Register("backfill-copy", "a version's rows, reduced by page_key → the same rows (the version table's new contents)", &CopyJob{})
 }
 
-// inRange reports whether key is in [lo, hi); empty bounds are open.
-func inRange(key, lo, hi string) bool {
-	return (lo == "" || key >= lo) && (hi == "" || key < hi)
+// PlanJob is a reducer over (grouped by page_key) input 0, the source rows
+// (docs, or chunks when Source is pillar.KindEmbeddings), and inputs 1..,
+// the (page, content hash) of the version's rows done so far. For a page
+// whose source content has no done rows it writes the page's source rows to
+// output 0 (chunks in chunk_no order); for a page with done rows of another
+// content (or no source any more) it writes one pageHash row to output 1.
+type PlanJob struct {
+	Source string // pillar.KindChunks (the source is docs) or pillar.KindEmbeddings (chunks)
 }
 
-// RechunkJob is a mapper over docs rows: every page in [Lo, Hi) whose
-// content hash differs from Done[page_key] is split by the chunker Spec into
-// pillar.Chunk rows (output 0). A page with no text gets one row with
-// ChunkNo -1, so "this content was chunked, into nothing" is recorded.
+func (*PlanJob) InputTypes() []any  { return nil }
+func (*PlanJob) OutputTypes() []any { return nil }
+
+// Do implements mapreduce.Job.
+func (j *PlanJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
+	return mapreduce.GroupKeys(in, func(r mapreduce.Reader) error {
+		var (
+			key, hash string
+			have      bool
+			doc       pillar.Doc
+			chunks    []pillar.Chunk
+			done      []string
+		)
+		for r.Next() {
+			if r.TableIndex() > 0 {
+				var h pageHash
+				if err := r.Scan(&h); err != nil {
+					return err
+				}
+				key = h.PageKey
+				if !slices.Contains(done, h.ContentHash) {
+					done = append(done, h.ContentHash)
+				}
+				continue
+			}
+			have = true
+			if j.Source == pillar.KindEmbeddings {
+				var c pillar.Chunk
+				if err := r.Scan(&c); err != nil {
+					return err
+				}
+				key, hash = c.PageKey, c.ContentHash
+				chunks = append(chunks, c)
+				continue
+			}
+			if err := r.Scan(&doc); err != nil {
+				return err
+			}
+			key, hash = doc.PageKey, doc.ContentHash
+		}
+		current := have && slices.Contains(done, hash)
+		if len(done) > 0 && (!have || len(done) > 1 || !current) {
+			if err := out[1].Write(&pageHash{PageKey: key, ContentHash: hash}); err != nil {
+				return err
+			}
+		}
+		if !have || current {
+			return nil
+		}
+		if j.Source != pillar.KindEmbeddings {
+			return out[0].Write(&doc)
+		}
+		sort.SliceStable(chunks, func(a, b int) bool { return chunks[a].ChunkNo < chunks[b].ChunkNo })
+		for i := range chunks {
+			if err := out[0].Write(&chunks[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// FinishSummary is one FinishJob's count of what it kept.
+type FinishSummary struct {
+	Pages int64 `yson:"pages" parquet:"pages"`
+	Rows  int64 `yson:"rows" parquet:"rows"`   // rows kept, empty-page markers included
+	Empty int64 `yson:"empty" parquet:"empty"` // pages with no chunks (one marker row)
+}
+
+// FinishJob is a reducer over (grouped by page_key) input 0, the (page,
+// content hash) of the source (docs or chunks), and inputs 1.., a
+// version's rows (Chunk or Embedding, by Kind). It writes the rows of each
+// page's current content, in chunk_no order, to output 0, and one
+// FinishSummary per job to output 1.
+type FinishJob struct {
+	Kind string // pillar.KindChunks or pillar.KindEmbeddings
+}
+
+func (*FinishJob) InputTypes() []any  { return nil }
+func (*FinishJob) OutputTypes() []any { return nil }
+
+// versionRow is a row of a chunk or embedding table.
+type versionRow struct {
+	no  int32
+	row any
+}
+
+func scanVersionRow(kind string, r mapreduce.Reader) (hash string, vr versionRow, err error) {
+	if kind == pillar.KindEmbeddings {
+		var e pillar.Embedding
+		err = r.Scan(&e)
+		return e.ContentHash, versionRow{e.ChunkNo, &e}, err
+	}
+	var c pillar.Chunk
+	err = r.Scan(&c)
+	return c.ContentHash, versionRow{c.ChunkNo, &c}, err
+}
+
+// Do implements mapreduce.Job.
+func (j *FinishJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
+	var sum FinishSummary
+	err := mapreduce.GroupKeys(in, func(r mapreduce.Reader) error {
+		var src string
+		var rows []versionRow
+		for r.Next() {
+			if r.TableIndex() == 0 {
+				var h pageHash
+				if err := r.Scan(&h); err != nil {
+					return err
+				}
+				src = h.ContentHash
+				continue
+			}
+			hash, vr, err := scanVersionRow(j.Kind, r)
+			if err != nil {
+				return err
+			}
+			if src != "" && hash == src {
+				rows = append(rows, vr)
+			}
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		sort.SliceStable(rows, func(a, b int) bool { return rows[a].no < rows[b].no })
+		sum.Pages++
+		for i, vr := range rows {
+			if i > 0 && vr.no == rows[i-1].no {
+				continue // the same row in the table and its pending rows
+			}
+			sum.Rows++
+			if vr.no < 0 {
+				sum.Empty++
+			}
+			if err := out[0].Write(vr.row); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return out[1].Write(&sum)
+}
+
+// CopyJob is a reducer that copies its rows (Chunk or Embedding, by Kind)
+// to output 0.
+type CopyJob struct {
+	Kind string
+}
+
+func (*CopyJob) InputTypes() []any  { return nil }
+func (*CopyJob) OutputTypes() []any { return nil }
+
+// Do implements mapreduce.Job.
+func (j *CopyJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
+	for in.Next() {
+		_, vr, err := scanVersionRow(j.Kind, in)
+		if err != nil {
+			return err
+		}
+		if err := out[0].Write(vr.row); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RechunkJob is a mapper over docs rows (a slice of a backfill's todo
+// table): every page is split by the chunker Spec into pillar.Chunk rows
+// (output 0). A page with no text gets one row with ChunkNo -1, so "this
+// content was chunked, into nothing" is recorded.
 type RechunkJob struct {
 	Spec string
-	// Done maps page keys to the content hash already chunked in this
-	// version: those pages are skipped.
-	Done   map[string]string
-	Lo, Hi string
 }
 
 func (*RechunkJob) InputTypes() []any  { return []any{&pillar.Doc{}} }
@@ -49,9 +224,6 @@ func (j *RechunkJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []map
 		var d pillar.Doc
 		if err := in.Scan(&d); err != nil {
 			return err
-		}
-		if !inRange(d.PageKey, j.Lo, j.Hi) || j.Done[d.PageKey] == d.ContentHash {
-			continue
 		}
 		chunks := ch.Chunk(d.Text)
 		if len(chunks) == 0 {
@@ -71,15 +243,13 @@ func (j *RechunkJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []map
 	return nil
 }
 
-// EmbedJob is a mapper over chunks rows: the chunks of every page in
-// [Lo, Hi) whose content hash differs from Done[page_key] are embedded by
-// the model Spec in batches of Batch texts into pillar.Embedding rows.
+// EmbedJob is a mapper over chunks rows (a slice of a backfill's todo
+// table): every chunk is embedded by the model Spec in batches of Batch
+// texts into pillar.Embedding rows.
 // A page's empty-marker chunk (ChunkNo -1) becomes an embedding row with no
 // vector. A bad vector fails the job with the page and chunk named.
 type EmbedJob struct {
-	Spec   string
-	Done   map[string]string
-	Lo, Hi string
+	Spec string
 	// Batch is the number of texts per Embed call. The default value is the
 	// model's preferred batch (batch × concurrency for a remote model), or 64.
 	Batch int
@@ -153,9 +323,6 @@ func (j *EmbedJob) Do(jc mapreduce.JobContext, in mapreduce.Reader, out []mapred
 		var c pillar.Chunk
 		if err := in.Scan(&c); err != nil {
 			return err
-		}
-		if !inRange(c.PageKey, j.Lo, j.Hi) || j.Done[c.PageKey] == c.ContentHash {
-			continue
 		}
 		if c.ChunkNo < 0 {
 			if err := out[0].Write(&pillar.Embedding{PageKey: c.PageKey, ChunkNo: -1, ContentHash: c.ContentHash}); err != nil {
