@@ -19,6 +19,186 @@ import (
 
 func init() {
 	jobs.Register("subset-eval", "docs + signals, reduced by page_key → the policies each page satisfies (before top-K)", &SubsetEvalJob{})
+	jobs.Register("subset-top", "policy matches, reduced by (subset, group) → the members each policy keeps (its top K per group)", &SubsetTopJob{})
+	jobs.Register("subset-split", "members, reduced by (subset, page_key) → one member table per subset", &SubsetSplitJob{})
+	jobs.Register("subset-diff", "old and new member tables, reduced by page_key → adds and removes per subset", &SubsetDiffJob{})
+	jobs.Register("subset-copy", "member rows, reduced by page_key → the same rows (a member table's new contents)", &MemberCopyJob{})
+}
+
+// memberRow is a member of one subset, before it goes to the subset's table.
+type memberRow struct {
+	Subset  string  `yson:"subset" parquet:"subset"`
+	PageKey string  `yson:"page_key" parquet:"page_key"`
+	Score   float64 `yson:"score" parquet:"score"`
+	Reason  string  `yson:"reason" parquet:"reason"`
+}
+
+// SubsetTopJob is a reducer over policy matches grouped by (subset, group):
+// a policy without top keeps every match, one with top its best K of the
+// group (subsets.TopK, O(K) memory). Output 0 gets memberRow rows.
+type SubsetTopJob struct {
+	Filename string
+	Source   []byte
+}
+
+func (*SubsetTopJob) InputTypes() []any  { return []any{&subsets.Match{}} }
+func (*SubsetTopJob) OutputTypes() []any { return []any{&memberRow{}} }
+
+// Do implements mapreduce.Job.
+func (j *SubsetTopJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
+	set, err := subsets.Parse(j.Filename, j.Source)
+	if err != nil {
+		return err
+	}
+	write := func(subset string, m pillar.SubsetMember) error {
+		return out[0].Write(&memberRow{Subset: subset, PageKey: m.PageKey, Score: m.Score, Reason: m.Reason})
+	}
+	return mapreduce.GroupKeys(in, func(r mapreduce.Reader) error {
+		var tk *subsets.TopK
+		var subset string
+		for r.Next() {
+			var m subsets.Match
+			if err := r.Scan(&m); err != nil {
+				return err
+			}
+			subset = m.Subset
+			if !set.HasTop(m.Subset) {
+				if err := write(m.Subset, m.Member()); err != nil {
+					return err
+				}
+				continue
+			}
+			if tk == nil {
+				if tk, err = set.NewTopK(m.Subset); err != nil {
+					return err
+				}
+			}
+			tk.Push(m)
+		}
+		if tk == nil {
+			return nil
+		}
+		for _, m := range tk.Members() {
+			if err := write(subset, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// SubsetSplitJob is a reducer over memberRow rows sorted by (subset,
+// page_key): each goes to output i, the table of subset Names[i], so every
+// output comes out sorted by page_key.
+type SubsetSplitJob struct {
+	Names []string
+}
+
+func (*SubsetSplitJob) InputTypes() []any  { return []any{&memberRow{}} }
+func (*SubsetSplitJob) OutputTypes() []any { return nil }
+
+// Do implements mapreduce.Job.
+func (j *SubsetSplitJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
+	idx := make(map[string]int, len(j.Names))
+	for i, n := range j.Names {
+		idx[n] = i
+	}
+	for in.Next() {
+		var m memberRow
+		if err := in.Scan(&m); err != nil {
+			return err
+		}
+		i, ok := idx[m.Subset]
+		if !ok {
+			return fmt.Errorf("subsets: member of unknown subset %q", m.Subset)
+		}
+		if err := out[i].Write(&pillar.SubsetMember{PageKey: m.PageKey, Score: m.Score, Reason: m.Reason}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SubsetDiffJob is a reducer over member tables grouped by page_key: input
+// i is the old (Sides[i] = 2·s) or new (2·s+1) generation of subset
+// Names[s]. Each job writes one DiffCount per subset to output 0.
+type SubsetDiffJob struct {
+	Names []string
+	Sides []int
+}
+
+// DiffCount is the number of pages that entered and left one subset (a
+// SubsetDiffJob's summary).
+type DiffCount struct {
+	Subset  string `yson:"subset" parquet:"subset"`
+	Adds    int64  `yson:"adds" parquet:"adds"`
+	Removes int64  `yson:"removes" parquet:"removes"`
+}
+
+func (*SubsetDiffJob) InputTypes() []any  { return []any{&pageHead{}} }
+func (*SubsetDiffJob) OutputTypes() []any { return []any{&DiffCount{}} }
+
+// pageHead projects a row on its page key.
+type pageHead struct {
+	PageKey string `yson:"page_key" parquet:"page_key"`
+}
+
+// Do implements mapreduce.Job.
+func (j *SubsetDiffJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
+	counts := make([]DiffCount, len(j.Names))
+	for i, n := range j.Names {
+		counts[i].Subset = n
+	}
+	in1 := make([]uint8, len(j.Names)) // bit 0: in old, bit 1: in new
+	err := mapreduce.GroupKeys(in, func(r mapreduce.Reader) error {
+		clear(in1)
+		for r.Next() {
+			var h pageHead
+			if err := r.Scan(&h); err != nil {
+				return err
+			}
+			side := j.Sides[r.TableIndex()]
+			in1[side/2] |= 1 << (side % 2)
+		}
+		for i, b := range in1 {
+			switch b {
+			case 1:
+				counts[i].Removes++
+			case 2:
+				counts[i].Adds++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := range counts {
+		if err := out[0].Write(&counts[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MemberCopyJob copies member rows to output 0.
+type MemberCopyJob struct{}
+
+func (*MemberCopyJob) InputTypes() []any  { return []any{&pillar.SubsetMember{}} }
+func (*MemberCopyJob) OutputTypes() []any { return []any{&pillar.SubsetMember{}} }
+
+// Do implements mapreduce.Job.
+func (*MemberCopyJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
+	for in.Next() {
+		var m pillar.SubsetMember
+		if err := in.Scan(&m); err != nil {
+			return err
+		}
+		if err := out[0].Write(&m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SubsetEvalJob is a reducer over (grouped by page_key) input 0 docs and
@@ -197,51 +377,26 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 		return nil, err
 	}
 
-	// Top-K and membership, per subset (in memory: members are small rows).
-	sn, err = st.Snapshot(ctx)
+	// Top-K and membership, per subset: two reduces on the runner (by
+	// subset and group, then by subset and page) into one scratch table per
+	// subset, committed; then the enter/leave counts against the current
+	// generations, a third reduce. The driver holds counts only.
+	names := set.Names()
+	newTable := func(name string) string { return scratch + "/members/" + name }
+	sizes, diffs, err := computeMembers(ctx, st, opts, set, matchesTable, scratch, newTable)
 	if err != nil {
-		return nil, err
-	}
-	var matches []subsets.Match
-	err = eachRow(ctx, sn, matchesTable, false, func(m *subsets.Match) error {
-		matches = append(matches, *m)
-		return nil
-	})
-	sn.Release()
-	if err != nil {
-		return nil, err
-	}
-	members := map[string][]pillar.SubsetMember{}
-	for _, name := range set.Names() {
-		ms, err := set.Members(name, matches)
-		if err != nil {
-			return nil, err
-		}
-		members[name] = ms
+		return nil, fmt.Errorf("subsets recompute: %w", err)
 	}
 
 	// Pass 2 (when something is published): the records of the new exported
-	// membership, from scratch tables.
+	// membership.
 	var desired, skipped string
 	if pub != nil {
-		tx, err := st.Begin(ctx)
-		if err != nil {
-			return nil, err
-		}
 		var memberTables []string
-		for _, name := range set.Names() {
-			if !set.Exported(name) {
-				continue
+		for _, name := range names {
+			if set.Exported(name) {
+				memberTables = append(memberTables, newTable(name))
 			}
-			t := scratch + "/members/" + name
-			if err := writeMembers(ctx, tx, t, members[name]); err != nil {
-				tx.Abort()
-				return nil, err
-			}
-			memberTables = append(memberTables, t)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return nil, err
 		}
 		desired, skipped = scratch+"/desired", scratch+"/skipped"
 		if err := computeDesired(ctx, st, opts, *pub, memberTables, desired, skipped, opts.encoding()); err != nil {
@@ -267,29 +422,14 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 		if err != nil && !errors.Is(err, pillar.ErrNotFound) {
 			return nil, err
 		}
-		old, err := readMembers(ctx, tx, pillar.SubsetTable(name))
-		if err != nil {
-			return nil, err
-		}
-		changes, err := subsets.Diff(name, old, members[name])
-		if err != nil {
-			return nil, err
-		}
-		var adds, removes int
-		for _, c := range changes {
-			switch c.Kind {
-			case subsets.Enter:
-				adds++
-			case subsets.Leave:
-				removes++
-			}
-		}
+		adds, removes := int(diffs[name].Adds), int(diffs[name].Removes)
+		size := sizes[name]
 		gen := meta.Generation + 1
 		// Keep the previous generation in history (its own table), drop
 		// generations beyond the policy's history.
 		keep := max(set.History(name), 1)
 		hist := append([]SubsetGen(nil), meta.History...)
-		hist = append(hist, SubsetGen{Generation: gen, Table: pillar.SubsetTable(name), Size: int64(len(members[name])),
+		hist = append(hist, SubsetGen{Generation: gen, Table: pillar.SubsetTable(name), Size: size,
 			Adds: int64(adds), Removes: int64(removes), AsOf: asOf.UTC(), At: now, Exported: set.Exported(name)})
 		for i := range hist[:len(hist)-1] {
 			hist[i].Table = historyTable(name, hist[i].Generation)
@@ -303,19 +443,19 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 			hist = hist[1:]
 		}
 		if meta.Generation > 0 && len(hist) >= 2 {
-			if err := writeMembers(ctx, tx, historyTable(name, meta.Generation), old); err != nil {
+			if err := copyMembers(ctx, tx, opts, pillar.SubsetTable(name), historyTable(name, meta.Generation)); err != nil {
 				return nil, err
 			}
 		}
-		if err := writeMembers(ctx, tx, pillar.SubsetTable(name), members[name]); err != nil {
+		if err := copyMembers(ctx, tx, opts, newTable(name), pillar.SubsetTable(name)); err != nil {
 			return nil, err
 		}
 		meta = SubsetMeta{Name: name, Exported: set.Exported(name), Table: pillar.SubsetTable(name), Generation: gen,
-			Size: int64(len(members[name])), AsOf: asOf.UTC(), Fingerprint: set.Fingerprint(name), History: hist}
+			Size: size, AsOf: asOf.UTC(), Fingerprint: set.Fingerprint(name), History: hist}
 		if err := tx.SetAttr(ctx, AttrSubsetPrefix+name, meta); err != nil {
 			return nil, err
 		}
-		res.Subsets = append(res.Subsets, SubsetSummary{Name: name, Exported: meta.Exported, Generation: gen, Size: len(members[name]), Adds: adds, Removes: removes})
+		res.Subsets = append(res.Subsets, SubsetSummary{Name: name, Exported: meta.Exported, Generation: gen, Size: int(size), Adds: adds, Removes: removes})
 	}
 	// Subsets the file no longer defines stop being exported.
 	attrs, err := tx.Attrs(ctx)
@@ -352,8 +492,131 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 	return res, nil
 }
 
-func writeMembers(ctx context.Context, tx pillar.Tx, table string, rows []pillar.SubsetMember) error {
-	return writeRows(ctx, tx, table, rows, "page_key")
+// computeMembers turns the committed matches into one scratch member table
+// per subset (newTable(name)), sorted by page_key, committed on their own,
+// and returns each subset's size and its enter/leave counts against its
+// current generation.
+func computeMembers(ctx context.Context, st pillar.Store, opts Options, set *subsets.Set, matches, scratch string, newTable func(string) string) (map[string]int64, map[string]DiffCount, error) {
+	names := set.Names()
+	selected := scratch + "/selected"
+	tx, err := st.Begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tx.Abort()
+	base := jobs.Op{Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit, Progress: opts.Progress, Logger: opts.Logger}
+	top := base
+	top.Title, top.Inputs = "subsets top-k", []string{matches}
+	top.Outputs = []jobs.Output{{Table: selected, RowType: memberRow{}}}
+	top.ReduceBy = []string{"subset", "group"}
+	if err := opts.Runner.Reduce(ctx, &SubsetTopJob{Filename: set.Filename(), Source: set.Source()}, &top); err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, nil, err
+	}
+	if tx, err = st.Begin(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer tx.Abort()
+	split := base
+	split.Tx = tx
+	split.Title, split.Inputs = "subsets members", []string{selected}
+	for _, n := range names {
+		split.Outputs = append(split.Outputs, jobs.Output{Table: newTable(n), RowType: pillar.SubsetMember{}, SortedBy: []string{"page_key"}})
+	}
+	split.ReduceBy = []string{"subset", "page_key"}
+	if err := opts.Runner.Reduce(ctx, &SubsetSplitJob{Names: names}, &split); err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, nil, err
+	}
+	// A subset with no members may have no table yet: give it an empty one.
+	if tx, err = st.Begin(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer tx.Abort()
+	sizes := map[string]int64{}
+	var inputs []string
+	var sides []int
+	created := false
+	for i, n := range names {
+		ti, err := tx.Table(ctx, newTable(n))
+		switch {
+		case errors.Is(err, pillar.ErrNotFound):
+			if err := writeRows[pillar.SubsetMember](ctx, tx, newTable(n), nil, "page_key"); err != nil {
+				return nil, nil, err
+			}
+			created = true
+		case err != nil:
+			return nil, nil, err
+		default:
+			sizes[n] = ti.Rows
+			inputs, sides = append(inputs, newTable(n)), append(sides, 2*i+1)
+		}
+		if _, err := tx.Table(ctx, pillar.SubsetTable(n)); err == nil {
+			inputs, sides = append(inputs, pillar.SubsetTable(n)), append(sides, 2*i)
+		}
+	}
+	if created {
+		if err := tx.Commit(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	diffs := map[string]DiffCount{}
+	if len(inputs) == 0 {
+		return sizes, diffs, nil
+	}
+	counts := scratch + "/diff-counts"
+	if tx, err = st.Begin(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer tx.Abort()
+	diff := base
+	diff.Tx = tx
+	diff.Title, diff.Inputs = "subsets diff", inputs
+	diff.Outputs = []jobs.Output{{Table: counts, RowType: DiffCount{}}}
+	diff.ReduceBy = []string{"page_key"}
+	if err := opts.Runner.Reduce(ctx, &SubsetDiffJob{Names: names, Sides: sides}, &diff); err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, nil, err
+	}
+	sn, err := st.Snapshot(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sn.Release()
+	err = eachRow(ctx, sn, counts, true, func(c *DiffCount) error {
+		d := diffs[c.Subset]
+		d.Subset, d.Adds, d.Removes = c.Subset, d.Adds+c.Adds, d.Removes+c.Removes
+		diffs[c.Subset] = d
+		return nil
+	})
+	return sizes, diffs, err
+}
+
+// copyMembers replaces the member table to with the rows of from, inside
+// tx: a reduce on the runner, sorted by page_key.
+func copyMembers(ctx context.Context, tx pillar.Tx, opts Options, from, to string) error {
+	if _, err := tx.Table(ctx, from); errors.Is(err, pillar.ErrNotFound) {
+		return writeRows[pillar.SubsetMember](ctx, tx, to, nil, "page_key")
+	}
+	op := &jobs.Op{Title: "subsets copy " + to, Inputs: []string{from},
+		Outputs:  []jobs.Output{{Table: to, RowType: pillar.SubsetMember{}, SortedBy: []string{"page_key"}}},
+		ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
+		Progress: opts.Progress, Logger: opts.Logger}
+	if err := opts.Runner.Reduce(ctx, &MemberCopyJob{}, op); err != nil {
+		return fmt.Errorf("write %s: %w", to, err)
+	}
+	// An empty source gives no rows and maybe no output table: make sure
+	// the target is replaced even then.
+	if ti, err := tx.Table(ctx, from); err == nil && ti.Rows == 0 {
+		return writeRows[pillar.SubsetMember](ctx, tx, to, nil, "page_key")
+	}
+	return nil
 }
 
 func readMembers(ctx context.Context, sn pillar.Snapshot, table string) ([]pillar.SubsetMember, error) {
