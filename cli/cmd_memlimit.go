@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"runtime/debug"
 
 	"github.com/urfave/cli/v2"
 )
@@ -14,9 +16,26 @@ import (
 var memoryLimitFlag = &cli.StringFlag{Name: "memory-limit",
 	Usage: "memory for sorts and buffers before spilling, e.g. 64MiB, 2GiB, or bytes (default: 512MiB for operations, 64MiB for ingest's page spill)",
 	Action: func(c *cli.Context, v string) error {
-		_, err := memoryLimit(c)
+		n, err := memoryLimit(c)
+		if err == nil && n > 0 {
+			setRuntimeLimit(n)
+		}
 		return err
 	}}
+
+// setRuntimeLimit gives the Go runtime a soft memory limit that follows
+// --memory-limit: the sorts hold up to the limit, the writers, readers and
+// job batches about as much again at most, plus a fixed allowance for the
+// runtime and cgo. Without it the collector lets the heap grow to twice the
+// live data (GOGC=100) before it runs, so a process bounded at 64 MiB of
+// sort buffers would still reach ~300 MB. GOMEMLIMIT in the environment
+// wins.
+func setRuntimeLimit(n int64) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetMemoryLimit(2*n + 64<<20)
+}
 
 // memoryLimit parses --memory-limit; 0 when unset (the default applies).
 // The flag's Action has already refused a bad value.

@@ -131,6 +131,8 @@ type rowWriter struct {
 	rows   int64
 	err    error // first error; every later call returns it
 	closed bool
+	// flushed is the writer's size after its last flushed row group.
+	flushed int64
 }
 
 func (w *rowWriter) Write(row any) error {
@@ -151,8 +153,23 @@ func (w *rowWriter) Write(row any) error {
 		return w.err
 	}
 	w.rows++
+	// A row group is buffered whole until it is flushed: bound it by bytes
+	// too (8192 rows of 50 KB records would be 400 MB per open writer).
+	if w.rows&63 == 0 {
+		if size := w.w.Size(); size-w.flushed > maxRowGroupBytes {
+			if err := w.w.Flush(); err != nil {
+				w.err = fmt.Errorf("local store: table %q row %d: %w", w.table, w.rows, err)
+				return w.err
+			}
+			w.flushed = w.w.Size()
+		}
+	}
 	return nil
 }
+
+// maxRowGroupBytes bounds the (uncompressed) rows a writer buffers before it
+// flushes a row group.
+const maxRowGroupBytes = 8 << 20
 
 func (w *rowWriter) Close() error {
 	if w.closed {

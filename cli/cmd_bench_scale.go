@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/pillarkit/pillar/internal/scalebench"
+)
+
+func benchScaleCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "scale",
+		Usage: "corpus-scale benchmark: peak RSS, pages/s and bytes written per pipeline step against N",
+		Description: `For each page size (--sizes) and corpus size (--n), generates N synthetic HTML pages and
+runs the full round — ingest → backfill rechunk → backfill embed → subsets recompute →
+publish → export — then the incremental round: edit --edit-fraction of the pages,
+re-ingest them, rechunk, embed and publish (the queue is then ready for Lorry).
+
+Every step is a child process of this binary at --memory-limit, so its peak RSS is the
+child's own (ru_maxrss). Writes results.md (table and targets), results.json and plots
+(rss-<size>.png, rate-<size>.png, bytes-<size>.png) to --out, and prints the table.
+--big adds N = 1,000,000 with the smallest page size.
+
+Examples:
+   pillar bench scale --out bench-out/scale
+   pillar bench scale --out /tmp/scale --n 2000,8000 --sizes 4KB      # quick look
+   pillar bench scale --out bench-out/scale --big`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Value: "bench-out/scale", Usage: "folder for results.md, results.json and the plots"},
+			&cli.StringFlag{Name: "data", Usage: "working folder for corpora and stores (default: a temporary folder, removed afterwards)"},
+			&cli.StringFlag{Name: "n", Value: "10000,40000,160000", Usage: "comma-separated corpus sizes"},
+			&cli.StringFlag{Name: "sizes", Value: "4KB,20KB", Usage: "comma-separated page sizes (bytes of HTML)"},
+			&cli.BoolFlag{Name: "big", Usage: "also run N = 1,000,000 with the smallest page size"},
+			&cli.StringFlag{Name: "memory-limit", Value: "64MiB", Usage: "--memory-limit of every step"},
+			&cli.Float64Flag{Name: "edit-fraction", Value: 0.001, Usage: "fraction of the pages edited in the incremental round"},
+			&cli.IntFlag{Name: "workers", Usage: "--workers of every step (default: all CPUs)"},
+			&cli.IntFlag{Name: "partitions", Value: 16, Usage: "partitions of the stores"},
+			&cli.BoolFlag{Name: "keep", Usage: "keep each round's corpus and store under --data"},
+		},
+		Action: func(c *cli.Context) error {
+			opts := scalebench.Options{Data: c.String("data"), MemoryLimit: c.String("memory-limit"),
+				EditFraction: c.Float64("edit-fraction"), Workers: c.Int("workers"), Partitions: c.Int("partitions"), Log: os.Stderr, Keep: c.Bool("keep")}
+			if _, err := parseBytes(opts.MemoryLimit); err != nil {
+				return fmt.Errorf("--memory-limit: %w", err)
+			}
+			for _, f := range strings.Split(c.String("n"), ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || n < 1 {
+					return fmt.Errorf("--n: %q is not a page count", f)
+				}
+				opts.Ns = append(opts.Ns, n)
+			}
+			for _, f := range strings.Split(c.String("sizes"), ",") {
+				b, err := parseBytes(strings.NewReplacer("KB", "KiB", "MB", "MiB").Replace(strings.TrimSpace(f)))
+				if err != nil || b < 512 {
+					return fmt.Errorf("--sizes: %q is not a page size of at least 512 bytes", f)
+				}
+				opts.Sizes = append(opts.Sizes, int(b))
+			}
+			rep, err := scalebench.Run(c.Context, opts)
+			if c.Bool("big") && err == nil {
+				big := opts
+				big.Ns, big.Sizes = []int{1_000_000}, opts.Sizes[:1]
+				var more *scalebench.Report
+				more, err = scalebench.Run(c.Context, big)
+				if more != nil {
+					rep.Steps = append(rep.Steps, more.Steps...)
+					rep.Load = append(rep.Load, more.Load...)
+				}
+				rep.Reevaluate()
+			}
+			if rep != nil && len(rep.Steps) > 0 {
+				if werr := rep.Write(c.String("out")); werr != nil && err == nil {
+					err = werr
+				}
+				fmt.Print(rep.Markdown())
+			}
+			return err
+		},
+	}
+}

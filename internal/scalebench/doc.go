@@ -1,0 +1,23 @@
+// Package scalebench is the corpus-scale benchmark behind `pillar bench
+// scale` (make bench-scale): it generates N synthetic HTML pages of a given
+// size, runs the full round (ingest → rechunk → embed → subsets recompute →
+// publish → export) and then the incremental round (edit a fraction of the
+// pages, re-ingest them, rechunk, embed, publish: the queue is then ready for
+// Lorry), for each N and page size, and reports per step the peak RSS, the
+// pages per second and the bytes written.
+//
+// Measurement:
+//   - Every step is its own child process (the pillar binary, with the
+//     benchmark's --memory-limit), so its peak RSS is the child's
+//     ru_maxrss from wait4 — the whole process, Go runtime and cgo
+//     included, not a heap estimate.
+//   - Bytes written are the sizes of the files the step created or changed
+//     in the store (and the export folder), found by comparing the folders'
+//     listings before and after; I/O written is the child's ru_oublock ×
+//     512 (spill files included).
+//   - Pages per second: the pages the step handled (all of them in the full
+//     round, the edited ones in the incremental round) over its wall time.
+//
+// The harness is a driver of CLI commands: it links none of the component
+// packages, so what it measures is what a user runs.
+package scalebench

@@ -1,0 +1,212 @@
+package scalebench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// The targets of the corpus-scale issue.
+const (
+	maxRSS         = 300 << 20 // every step, every N
+	rssGrowth      = 1.2       // peak at the largest N over the smallest
+	rateKeep       = 0.8       // pages/s at the largest N over the smallest
+	incrTimeShare  = 0.05      // incremental round over the full round, time
+	incrBytesShare = 0.02      // and bytes written
+)
+
+func (r *Report) find(size, n int, round, name string) *Step {
+	for i := range r.Steps {
+		s := &r.Steps[i]
+		if s.Size == size && s.N == n && s.Round == round && s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// roundTotals sums a round's seconds and store bytes.
+func (r *Report) roundTotals(size, n int, round string) (secs float64, bytes int64, ok bool) {
+	for _, s := range r.Steps {
+		if s.Size == size && s.N == n && s.Round == round {
+			secs += s.Seconds
+			bytes += s.StoreBytes
+			ok = true
+		}
+	}
+	return
+}
+
+func (r *Report) ns(size int) []int {
+	var out []int
+	for _, s := range r.Steps {
+		if s.Size == size && !slices.Contains(out, s.N) {
+			out = append(out, s.N)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (r *Report) stepNames(round string) []string {
+	var out []string
+	for _, s := range r.Steps {
+		if s.Round == round && !slices.Contains(out, s.Name) {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+func (r *Report) evaluate() {
+	r.Checks = nil
+	add := func(target, value string, pass bool) { r.Checks = append(r.Checks, Check{target, value, pass}) }
+	for _, size := range r.Options.Sizes {
+		ns := r.ns(size)
+		if len(ns) == 0 {
+			continue
+		}
+		sz := sizeName(size)
+		worst, where := int64(0), ""
+		for _, s := range r.Steps {
+			if s.Size == size && s.MaxRSS > worst {
+				worst, where = s.MaxRSS, fmt.Sprintf("%s %s at N=%d", s.Round, s.Name, s.N)
+			}
+		}
+		add(fmt.Sprintf("%s: peak RSS of every step ≤ 300 MB at every N", sz), fmt.Sprintf("worst %d MB (%s)", worst>>20, where), worst <= maxRSS)
+		lo, hi := ns[0], ns[len(ns)-1]
+		if lo == hi {
+			continue
+		}
+		for _, name := range r.stepNames("full") {
+			a, b := r.find(size, lo, "full", name), r.find(size, hi, "full", name)
+			if a == nil || b == nil {
+				continue
+			}
+			g := float64(b.MaxRSS) / float64(max(a.MaxRSS, 1))
+			add(fmt.Sprintf("%s %s: peak RSS at N=%d ≤ 1.2 × at N=%d", sz, name, hi, lo), fmt.Sprintf("%d vs %d MB (%.2f×)", b.MaxRSS>>20, a.MaxRSS>>20, g), g <= rssGrowth)
+			k := b.PagesPerSec() / max(a.PagesPerSec(), 1e-9)
+			add(fmt.Sprintf("%s %s: pages/s at N=%d ≥ 0.8 × at N=%d", sz, name, hi, lo), fmt.Sprintf("%.0f vs %.0f (%.2f×)", b.PagesPerSec(), a.PagesPerSec(), k), k >= rateKeep)
+		}
+		fs, fb, ok1 := r.roundTotals(size, hi, "full")
+		is, ib, ok2 := r.roundTotals(size, hi, "incremental")
+		if ok1 && ok2 {
+			add(fmt.Sprintf("%s N=%d: incremental round time ≤ 5%% of the full round", sz, hi), fmt.Sprintf("%.1f s of %.1f s (%.1f%%)", is, fs, 100*is/fs), is <= incrTimeShare*fs)
+			add(fmt.Sprintf("%s N=%d: incremental round bytes written ≤ 2%% of the full round", sz, hi), fmt.Sprintf("%s of %s (%.1f%%)", human(ib), human(fb), 100*float64(ib)/float64(max(fb, 1))), float64(ib) <= incrBytesShare*float64(fb))
+		}
+	}
+}
+
+// Markdown renders the table and the targets.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	o := r.Options
+	fmt.Fprintf(&b, "# pillar bench scale\n\nEvery step a child process at `--memory-limit %s`; chunker `%s`, model `%s`, %d partitions, %.1f%% of the pages edited in the incremental round. Started %s.\n\n",
+		o.MemoryLimit, o.Chunker, o.Model, o.Partitions, 100*o.EditFraction, r.Started.Format("2006-01-02 15:04 UTC"))
+	b.WriteString("Machine load before each round: " + strings.Join(r.Load, "; ") + ".\n\n")
+	b.WriteString("| pages | N | round | step | pages | seconds | pages/s | peak RSS MB | store bytes written | I/O written |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range r.Steps {
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %d | %.1f | %.0f | %d | %s | %s |\n", sizeName(s.Size), s.N, s.Round, s.Name, s.Pages, s.Seconds, s.PagesPerSec(), s.MaxRSS>>20, human(s.StoreBytes), human(s.IOBytes))
+	}
+	b.WriteString("\n| target | measured | holds |\n|---|---|---|\n")
+	for _, c := range r.Checks {
+		mark := "yes"
+		if !c.Pass {
+			mark = "**no**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", c.Target, c.Value, mark)
+	}
+	return b.String()
+}
+
+// Write saves results.md, results.json and the plots (rss-<size>.png,
+// rate-<size>.png, bytes-<size>.png) under dir.
+func (r *Report) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("scalebench: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.Markdown()), 0o644); err != nil {
+		return fmt.Errorf("scalebench: %w", err)
+	}
+	js, err := json.MarshalIndent(struct {
+		MemoryLimit string
+		Steps       []Step
+		Load        []string
+		Checks      []Check
+	}{r.Options.MemoryLimit, r.Steps, r.Load, r.Checks}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("scalebench: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), js, 0o644); err != nil {
+		return fmt.Errorf("scalebench: %w", err)
+	}
+	for _, size := range r.Options.Sizes {
+		if len(r.ns(size)) == 0 {
+			continue
+		}
+		for _, m := range []struct {
+			file, title, y string
+			val            func(Step) float64
+		}{
+			{"rss", "peak RSS per step", "MB", func(s Step) float64 { return float64(s.MaxRSS) / (1 << 20) }},
+			{"rate", "pages per second per step", "pages/s", Step.PagesPerSec},
+			{"bytes", "store bytes written per step", "MB", func(s Step) float64 { return float64(s.StoreBytes) / (1 << 20) }},
+		} {
+			if err := r.plot(filepath.Join(dir, fmt.Sprintf("%s-%s.png", m.file, sizeName(size))), size, m.title, m.y, m.val); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Report) plot(path string, size int, title, ylabel string, val func(Step) float64) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s (%s pages, --memory-limit %s)", title, sizeName(size), r.Options.MemoryLimit)
+	p.X.Label.Text = "N (pages in the corpus)"
+	p.Y.Label.Text = ylabel
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top = true
+	i := 0
+	for _, round := range []string{"full", "incremental"} {
+		for _, name := range r.stepNames(round) {
+			var pts plotter.XYs
+			for _, n := range r.ns(size) {
+				if s := r.find(size, n, round, name); s != nil {
+					pts = append(pts, plotter.XY{X: float64(n), Y: val(*s)})
+				}
+			}
+			if len(pts) == 0 {
+				continue
+			}
+			l, sc, err := plotter.NewLinePoints(pts)
+			if err != nil {
+				return fmt.Errorf("scalebench: plot: %w", err)
+			}
+			l.Color, sc.Color = plotutil.Color(i), plotutil.Color(i)
+			if round == "incremental" {
+				l.Dashes = plotutil.Dashes(1)
+			}
+			p.Add(l, sc)
+			p.Legend.Add(round+" "+name, l, sc)
+			i++
+		}
+	}
+	if err := p.Save(9*vg.Inch, 5.5*vg.Inch, path); err != nil {
+		return fmt.Errorf("scalebench: plot %s: %w", path, err)
+	}
+	return nil
+}
+
+// Reevaluate recomputes the checks after steps were added (e.g. a --big run
+// appended to the report).
+func (r *Report) Reevaluate() { r.evaluate() }
