@@ -56,3 +56,4 @@ chaos: build tools
 	  echo "=== pillar chaos --seed $$s --duration $${CHAOS_DURATION:-5m}"; \
 	  PILLAR_VERSITYGW=$(BIN)/versitygw $(BIN)/pillar chaos --seed $$s --duration $${CHAOS_DURATION:-5m} || exit 1; \
 	done
+bench-scale: build ; $(BIN)/pillar bench scale --out bench-out/scale $(BENCH_SCALE_FLAGS)
