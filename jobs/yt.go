@@ -218,23 +218,45 @@ func NewYT(yc yt.Client, opts *YTOptions) (*YT, error) {
 	return &YT{yc: yc, opts: o}, nil
 }
 
-// createOutputs creates every output table of op that does not exist,
-// with its parent folders, in tx. The SDK creates missing output tables of
-// a map, reduce or map_reduce without Recursive (mapreduce/prepare.go,
-// createOutputTable), so an output under a folder that does not exist yet
-// ("backfill-pending/chunks/<cv>", "tmp/recompute-…/matches") would fail
-// the start; and it does not create a sort's output at all (it is
-// OutputTablePath, not OutputTablePaths), while YTsaurus requires output
-// tables to exist.
+// createOutputs creates every output table of op that does not exist in
+// tx, and its parent folders outside any transaction. The SDK creates
+// missing output tables of a map, reduce or map_reduce without Recursive
+// (mapreduce/prepare.go, createOutputTable), so an output under a folder
+// that does not exist yet ("backfill-pending/chunks/<cv>",
+// "tmp/recompute-…/matches") would fail the start; and it does not create
+// a sort's output at all (OutputTablePath is not among OutputTablePaths),
+// while YTsaurus requires output tables to exist. The folders are created
+// outside tx because creating a node takes a shared lock on its parent's
+// child key until the transaction ends: two backfills creating
+// "backfill-pending" in their own transactions would refuse each other
+// (code 402). An empty folder left by a failed run is harmless.
 func (y *YT) createOutputs(ctx context.Context, tx yt.Tx, op *Op) error {
 	if y.skipCreateOutputs {
 		return nil
 	}
 	for _, o := range op.Outputs {
 		p := y.opts.TablePath(o.Table)
-		if _, err := tx.CreateNode(ctx, p, yt.NodeTable, &yt.CreateNodeOptions{Recursive: true, IgnoreExisting: true}); err != nil {
+		if err := y.createFolder(ctx, p); err != nil {
+			return err
+		}
+		if _, err := tx.CreateNode(ctx, p, yt.NodeTable, &yt.CreateNodeOptions{IgnoreExisting: true}); err != nil {
 			return fmt.Errorf("create output table %s: %w", p, err)
 		}
+	}
+	return nil
+}
+
+// createFolder creates the folder holding p (with its parents) outside any
+// transaction, unless it exists.
+func (y *YT) createFolder(ctx context.Context, p ypath.Path) error {
+	dir := string(p)
+	i := strings.LastIndex(dir, "/")
+	if i <= 1 {
+		return nil
+	}
+	dir = dir[:i]
+	if _, err := y.yc.CreateNode(ctx, ypath.Path(dir), yt.NodeMap, &yt.CreateNodeOptions{Recursive: true, IgnoreExisting: true}); err != nil {
+		return fmt.Errorf("create folder %s: %w", dir, err)
 	}
 	return nil
 }
@@ -379,7 +401,10 @@ func (y *YT) sortInputs(ctx context.Context, mr mapreduce.Client, tx yt.Tx, s *s
 			continue
 		}
 		tmp := y.opts.TmpDir.Child(guid.New().String())
-		if _, err := tx.CreateNode(ctx, tmp, yt.NodeTable, &yt.CreateNodeOptions{Recursive: true}); err != nil {
+		if err := y.createFolder(ctx, tmp); err != nil {
+			return nil, err
+		}
+		if _, err := tx.CreateNode(ctx, tmp, yt.NodeTable, nil); err != nil {
 			return nil, fmt.Errorf("temporary table for %s: %w", p, err)
 		}
 		temps = append(temps, tmp)

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -507,4 +508,53 @@ func dumpStore(t *testing.T, st pillar.Store) map[string]string {
 		out[fmt.Sprintf("queue %d", p)] = strings.Join(lines, "\n")
 	}
 	return out
+}
+
+// TestConcurrentBackfillsOnYT: two backfills of different chunk versions
+// at once. Each runs its operations in its own store transaction; the
+// folders their outputs share (backfill-pending/, chunks/) must not make
+// one transaction's lock refuse the other (a shared lock on the parent's
+// child key, taken when a transaction creates the folder, would).
+func TestConcurrentBackfillsOnYT(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	ctx := context.Background()
+	b := ytBackend(t, nil)
+	pages := t.TempDir()
+	writePages(t, pages, 12, "")
+	if _, err := ingest.Run(ctx, b.store, ingest.Options{From: pages}); err != nil {
+		t.Fatal(err)
+	}
+	specs := []string{"tokens:size=40,overlap=8", "tokens:size=64,overlap=4"}
+	errs := make(chan error, len(specs))
+	// Start both slices' transactions before either commits: a runner
+	// that holds the first one's operation open until the second started.
+	var started sync.WaitGroup
+	started.Add(len(specs))
+	for _, sp := range specs {
+		go func() {
+			r := &barrierRunner{Runner: b.runner, wg: &started}
+			_, err := pipeline.Rechunk(ctx, b.store, sp, pipeline.Options{Runner: r, SlicePages: 100})
+			errs <- err
+		}()
+	}
+	for range specs {
+		if err := <-errs; err != nil {
+			t.Fatalf("concurrent backfills: %v", err)
+		}
+	}
+}
+
+// barrierRunner runs its first Map only once every runner sharing wg has
+// got to its first Map.
+type barrierRunner struct {
+	jobs.Runner
+	wg   *sync.WaitGroup
+	once sync.Once
+}
+
+func (r *barrierRunner) Map(ctx context.Context, m mapreduce.Job, op *jobs.Op) error {
+	r.once.Do(func() { r.wg.Done(); r.wg.Wait() })
+	return r.Runner.Map(ctx, m, op)
 }

@@ -372,3 +372,20 @@ func TestOperationsWithoutJobs(t *testing.T) {
 		t.Fatal("operations left running")
 	}
 }
+
+func TestFormats(t *testing.T) {
+	type fmtAttrs struct {
+		Format string `yson:"format,attr"`
+		Name   string `yson:",value"`
+	}
+	for _, ok := range []any{nil, "yson", fmtAttrs{Format: "binary", Name: "yson"}} {
+		if err := formatOK(ok); err != nil {
+			t.Errorf("format %v refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []any{"json", fmtAttrs{Format: "x", Name: "skiff"}, map[string]any{"name": "dsv"}} {
+		if err := formatOK(bad); err == nil {
+			t.Errorf("format %v accepted: the fake speaks YSON only", bad)
+		}
+	}
+}

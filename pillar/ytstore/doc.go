@@ -82,6 +82,13 @@
 //
 // What YTsaurus checks that the embedded store does not: rows written
 // under WriteOptions.SortedBy must be sorted (the write fails otherwise),
-// and an operation that appends unsorted rows to a table with a sorted
-// schema fails. The job binary: see jobs/cmd/pillar-job and docs/ytsaurus.md.
+// also across the writers of one table and after the rows an append keeps
+// (the ordered merge at commit fails with a sort order violation), and an
+// operation that appends unsorted rows to a table with a sorted schema
+// fails. Schemas are strict (SchemaFor): a column of a nil-able Go type
+// ([]byte, slices, maps, pointers) is optional, every other one required.
+// The tests run the store on the FAKE cluster jobs/ytfake, which enforces
+// these rules, the implicit locks and their conflicts (a lock conflict
+// becomes ErrConflict through conflictErr) and transaction timeouts. The
+// job binary: see jobs/cmd/pillar-job and docs/ytsaurus.md.
 package ytstore

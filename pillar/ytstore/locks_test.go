@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.ytsaurus.tech/yt/go/ypath"
+	"go.ytsaurus.tech/yt/go/yterrors"
 
 	"github.com/pillarkit/pillar/jobs"
 	"github.com/pillarkit/pillar/jobs/ytfake"
@@ -119,5 +120,32 @@ func writeDocs(t *testing.T, tx pillar.Tx, keys ...string) {
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSortedWritersMustNotInterleave: two writers of one table claiming
+// SortedBy whose rows interleave fail the commit with YTsaurus's sort
+// order violation (the ordered merge into the sorted schema), and nothing
+// lands; the embedded store trusts the claim (pillar.WriteOptions).
+func TestSortedWritersMustNotInterleave(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newFakeStore(t)
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeDocs(t, tx, "b", "d")
+	writeDocs(t, tx, "a", "c")
+	err = tx.Commit(ctx)
+	if !yterrors.ContainsErrorCode(err, yterrors.CodeSortOrderViolation) {
+		t.Fatalf("interleaved sorted writers: %v; want a sort order violation", err)
+	}
+	sn, err := s.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Release()
+	if _, err := sn.Table(ctx, "docs"); !errors.Is(err, pillar.ErrNotFound) {
+		t.Fatalf("docs after the refused commit: %v", err)
 	}
 }
