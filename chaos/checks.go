@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/lorry"
 )
 
@@ -128,10 +129,18 @@ func (r *run) checkChain(ctx context.Context) {
 					bad = append(bad, fmt.Sprintf("partition %d: batch %s registered twice", p, b.Manifest.ID))
 				}
 				ids[b.Manifest.ID] = true
-				var pp int
-				var first, last int64
-				if _, err := fmt.Sscanf(b.Manifest.Source, "lorry:p%d:%d-%d", &pp, &first, &last); err != nil || pp != p {
-					bad = append(bad, fmt.Sprintf("partition %d: batch %s: source %q", p, b.Manifest.ID, b.Manifest.Source))
+				if isCorruptBatch(b) {
+					// Not Lorry's: injected by FaultCorruptObject, and
+					// repaired by retracting it.
+					if b.Retracted == "" {
+						bad = append(bad, fmt.Sprintf("partition %d: corrupt batch %s (seq %d) was not retracted", p, b.Manifest.ID, b.Seq))
+					}
+					continue
+				}
+				// The queue range travels in the manifest's typed fields.
+				first, last := b.Manifest.QueueFirst, b.Manifest.QueueEnd-1
+				if b.Manifest.Partition != p || b.Manifest.Kind != batch.KindDelta || b.Manifest.QueueEnd <= b.Manifest.QueueFirst {
+					bad = append(bad, fmt.Sprintf("partition %d: batch %s: %s of partition %d, queue range [%d,%d)", p, b.Manifest.ID, b.Manifest.Kind, b.Manifest.Partition, b.Manifest.QueueFirst, b.Manifest.QueueEnd))
 					continue
 				}
 				switch {
@@ -166,6 +175,9 @@ func (r *run) checkChain(ctx context.Context) {
 		}
 	}
 	r.sum.Batches = batches
+	// A replica that applied a corrupt batch (instead of refusing it) lost
+	// data or served garbage: the chain check fails with it.
+	bad = append(bad, r.sum.CorruptApplied...)
 	n := len(bad)
 	if len(bad) > maxViolationsPer {
 		bad = bad[:maxViolationsPer]

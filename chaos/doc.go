@@ -16,7 +16,11 @@
 // in UpdatedAtMs, so every value read names the commit that wrote it.
 // Readers read through the hedging router and from each node directly. The
 // fault schedule comes from Schedule(seed, …): every kind once, then seeded
-// picks, one fault at a time, each healed before the next.
+// picks, one fault at a time, each healed before the next. The
+// corrupt-object fault registers a batch whose SST is damaged while its
+// manifest's size and SHA-256 match (a file corrupted before it was hashed);
+// replicas must refuse it before ingest, and its heal retracts it (the
+// documented repair), after which its partition moves on.
 //
 // When the phase ends every fault is healed, every process is running, and
 // Run waits until Lorry delivered the whole queue and every replica applied

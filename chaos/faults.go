@@ -130,6 +130,8 @@ func (r *run) inject(f Fault) (func() error, error) {
 			n.s3.Heal()
 			return nil
 		}, nil
+	case FaultCorruptObject:
+		return r.injectCorruptObject(f)
 	case FaultDiskFull:
 		n := r.node(f.Target)
 		if n == nil {

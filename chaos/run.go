@@ -58,6 +58,8 @@ type run struct {
 	client  *control.Client
 	rt      *router.Router
 	store   *local.Store
+	// corruptN numbers the batches FaultCorruptObject registered.
+	corruptN int
 
 	mu       sync.Mutex
 	cleanups []func()

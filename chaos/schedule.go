@@ -18,11 +18,14 @@ const (
 	FaultS3BitFlip   = "s3-bitflip"   // downloads with one bit flipped
 	FaultPartition   = "partition"    // a node cut off from the control plane, the object store and readers
 	FaultDiskFull    = "disk-full"    // a node's data file system filled up
+	// FaultCorruptObject registers a batch whose SST is damaged while its
+	// manifest (size, SHA-256) matches; the heal retracts it.
+	FaultCorruptObject = "corrupt-object"
 )
 
 // AllFaults lists every fault kind.
 var AllFaults = []string{FaultKillNode, FaultKillLorry, FaultKillControl, FaultS3Error, FaultS3Slow,
-	FaultS3Truncate, FaultS3BitFlip, FaultPartition, FaultDiskFull}
+	FaultS3Truncate, FaultS3BitFlip, FaultPartition, FaultDiskFull, FaultCorruptObject}
 
 // Fault is one scheduled fault.
 type Fault struct {
@@ -75,6 +78,8 @@ func Schedule(seed int64, phase time.Duration, kinds []string, nodes int) []Faul
 			f.Target = "lorry"
 		case FaultKillControl:
 			f.Target = "control"
+		case FaultCorruptObject:
+			f.Target = "a partition"
 		case FaultS3Error, FaultS3Slow:
 			f.Target = []string{node(), "lorry", "all"}[rng.IntN(3)]
 			f.Frac = []float64{0.3, 0.6, 1}[rng.IntN(3)]

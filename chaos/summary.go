@@ -39,11 +39,16 @@ type Summary struct {
 	Crashes, Starts map[string]int
 	// S3Injected counts object-store requests the proxies faulted.
 	S3Requests, S3Injected int64
-	Converge               time.Duration
-	Batches                int
-	FinalChecked           int
-	Checks                 []CheckResult
-	Error                  string
+	// CorruptDetected counts replicas that reported a FaultCorruptObject
+	// batch as corrupt before it was retracted; CorruptApplied lists
+	// replicas that applied one (must stay empty).
+	CorruptDetected int
+	CorruptApplied  []string
+	Converge        time.Duration
+	Batches         int
+	FinalChecked    int
+	Checks          []CheckResult
+	Error           string
 }
 
 func newSummary(o Options) *Summary {

@@ -93,7 +93,7 @@ Examples:
    pillar control nodes --control 127.0.0.1:7000
    pillar control remove-node --token-file control.token --node node-7`,
 		Subcommands: []*cli.Command{controlServeCommand(), controlBatchesCommand(), controlRegisterCommand(), controlNodesCommand(),
-			controlRemoveNodeCommand()},
+			controlRemoveNodeCommand(), controlRetractCommand(), controlRebuildCommand()},
 	}
 }
 
@@ -291,7 +291,8 @@ Examples:
 							Seq          int64          `json:"seq"`
 							RegisteredAt time.Time      `json:"registered_at"`
 							Manifest     batch.Manifest `json:"manifest"`
-						}{e.Seq, e.RegisteredAt, e.Manifest})
+							Retracted    string         `json:"retracted,omitempty"`
+						}{e.Seq, e.RegisteredAt, e.Manifest, e.Retracted})
 						fmt.Fprintln(c.App.Writer, string(b))
 						continue
 					}
@@ -299,8 +300,12 @@ Examples:
 					for _, f := range e.Manifest.Files {
 						size += f.Size
 					}
+					src := e.Manifest.Source
+					if e.Retracted != "" {
+						src = "RETRACTED (" + e.Retracted + ") " + src
+					}
 					fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", e.Seq, e.Manifest.ID, e.Manifest.Kind, len(e.Manifest.Files),
-						size, e.Manifest.Keys, e.Manifest.Deletes, e.RegisteredAt.UTC().Format(time.RFC3339), e.Manifest.Source)
+						size, e.Manifest.Keys, e.Manifest.Deletes, e.RegisteredAt.UTC().Format(time.RFC3339), src)
 				}
 				w.Flush()
 				if len(list) > 0 {
@@ -507,6 +512,7 @@ func printStatus(c *cli.Context, cl *control.Client) (int64, error) {
 		AppliedSeq int64   `json:"applied_seq"`
 		LagBatches int64   `json:"lag_batches"`
 		LagSeconds float64 `json:"lag_seconds"`
+		Fault      string  `json:"fault,omitempty"`
 	}
 	var rows []row
 	for p := 0; p < r.Partitions; p++ {
@@ -517,10 +523,10 @@ func printStatus(c *cli.Context, cl *control.Client) (int64, error) {
 			rows = append(rows, row{Partition: p, NewestSeq: r.NewestSeq[p], State: "unassigned"})
 		}
 		for _, rep := range r.Replicas[p] {
-			if c.Bool("lagging") && rep.LagBatches == 0 && rep.State == control.StateUp {
+			if c.Bool("lagging") && rep.LagBatches == 0 && rep.State == control.StateUp && rep.Fault == "" {
 				continue
 			}
-			rows = append(rows, row{p, r.NewestSeq[p], rep.NodeID, rep.Zone, rep.State, rep.AppliedSeq, rep.LagBatches, rep.Lag.Seconds()})
+			rows = append(rows, row{p, r.NewestSeq[p], rep.NodeID, rep.Zone, rep.State, rep.AppliedSeq, rep.LagBatches, rep.Lag.Seconds(), rep.Fault})
 		}
 	}
 	if c.Bool("json") {
@@ -536,7 +542,7 @@ func printStatus(c *cli.Context, cl *control.Client) (int64, error) {
 	fmt.Fprintf(c.App.Writer, "control plane %s: %s, %d partitions, routing version %d, nodes: %d up, %d down, %d gone\n\n",
 		c.String("control"), info.Backend, r.Partitions, r.Version, states[control.StateUp], states[control.StateDown], states[control.StateGone])
 	w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "PARTITION\tNEWEST\tNODE\tZONE\tSTATE\tAPPLIED\tBEHIND\tLAG")
+	fmt.Fprintln(w, "PARTITION\tNEWEST\tNODE\tZONE\tSTATE\tAPPLIED\tBEHIND\tLAG\tFAULT")
 	for _, rw := range rows {
 		lag := "-"
 		if rw.LagBatches > 0 {
@@ -547,7 +553,7 @@ func printStatus(c *cli.Context, cl *control.Client) (int64, error) {
 				lag = d.Round(time.Second).String()
 			}
 		}
-		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%d\t%d\t%s\n", rw.Partition, rw.NewestSeq, rw.Node, rw.Zone, rw.State, rw.AppliedSeq, rw.LagBatches, lag)
+		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", rw.Partition, rw.NewestSeq, rw.Node, rw.Zone, rw.State, rw.AppliedSeq, rw.LagBatches, lag, rw.Fault)
 	}
 	return r.Version, w.Flush()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pillarkit/pillar/lorry"
+	"github.com/pillarkit/pillar/pillar"
 )
 
 func lorryCommand() *cli.Command {
@@ -66,6 +68,7 @@ Examples:
 			&cli.StringFlag{Name: "objstore", Required: true, EnvVars: []string{"PILLAR_OBJSTORE"}, Usage: "object store: a directory, file:///abs/dir or s3://bucket/prefix"},
 			sstS3EndpointFlag,
 			&cli.BoolFlag{Name: "once", Usage: "drain what is queued now, then exit"},
+			&cli.DurationFlag{Name: "wait-leases", Usage: "with --once: how long to wait for partitions leased by another (possibly dead) worker to lapse before failing (default: one --lease-ttl)"},
 			&cli.StringFlag{Name: "id", Usage: "worker id in leases (default: host-pid-random); a restart with the same id takes its leases back at once — never run two workers with one id"},
 			&cli.StringFlag{Name: "partitions", Usage: "only these partitions: a list of numbers and ranges, e.g. 0-7,12 (default: all)"},
 			&cli.Int64Flag{Name: "max-batch-bytes", Value: 8 << 20, Usage: "close a batch at this many bytes of values (also the read-ahead bound per partition)"},
@@ -128,15 +131,18 @@ Examples:
 				}()
 				defer srv.Close()
 			}
-			w, err := lorry.New(lorry.Options{
-				Store: st, Objects: objs, Registry: ctl, ID: c.String("id"), Partitions: parts,
-				MaxBatchBytes: c.Int64("max-batch-bytes"), MaxBatchRecords: c.Int("max-batch-records"),
-				MaxBufferedBytes: c.Int64("max-buffered-bytes"),
-				MaxBatchAge:      c.Duration("max-batch-age"), PollInterval: c.Duration("poll"),
-				LeaseTTL: c.Duration("lease-ttl"), Parallelism: c.Int("parallelism"),
-				OrphanGrace: c.Duration("orphan-grace"), CleanupInterval: cleanup, TempDir: c.String("tmp"),
-				Logger: logger(), Metrics: metrics,
-			})
+			newWorker := func() (*lorry.Worker, error) {
+				return lorry.New(lorry.Options{
+					Store: st, Objects: objs, Registry: ctl, ID: c.String("id"), Partitions: parts,
+					MaxBatchBytes: c.Int64("max-batch-bytes"), MaxBatchRecords: c.Int("max-batch-records"),
+					MaxBufferedBytes: c.Int64("max-buffered-bytes"),
+					MaxBatchAge:      c.Duration("max-batch-age"), PollInterval: c.Duration("poll"),
+					LeaseTTL: c.Duration("lease-ttl"), Parallelism: c.Int("parallelism"),
+					OrphanGrace: c.Duration("orphan-grace"), CleanupInterval: cleanup, TempDir: c.String("tmp"),
+					Logger: logger(), Metrics: metrics,
+				})
+			}
+			w, err := newWorker()
 			if err != nil {
 				return err
 			}
@@ -145,7 +151,38 @@ Examples:
 				return w.Run(c.Context)
 			}
 			start := time.Now()
+			waitUntil := start.Add(c.Duration("wait-leases"))
+			if !c.IsSet("wait-leases") {
+				waitUntil = start.Add(c.Duration("lease-ttl") + 2*time.Second)
+			}
+		drain:
 			res, err := w.Drain(c.Context)
+			if err == nil && len(res.Skipped) > 0 {
+				// Partitions leased by another worker: a live one delivers
+				// them, but one that just died holds its leases until they
+				// lapse. Wait that out, or say so and fail: exiting 0 would
+				// claim a drain that did not happen.
+				held, expires, serr := lorryHeldUndelivered(c.Context, st, res.Skipped)
+				if serr != nil {
+					return serr
+				}
+				if len(held) > 0 {
+					if !expires.After(waitUntil) {
+						logger().Info("lorry: waiting for other workers' leases to lapse", "partitions", held, "until", expires.UTC().Format(time.RFC3339))
+						select {
+						case <-time.After(time.Until(expires) + 200*time.Millisecond):
+						case <-c.Context.Done():
+							return c.Context.Err()
+						}
+						if w, err = newWorker(); err != nil {
+							return err
+						}
+						goto drain
+					}
+					err = fmt.Errorf("lorry run --once: partitions %v have undelivered records but are leased by another worker until %s, past the wait — not delivered (a live worker renews its lease and delivers them; a dead one's lease lapses then: rerun, or give --wait-leases)",
+						held, expires.UTC().Format(time.RFC3339))
+				}
+			}
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.App.Writer)
 				enc.SetIndent("", "  ")
@@ -303,4 +340,30 @@ func parsePartitionList(s string) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// lorryHeldUndelivered returns which of the partitions have records left to
+// deliver (or a batch pending) while another worker's lease is live, and
+// when the latest of those leases expires.
+func lorryHeldUndelivered(ctx context.Context, st pillar.Store, parts []int) ([]int, time.Time, error) {
+	ls, err := lorry.Status(ctx, st, time.Now())
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	want := map[int]bool{}
+	for _, p := range parts {
+		want[p] = true
+	}
+	var held []int
+	var latest time.Time
+	for _, s := range ls {
+		if !want[s.Partition] || (s.Depth == 0 && s.Pending == nil) || s.Owner == "" {
+			continue
+		}
+		held = append(held, s.Partition)
+		if s.LeaseExpires.After(latest) {
+			latest = s.LeaseExpires
+		}
+	}
+	return held, latest, nil
 }

@@ -20,8 +20,6 @@ import (
 	"github.com/pillarkit/pillar/internal/progress"
 	"github.com/pillarkit/pillar/internal/record"
 	"github.com/pillarkit/pillar/internal/rocks"
-	"github.com/pillarkit/pillar/jobs/pipeline"
-	"github.com/pillarkit/pillar/lorry"
 	"github.com/pillarkit/pillar/sstbuilder"
 )
 
@@ -62,7 +60,9 @@ checks the row order (an out-of-order key is an error naming the partition and k
 of several versions of one key only the newest is written), uploads the files and
 then manifest.json (conditional creates: a batch is never overwritten), and registers
 the batch with the control plane at --register (without it nothing is registered,
-and the log says so). The partition count must match the deployment's: --partitions,
+and the log says so). A snapshot is registered only after the deltas it supersedes
+(the export's queue ends): until Lorry has delivered them the control plane refuses
+it (retryable; rerun the command after ` + "`pillar lorry run --once`" + `). The partition count must match the deployment's: --partitions,
 or the control plane's when --register is given.
 
 Resumable: a partition whose batch is already in the object store from the same
@@ -80,7 +80,9 @@ Examples:
 			&cli.StringFlag{Name: "objstore", Required: true, EnvVars: []string{"PILLAR_OBJSTORE"}, Usage: "object store: a directory, file:///abs/dir or s3://bucket/prefix"},
 			sstS3EndpointFlag,
 			&cli.StringFlag{Name: "register", Usage: "control-plane address host:port to register batches with (default: do not register)"},
-			&cli.StringFlag{Name: "store", EnvVars: []string{"PILLAR_STORE"}, Usage: "the Pillar store the export came from: before registering, check that Lorry delivered every queue record older than the export (else an older delta could land after the snapshot)"},
+			// Kept so existing scripts still parse: the control plane now
+			// enforces the delivery order for every caller.
+			&cli.StringFlag{Name: "store", Hidden: true, Usage: "ignored (the control plane refuses a snapshot registered before the deltas it supersedes)"},
 			controlTokenFileFlag,
 			controlTLSCAFlag,
 			&cli.IntFlag{Name: "partitions", Usage: "the deployment's partition count (default: the control plane's with --register, else the export's)"},
@@ -157,11 +159,6 @@ func runSSTBuild(c *cli.Context) error {
 		}
 		partitions = cp
 		reg = client
-		if c.String("store") != "" {
-			if err := checkExportOrder(c, meta.ID); err != nil {
-				return err
-			}
-		}
 	}
 	only := map[int]bool{}
 	for _, p := range c.IntSlice("partition") {
@@ -453,40 +450,4 @@ func sstLsCommand() *cli.Command {
 			return tw.Flush()
 		},
 	}
-}
-
-// checkExportOrder refuses to register a bulk export's snapshots while Lorry
-// has not delivered the export-queue records committed before the export:
-// registered after the snapshots, those older deltas would overwrite newer
-// values on the replicas.
-func checkExportOrder(c *cli.Context, exportID string) error {
-	st, err := openStore(c, false, 0)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	sn, err := st.Snapshot(c.Context)
-	if err != nil {
-		return err
-	}
-	var last pipeline.LastExport
-	err = sn.Attr(c.Context, pipeline.AttrLastExport, &last)
-	sn.Release()
-	if err != nil || last.ID != exportID {
-		return fmt.Errorf("--store %s: the last export recorded there is %q, not %q: cannot check the delivery order", c.String("store"), last.ID, exportID)
-	}
-	ls, err := lorry.Status(c.Context, st, time.Now())
-	if err != nil {
-		return err
-	}
-	var behind []string
-	for _, s := range ls {
-		if s.Partition < len(last.QueueEnds) && s.Committed < last.QueueEnds[s.Partition] {
-			behind = append(behind, fmt.Sprintf("p%d (delivered up to %d, export supersedes %d)", s.Partition, s.Committed, last.QueueEnds[s.Partition]))
-		}
-	}
-	if len(behind) > 0 {
-		return fmt.Errorf("export %s: Lorry has not delivered the queue records older than this export in %d partitions (%s): run `pillar lorry run --once` first", exportID, len(behind), strings.Join(behind, ", "))
-	}
-	return nil
 }

@@ -1,57 +1,126 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
+	"errors"
+	"net"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
-	"github.com/urfave/cli/v2"
-
-	"github.com/pillarkit/pillar/jobs/pipeline"
-	"github.com/pillarkit/pillar/lorry"
+	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/pillar/local"
+	"github.com/pillarkit/pillar/sstbuilder"
 )
 
-// TestExportOrderCheck: registering a bulk export is refused while Lorry has
-// not delivered the queue records committed before it.
-func TestExportOrderCheck(t *testing.T) {
+// TestExportOrderEnforcedByControlPlane: a bulk export records the queue
+// ends it supersedes; `pillar sst build --register` of its snapshots is
+// refused by the control plane (no CLI-side check, no --store needed)
+// while Lorry has not delivered the older queue records, and accepted after
+// `pillar lorry run --once`. The manifests carry the typed fields.
+func TestExportOrderEnforcedByControlPlane(t *testing.T) {
 	ctx := context.Background()
-	dir := filepath.Join(t.TempDir(), "store")
-	st, err := local.Create(dir, &local.Options{Partitions: 4})
+	dir := t.TempDir()
+	const parts = 3
+	store, objs := filepath.Join(dir, "store"), filepath.Join(dir, "objects")
+	st, err := local.Create(store, &local.Options{Partitions: parts})
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, _, _ := pillar.KeyOfURL("https://ex.org/a")
 	tx, _ := st.Begin(ctx)
-	tx.Enqueue(ctx, pillar.ExportRecord{Partition: int32(k.Partition(4)), PageKey: k.String(), Op: pillar.OpDelete})
-	tx.Commit(ctx)
-	ends := make([]int64, 4)
-	ends[k.Partition(4)] = 1
-	tx, _ = st.Begin(ctx)
-	tx.SetAttr(ctx, pipeline.AttrLastExport, pipeline.LastExport{ID: "exp1", QueueEnds: ends})
-	tx.Commit(ctx)
-	check := func(id string) error {
-		var got error
-		app := &cli.App{Commands: []*cli.Command{{Name: "x", Flags: []cli.Flag{&cli.StringFlag{Name: "store"}},
-			Action: func(c *cli.Context) error { got = checkExportOrder(c, id); return nil }}}}
-		if err := app.Run([]string{"pillar", "x", "--store", dir}); err != nil {
+	queued := make([]int64, parts)
+	var keys [parts][]string
+	for i := 0; i < 12; i++ {
+		k := pillar.KeyOfNormalized("https://ex.com/" + strings.Repeat("y", i))
+		p := k.Partition(parts)
+		if err := tx.Enqueue(ctx, pillar.ExportRecord{Partition: int32(p), PageKey: hex.EncodeToString(k[:]), Op: pillar.OpPut, Value: []byte("old")}); err != nil {
 			t.Fatal(err)
 		}
-		return got
+		queued[p]++
+		keys[p] = append(keys[p], hex.EncodeToString(k[:]))
 	}
-	if err := check("exp1"); err == nil || !strings.Contains(err.Error(), "lorry run --once") {
-		t.Fatalf("undelivered older record: %v", err)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
 	}
-	if err := check("other"); err == nil || !strings.Contains(err.Error(), `"exp1"`) {
-		t.Fatalf("another export: %v", err)
+	st.Close()
+	// The export (as pipeline.Export writes it) supersedes the queue.
+	exp := filepath.Join(dir, "exp1")
+	w, err := sstbuilder.NewExportWriter(exp, parts, batch.KindSnapshot, &sstbuilder.ExportOptions{ID: "exp1", Source: "test"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Once Lorry's committed offset passes the export's queue end, it's fine.
-	tx, _ = st.Begin(ctx)
-	tx.SetAttr(ctx, lorry.PartitionAttr(k.Partition(4)), lorry.PartitionState{Offset: 1, Token: 1})
-	tx.Commit(ctx)
-	if err := check("exp1"); err != nil {
-		t.Fatalf("after delivery: %v", err)
+	for p := 0; p < parts; p++ {
+		sort.Strings(keys[p])
+		for _, k := range keys[p] {
+			if err := w.WriteRecord(k, pillar.OpPut, []byte("new")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	w.SetQueueEnds(queued)
+	if _, err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	db, err := control.OpenStore(ctx, "sqlite:"+filepath.Join(dir, "control.db"), &control.StoreOptions{Partitions: parts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	srv, err := control.NewServer(&control.Options{Store: db, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := srv.GRPCServer()
+	go g.Serve(lis)
+	defer g.Stop()
+	addr := lis.Addr().String()
+
+	build := func() error {
+		app := newApp()
+		var out bytes.Buffer
+		app.Writer, app.ErrWriter, app.Before = &out, &out, nil
+		return app.RunContext(ctx, []string{"pillar", "sst", "build", "--export", exp, "--objstore", objs, "--register", addr})
+	}
+	err = build()
+	if !errors.Is(err, control.ErrNotDelivered) || !strings.Contains(err.Error(), "run Lorry") {
+		t.Fatalf("register before Lorry delivered: %v", err)
+	}
+	runLorryCLI(t, ctx, "lorry", "run", "--store", store, "--objstore", objs, "--control", addr, "--once")
+	if err := build(); err != nil {
+		t.Fatalf("register after Lorry delivered: %v", err)
+	}
+	c, err := control.Dial(addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for p := 0; p < parts; p++ {
+		bs, err := c.ListBatches(ctx, p, 0, 100, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if queued[p] == 0 {
+			continue
+		}
+		if len(bs) != 2 {
+			t.Fatalf("partition %d: %d batches, want the delta then the snapshot", p, len(bs))
+		}
+		d, s := bs[0].Manifest, bs[1].Manifest
+		if d.Kind != batch.KindDelta || d.QueueFirst != 0 || d.QueueEnd != queued[p] || d.Seq != 1 {
+			t.Errorf("partition %d delta: %+v", p, d)
+		}
+		if s.Kind != batch.KindSnapshot || s.Supersedes != queued[p] || s.Seq != 2 || s.Parent != d.ID {
+			t.Errorf("partition %d snapshot: %+v", p, s)
+		}
 	}
 }

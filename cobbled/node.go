@@ -136,7 +136,16 @@ func tuneForServing(o *grocksdb.Options) {
 	o.SetLevelCompactionDynamicLevelBytes(true)
 	o.SetSkipStatsUpdateOnDBOpen(true)
 	o.SetAdviseRandomOnOpen(true)
-	o.SetKeepLogFileNum(2)
+	// A replica's fixed disk cost (TestPartitionFootprint): RocksDB
+	// preallocates 4 MiB per MANIFEST by default, which on a node of many
+	// small partitions is most of the disk. Ingest and swaps add a few
+	// hundred bytes of MANIFEST each, so 16 KiB chunks and a 1 MiB roll-over
+	// keep it small; the info LOG (warnings only) is capped likewise.
+	o.SetManifestPreallocationSize(16 << 10)
+	o.SetMaxManifestFileSize(1 << 20)
+	o.SetKeepLogFileNum(1)
+	o.SetMaxLogFileSize(256 << 10)
+	o.SetRecycleLogFileNum(0)
 	o.SetMaxTotalWalSize(1 << 20) // nothing is written through the WAL
 	o.SetInfoLogLevel(grocksdb.WarnInfoLogLevel)
 	o.EnableStatistics() // block cache hit ratio for /metrics

@@ -361,9 +361,17 @@ func (w *Worker) uploadFiles(ctx context.Context, p int, pend Pending, recs []pi
 	}
 	dir := filepath.Join(w.tmp, fmt.Sprintf("%s-%d", pend.ID, rand.Uint32()))
 	defer os.RemoveAll(dir)
+	// The typed queue range says "every record of [First, Last] is
+	// delivered": true of an ordinary batch only (the control plane orders
+	// snapshots after it); fresh and replay batches leave it unset.
+	var queueFirst, queueEnd int64
+	if pend.Lane == LaneOrdinary {
+		queueFirst, queueEnd = pend.First, pend.Last+1
+	}
 	built, paths, err := sstbuilder.BuildPartition(ctx, sstbuilder.SliceRows(rows), &sstbuilder.BuildOptions{
 		Dir: dir, Partition: p, Partitions: w.o.Store.Info().Partitions, Kind: batch.KindDelta,
 		BatchID: pend.ID, Source: batchSource(p, pend),
+		QueueFirst: queueFirst, QueueEnd: queueEnd,
 		Table: w.o.Table, Now: w.o.Now, Logger: w.o.Logger,
 	})
 	if err != nil {

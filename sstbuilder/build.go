@@ -84,8 +84,19 @@ type BuildOptions struct {
 	Kind string
 	// BatchID names the batch (batch.ValidID).
 	BatchID string
-	// Source is recorded in the manifest. The default value is "".
+	// Source is recorded in the manifest (free text for people). The
+	// default value is "".
 	Source string
+	// QueueFirst and QueueEnd, for a delta delivered from the export queue,
+	// are the half-open range of the partition's queue offsets it carries
+	// (batch.Manifest.QueueFirst/QueueEnd). The default values are 0 (not
+	// from the queue).
+	QueueFirst, QueueEnd int64
+	// Supersedes, for a snapshot of a bulk export, is the partition's
+	// export-queue end when the export was taken
+	// (batch.Manifest.Supersedes); the control plane registers the snapshot
+	// only after the deltas before it. The default value is 0.
+	Supersedes int64
 	// Table is the SST layout; it must match the serving nodes'. The default
 	// value is rocks.TableConfig{} (its documented defaults).
 	Table rocks.TableConfig
@@ -407,6 +418,7 @@ func (b *Builder) Finish() (*batch.Manifest, []string, error) {
 		Format: batch.FormatVersion, ID: b.o.BatchID, Partition: b.o.Partition, Partitions: b.o.Partitions,
 		Kind: b.o.Kind, Files: b.files, Keys: b.stats.Puts + b.stats.Deletes, Deletes: b.stats.Deletes,
 		Source: b.o.Source, CreatedAtMS: b.o.Now().UnixMilli(),
+		QueueFirst: b.o.QueueFirst, QueueEnd: b.o.QueueEnd, Supersedes: b.o.Supersedes,
 	}
 	if b.smallest != nil {
 		m.Smallest, m.Largest = hex.EncodeToString(b.smallest), hex.EncodeToString(b.largest)

@@ -374,8 +374,12 @@ func (eb *exportBuild) partition(ctx context.Context, p int) (PartitionResult, e
 		if o.Progress != nil {
 			rows = &stableCountingRows{countingRows{Rows: r, p: o.Progress}}
 		}
+		var supersedes int64
+		if meta.Kind == batch.KindSnapshot && p < len(meta.QueueEnds) {
+			supersedes = meta.QueueEnds[p]
+		}
 		m, paths, res.Stats, err = buildPartition(ctx, rows, &BuildOptions{
-			Dir: dir, Partition: p, Partitions: meta.Partitions, Kind: meta.Kind, BatchID: bid, Source: source,
+			Dir: dir, Partition: p, Partitions: meta.Partitions, Kind: meta.Kind, BatchID: bid, Source: source, Supersedes: supersedes,
 			Table: o.Table, TargetFileSize: o.TargetFileSize, MaxValueSize: o.MaxValueSize, Now: o.Now, Logger: o.Logger,
 		})
 		r.Close()

@@ -57,6 +57,10 @@ type ExportMeta struct {
 	Source      string       `json:"source"`
 	CreatedAtMS int64        `json:"created_at_ms"`
 	Files       []ExportFile `json:"files"`
+	// QueueEnds[p] is partition p's export-queue end when the export was
+	// taken: each partition's snapshot supersedes the queue records before
+	// it (batch.Manifest.Supersedes). Empty: unknown (nothing superseded).
+	QueueEnds []int64 `json:"queue_ends,omitempty"`
 }
 
 // PartitionFileName returns the file name of partition p: "p00007.parquet".
@@ -78,6 +82,14 @@ func (m *ExportMeta) Validate() error {
 	}
 	if m.Partitions <= 0 {
 		return fail("partitions %d must be positive", m.Partitions)
+	}
+	if len(m.QueueEnds) != 0 && len(m.QueueEnds) != m.Partitions {
+		return fail("%d queue ends for %d partitions", len(m.QueueEnds), m.Partitions)
+	}
+	for p, e := range m.QueueEnds {
+		if e < 0 {
+			return fail("partition %d: queue end %d is negative", p, e)
+		}
 	}
 	if m.Kind != batch.KindSnapshot && m.Kind != batch.KindDelta {
 		return fail("kind %q is neither %q nor %q", m.Kind, batch.KindSnapshot, batch.KindDelta)
@@ -430,6 +442,10 @@ func NewExportWriter(dir string, partitions int, kind string, opts *ExportOption
 
 // ID returns the export id.
 func (w *ExportWriter) ID() string { return w.meta.ID }
+
+// SetQueueEnds records, per partition, the export-queue end the export
+// supersedes (pipeline.Export calls it); call it before Close.
+func (w *ExportWriter) SetQueueEnds(ends []int64) { w.meta.QueueEnds = append([]int64(nil), ends...) }
 
 // WriteRecord writes a row with sequence number 0 (a snapshot export has
 // one row per key); it makes an ExportWriter a jobs/pipeline.ExportSink.

@@ -48,9 +48,11 @@ type Manifest struct {
 	Source      string `json:"source"` // free text for people, e.g. "pillar export <root>"; programs read the typed fields below
 	CreatedAtMS int64  `json:"created_at_ms"`
 
-	// QueueFirst and QueueEnd are, for a delta delivered from the export
-	// queue (Lorry), the half-open range [QueueFirst, QueueEnd) of the
-	// partition's queue offsets it carries. Both zero: not from the queue.
+	// QueueFirst and QueueEnd are, for a delta that delivers every record
+	// of a range of the partition's export queue (Lorry's ordinary batches),
+	// the half-open range [QueueFirst, QueueEnd). Both zero: not from the
+	// queue, or only some records of a range (Lorry's fresh and replay
+	// lanes, described in Source).
 	QueueFirst int64 `json:"queue_first,omitempty"`
 	QueueEnd   int64 `json:"queue_end,omitempty"`
 	// Supersedes is, for a snapshot from a bulk export, the partition's

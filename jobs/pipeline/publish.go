@@ -254,6 +254,11 @@ func Export(ctx context.Context, st pillar.Store, sink ExportSink, opts Options)
 		}
 		res.QueueEnds = append(res.QueueEnds, end)
 	}
+	// The sink's snapshots supersede these offsets; the control plane then
+	// refuses them until Lorry has delivered the records before them.
+	if qs, ok := sink.(interface{ SetQueueEnds([]int64) }); ok {
+		qs.SetQueueEnds(res.QueueEnds)
+	}
 	res.Duration = time.Since(start).Round(time.Millisecond).String()
 	handed = true
 	return res, &Pending{tx: tx, lock: lk, commit: func(id, dir string) error {
