@@ -19,7 +19,7 @@ import (
 // as a cluster refusing writes would.
 func TestConformanceFaultsOnFake(t *testing.T) {
 	storetest.RunFaults(t, func(t *testing.T) (pillar.Store, func(error)) {
-		f := &faultYT{Client: newFakeYT()}
+		f := &faultYT{Client: newFakeYT(t)}
 		s, err := Create(context.Background(), f, "//tmp/pillar", &Options{Partitions: 4, PollInterval: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
