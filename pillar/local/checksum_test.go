@@ -2,6 +2,7 @@ package local
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -202,4 +203,58 @@ func TestOldStoreGetsChecksumsOnNextCommit(t *testing.T) {
 	if err := readAll(sn2, "docs", nil); !errors.Is(err, pillar.ErrCorrupt) {
 		t.Fatalf("flip after the checksums were added: %v", err)
 	}
+}
+
+// BenchmarkScanVerify: a full scan of a ~20 MB docs table by a Store that
+// has not seen its file (checksum first, as every new command does) next to
+// one that verified it already, and the floor: CRC32C alone over the file.
+func BenchmarkScanVerify(b *testing.B) {
+	dir := b.TempDir()
+	s, _ := Create(dir, &Options{Partitions: 4})
+	tx, _ := s.Begin(ctx)
+	w, _ := tx.WriteTable(ctx, "docs", pillar.Doc{}, nil)
+	text := strings.Repeat("words of a page of the corpus ", 160) // ~4.8 KB
+	for i := 0; i < 4000; i++ {
+		k, _, _ := pillar.KeyOfURL("http://example.com/" + strings.Repeat("p", i%50) + string(rune('a'+i%26)) + fmt.Sprint(i))
+		w.Write(&pillar.Doc{PageKey: k.String(), Text: text + k.String()})
+	}
+	w.Close()
+	tx.Commit(ctx)
+	m, _ := s.current()
+	f := m.Tables["docs"].Files[0]
+	b.SetBytes(f.Bytes)
+	scan := func(b *testing.B, st *Store) {
+		sn, _ := st.Snapshot(ctx)
+		defer sn.Release()
+		if err := readAll(sn, "docs", nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("scan-first-open", func(b *testing.B) {
+		b.SetBytes(f.Bytes)
+		st, _ := Open(dir, nil)
+		for i := 0; i < b.N; i++ {
+			st.verified.Clear() // as a new process: the file not checked yet
+			scan(b, st)
+		}
+	})
+	b.Run("scan-verified-before", func(b *testing.B) {
+		b.SetBytes(f.Bytes)
+		st, _ := Open(dir, nil)
+		scan(b, st)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			scan(b, st)
+		}
+	})
+	b.Run("floor-crc32c", func(b *testing.B) {
+		b.SetBytes(f.Bytes)
+		for i := 0; i < b.N; i++ {
+			fh, _ := os.Open(filepath.Join(dir, "data", f.Name))
+			if _, _, err := fileCRC(ctx, fh, nil); err != nil {
+				b.Fatal(err)
+			}
+			fh.Close()
+		}
+	})
 }

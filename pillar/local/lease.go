@@ -83,13 +83,13 @@ func (s *Store) acquire(ctx context.Context) (*manifest, *lease, error) {
 	}
 	l, err := s.newLease(m.Generation)
 	if err != nil {
-		if !readOnly(err) {
+		if !readOnly(err) && !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
 			return nil, nil, fmt.Errorf("local store %s: snapshot lease: %w", s.dir, err)
 		}
-		// A store this process cannot write: nobody it shares the
-		// directory with can be told; RetainFor is all the protection.
+		// A store this process cannot write (read-only, or a full disk):
+		// reads go on without a lease; RetainFor is their protection.
 		s.roWarn.Do(func() {
-			s.opts.Logger.Warn("local store: read-only, snapshots are not leased (cleanup by writers keeps them for RetainFor only)", "dir", s.dir, "err", err)
+			s.opts.Logger.Warn("local store: cannot write a lease file; snapshots are not leased (cleanup keeps them for RetainFor only)", "dir", s.dir, "err", err)
 		})
 		l = &lease{gen: m.Generation}
 	}
