@@ -7,7 +7,7 @@ VERSITYGW_VERSION := v1.8.0
 STATICCHECK_VERSION := v0.8.2
 DEB_PKGS := librocksdb-dev postgresql-doc-15
 
-.PHONY: all build test test-race bench demo deps lint tools chaos
+.PHONY: all build test check test-race bench demo deps lint tools chaos
 
 all: build
 
@@ -29,11 +29,27 @@ build: deps
 	$(GO) build -o $(BIN)/pillar ./cli
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/pillar-job ./jobs/cmd/pillar-job
 
-## test: one package at a time (-p 1): timing-sensitive tests (hedging, chaos, demo) stay
-## reliable on a 2-core machine.
+## test: every package, several at a time (go test's default -p, one per core). Packages
+## whose code runs goroutines (servers, pools, runners, refresh loops) run under -race;
+## their timing tests run on a fake clock (internal/clock), so parallel load cannot
+## starve them. PILLAR_REQUIRE_POSTGRES=1 makes the control plane's PostgreSQL tests
+## fail instead of skipping when PostgreSQL is not reachable.
+RACE_PKGS := ./internal/clock/... ./cobbled ./cobbled/control/... ./cobbled/router/... \
+  ./cobbled/servepb/... ./lorry/... ./jobs/... ./pillar/... ./sstbuilder/... \
+  ./internal/objstore/... ./internal/s3test/... ./badinput/...
+TEST_ENV := PILLAR_VERSITYGW=$(BIN)/versitygw PILLAR_REQUIRE_POSTGRES=1
 test: deps tools
 	$(GO) vet ./...
-	PILLAR_VERSITYGW=$(BIN)/versitygw PILLAR_CHAOS=1m $(GO) test -p 1 -count=1 -timeout 20m ./...
+	@race="$$($(GO) list $(RACE_PKGS))"; plain="$$($(GO) list ./... | grep -vxF "$$race")"; \
+	echo "== go test -race ($$(echo "$$race" | wc -l) packages)"; \
+	$(TEST_ENV) $(GO) test -race -count=1 -timeout 15m $$race || exit 1; \
+	echo "== go test ($$(echo "$$plain" | wc -l) packages: CLI, harnesses, pure code)"; \
+	$(TEST_ENV) $(GO) test -count=1 -timeout 15m $$plain
+
+## check: make test, then the long suites: the chaos tests (1 minute of faults, seed 1).
+## .ci/run runs it (under CI's 20-minute limit on 2 cores: see README).
+check: test
+	$(TEST_ENV) PILLAR_CHAOS=1m $(GO) test -count=1 -timeout 15m -run 'Chaos' ./chaos/
 
 test-yt: ; @test -n "$$YT_PROXY" || { echo "make test-yt: set YT_PROXY (and YT_TOKEN); see docs/ytsaurus.md"; exit 2; }; $(GO) test -count=1 -timeout 60m -v -run 'OnCluster|TestYTIntegration' ./pillar/ytstore/ ./jobs/
 test-race: deps tools

@@ -30,7 +30,8 @@ func routerFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "max-lag", Value: 2, Usage: "never read a replica more than this many batches behind (at least 1; -1: no limit)"},
 		&cli.BoolFlag{Name: "no-hedge", Usage: "turn hedged requests off"},
 		&cli.BoolFlag{Name: "spread", Usage: "choose each partition's replica on its own (default: a request goes to as few nodes as possible)"},
-		&cli.Float64Flag{Name: "hedge-quantile", Value: 0.95, Usage: "hedge a sub-request unanswered after this quantile of its node's recent latencies"},
+		&cli.Float64Flag{Name: "hedge-quantile", Value: 0.99, Usage: "hedge a sub-request unanswered after this quantile of its node's recent latencies for its size (an outlier)"},
+		&cli.Float64Flag{Name: "hedge-outlier", Value: 2, Usage: "and only after this multiple of that node's median for its size"},
 		&cli.DurationFlag{Name: "hedge-min", Value: 2 * time.Millisecond, Usage: "floor of the hedge delay"},
 		&cli.Float64Flag{Name: "hedge-budget", Value: 0.05, Usage: "most hedges per primary sub-request (token bucket)"},
 		&cli.DurationFlag{Name: "refresh", Value: 2 * time.Second, Usage: "routing refresh interval (and long-poll wait)"},
@@ -61,6 +62,9 @@ func routerOptionsFrom(c *cli.Context, o *router.Options, onlySet bool) {
 	}
 	if set("hedge-quantile") {
 		o.HedgeQuantile = c.Float64("hedge-quantile")
+	}
+	if set("hedge-outlier") {
+		o.HedgeOutlier = c.Float64("hedge-outlier")
 	}
 	if set("hedge-min") {
 		o.HedgeMinDelay = c.Duration("hedge-min")

@@ -62,6 +62,7 @@ type attempt struct {
 	over      bool // answered, failed or cancelled
 	cancelled bool // cancelled by the router (it lost, or the request ended)
 	won       bool
+	keys      int // keys sent
 }
 
 type event struct {
@@ -245,7 +246,7 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 		keys = append(keys, pt.keys...)
 	}
 	actx, cancel := context.WithCancel(g.ctx)
-	a := &attempt{n: n, parts: parts, kind: kind, cancel: cancel}
+	a := &attempt{n: n, parts: parts, kind: kind, cancel: cancel, keys: len(keys)}
 	g.live = append(g.live, a)
 	g.counts[kind]++
 	r.opts.Metrics.rpcs.WithLabelValues(kindNames[kind]).Inc()
@@ -254,7 +255,7 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 	if kind == kindPrimary {
 		r.budget.earn()
 		if !r.opts.DisableHedging {
-			a.timer = r.opts.Clock.AfterFunc(r.hedgeDelay(n), func() { g.send(event{a: a, hedge: true}) })
+			a.timer = r.opts.Clock.AfterFunc(r.hedgeDelay(n, len(keys)), func() { g.send(event{a: a, hedge: true}) })
 		}
 	}
 	go func() {
@@ -355,7 +356,7 @@ func (g *gather) onAnswer(e event) {
 		g.failover(again)
 		return
 	}
-	n.observe(e.d, r.opts.Clock.Now())
+	n.observe(e.d, r.opts.Clock.Now(), a.keys)
 	r.opts.Metrics.nodeLatency.WithLabelValues(n.id).Observe(e.d.Seconds())
 	off := 0
 	var again []*part

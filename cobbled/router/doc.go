@@ -24,8 +24,9 @@
 //
 //	keys ──group by partition──▶ pick a replica per partition ──group by node──▶ one sub-request per node, in parallel
 //	                                                                               │
-//	  answer ◀── results in request order ◀── first answer per partition ◀────────┤ timer: HedgeQuantile of the node's
-//	                                                                               │ latencies (≥ HedgeMinDelay) passed and a
+//	  answer ◀── results in request order ◀── first answer per partition ◀────────┤ timer: HedgeQuantile (p99) of the node's
+//	                                                                               │ latencies for this size (≥ 2× its median,
+//	                                                                               │ ≥ HedgeMinDelay) passed: an outlier; and a
 //	                                                                               │ budget token: same partitions to another
 //	                                                                               │ replica; the loser is cancelled
 //	                                                                               └ error / "not my partition": next replica

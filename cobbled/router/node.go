@@ -2,6 +2,7 @@ package router
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,8 @@ type node struct {
 	ejectUntil  atomic.Int64 // unix nanos; avoided until then after a transport error
 	failStreak  atomic.Int64
 
-	lat latencies
+	lat     latencies              // every answered sub-request
+	byClass [sizeClasses]latencies // by sizeClass of the sub-request's key count
 
 	// counters for Stats
 	rpcs, errs atomic.Int64
@@ -42,7 +44,7 @@ func (r *Router) newNode(id, addr, zone string) (*node, error) {
 	}
 	n := &node{id: id, addr: addr, conn: conn, client: servepb.NewServeClient(conn)}
 	n.zone.Store(&zone)
-	n.lat.init(r.opts.LatencyWindow, r.opts.HedgeQuantile)
+	n.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile)
 	return n, nil
 }
 
@@ -51,11 +53,26 @@ func (n *node) zoneName() string { return *n.zone.Load() }
 // ejected reports whether the node failed recently.
 func (n *node) ejected(now int64) bool { return now < n.ejectUntil.Load() }
 
-// observe records an answered sub-request.
-func (n *node) observe(d time.Duration, now time.Time) {
+func (n *node) initLatencies(window int, q float64) {
+	n.lat.init(window, q)
+	for i := range n.byClass {
+		n.byClass[i].init(window, q)
+	}
+}
+
+// sizeClasses: sub-requests of 1, 2-3, 4-7, 8-15, 16-31 and 32 or more keys
+// are timed apart (a 32-key read of 50 KB values takes longer than a 1-key
+// one: one quantile for both would hedge every large read, or no small one).
+const sizeClasses = 6
+
+func sizeClass(keys int) int { return min(bits.Len(uint(max(keys, 1)))-1, sizeClasses-1) }
+
+// observe records an answered sub-request of keys keys.
+func (n *node) observe(d time.Duration, now time.Time, keys int) {
 	n.failStreak.Store(0)
 	n.ejectUntil.Store(0)
 	n.lat.add(d)
+	n.byClass[sizeClass(keys)].add(d)
 	n.lastObs.Store(now.UnixNano())
 	// EWMA with weight 1/8, good enough for choosing between two nodes.
 	for {
@@ -154,18 +171,33 @@ func (l *latencies) recompute() {
 	l.p99.Store(at(0.99))
 }
 
-// hedgeDelay is how long a sub-request to n may go unanswered before it is
-// hedged: its recent HedgeQuantile, clamped to [HedgeMinDelay,
-// HedgeMaxDelay], or HedgeInitialDelay until MinSamples are known.
+// hedgeDelay is how long a sub-request of keys keys to n may go unanswered
+// before it is an outlier, and hedged: the HedgeQuantile of n's recent
+// latencies for that size class, and at least HedgeOutlier × their median,
+// clamped to [HedgeMinDelay, HedgeMaxDelay]. A size class with fewer than
+// MinSamples latencies uses the node's latencies of every size; a node with
+// fewer, HedgeInitialDelay. keys ≤ 0 asks for the node's delay over every
+// size (for Stats).
+//
+// So the budget goes to outliers only: with the default p99 a healthy node
+// asks for about 1% hedges, and the rest of the budget waits for a node
+// whose requests turn slow now and then, which is what hedging is for. (At
+// p95 of everything, a healthy node's ordinary tail spent the budget.)
 //
 // Only answered sub-requests are sampled: a primary that lost to its hedge
 // is cancelled and its latency never recorded. Recording it (it is at least
 // the hedge delay) would drag the quantile up to the delay itself, and the
 // slow tail the hedge exists for would stop being hedged.
-func (r *Router) hedgeDelay(n *node) time.Duration {
-	if n.lat.count.Load() < int64(r.opts.MinSamples) {
+func (r *Router) hedgeDelay(n *node, keys int) time.Duration {
+	l := &n.lat
+	if keys > 0 {
+		if c := &n.byClass[sizeClass(keys)]; c.count.Load() >= int64(r.opts.MinSamples) {
+			l = c
+		}
+	}
+	if l.count.Load() < int64(r.opts.MinSamples) {
 		return r.opts.HedgeInitialDelay
 	}
-	d := time.Duration(n.lat.hedgeQ.Load())
+	d := max(time.Duration(l.hedgeQ.Load()), time.Duration(r.opts.HedgeOutlier*float64(l.p50.Load())))
 	return min(max(d, r.opts.HedgeMinDelay), r.opts.HedgeMaxDelay)
 }

@@ -60,13 +60,17 @@ type Options struct {
 
 	// DisableHedging turns hedged requests off. The default value is false.
 	DisableHedging bool
-	// HedgeQuantile is the quantile of a node's recent latencies after
-	// which an unanswered sub-request is hedged. The default value is 0.95.
-	// A healthy node's own tail then asks for up to about 5% hedges, which
-	// competes with a node that turns slow for the HedgeBudget; with Spread
-	// (three sub-requests per request, each a chance to be slow) 0.98 leaves
-	// more of the budget for the slow node.
+	// HedgeQuantile is the quantile of a node's recent latencies, for
+	// sub-requests of the same size class, after which an unanswered
+	// sub-request counts as an outlier and is hedged. The default value is
+	// 0.99: a healthy node's own tail asks for about 1% hedges, leaving most
+	// of the HedgeBudget to a node that turns slow now and then.
 	HedgeQuantile float64
+	// HedgeOutlier: a sub-request is hedged only after waiting at least this
+	// multiple of its node's median latency for its size class, so a node
+	// whose latencies are tight does not spend the budget on ordinary
+	// jitter. The default value is 2; it must be at least 1.
+	HedgeOutlier float64
 	// HedgeMinDelay is the floor of the hedge delay. The default value is
 	// 2ms.
 	HedgeMinDelay time.Duration
@@ -83,8 +87,8 @@ type Options struct {
 	// any stretch, hedges ≤ HedgeBudget × primaries + HedgeBurst. The
 	// default value is 5.
 	HedgeBurst float64
-	// LatencyWindow is how many recent latencies per node the hedge delay
-	// is learned from. The default value is 512.
+	// LatencyWindow is how many recent latencies per node (and per size
+	// class) the hedge delay is learned from. The default value is 512.
 	LatencyWindow int
 	// MinSamples is how many latencies a node needs before its own quantile
 	// is used. The default value is 32.
@@ -131,7 +135,10 @@ func (o *Options) ensureDefaults() {
 		o.MaxLagBatches = 2
 	}
 	if o.HedgeQuantile == 0 {
-		o.HedgeQuantile = 0.95
+		o.HedgeQuantile = 0.99
+	}
+	if o.HedgeOutlier == 0 {
+		o.HedgeOutlier = 2
 	}
 	if o.HedgeMinDelay == 0 {
 		o.HedgeMinDelay = 2 * time.Millisecond
@@ -185,6 +192,9 @@ func (o Options) Validate() error {
 	}
 	if o.HedgeQuantile <= 0 || o.HedgeQuantile >= 1 {
 		fail("HedgeQuantile %v must be in (0,1)", o.HedgeQuantile)
+	}
+	if o.HedgeOutlier < 1 {
+		fail("HedgeOutlier %v must be at least 1", o.HedgeOutlier)
 	}
 	if o.HedgeMinDelay < 0 || o.HedgeMaxDelay < o.HedgeMinDelay {
 		fail("HedgeMinDelay %v must be non-negative and at most HedgeMaxDelay %v", o.HedgeMinDelay, o.HedgeMaxDelay)

@@ -302,27 +302,67 @@ func TestHedgeDelayLearned(t *testing.T) {
 	r := &Router{opts: Options{Source: RoutingFunc(nil)}}
 	r.opts.ensureDefaults()
 	n := &node{}
-	n.lat.init(r.opts.LatencyWindow, r.opts.HedgeQuantile)
-	if d := r.hedgeDelay(n); d != r.opts.HedgeInitialDelay {
+	r.opts.HedgeQuantile, r.opts.HedgeOutlier = 0.95, 1 // the quantile alone
+	n.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile)
+	if d := r.hedgeDelay(n, 12); d != r.opts.HedgeInitialDelay {
 		t.Errorf("no samples: delay %v, want the initial %v", d, r.opts.HedgeInitialDelay)
 	}
 	for i := 1; i <= 100; i++ {
-		n.observe(time.Duration(i)*time.Millisecond, time.Now())
+		n.observe(time.Duration(i)*time.Millisecond, time.Now(), 12)
 	}
-	if d := r.hedgeDelay(n); d < 90*time.Millisecond || d > 95*time.Millisecond {
+	if d := r.hedgeDelay(n, 12); d < 90*time.Millisecond || d > 95*time.Millisecond {
 		t.Errorf("1..100ms: delay %v, want p95 of the samples so far (recomputed every 16)", d)
 	}
-	n.lat.mu.Lock()
-	n.lat.recompute()
-	n.lat.mu.Unlock()
-	if d := r.hedgeDelay(n); d != 95*time.Millisecond {
+	c := &n.byClass[sizeClass(12)]
+	c.mu.Lock()
+	c.recompute()
+	c.mu.Unlock()
+	if d := r.hedgeDelay(n, 12); d != 95*time.Millisecond {
 		t.Errorf("1..100ms: delay %v, want p95 = 95ms", d)
 	}
 	for range 2000 { // the window forgets the old samples
-		n.observe(100*time.Microsecond, time.Now())
+		n.observe(100*time.Microsecond, time.Now(), 12)
 	}
-	if d := r.hedgeDelay(n); d != r.opts.HedgeMinDelay {
+	if d := r.hedgeDelay(n, 12); d != r.opts.HedgeMinDelay {
 		t.Errorf("fast node: delay %v, want the floor %v", d, r.opts.HedgeMinDelay)
+	}
+}
+
+// The hedge delay is per size class, and never under HedgeOutlier × the
+// class's median: a tight distribution is not hedged for its jitter.
+func TestHedgeDelayPerSizeAndOutlier(t *testing.T) {
+	r := &Router{opts: Options{Source: RoutingFunc(nil)}}
+	r.opts.ensureDefaults() // p99, outlier 2×, window 512, 32 samples
+	n := &node{}
+	n.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile)
+	now := time.Now()
+	for i := range 512 {
+		// 1-key reads: 1.0-1.1 ms (tight); 16-key reads: 4 ms, 1% at 40 ms.
+		n.observe(time.Millisecond+time.Duration(i%100)*time.Microsecond, now, 1)
+		d := 4 * time.Millisecond
+		if i%100 == 0 {
+			d = 40 * time.Millisecond
+		}
+		n.observe(d, now, 16)
+	}
+	for _, c := range []*latencies{&n.byClass[sizeClass(1)], &n.byClass[sizeClass(16)], &n.lat} {
+		c.mu.Lock()
+		c.recompute()
+		c.mu.Unlock()
+	}
+	if d := r.hedgeDelay(n, 1); d < 2*time.Millisecond || d > 2100*time.Microsecond {
+		t.Errorf("1 key: delay %v, want 2× the median (p99 1.1ms is jitter)", d)
+	}
+	if d := r.hedgeDelay(n, 16); d != 40*time.Millisecond {
+		t.Errorf("16 keys: delay %v, want their p99, 40ms", d)
+	}
+	if d := r.hedgeDelay(n, 4); d != r.hedgeDelay(n, 0) {
+		t.Errorf("4 keys (no samples of that size): delay %v, want the node's over every size %v", d, r.hedgeDelay(n, 0))
+	}
+	for keys, want := range map[int]int{0: 0, 1: 0, 2: 1, 3: 1, 4: 2, 12: 3, 16: 4, 31: 4, 32: 5, 1024: 5} {
+		if c := sizeClass(keys); c != want {
+			t.Errorf("sizeClass(%d) = %d, want %d", keys, c, want)
+		}
 	}
 }
 
