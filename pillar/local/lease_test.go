@@ -41,7 +41,7 @@ func keysN(tag string, n int) []string {
 	return out
 }
 
-func commitDocs(t *testing.T, s *Store, tag string, n int) {
+func commitDocs(t testing.TB, s *Store, tag string, n int) {
 	t.Helper()
 	tx, err := s.Begin(ctx)
 	if err != nil {
@@ -329,4 +329,38 @@ func raceChild() {
 	}
 	fmt.Printf("reads ok: %d snapshots\n", n)
 	os.Exit(0)
+}
+
+// BenchmarkSnapshotLease: Snapshot + Release of a new generation each time
+// (the slow path: shared LOCK, create and flock a lease file, remove it),
+// of a generation this process already leases (the reference count), and
+// the floor: reading CURRENT and the cached manifest, which is all a
+// snapshot cost before leases.
+func BenchmarkSnapshotLease(b *testing.B) {
+	s, _ := Create(b.TempDir(), &Options{Partitions: 4})
+	commitDocs(b, s, "a", 1)
+	b.Run("first-lease", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			sn, err := s.Snapshot(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sn.Release()
+		}
+	})
+	b.Run("shared-lease", func(b *testing.B) {
+		hold, _ := s.Snapshot(ctx)
+		defer hold.Release()
+		for i := 0; i < b.N; i++ {
+			sn, _ := s.Snapshot(ctx)
+			sn.Release()
+		}
+	})
+	b.Run("floor-read-current", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, err := s.current(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
