@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/pillarkit/pillar/pillar/local"
 )
 
 // pillar verify passes a fresh store, and after one byte of the docs
@@ -68,5 +70,32 @@ func TestVerifyFindsAFlippedByte(t *testing.T) {
 	_, err = runControlCLI(t, bg, "ingest", "--store", store, "--from", filepath.Join(root, "pages"))
 	if err == nil || !strings.Contains(err.Error(), "data corrupt") || !strings.Contains(err.Error(), file) {
 		t.Fatalf("re-ingest over a corrupt docs table: %v, want a corrupt-data error naming %s", err, file)
+	}
+}
+
+// pillar leases lists a live snapshot's lease (held here, read by the
+// command's own Store) and none once it is released.
+func TestLeasesCommand(t *testing.T) {
+	root := t.TempDir()
+	store := filepath.Join(root, "store")
+	writeCorpus(t, filepath.Join(root, "pages"), 3, "l")
+	bg := context.Background()
+	if _, err := runControlCLI(t, bg, "ingest", "--store", store, "--from", filepath.Join(root, "pages"), "--partitions", "4"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := local.Open(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, _ := st.Snapshot(bg)
+	out, err := runControlCLI(t, bg, "leases", "--store", store, "--json")
+	var ls []local.LeaseInfo
+	if err != nil || json.Unmarshal([]byte(out), &ls) != nil || len(ls) != 1 || ls[0].Generation != sn.Info().Generation || ls[0].PID != os.Getpid() {
+		t.Fatalf("leases while a snapshot is held: %v\n%s", err, out)
+	}
+	sn.Release()
+	out, err = runControlCLI(t, bg, "leases", "--store", store)
+	if err != nil || !strings.Contains(out, "0 live leases") {
+		t.Fatalf("leases after release: %v\n%s", err, out)
 	}
 }
