@@ -29,15 +29,11 @@ Examples:
 			&cli.BoolFlag{Name: "json", Usage: "print the leases as JSON"},
 		},
 		Action: func(c *cli.Context) error {
-			st, err := openStore(c, false, 0)
+			ls, err := openLocalStore(c, "leases", "on YTsaurus a snapshot is a master transaction: see its locks in Cypress")
 			if err != nil {
 				return err
 			}
-			defer st.Close()
-			ls, ok := st.(*local.Store)
-			if !ok {
-				return fmt.Errorf("leases: --store %s is a %s store; on YTsaurus a snapshot is a master transaction (see its locks in Cypress)", c.String("store"), st.Info().Backend)
-			}
+			defer ls.Close()
 			leases, err := ls.Leases()
 			if err != nil {
 				return err
@@ -49,7 +45,7 @@ Examples:
 				}
 				return json.NewEncoder(out).Encode(leases)
 			}
-			fmt.Fprintf(out, "%d live leases; current generation %d\n", len(leases), st.Info().Generation)
+			fmt.Fprintf(out, "%d live leases; current generation %d\n", len(leases), ls.Info().Generation)
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "GENERATION\tPID\tHOST\tAGE")
 			for _, l := range leases {

@@ -32,15 +32,11 @@ Examples:
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 		},
 		Action: func(c *cli.Context) error {
-			st, err := openStore(c, false, 0)
+			ls, err := openLocalStore(c, "verify", "YTsaurus keeps its own chunk checksums")
 			if err != nil {
 				return err
 			}
-			defer st.Close()
-			ls, ok := st.(*local.Store)
-			if !ok {
-				return fmt.Errorf("verify: --store %s is a %s store; verify checks embedded stores (YTsaurus keeps its own chunk checksums)", c.String("store"), st.Info().Backend)
-			}
+			defer ls.Close()
 			_, total, err := ls.VerifyTotal()
 			if err != nil {
 				return err
@@ -72,4 +68,19 @@ Examples:
 			return nil
 		},
 	}
+}
+
+// openLocalStore opens --store for a command that only embedded stores
+// have; why says what YTsaurus does instead.
+func openLocalStore(c *cli.Context, cmd, why string) (*local.Store, error) {
+	st, err := openStore(c, false, 0)
+	if err != nil {
+		return nil, err
+	}
+	ls, ok := st.(*local.Store)
+	if !ok {
+		st.Close()
+		return nil, fmt.Errorf("%s: --store %s is a %s store; %s is for embedded stores (%s)", cmd, c.String("store"), st.Info().Backend, cmd, why)
+	}
+	return ls, nil
 }

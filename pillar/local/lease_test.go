@@ -92,6 +92,45 @@ func churn(t *testing.T, s *Store, c *fakeClock, n int) CleanupStats {
 	return cs
 }
 
+// leaseStore is a store on a fake clock with n docs committed.
+func leaseStore(t *testing.T, n int) (*Store, *fakeClock, string) {
+	t.Helper()
+	c := newFakeClock()
+	dir := t.TempDir()
+	s, err := Create(dir, leaseOpts(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitDocs(t, s, "a", n)
+	return s, c, dir
+}
+
+// childCmd re-runs the test binary as a child process running test in the
+// given mode on the store in dir.
+func childCmd(test, mode, dir string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$")
+	cmd.Env = append(os.Environ(), "PILLAR_LOCAL_CHILD="+mode, "PILLAR_LOCAL_DIR="+dir)
+	return cmd
+}
+
+// countDocs reads every row of docs.
+func countDocs(sn pillar.Snapshot) (int, error) {
+	rr, err := sn.ReadTable(ctx, "docs", nil)
+	if err != nil {
+		return 0, err
+	}
+	defer rr.Close()
+	n := 0
+	for rr.Next() {
+		var d pillar.Doc
+		if err := rr.Scan(&d); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, rr.Err()
+}
+
 // In one process: a snapshot (and a transaction) keeps every file of its
 // generation through commits and cleanups hours later on the clock; the
 // snapshots of one generation share a lease, and the files go when the last
@@ -154,18 +193,11 @@ func TestLeaseAcrossProcesses(t *testing.T) {
 		leaseChild()
 		return
 	}
-	c := newFakeClock()
-	dir := t.TempDir()
-	s, err := Create(dir, leaseOpts(c))
-	if err != nil {
-		t.Fatal(err)
-	}
-	commitDocs(t, s, "a", 200)
+	s, c, dir := leaseStore(t, 200)
 	gen := s.Info().Generation
 	files := filesOf(t, s, gen)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLeaseAcrossProcesses$")
-	cmd.Env = append(os.Environ(), "PILLAR_LOCAL_CHILD=lease", "PILLAR_LOCAL_DIR="+dir)
+	cmd := childCmd("TestLeaseAcrossProcesses", "lease", dir)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -198,7 +230,7 @@ func TestLeaseAcrossProcesses(t *testing.T) {
 	// kill -9: the lease is never released; the kernel drops its flock.
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	cs, err = s.Cleanup(ctx)
+	cs, err := s.Cleanup(ctx)
 	if err != nil || cs.DeadLeases != 1 || cs.Leased != 0 || allExist(dir, files) {
 		t.Fatalf("cleanup after the reader died: %+v %v; files still there: %v", cs, err, allExist(dir, files))
 	}
@@ -226,21 +258,11 @@ func leaseChild() {
 		if in.Text() != "read" {
 			continue
 		}
-		rr, err := sn.ReadTable(ctx, "docs", nil)
+		n, err := countDocs(sn)
 		if err != nil {
 			fmt.Println("error", err)
 			os.Exit(3)
 		}
-		n := 0
-		for rr.Next() {
-			var d pillar.Doc
-			if err := rr.Scan(&d); err != nil {
-				fmt.Println("error", err)
-				os.Exit(3)
-			}
-			n++
-		}
-		rr.Close()
 		fmt.Printf("rows %d\n", n)
 	}
 	select {} // hold the lease until killed
@@ -256,15 +278,8 @@ func TestSnapshotsRaceCleanup(t *testing.T) {
 		raceChild()
 		return
 	}
-	c := newFakeClock()
-	dir := t.TempDir()
-	s, err := Create(dir, leaseOpts(c))
-	if err != nil {
-		t.Fatal(err)
-	}
-	commitDocs(t, s, "a", 20)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSnapshotsRaceCleanup$")
-	cmd.Env = append(os.Environ(), "PILLAR_LOCAL_CHILD=race", "PILLAR_LOCAL_DIR="+dir)
+	s, c, dir := leaseStore(t, 20)
+	cmd := childCmd("TestSnapshotsRaceCleanup", "race", dir)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -306,21 +321,11 @@ func raceChild() {
 			fmt.Println("error", err)
 			os.Exit(3)
 		}
-		rr, err := sn.ReadTable(ctx, "docs", nil)
+		rows, err := countDocs(sn)
 		if err != nil {
-			fmt.Println("error", err)
+			fmt.Println("error: generation", sn.Info().Generation, err)
 			os.Exit(3)
 		}
-		rows := 0
-		for rr.Next() {
-			var d pillar.Doc
-			if err := rr.Scan(&d); err != nil {
-				fmt.Println("error: generation", sn.Info().Generation, err)
-				os.Exit(3)
-			}
-			rows++
-		}
-		rr.Close()
 		sn.Release()
 		if rows != 20 {
 			fmt.Println("error: rows", rows)
