@@ -4,16 +4,18 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/pillar/storetest"
 )
 
 // TestConformance runs the Store conformance suite against the embedded
-// store.
+// store, with time-based retention off (one manifest, kept a nanosecond):
+// only snapshot leases keep what the suite's snapshots read.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) pillar.Store {
-		s, err := Create(t.TempDir(), &Options{Partitions: 4})
+		s, err := Create(t.TempDir(), &Options{Partitions: 4, RetainManifests: 1, RetainFor: time.Nanosecond})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,8 +13,11 @@
 // conflicts (ErrConflict, with the losing transaction's changes invisible),
 // queue offsets dense per partition and assigned at commit, consumed marks,
 // ErrTxDone after the end of a transaction and ErrNotFound where documented,
-// a table dropped and re-written in one Tx, and a commit whose context is
-// canceled failing with an error that wraps context.Canceled.
+// a table dropped and re-written in one Tx, a commit whose context is
+// canceled failing with an error that wraps context.Canceled, and a
+// snapshot and a Tx held across 20 commits that replace, append to and drop
+// what they read (run a backend with its time-based retention as short as
+// it goes, so that only the snapshot's hold protects it).
 //
 // RunFaults runs the fault cases; the backend's FaultFactory hands out a
 // store and a switch that makes its commit path's writes fail. A failed

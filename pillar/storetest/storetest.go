@@ -61,6 +61,7 @@ var cases = []struct {
 	{"Generation", testGeneration},
 	{"DropThenAppend", testDropThenAppend},
 	{"CanceledCommitKeepsCause", testCanceledCommit},
+	{"SnapshotOutlivesChurn", testSnapshotOutlivesChurn},
 }
 
 var ctx = context.Background()
@@ -1288,4 +1289,48 @@ func testIOErrorKeepsCause(t *testing.T, st pillar.Store, fail func(error)) {
 	writeDocs(t, tx, "docs", nil, "c", keys[2:4]...)
 	commit(t, tx)
 	wantKeys(t, "docs after the retry", docKeys(readDocs(t, snap(t, st), "docs", nil)), keys[2:4])
+}
+
+// testSnapshotOutlivesChurn: a snapshot (and an open Tx) held across many
+// commits that replace, append to and drop what it reads still reads all
+// of it, queue included; a backend's cleanup or compaction must not take
+// its files. Backends run the suite with their time-based retention as
+// short as it goes, so that only the snapshot's own hold protects it.
+func testSnapshotOutlivesChurn(t *testing.T, st pillar.Store) {
+	keys := sortedKeys(40)
+	k, p := key(0, st.Info().Partitions)
+	tx := begin(t, st)
+	writeDocs(t, tx, "docs", nil, "held", keys...)
+	writeDocs(t, tx, "chunks/v", nil, "held", keys[0:5]...)
+	tx.Enqueue(ctx, pillar.ExportRecord{Partition: int32(p), PageKey: k, Op: pillar.OpPut, Value: []byte("held")})
+	commit(t, tx)
+	held := snap(t, st)
+	heldTx := begin(t, st)
+	defer heldTx.Abort()
+	for i := 0; i < 20; i++ {
+		tx := begin(t, st)
+		writeDocs(t, tx, "docs", nil, fmt.Sprint(i), keys[i%7])
+		if i%3 == 0 {
+			writeDocs(t, tx, "chunks/v", &pillar.WriteOptions{Mode: pillar.Append}, fmt.Sprint(i), keys[5+i%5])
+		}
+		if i == 10 {
+			if err := tx.DropTable(ctx, "chunks/v"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tx.Enqueue(ctx, pillar.ExportRecord{Partition: int32(p), PageKey: k, Op: pillar.OpDelete})
+		commit(t, tx)
+	}
+	for _, sn := range []pillar.Snapshot{held, heldTx} {
+		got := readDocs(t, sn, "docs", nil)
+		wantKeys(t, "held snapshot docs after 20 commits", docKeys(got), keys)
+		if tags := docTags(got); strings.Count(tags, "held") != len(keys) {
+			t.Fatalf("held snapshot docs tags %s", tags)
+		}
+		wantKeys(t, "held snapshot chunks/v (dropped since)", docKeys(readDocs(t, sn, "chunks/v", nil)), keys[0:5])
+		recs, err := sn.ReadQueue(ctx, p, 0, 100)
+		if err != nil || len(recs) != 1 || string(recs[0].Value) != "held" {
+			t.Fatalf("held snapshot queue: %d records, %v", len(recs), err)
+		}
+	}
 }
