@@ -46,6 +46,9 @@ Examples:
 				return json.NewEncoder(out).Encode(leases)
 			}
 			fmt.Fprintf(out, "%d live leases; current generation %d\n", len(leases), ls.Info().Generation)
+			if len(leases) == 0 {
+				return nil
+			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "GENERATION\tPID\tHOST\tAGE")
 			for _, l := range leases {
