@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -77,6 +78,14 @@ func (s *Store) openData(ctx context.Context, name string, size int64, sum strin
 	if err != nil {
 		return nil, fmt.Errorf("file %s: %w", name, err)
 	}
+	if _, ok := s.verified.Load(name); ok {
+		return f, nil
+	}
+	// Readers of one file (the splits of a job) wait for one check rather
+	// than each reading the whole file.
+	mu, _ := s.verifying.LoadOrStore(name, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
 	if _, ok := s.verified.Load(name); ok {
 		return f, nil
 	}

@@ -82,7 +82,8 @@ type Store struct {
 	commits     int       // commits by this Store since the last cleanup
 	lastCleanup time.Time // when this Store last ran cleanup
 
-	verified sync.Map // data file name → struct{}: size and checksum checked (checksum.go)
+	verified  sync.Map // data file name → struct{}: size and checksum checked (checksum.go)
+	verifying sync.Map // data file name → *sync.Mutex: one check at a time per file
 
 	leaseMu sync.Mutex
 	leases  map[int64]*lease // generation → this process's lease (lease.go)
@@ -405,6 +406,7 @@ func (s *Store) cleanupLocked() (CleanupStats, error) {
 				cs.Files++
 				cs.Bytes += size
 				s.verified.Delete(e.Name())
+				s.verifying.Delete(e.Name())
 			}
 		}
 	}
