@@ -594,3 +594,75 @@ func TestRowRangeInputs(t *testing.T) {
 		t.Fatalf("a reversed range: %v, want ErrInvalidOp", err)
 	}
 }
+
+// TestReduceMergesSortedInputs: an input recorded as sorted by the reduce's
+// sort columns is merged as it is (not sorted or spilled again), next to an
+// unsorted one that is; the result equals the all-sorted path's, row for
+// row. An input that claims an order it does not have is an error naming it.
+func TestReduceMergesSortedInputs(t *testing.T) {
+	e := newEnv(t)
+	var in0, in1 []jobs.WordCount
+	for i := 0; i < 4000; i++ {
+		in0 = append(in0, jobs.WordCount{Word: vocab[(i*7919)%211], Count: int64(i)})
+		if i%3 == 0 {
+			in1 = append(in1, jobs.WordCount{Word: vocab[(i*31)%97], Count: int64(-i)})
+		}
+	}
+	writeTable(e, "in0", in0)
+	writeTable(e, "in1", in1)
+	sortOp := &jobs.Op{Inputs: []string{"in0"}, Outputs: []jobs.Output{{Table: "in0s", RowType: jobs.WordCount{}}}, SortBy: []string{"word"}}
+	if err := e.runner.Sort(context.Background(), sortOp); err != nil {
+		t.Fatal(err)
+	}
+	run := func(inputs []string, out string) ([]probeRow, jobs.Stats) {
+		var st jobs.Stats
+		op := &jobs.Op{Inputs: inputs, Outputs: []jobs.Output{{Table: out}}, ReduceBy: []string{"word"}, Workers: 2,
+			MemoryLimit: 64 << 10, Stats: &st}
+		if err := e.runner.Reduce(context.Background(), &groupProbe{}, op); err != nil {
+			t.Fatal(err)
+		}
+		rows := readTable[probeRow](e, out)
+		for i := range rows {
+			rows[i].Cookie, rows[i].First, rows[i].KeySwitch = 0, false, false // job boundaries may differ
+		}
+		return rows, st
+	}
+	// in0u holds in0s's rows in the same order, without the SortedBy
+	// record, so it goes through the sort: row indexes match too.
+	writeTable(e, "in0u", readTable[jobs.WordCount](e, "in0s"))
+	want, all := run([]string{"in0u", "in1"}, "probe-sorted-all")
+	got, direct := run([]string{"in0s", "in1"}, "probe-direct")
+	if !slices.Equal(got, want) {
+		t.Fatalf("merging the sorted input gives %d rows that differ from the sorted path's %d", len(got), len(want))
+	}
+	if direct.SortedBytes >= all.SortedBytes/2 || direct.SortedBytes == 0 {
+		t.Fatalf("sorted bytes: %d with the sorted input merged directly, %d through the sort: the sorted input was sorted again", direct.SortedBytes, all.SortedBytes)
+	}
+
+	// A table that claims an order it does not have.
+	ctx := context.Background()
+	tx, err := e.store.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := tx.WriteTable(ctx, "liar", jobs.WordCount{}, &pillar.WriteOptions{SortedBy: []string{"word"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range in0[:300] {
+		if err := w.Write(&r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	op := &jobs.Op{Inputs: []string{"liar"}, Outputs: []jobs.Output{{Table: "x"}}, ReduceBy: []string{"word"}, InputTypes: []any{jobs.WordCount{}}}
+	err = e.runner.Reduce(ctx, &groupProbe{}, op)
+	if err == nil || !strings.Contains(err.Error(), `"liar"`) || !strings.Contains(err.Error(), "out of order") {
+		t.Fatalf("unsorted table recorded as sorted: %v, want an error naming it", err)
+	}
+}
