@@ -11,8 +11,11 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.ytsaurus.tech/yt/go/mapreduce"
@@ -290,14 +293,14 @@ func (l *Local) run(ctx context.Context, k Kind, op *Op, jobsOf []any, body func
 		r.tables = append(r.tables, ti)
 	}
 	if err := body(r); err != nil {
-		return err
+		return r.diskFull(title, err)
 	}
 	if err := r.ctx.Err(); err != nil {
 		return context.Cause(r.ctx)
 	}
 	if op.Tx == nil {
 		if err := r.tx.Commit(ctx); err != nil {
-			return fmt.Errorf("jobs: %s: commit: %w", title, err)
+			return r.diskFull(title, fmt.Errorf("jobs: %s: commit: %w", title, err))
 		}
 	}
 	st := r.stats(start)
@@ -917,3 +920,38 @@ func (s *tableSource) Next() bool {
 func (s *tableSource) Record() *extsort.Record { return &s.rec }
 func (s *tableSource) Err() error              { return s.err }
 func (s *tableSource) Close()                  { s.rr.Close() }
+
+// diskFull turns a full disk (ENOSPC) into an error naming the operation's
+// output tables and about the space it needs: its outputs (taken as the size
+// of its inputs, which a merge or compaction rewrites) and, for a sort, the
+// runs it spills (up to the rows it sorts) in its temp folder. The
+// operation's transaction is aborted: the store stays as it was.
+func (r *run) diskFull(title string, err error) error {
+	if !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	var in, sorted int64
+	for _, t := range r.tables {
+		in += t.Bytes
+	}
+	for _, s := range r.sorters {
+		sorted += s.Stats().Bytes
+	}
+	var outs []string
+	for _, o := range r.op.Outputs {
+		outs = append(outs, strconv.Quote(o.Table))
+	}
+	return fmt.Errorf("jobs: %s: disk full writing table %s: it needs about %s free for its outputs (the size of its inputs) and %s for sort runs in %s; nothing was committed: %w",
+		title, strings.Join(outs, ", "), humanSize(in), humanSize(sorted), r.dir, err)
+}
+
+func humanSize(b int64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	default:
+		return fmt.Sprintf("%d KiB", (b+1023)>>10)
+	}
+}

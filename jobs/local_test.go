@@ -5,11 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pillarkit/pillar/pillar/local"
+	"io/fs"
 	"maps"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unicode"
@@ -664,5 +669,57 @@ func TestReduceMergesSortedInputs(t *testing.T) {
 	err = e.runner.Reduce(ctx, &groupProbe{}, op)
 	if err == nil || !strings.Contains(err.Error(), `"liar"`) || !strings.Contains(err.Error(), "out of order") {
 		t.Fatalf("unsorted table recorded as sorted: %v, want an error naming it", err)
+	}
+}
+
+// budgetFS is a local.FS whose files fail with ENOSPC once its budget of
+// bytes is spent: a disk that fills up.
+type budgetFS struct {
+	local.OSFS
+	budget atomic.Int64
+}
+
+type budgetFile struct {
+	*os.File
+	fs *budgetFS
+}
+
+func (f *budgetFS) Create(name string) (local.File, error) {
+	file, err := f.OSFS.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	return &budgetFile{File: file.(*os.File), fs: f}, nil
+}
+
+func (f *budgetFile) Write(b []byte) (int, error) {
+	if f.fs.budget.Add(-int64(len(b))) < 0 {
+		return 0, &fs.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
+	}
+	return f.File.Write(b)
+}
+
+// TestDiskFullNamesTheTable: a disk that fills up while a reduce writes its
+// output fails the operation with an error naming the table and the space
+// it needs; the output table does not appear.
+func TestDiskFullNamesTheTable(t *testing.T) {
+	ctx := context.Background()
+	bfs := &budgetFS{}
+	bfs.budget.Store(1 << 40)
+	st, err := local.Create(filepath.Join(t.TempDir(), "store"), &local.Options{Partitions: 4, FS: bfs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	e := &env{t: t, store: st, runner: jobs.NewLocal(st, &jobs.LocalOptions{TempDir: t.TempDir()})}
+	writeTable(e, "docs", makeDocs(3, 3000))
+	bfs.budget.Store(16 << 10)
+	op := &jobs.Op{Inputs: []string{"docs"}, Outputs: []jobs.Output{{Table: "sorted", RowType: pillar.Doc{}}}, SortBy: []string{"page_key"}}
+	err = e.runner.Sort(ctx, op)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), `disk full writing table "sorted"`) || !strings.Contains(err.Error(), "needs about") {
+		t.Fatalf("sort onto a full disk: %v", err)
+	}
+	if _, err := e.tableInfo("sorted"); !errors.Is(err, pillar.ErrNotFound) {
+		t.Fatalf("the output table of the failed operation exists: %v", err)
 	}
 }
