@@ -42,6 +42,12 @@
 //     on scheduling. In the reduce phase of a MapReduce, TableIndex is 0 and
 //     RowIndex counts the job's rows, as the SDK sees it with index control
 //     attributes disabled.
+//   - A Reduce input recorded as sorted by the operation's sort columns
+//     (TableInfo.SortedBy has SortBy as a prefix) is not sorted again: it is
+//     read in order and merged with the sorted runs of the other inputs, as
+//     a YTsaurus reduce reads sorted tables. Its order is checked as it is
+//     read; a row out of order fails the operation naming the table.
+//     Inputs may be row ranges, "table[#lo:#hi]" (YPath syntax).
 //   - Sort reads the inputs in parallel, sorts them the same way (ties in
 //     input order) and writes consecutive key ranges with all workers, one
 //     file each in key order, recording SortedBy on the table.

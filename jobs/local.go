@@ -11,8 +11,11 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.ytsaurus.tech/yt/go/mapreduce"
@@ -111,6 +114,9 @@ func (l *Local) Reduce(ctx context.Context, reducer mapreduce.Job, op *Op) error
 		if err := checkTypes(outs); err != nil {
 			return err
 		}
+		if err := r.openSorted(types); err != nil {
+			return err
+		}
 		if err := r.readPhase("read", types); err != nil {
 			return err
 		}
@@ -163,6 +169,10 @@ type run struct {
 	sub     *rowkey.Encoder
 	sorters []*extsort.Sorter
 	writers []*tableWriter
+	// direct marks the inputs a Reduce merges as they are (recorded as
+	// sorted by its sort columns); sources reads them.
+	direct  []bool
+	sources []extsort.Source
 
 	jobs atomic.Int64
 
@@ -234,6 +244,9 @@ func (l *Local) run(ctx context.Context, k Kind, op *Op, jobsOf []any, body func
 		for _, s := range r.sorters {
 			s.Close()
 		}
+		for _, src := range r.sources {
+			src.Close()
+		}
 		if rmErr := os.RemoveAll(r.dir); rmErr != nil && err == nil {
 			err = fmt.Errorf("jobs: %s: remove temp dir: %w", title, rmErr)
 		}
@@ -280,14 +293,14 @@ func (l *Local) run(ctx context.Context, k Kind, op *Op, jobsOf []any, body func
 		r.tables = append(r.tables, ti)
 	}
 	if err := body(r); err != nil {
-		return err
+		return r.diskFull(title, err)
 	}
 	if err := r.ctx.Err(); err != nil {
 		return context.Cause(r.ctx)
 	}
 	if op.Tx == nil {
 		if err := r.tx.Commit(ctx); err != nil {
-			return fmt.Errorf("jobs: %s: commit: %w", title, err)
+			return r.diskFull(title, fmt.Errorf("jobs: %s: commit: %w", title, err))
 		}
 	}
 	st := r.stats(start)
@@ -381,14 +394,16 @@ type split struct {
 // per output table, so more ranges would only fragment the outputs.)
 func (r *run) splits() ([]split, int64, int64) {
 	var rows, bytes int64
-	for _, t := range r.tables {
-		rows += t.Rows
-		bytes += t.Bytes
+	for ti, t := range r.tables {
+		if !r.isDirect(ti) {
+			rows += t.Rows
+			bytes += t.Bytes
+		}
 	}
 	target := int64(2 * r.workers)
 	var out []split
 	for ti, t := range r.tables {
-		if t.Rows == 0 {
+		if t.Rows == 0 || r.isDirect(ti) {
 			continue
 		}
 		n := max(1, (t.Rows*target+rows-1)/rows)
@@ -626,7 +641,13 @@ func (r *run) merge() (*extsort.Iterator, int64, error) {
 	for _, s := range r.sorters {
 		recs += s.Stats().Records
 	}
-	it, err := extsort.Merge(r.sorters)
+	for ti, t := range r.tables {
+		if r.isDirect(ti) {
+			recs += t.Rows
+		}
+	}
+	it, err := extsort.MergeWith(r.sorters, r.sources)
+	r.sources = nil // the iterator closes them
 	if err != nil {
 		return nil, 0, fmt.Errorf("jobs: %s: merge: %w", r.kind, err)
 	}
@@ -657,6 +678,11 @@ func (r *run) mergePhase(phase string, newJob func() (mapreduce.Job, error), out
 	var totalBytes int64
 	for _, s := range r.sorters {
 		totalBytes += s.Stats().Bytes
+	}
+	for ti, t := range r.tables {
+		if r.isDirect(ti) {
+			totalBytes += t.Bytes
+		}
 	}
 	r.prog.Phase(phase, total, totalBytes)
 	shareTarget := max(totalBytes/int64(2*r.workers), 64<<10)
@@ -809,4 +835,123 @@ func (j *copyJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapred
 		}
 	}
 	return nil
+}
+
+func (r *run) isDirect(table int) bool { return table < len(r.direct) && r.direct[table] }
+
+// openSorted opens, for a Reduce, every input recorded as sorted by the
+// operation's sort columns (SortBy, or ReduceBy) as a source the merge reads
+// in order: such an input is neither sorted nor spilled again, as on
+// YTsaurus, whose reduce reads sorted tables as they are. The other inputs
+// go through the external sort (readPhase).
+func (r *run) openSorted(types []reflect.Type) error {
+	want := r.op.sortBy()
+	r.direct = make([]bool, len(r.tables))
+	for ti, t := range r.tables {
+		got := t.SortedBy
+		if len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
+			continue
+		}
+		r.direct[ti] = true
+		if t.Rows == 0 {
+			continue
+		}
+		off := r.offsets[ti]
+		rr, err := r.tx.ReadTable(r.ctx, r.names[ti], &pillar.Range{Start: off, End: off + t.Rows})
+		if err != nil {
+			return fmt.Errorf("jobs: input %q: %w", r.names[ti], err)
+		}
+		r.sources = append(r.sources, &tableSource{r: r, rr: rr, table: ti, name: r.names[ti], row: off, v: reflect.New(types[ti]),
+			enc: sortWriter{group: r.group, sub: r.sub}, sortedBy: t.SortedBy})
+	}
+	return nil
+}
+
+// tableSource reads a sorted input as sort records, checking the order it
+// claims.
+type tableSource struct {
+	r        *run
+	rr       pillar.RowReader
+	table    int
+	name     string
+	row      int64
+	v        reflect.Value
+	enc      sortWriter
+	sortedBy []string
+	rec      extsort.Record
+	prev     []byte
+	err      error
+}
+
+func (s *tableSource) Next() bool {
+	if s.err != nil {
+		return false
+	}
+	if !s.rr.Next() {
+		if err := s.rr.Err(); err != nil {
+			s.err = fmt.Errorf("jobs: read: input %q: %w", s.name, err)
+		}
+		return false
+	}
+	if s.row&255 == 0 && s.r.ctx.Err() != nil {
+		s.err = context.Cause(s.r.ctx)
+		return false
+	}
+	s.v.Elem().SetZero()
+	if err := s.rr.Scan(s.v.Interface()); err != nil {
+		s.err = fmt.Errorf("jobs: read: input row (%s, %d): %w", s.name, s.row, err)
+		return false
+	}
+	key, prefix, payload, err := s.enc.encode(s.v.Interface())
+	if err != nil {
+		s.err = fmt.Errorf("jobs: read: input row (%s, %d): %w", s.name, s.row, err)
+		return false
+	}
+	if s.prev != nil && bytes.Compare(key, s.prev) < 0 {
+		s.err = fmt.Errorf("jobs: read: input %q is recorded as sorted by %v, but row %d is out of order", s.name, s.sortedBy, s.row)
+		return false
+	}
+	s.prev = append(s.prev[:0], key...)
+	s.rec = extsort.Record{Key: key, Prefix: prefix, Tie: uint64(s.table)<<48 | uint64(s.row), Table: s.table, Row: s.row, Payload: payload}
+	s.row++
+	return true
+}
+
+func (s *tableSource) Record() *extsort.Record { return &s.rec }
+func (s *tableSource) Err() error              { return s.err }
+func (s *tableSource) Close()                  { s.rr.Close() }
+
+// diskFull turns a full disk (ENOSPC) into an error naming the operation's
+// output tables and about the space it needs: its outputs (taken as the size
+// of its inputs, which a merge or compaction rewrites) and, for a sort, the
+// runs it spills (up to the rows it sorts) in its temp folder. The
+// operation's transaction is aborted: the store stays as it was.
+func (r *run) diskFull(title string, err error) error {
+	if !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	var in, sorted int64
+	for _, t := range r.tables {
+		in += t.Bytes
+	}
+	for _, s := range r.sorters {
+		sorted += s.Stats().Bytes
+	}
+	var outs []string
+	for _, o := range r.op.Outputs {
+		outs = append(outs, strconv.Quote(o.Table))
+	}
+	return fmt.Errorf("jobs: %s: disk full writing table %s: it needs about %s free for its outputs (the size of its inputs) and %s for sort runs in %s; nothing was committed: %w",
+		title, strings.Join(outs, ", "), humanSize(in), humanSize(sorted), r.dir, err)
+}
+
+func humanSize(b int64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	default:
+		return fmt.Sprintf("%d KiB", (b+1023)>>10)
+	}
 }

@@ -5,11 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pillarkit/pillar/pillar/local"
+	"io/fs"
 	"maps"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unicode"
@@ -592,5 +597,129 @@ func TestRowRangeInputs(t *testing.T) {
 	op.Inputs = []string{"a[#5:#2]"}
 	if err := e.runner.Sort(context.Background(), op); !errors.Is(err, jobs.ErrInvalidOp) {
 		t.Fatalf("a reversed range: %v, want ErrInvalidOp", err)
+	}
+}
+
+// TestReduceMergesSortedInputs: an input recorded as sorted by the reduce's
+// sort columns is merged as it is (not sorted or spilled again), next to an
+// unsorted one that is; the result equals the all-sorted path's, row for
+// row. An input that claims an order it does not have is an error naming it.
+func TestReduceMergesSortedInputs(t *testing.T) {
+	e := newEnv(t)
+	var in0, in1 []jobs.WordCount
+	for i := 0; i < 4000; i++ {
+		in0 = append(in0, jobs.WordCount{Word: vocab[(i*7919)%211], Count: int64(i)})
+		if i%3 == 0 {
+			in1 = append(in1, jobs.WordCount{Word: vocab[(i*31)%97], Count: int64(-i)})
+		}
+	}
+	writeTable(e, "in0", in0)
+	writeTable(e, "in1", in1)
+	sortOp := &jobs.Op{Inputs: []string{"in0"}, Outputs: []jobs.Output{{Table: "in0s", RowType: jobs.WordCount{}}}, SortBy: []string{"word"}}
+	if err := e.runner.Sort(context.Background(), sortOp); err != nil {
+		t.Fatal(err)
+	}
+	run := func(inputs []string, out string) ([]probeRow, jobs.Stats) {
+		var st jobs.Stats
+		op := &jobs.Op{Inputs: inputs, Outputs: []jobs.Output{{Table: out}}, ReduceBy: []string{"word"}, Workers: 2,
+			MemoryLimit: 64 << 10, Stats: &st}
+		if err := e.runner.Reduce(context.Background(), &groupProbe{}, op); err != nil {
+			t.Fatal(err)
+		}
+		rows := readTable[probeRow](e, out)
+		for i := range rows {
+			rows[i].Cookie, rows[i].First, rows[i].KeySwitch = 0, false, false // job boundaries may differ
+		}
+		return rows, st
+	}
+	// in0u holds in0s's rows in the same order, without the SortedBy
+	// record, so it goes through the sort: row indexes match too.
+	writeTable(e, "in0u", readTable[jobs.WordCount](e, "in0s"))
+	want, all := run([]string{"in0u", "in1"}, "probe-sorted-all")
+	got, direct := run([]string{"in0s", "in1"}, "probe-direct")
+	if !slices.Equal(got, want) {
+		t.Fatalf("merging the sorted input gives %d rows that differ from the sorted path's %d", len(got), len(want))
+	}
+	if direct.SortedBytes >= all.SortedBytes/2 || direct.SortedBytes == 0 {
+		t.Fatalf("sorted bytes: %d with the sorted input merged directly, %d through the sort: the sorted input was sorted again", direct.SortedBytes, all.SortedBytes)
+	}
+
+	// A table that claims an order it does not have.
+	ctx := context.Background()
+	tx, err := e.store.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := tx.WriteTable(ctx, "liar", jobs.WordCount{}, &pillar.WriteOptions{SortedBy: []string{"word"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range in0[:300] {
+		if err := w.Write(&r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	op := &jobs.Op{Inputs: []string{"liar"}, Outputs: []jobs.Output{{Table: "x"}}, ReduceBy: []string{"word"}, InputTypes: []any{jobs.WordCount{}}}
+	err = e.runner.Reduce(ctx, &groupProbe{}, op)
+	if err == nil || !strings.Contains(err.Error(), `"liar"`) || !strings.Contains(err.Error(), "out of order") {
+		t.Fatalf("unsorted table recorded as sorted: %v, want an error naming it", err)
+	}
+}
+
+// budgetFS is a local.FS whose files fail with ENOSPC once its budget of
+// bytes is spent: a disk that fills up.
+type budgetFS struct {
+	local.OSFS
+	budget atomic.Int64
+}
+
+type budgetFile struct {
+	*os.File
+	fs *budgetFS
+}
+
+func (f *budgetFS) Create(name string) (local.File, error) {
+	file, err := f.OSFS.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	return &budgetFile{File: file.(*os.File), fs: f}, nil
+}
+
+func (f *budgetFile) Write(b []byte) (int, error) {
+	if f.fs.budget.Add(-int64(len(b))) < 0 {
+		return 0, &fs.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
+	}
+	return f.File.Write(b)
+}
+
+// TestDiskFullNamesTheTable: a disk that fills up while a reduce writes its
+// output fails the operation with an error naming the table and the space
+// it needs; the output table does not appear.
+func TestDiskFullNamesTheTable(t *testing.T) {
+	ctx := context.Background()
+	bfs := &budgetFS{}
+	bfs.budget.Store(1 << 40)
+	st, err := local.Create(filepath.Join(t.TempDir(), "store"), &local.Options{Partitions: 4, FS: bfs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	e := &env{t: t, store: st, runner: jobs.NewLocal(st, &jobs.LocalOptions{TempDir: t.TempDir()})}
+	writeTable(e, "docs", makeDocs(3, 3000))
+	bfs.budget.Store(16 << 10)
+	op := &jobs.Op{Inputs: []string{"docs"}, Outputs: []jobs.Output{{Table: "sorted", RowType: pillar.Doc{}}}, SortBy: []string{"page_key"}}
+	err = e.runner.Sort(ctx, op)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), `disk full writing table "sorted"`) || !strings.Contains(err.Error(), "needs about") {
+		t.Fatalf("sort onto a full disk: %v", err)
+	}
+	if _, err := e.tableInfo("sorted"); !errors.Is(err, pillar.ErrNotFound) {
+		t.Fatalf("the output table of the failed operation exists: %v", err)
 	}
 }

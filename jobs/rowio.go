@@ -239,29 +239,36 @@ func (w *sortWriter) Write(v any) error {
 	return w.add(v, w.split<<40|w.seq)
 }
 
-func (w *sortWriter) add(v any, tie uint64) error {
-	var err error
+// encode keys and encodes one row; the slices stay valid until the next
+// call.
+func (w *sortWriter) encode(v any) (key []byte, prefix int, payload []byte, err error) {
 	w.key, err = w.group.Append(w.key[:0], v)
 	if err != nil {
-		w.err = fmt.Errorf("jobs: intermediate row %T: %w", v, err)
-		return w.err
+		return nil, 0, nil, fmt.Errorf("jobs: intermediate row %T: %w", v, err)
 	}
-	prefix := len(w.key)
+	prefix = len(w.key)
 	if w.sub != nil {
 		if w.key, err = w.sub.Append(w.key, v); err != nil {
-			w.err = fmt.Errorf("jobs: intermediate row %T: %w", v, err)
-			return w.err
+			return nil, 0, nil, fmt.Errorf("jobs: intermediate row %T: %w", v, err)
 		}
 	}
 	w.buf.Reset()
 	yw := yson.NewWriterConfig(&w.buf, yson.WriterConfig{Format: yson.FormatBinary})
 	yw.Any(v)
 	if err := yw.Finish(); err != nil {
-		w.err = fmt.Errorf("jobs: intermediate row %T: yson: %w", v, err)
+		return nil, 0, nil, fmt.Errorf("jobs: intermediate row %T: yson: %w", v, err)
+	}
+	return w.key, prefix, w.buf.Bytes(), nil
+}
+
+func (w *sortWriter) add(v any, tie uint64) error {
+	key, prefix, payload, err := w.encode(v)
+	if err != nil {
+		w.err = err
 		return w.err
 	}
-	w.bytes += int64(len(w.key) + w.buf.Len())
-	if err := w.s.Add(&extsort.Record{Key: w.key, Prefix: prefix, Tie: tie, Table: w.table, Row: w.row, Payload: w.buf.Bytes()}); err != nil {
+	w.bytes += int64(len(key) + len(payload))
+	if err := w.s.Add(&extsort.Record{Key: key, Prefix: prefix, Tie: tie, Table: w.table, Row: w.row, Payload: payload}); err != nil {
 		w.err = err
 		return err
 	}

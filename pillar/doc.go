@@ -44,4 +44,53 @@
 //     loser's changes are never merged. Queue appends and consumed marks never
 //     conflict: offsets are assigned at commit, dense per partition.
 //   - Errors wrap the sentinels of store.go where callers branch on them.
+//
+// # Corpus scale
+//
+// What holds (jobs/pipeline, pillar/ingest, jobs.Local):
+//
+//   - No driver holds a map keyed by page. Every step over the corpus is an
+//     operation on the runner — a reduce by page_key over tables sorted by
+//     page_key (a sorted merge): the backfill plan and completion, subset
+//     evaluation, top-K and membership, the export records, and the
+//     reconcile of publish, rollback and recompute (see jobs/pipeline's
+//     doc.go). On YTsaurus these are YTsaurus operations; the driver reads
+//     row counts, per-job summaries and the rows of the change it enqueues.
+//     The local runner merges inputs already sorted by the reduce key as
+//     they are, as a YTsaurus reduce does, and sorts the rest within
+//     --memory-limit (internal/extsort).
+//   - Ingest streams the files through the external sort and merges the
+//     sorted pages with docs read in key order (pillar/ingest's doc.go).
+//     On YTsaurus the merge still runs in the client, which reads docs
+//     through the proxy: the files are local to the client. Moving it to an
+//     operation means uploading the sorted pages first.
+//   - The bulk export streams the desired records from the runner's table
+//     into the local export sink (which is on the client by design).
+//
+// What does not hold yet: sorted delta layers. Every table is still
+// rewritten whole when it changes: ingest rewrites docs, publish and
+// recompute rewrite export/state (a reduce of the desired records) and the
+// changed subset tables, and a backfill's completion rewrites its version
+// table. Memory stays bounded, but an ingest of k pages into N still writes
+// O(N) rows. The design chosen for it, not built:
+//
+//   - A layered table T (docs, export/state, subsets/<name>, and the
+//     version tables) is its base table T plus delta tables
+//     T@delta/<seq>, each sorted by page_key, holding the rows that
+//     changed and, in a sibling T@delta/<seq>-deletes, the keys removed.
+//     Deltas are ordinary tables written in the same transaction as the
+//     change, so the layering sits on top of the Store interface and works
+//     on both backends with the same code; the transaction still covers
+//     state, export intents and consumed input.
+//   - A read of T is one sorted stream: a reduce (or the driver's streaming
+//     merge) over the base and its deltas in which, per key, the newest
+//     layer wins and a delete hides the key. Jobs that read a layered input
+//     take the layers as consecutive inputs and resolve them by table
+//     index.
+//   - Compaction (`pillar compact`, and automatically once a table has more
+//     than a configured number of deltas) is one more reduce of the same
+//     kind, writing a new base in a transaction that drops the folded
+//     deltas; readers keep their snapshot (a lease: cleanup never removes a
+//     file a live snapshot reads) and are not blocked.
+//   - The YTsaurus equivalent is a sorted dynamic table per layered table.
 package pillar

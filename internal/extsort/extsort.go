@@ -428,8 +428,40 @@ func (it *Iterator) Close() error {
 // in as many passes as needed. The extra bytes written are added to the first
 // sorter's stats.
 func Merge(sorters []*Sorter) (*Iterator, error) {
+	return MergeWith(sorters, nil)
+}
+
+// Source is a stream of records that is already sorted (by Key, then Tie),
+// such as a table read in its sort order: MergeWith merges it with the
+// sorters' contents without sorting or spilling it. Record's slices need
+// stay valid only until the next call of Next.
+type Source interface {
+	Next() bool
+	Record() *Record
+	Err() error
+	Close()
+}
+
+type sourceCursor struct{ s Source }
+
+func (c sourceCursor) next() bool   { return c.s.Next() }
+func (c sourceCursor) rec() *Record { return c.s.Record() }
+func (c sourceCursor) err() error   { return c.s.Err() }
+func (c sourceCursor) close()       { c.s.Close() }
+
+// MergeWith is Merge of the sorters and the already sorted sources.
+func MergeWith(sorters []*Sorter, sources []Source) (*Iterator, error) {
 	if len(sorters) == 0 {
-		return newIterator(nil), nil
+		var cs []cursor
+		for _, src := range sources {
+			cs = append(cs, sourceCursor{src})
+		}
+		it := newIterator(cs)
+		if it.e != nil {
+			it.Close()
+			return nil, it.e
+		}
+		return it, nil
 	}
 	var budget int64
 	for _, s := range sorters {
@@ -484,6 +516,9 @@ func Merge(sorters []*Sorter) (*Iterator, error) {
 		if len(s.recs) > 0 {
 			cs = append(cs, &memCursor{s: s})
 		}
+	}
+	for _, src := range sources {
+		cs = append(cs, sourceCursor{src})
 	}
 	it := newIterator(cs)
 	if it.e != nil {

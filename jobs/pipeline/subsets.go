@@ -601,7 +601,9 @@ func computeMembers(ctx context.Context, st pillar.Store, opts Options, set *sub
 // copyMembers replaces the member table to with the rows of from, inside
 // tx: a reduce on the runner, sorted by page_key.
 func copyMembers(ctx context.Context, tx pillar.Tx, opts Options, from, to string) error {
-	if _, err := tx.Table(ctx, from); errors.Is(err, pillar.ErrNotFound) {
+	// An empty or missing source: an empty target (an operation without
+	// input rows may write no output table).
+	if ti, err := tx.Table(ctx, from); errors.Is(err, pillar.ErrNotFound) || (err == nil && ti.Rows == 0) {
 		return writeRows[pillar.SubsetMember](ctx, tx, to, nil, "page_key")
 	}
 	op := &jobs.Op{Title: "subsets copy " + to, Inputs: []string{from},
@@ -610,11 +612,6 @@ func copyMembers(ctx context.Context, tx pillar.Tx, opts Options, from, to strin
 		Progress: opts.Progress, Logger: opts.Logger}
 	if err := opts.Runner.Reduce(ctx, &MemberCopyJob{}, op); err != nil {
 		return fmt.Errorf("write %s: %w", to, err)
-	}
-	// An empty source gives no rows and maybe no output table: make sure
-	// the target is replaced even then.
-	if ti, err := tx.Table(ctx, from); err == nil && ti.Rows == 0 {
-		return writeRows[pillar.SubsetMember](ctx, tx, to, nil, "page_key")
 	}
 	return nil
 }

@@ -55,6 +55,16 @@ type Options struct {
 	// TempDir receives the spilled runs (removed at the end). The default
 	// value is os.TempDir().
 	TempDir string
+
+	// crashAt, in tests, is called at each named point of the run (see
+	// TestIngestCrashPoints); a test kills the process there.
+	crashAt func(point string)
+}
+
+func (o *Options) point(name string) {
+	if o.crashAt != nil {
+		o.crashAt(name)
+	}
 }
 
 func (o *Options) ensureDefaults() {
@@ -153,7 +163,8 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 			return nil
 		})
 	}
-	tmp, err := os.MkdirTemp(opts.TempDir, "pillar-ingest-")
+	removeStaleSpills(opts.TempDir)
+	tmp, err := os.MkdirTemp(opts.TempDir, fmt.Sprintf("pillar-ingest-%d-", os.Getpid()))
 	if err != nil {
 		return stats, fmt.Errorf("ingest: temp dir: %w", err)
 	}
@@ -163,6 +174,7 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 		return stats, err
 	}
 	defer sorted.close()
+	opts.point("spilled")
 
 	tx, err := st.Begin(ctx)
 	if err != nil {
@@ -180,22 +192,25 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 	}
 	defer w.Close()
 	if err := merge(ctx, &opts, &stats, sorted, old, w); err != nil {
-		return stats, err
+		return stats, diskFull(st, "merge into table docs", tableBytes(ctx, tx)+stats.TextBytes, err)
 	}
+	opts.point("merged")
 	if stats.ChangedPages() == 0 {
 		stats.DurationMS = time.Since(start).Milliseconds()
 		return stats, nil // the deferred Abort drops what was written
 	}
 	if err := w.Close(); err != nil {
-		return stats, fmt.Errorf("ingest: write docs: %w", err)
+		return stats, diskFull(st, "write table docs", tableBytes(ctx, tx)+stats.TextBytes, fmt.Errorf("ingest: write docs: %w", err))
 	}
+	opts.point("closed")
 	stats.DurationMS = time.Since(start).Milliseconds()
 	if err := tx.SetAttr(ctx, "ingest/last", stats); err != nil {
 		return stats, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return stats, fmt.Errorf("ingest: commit: %w", err)
+		return stats, diskFull(st, "commit table docs", 0, fmt.Errorf("ingest: commit: %w", err))
 	}
+	opts.point("committed")
 	stats.Generation = st.Info().Generation
 	return stats, nil
 }
@@ -240,6 +255,9 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 			for it := range next {
 				p := readPage(it.path, opts)
 				bar.Add(1)
+				if it.seq == 10 {
+					opts.point("reading")
+				}
 				mu.Lock()
 				ok := countPage(opts, stats, &p)
 				mu.Unlock()
@@ -252,7 +270,7 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 					continue
 				}
 				if err := s.Add(&extsort.Record{Key: []byte(p.doc.PageKey), Prefix: len(p.doc.PageKey), Tie: it.seq, Payload: buf}); err != nil {
-					fail(fmt.Errorf("ingest: spill cleaned pages to %s: %w", dir, err))
+					fail(diskFullSpill(dir, opts.MemoryLimit, fmt.Errorf("ingest: spill cleaned pages to %s: %w", dir, err)))
 				}
 			}
 		}(sorters[w])
@@ -445,6 +463,9 @@ func merge(ctx context.Context, opts *Options, stats *Stats, pages *sortedPages,
 		if n++; n&1023 == 0 && ctx.Err() != nil {
 			return fmt.Errorf("ingest: %w", ctx.Err())
 		}
+		if n == 100 {
+			opts.point("merging")
+		}
 		if err := w.Write(d); err != nil {
 			return fmt.Errorf("ingest: write docs: %w", err)
 		}
@@ -617,4 +638,71 @@ func readPage(path string, o *Options) page {
 		HTMLBytes:   int64(len(b)),
 	}
 	return p
+}
+
+// tableBytes is the size of the docs table tx read (0 when there is none).
+func tableBytes(ctx context.Context, tx pillar.Tx) int64 {
+	if ti, err := tx.Table(ctx, pillar.TableDocs); err == nil {
+		return ti.Bytes
+	}
+	return 0
+}
+
+// diskFull turns a full disk (ENOSPC) while writing the store into an error
+// that says what was being written and about how much space it needs; the
+// transaction is aborted, so the store stays as it was and readable.
+func diskFull(st pillar.Store, what string, need int64, err error) error {
+	if !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	dir := st.Info().Root
+	return fmt.Errorf("ingest: disk full during the %s: it needs about %s free in %s (%s free now); nothing was committed, the store is as it was: %w",
+		what, humanBytes(need), dir, freeSpace(dir), err)
+}
+
+// diskFullSpill is diskFull for the spill of cleaned pages to dir: a sorted
+// run is up to the memory limit.
+func diskFullSpill(dir string, limit int64, err error) error {
+	if !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	return fmt.Errorf("ingest: disk full spilling cleaned pages: each sorted run needs up to %s free in %s (%s free now; the runs of all pages need about their clean text's size; set --memory-limit or TMPDIR): %w",
+		humanBytes(limit), dir, freeSpace(dir), err)
+}
+
+func freeSpace(dir string) string {
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs); err != nil {
+		return "unknown"
+	}
+	return humanBytes(int64(fs.Bavail) * int64(fs.Bsize))
+}
+
+func humanBytes(b int64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	default:
+		return fmt.Sprintf("%d KiB", (b+1023)>>10)
+	}
+}
+
+// removeStaleSpills removes the spill folders (pillar-ingest-<pid>-*) under
+// dir whose process is gone: a run killed with -9 cannot remove its own.
+func removeStaleSpills(dir string) {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	old, _ := filepath.Glob(filepath.Join(dir, "pillar-ingest-*-*"))
+	for _, p := range old {
+		var pid int
+		if _, err := fmt.Sscanf(filepath.Base(p), "pillar-ingest-%d-", &pid); err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(p)
+		}
+	}
 }

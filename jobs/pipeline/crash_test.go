@@ -1,0 +1,213 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.ytsaurus.tech/yt/go/mapreduce"
+
+	"github.com/pillarkit/pillar/jobs"
+	"github.com/pillarkit/pillar/pillar"
+	"github.com/pillarkit/pillar/pillar/local"
+)
+
+// reduceKiller SIGKILLs its own process right after its n-th Reduce or Map
+// returns (its output written, not yet committed), as a crash would.
+type reduceKiller struct {
+	jobs.Runner
+	calls, killAt int
+}
+
+func (k *reduceKiller) tick() {
+	if k.calls++; k.calls == k.killAt {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+}
+
+func (k *reduceKiller) Reduce(ctx context.Context, job mapreduce.Job, op *jobs.Op) error {
+	err := k.Runner.Reduce(ctx, job, op)
+	k.tick()
+	return err
+}
+
+func (k *reduceKiller) Map(ctx context.Context, job mapreduce.Job, op *jobs.Op) error {
+	err := k.Runner.Map(ctx, job, op)
+	k.tick()
+	return err
+}
+
+const crashPolicies = `
+policies:
+  - name: a
+    exported: true
+    where: url ~ "/page/(1|2|5|8)$"
+  - name: b
+    exported: true
+    where: url ~ "/page/(2|3|13)$"
+    top: {k: 2, per: host, by: text_len desc}
+`
+
+const crashPolicies2 = `
+policies:
+  - name: a
+    exported: true
+    where: url ~ "/page/(1|5|9|11)$"
+  - name: b
+    exported: true
+    where: url ~ "/page/(2|3|13|21)$"
+    top: {k: 3, per: host, by: text_len desc}
+`
+
+// crashState is what a crash test compares: subset meta generations, the
+// member tables and export/state, and the queued records.
+func crashState(t *testing.T, st pillar.Store) string {
+	t.Helper()
+	sn, err := st.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Release()
+	var b strings.Builder
+	for _, name := range []string{"a", "b"} {
+		var m SubsetMeta
+		if err := sn.Attr(ctx, AttrSubsetPrefix+name, &m); err == nil {
+			fmt.Fprintf(&b, "subset %s gen %d size %d\n", name, m.Generation, m.Size)
+		}
+		ms, err := readMembers(ctx, sn, pillar.SubsetTable(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range ms {
+			fmt.Fprintf(&b, "  member %s %s\n", name, x.PageKey)
+		}
+	}
+	err = eachRow(ctx, sn, TableExportState, true, func(s *ExportState) error {
+		fmt.Fprintf(&b, "state %s %s\n", s.PageKey, s.RecordHash)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queue(t, st, nil)
+	sort.Strings(q)
+	b.WriteString(strings.Join(q, "\n"))
+	tabs, _ := sn.Tables(ctx)
+	for _, ti := range tabs {
+		if strings.HasPrefix(ti.Name, "tmp/") {
+			fmt.Fprintf(&b, "\nscratch %s", ti.Name)
+		}
+	}
+	return b.String()
+}
+
+// TestRecomputeCrashPoints kills a subset recompute (with export work
+// queued) in a child process after each of its runner operations — the
+// evaluation, top-K, membership, diff, export records, reconcile and the
+// writes inside the final transaction — and checks that the store is
+// exactly as before the recompute, that a re-run then completes, and that
+// the result equals an uninterrupted run's.
+func TestRecomputeCrashPoints(t *testing.T) {
+	opts := Options{BulkMinPages: 1 << 30}
+	asOf := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	if spec := os.Getenv("PILLAR_RECOMPUTE_CRASH"); spec != "" {
+		dir, n, _ := strings.Cut(spec, "|")
+		killAt, _ := strconv.Atoi(n)
+		st, err := local.Open(dir, nil)
+		if err != nil {
+			os.Exit(3)
+		}
+		o := opts
+		o.Runner = &reduceKiller{Runner: jobs.NewLocal(st, nil), killAt: killAt}
+		Recompute(ctx, st, policies(t, crashPolicies2), asOf.Add(time.Hour), o)
+		os.Exit(4) // finished before the kill point
+	}
+	st := newStore(t, 30)
+	r, err := Rechunk(ctx, st, "tokens:size=40,overlap=8", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Embed(ctx, st, r.Version, "hash:dim=16", opts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Recompute(ctx, st, policies(t, crashPolicies), asOf, opts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Publish(ctx, st, r.Version, "hash:dim=16", opts); err != nil {
+		t.Fatal(err)
+	}
+	dir := st.Dir()
+	st.Close()
+	clean := filepath.Join(t.TempDir(), "clean")
+	copyStore(t, dir, clean)
+	cs, err := local.Open(clean, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := crashState(t, cs)
+	if _, err := Recompute(ctx, cs, policies(t, crashPolicies2), asOf.Add(time.Hour), opts); err != nil {
+		t.Fatal(err)
+	}
+	after := crashState(t, cs)
+	cs.Close()
+	if before == after {
+		t.Fatal("the recompute changes nothing: the test would prove nothing")
+	}
+	for killAt := 1; ; killAt++ {
+		work := filepath.Join(t.TempDir(), fmt.Sprintf("kill%d", killAt))
+		copyStore(t, dir, work)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRecomputeCrashPoints$")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("PILLAR_RECOMPUTE_CRASH=%s|%d", work, killAt))
+		out, _ := cmd.CombinedOutput()
+		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if ok && ws.Exited() && ws.ExitStatus() == 4 {
+			if killAt < 8 {
+				t.Fatalf("the recompute ran only %d operations", killAt-1)
+			}
+			t.Logf("killed after each of %d operations", killAt-1)
+			break
+		}
+		if !ok || !ws.Signaled() {
+			t.Fatalf("kill point %d: child was not killed: %v\n%s", killAt, cmd.ProcessState, out)
+		}
+		ks, err := local.Open(work, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := crashState(t, ks)
+		// Scratch tables of the dead run may remain until the next
+		// pipeline operation takes the lock; they are not state.
+		if stripScratch(got) != before {
+			t.Fatalf("killed after operation %d: the store is not as before the recompute:\n%s\n--- want\n%s", killAt, got, before)
+		}
+		if _, err := Recompute(ctx, ks, policies(t, crashPolicies2), asOf.Add(time.Hour), opts); err != nil {
+			t.Fatalf("re-run after the kill after operation %d: %v", killAt, err)
+		}
+		if got := crashState(t, ks); got != after {
+			t.Fatalf("after the kill at %d and a re-run, the store differs from an uninterrupted run:\n%s\n--- want\n%s", killAt, got, after)
+		}
+		ks.Close()
+	}
+}
+
+func stripScratch(s string) string {
+	lines := strings.Split(s, "\n")
+	lines = slices.DeleteFunc(lines, func(l string) bool { return strings.HasPrefix(l, "scratch ") })
+	return strings.Join(lines, "\n")
+}
+
+func copyStore(t *testing.T, from, to string) {
+	t.Helper()
+	if out, err := exec.Command("cp", "-a", from, to).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+}
