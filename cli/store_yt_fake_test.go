@@ -20,7 +20,7 @@ import (
 // TestYTStoreOnFakeCluster runs the README's commands with --store yt://…
 // against the FAKE cluster (jobs/ytfake) in place of YT_PROXY's: ingest,
 // backfill rechunk and embed (operations of the job binary), subsets
-// recompute, publish, a second pair, rollback, versions.
+// recompute, publish, export, a second pair, rollback.
 func TestYTStoreOnFakeCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds the job binary")
@@ -76,6 +76,11 @@ func TestYTStoreOnFakeCluster(t *testing.T) {
 	run(append([]string{"backfill", "embed", "--chunks", cv, "--model", "hash:dim=8"}, jobsArgs...)...)
 	run(append([]string{"subsets", "recompute", "--policies", pol, "--as-of", "2026-11-30T00:00:00Z"}, jobsArgs...)...)
 	run(append([]string{"publish", "--chunks", cv, "--model", "hash:dim=8"}, jobsArgs...)...)
+	exp := filepath.Join(t.TempDir(), "exp1")
+	run(append([]string{"export", "--out", exp}, jobsArgs...)...)
+	if _, err := os.Stat(filepath.Join(exp, "export.json")); err != nil {
+		t.Fatalf("export on yt://: %v", err)
+	}
 	cv2 := version("tokens:size=64,overlap=4")
 	run(append([]string{"backfill", "rechunk", "--chunker", "tokens:size=64,overlap=4"}, jobsArgs...)...)
 	run(append([]string{"backfill", "embed", "--chunks", cv2, "--model", "hash:dim=8"}, jobsArgs...)...)
