@@ -389,3 +389,38 @@ func TestFormats(t *testing.T) {
 		}
 	}
 }
+
+// TestLockCompatibility is the documented matrix (docs:
+// storage/transactions.md, "Lock compatibility") for a lock held by
+// another transaction that is not an ancestor.
+func TestLockCompatibility(t *testing.T) {
+	const (
+		S = yt.LockSnapshot
+		X = yt.LockExclusive
+		H = yt.LockShared
+	)
+	for _, tc := range []struct {
+		held             yt.LockMode
+		heldChild, hAttr string
+		want             yt.LockMode
+		child, attr      string
+		conflict         bool
+	}{
+		{held: S, want: S}, {held: S, want: H}, {held: S, want: X}, // a snapshot lock never blocks
+		{held: X, want: S}, {held: H, want: S}, // and can always be taken
+		{held: X, want: H, conflict: true}, {held: X, want: X, conflict: true},
+		{held: H, want: X, conflict: true},
+		{held: H, want: H}, // shared without keys: always
+		{held: H, heldChild: "a", want: H, child: "a", conflict: true},
+		{held: H, heldChild: "a", want: H, child: "b"},
+		{held: H, hAttr: "a", want: H, attr: "a", conflict: true},
+		{held: H, hAttr: "a", want: H, attr: "b"},
+		{held: H, heldChild: "a", want: H, attr: "a"},
+	} {
+		l := &lock{mode: tc.held, child: tc.heldChild, attr: tc.hAttr}
+		if got := conflict(l, tc.want, tc.child, tc.attr); got != tc.conflict {
+			t.Errorf("held %s(child %q, attr %q), want %s(child %q, attr %q): conflict %v, documented %v",
+				tc.held, tc.heldChild, tc.hAttr, tc.want, tc.child, tc.attr, got, tc.conflict)
+		}
+	}
+}
