@@ -424,3 +424,31 @@ func TestLockCompatibility(t *testing.T) {
 		}
 	}
 }
+
+// TestRowRanges: a path string in YPath syntax selects rows, in reads and
+// in operation inputs, as the cluster parses it (the SDK sends it as is).
+func TestRowRanges(t *testing.T) {
+	c := newCluster(t)
+	must(t, c.SetTable("//tmp/in", []row{{Key: "e"}, {Key: "d"}, {Key: "c"}, {Key: "b"}, {Key: "a"}}, nil))
+	rr, err := c.ReadTable(ctx, ypath.Path("//tmp/in[#1:#3]"), nil)
+	must(t, err)
+	var got []string
+	for rr.Next() {
+		var r row
+		must(t, rr.Scan(&r))
+		got = append(got, r.Key)
+	}
+	if strings.Join(got, "") != "dc" {
+		t.Fatalf("read of [#1:#3]: %v", got)
+	}
+	_, err = c.CreateNode(ctx, ypath.Path("//tmp/out"), yt.NodeTable, nil)
+	must(t, err)
+	st := runOp(t, c, yt.OperationSort, spec.Sort().AddInput(ypath.Path("//tmp/in[#2:#5]")).SetOutput(ypath.Path("//tmp/out")).SortByColumns("key"))
+	if st.State != yt.StateCompleted || len(c.Rows("//tmp/out")) != 3 {
+		t.Fatalf("sort of [#2:#5]: %s %v, %d rows", st.State, st.Result.Error, len(c.Rows("//tmp/out")))
+	}
+	must(t, write(c, ypath.Path("<append=%true>//tmp/out"), row{Key: "z"}))
+	if n := len(c.Rows("//tmp/out")); n != 4 {
+		t.Fatalf("an <append=%%true> path string overwrote: %d rows", n)
+	}
+}
