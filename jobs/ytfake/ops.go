@@ -208,7 +208,10 @@ func (c *Cluster) execute(ctx context.Context, op *operation) {
 		return
 	}
 	c.abort(inTx)
-	_ = c.commit(outTx)
+	if err := c.commit(outTx); err != nil {
+		op.state, op.err = yt.StateAborted, yterrors.Err(fmt.Sprintf("Operation %s: its output transaction ended", op.id), err).(*yterrors.Error)
+		return
+	}
 	op.state = yt.StateCompleted
 }
 
