@@ -204,6 +204,17 @@ func TestConformance(t *testing.T) {
 		}
 		compareOutput[jobs.WordCount](c, "sums")
 		compareOutput[jobs.WordCount](c, "frequent")
+
+		// A row range of an unsorted input: only those rows are sorted
+		// and reduced.
+		rng := jobs.RowRange("wc", 10, 60)
+		if err := c.e.runner.Reduce(ctx, reducer, op(rng)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.yt.Reduce(ctx, reducer, op(rng)); err != nil {
+			t.Fatal(err)
+		}
+		compareOutput[jobs.WordCount](c, "sums")
 	})
 	t.Run("map_reduce", func(t *testing.T) {
 		op := func() *jobs.Op {
@@ -239,8 +250,8 @@ func TestConformance(t *testing.T) {
 	// What the SDK handed the cluster: the job command, the binary and
 	// job-state files, the vault with the job-state key.
 	specs := c.fake.Specs()
-	if len(specs) != 7 {
-		t.Fatalf("%d operations started, want 7", len(specs))
+	if len(specs) != 9 {
+		t.Fatalf("%d operations started, want 9", len(specs))
 	}
 	ms := specs[0]
 	if want := "./go-binary -job github.com/pillarkit/pillar/jobs.WordCountMapper -output-pipes 2"; ms.Mapper.Command != want {
@@ -266,7 +277,7 @@ func TestConformance(t *testing.T) {
 			}
 		}))
 	}
-	if mr := specs[5]; mr.Reducer.Command != "./go-binary -job github.com/pillarkit/pillar/jobs.WordSumReducer -output-pipes 2" ||
+	if mr := specs[7]; mr.Reducer.Command != "./go-binary -job github.com/pillarkit/pillar/jobs.WordSumReducer -output-pipes 2" ||
 		mr.Mapper.Command != "./go-binary -job github.com/pillarkit/pillar/jobs.WordCountMapper -output-pipes 2" {
 		t.Fatalf("map_reduce commands %q / %q", mr.Mapper.Command, mr.Reducer.Command)
 	}

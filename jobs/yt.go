@@ -408,7 +408,8 @@ func (y *YT) sortInputs(ctx context.Context, mr mapreduce.Client, tx yt.Tx, s *s
 			return nil, fmt.Errorf("temporary table for %s: %w", p, err)
 		}
 		temps = append(temps, tmp)
-		so, err := mr.Sort(spec.Sort().AddInput(p).SetOutput(tmp).SortByColumns(s.SortBy...))
+		// in, not p: a row range ("t[#lo:#hi]") selects the rows to sort.
+		so, err := mr.Sort(spec.Sort().AddInput(in).SetOutput(tmp).SortByColumns(s.SortBy...))
 		if err != nil {
 			return nil, fmt.Errorf("sort input %s: %w", p, err)
 		}

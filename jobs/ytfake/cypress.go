@@ -136,10 +136,7 @@ type pinned struct {
 // asked for); "#<id>" prefixes are resolved through the transaction's
 // snapshot locks or by id. c.mu is held.
 func (v view) resolve(yp ypath.YPath) (p, attr string, allAttrs bool, pn *pinned, err error) {
-	s := string(yp.YPath())
-	if r, ok := yp.(*ypath.Rich); ok {
-		s = string(r.Path)
-	}
+	s := string(richOf(yp).Path)
 	if i := strings.Index(s, "/@"); i >= 0 {
 		attr, s = s[i+2:], s[:i]
 		allAttrs = attr == ""
@@ -170,6 +167,60 @@ func (v view) resolve(yp ypath.YPath) (p, attr string, allAttrs bool, pn *pinned
 		return "", "", false, nil, yterrors.Err(fmt.Sprintf("Path %q does not start with // or #", s))
 	}
 	return key(ypath.Path(s)), attr, allAttrs, nil, nil
+}
+
+// richOf parses a path as the cluster does: a plain string path may carry
+// YPath syntax ("//t[#10:#20]", "<append=%true>//t"), which the SDK sends
+// as is (ypath.Path.YPath drops it: the fake must not).
+func richOf(yp ypath.YPath) *ypath.Rich {
+	switch p := yp.(type) {
+	case *ypath.Rich:
+		return p
+	case ypath.Path:
+		if r, err := ypath.Parse(string(p)); err == nil {
+			return r
+		}
+		return &ypath.Rich{Path: p}
+	}
+	return &ypath.Rich{Path: yp.YPath()}
+}
+
+// rowRanges turns a path's ranges into [lo, hi) row intervals of a table
+// of n rows (the whole table without ranges).
+func rowRanges(r *ypath.Rich, n int) ([][2]int, error) {
+	if len(r.Ranges) == 0 {
+		return [][2]int{{0, n}}, nil
+	}
+	var out [][2]int
+	clamp := func(x int64) int { return int(max(0, min(x, int64(n)))) }
+	for _, rg := range r.Ranges {
+		lo, hi := 0, n
+		switch {
+		case rg.Exact != nil:
+			if rg.Exact.RowIndex == nil {
+				return nil, yterrors.Err("ytfake: key ranges are not modelled")
+			}
+			lo, hi = clamp(*rg.Exact.RowIndex), clamp(*rg.Exact.RowIndex+1)
+		default:
+			if rg.Lower != nil {
+				if rg.Lower.RowIndex == nil {
+					return nil, yterrors.Err("ytfake: key ranges are not modelled")
+				}
+				lo = clamp(*rg.Lower.RowIndex)
+			}
+			if rg.Upper != nil {
+				if rg.Upper.RowIndex == nil {
+					return nil, yterrors.Err("ytfake: key ranges are not modelled")
+				}
+				hi = clamp(*rg.Upper.RowIndex)
+			}
+		}
+		if hi < lo {
+			hi = lo
+		}
+		out = append(out, [2]int{lo, hi})
+	}
+	return out, nil
 }
 
 // makeParents creates the missing map nodes above p (Recursive). c.mu is

@@ -155,7 +155,7 @@ func (c *Cluster) GetJobStderr(ctx context.Context, id yt.OperationID, job yt.Jo
 type input struct {
 	path string
 	keys []string // its key columns
-	rows [][]byte
+	rows []exechost.Row
 }
 
 // execute runs an operation the way the scheduler and exec nodes would: an
@@ -208,7 +208,10 @@ func (c *Cluster) execute(ctx context.Context, op *operation) {
 		return
 	}
 	c.abort(inTx)
-	_ = c.commit(outTx)
+	if err := c.commit(outTx); err != nil {
+		op.state, op.err = yt.StateAborted, yterrors.Err(fmt.Sprintf("Operation %s: its output transaction ended", op.id), err).(*yterrors.Error)
+		return
+	}
 	op.state = yt.StateCompleted
 }
 
@@ -247,9 +250,16 @@ func (c *Cluster) readInputs(t *Tx, s *spec.Spec) ([]input, error) {
 		if err := v.takeLock(p, n, yt.LockSnapshot, "", ""); err != nil {
 			return nil, err
 		}
-		rows := n.rows
-		if r, ok := ip.(*ypath.Rich); ok && len(r.Ranges) > 0 {
-			return nil, yterrors.Err("ytfake: input ranges are not modelled")
+		// Row ranges select rows; a row keeps its table's row index.
+		ranges, err := rowRanges(richOf(ip), len(n.rows))
+		if err != nil {
+			return nil, err
+		}
+		var rows []exechost.Row
+		for _, r := range ranges {
+			for i := r[0]; i < r[1]; i++ {
+				rows = append(rows, exechost.Row{Index: int64(i), YSON: n.rows[i]})
+			}
 		}
 		out = append(out, input{path: p, keys: n.effectiveSchema().KeyColumns(), rows: rows})
 	}
@@ -282,8 +292,9 @@ func (c *Cluster) runJobs(ctx context.Context, op *operation, inputs []input) ([
 	s := op.spec
 	var rows []exechost.Row
 	for ti, in := range inputs {
-		for ri, r := range in.rows {
-			rows = append(rows, exechost.Row{Table: ti, Index: int64(ri), YSON: r})
+		for _, r := range in.rows {
+			r.Table = ti
+			rows = append(rows, r)
 		}
 	}
 	outPaths := s.OutputTablePaths
@@ -488,8 +499,8 @@ func (c *Cluster) writeOutputs(t *Tx, s *spec.Spec, inputs []input, paths []ypat
 		if n.typ != yt.NodeTable {
 			return yterrors.Err(fmt.Sprintf("Output /%s is a %s, not a table", p, n.typ))
 		}
-		rich, _ := yp.(*ypath.Rich)
-		app := rich != nil && rich.Append != nil && *rich.Append
+		rich := richOf(yp)
+		app := rich.Append != nil && *rich.Append
 		mode := yt.LockExclusive
 		if app {
 			mode = yt.LockShared
@@ -498,7 +509,7 @@ func (c *Cluster) writeOutputs(t *Tx, s *spec.Spec, inputs []input, paths []ypat
 			return err
 		}
 		sch := n.schema
-		if rich != nil && rich.Schema != nil {
+		if rich.Schema != nil {
 			if app && len(n.rows) > 0 && (sch == nil || !sch.Equal(*rich.Schema)) {
 				return yterrors.Err(yterrors.CodeIncompatibleSchemas, fmt.Sprintf("Cannot append to /%s with a different schema", p))
 			}
@@ -506,7 +517,7 @@ func (c *Cluster) writeOutputs(t *Tx, s *spec.Spec, inputs []input, paths []ypat
 			sch = &x
 		}
 		var sortBy []string
-		if rich != nil && len(rich.SortedBy) > 0 {
+		if len(rich.SortedBy) > 0 {
 			sortBy = rich.SortedBy
 		}
 		if s.Type == yt.OperationSort {

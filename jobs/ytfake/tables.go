@@ -175,22 +175,18 @@ func (v view) ReadTable(ctx context.Context, path ypath.YPath, o *yt.ReadTableOp
 	if n.typ != yt.NodeTable {
 		return nil, yterrors.Err(fmt.Sprintf("Node /%s is a %s, not a table", p, n.typ))
 	}
-	rich, _ := path.(*ypath.Rich)
+	rich := richOf(path)
+	ranges, err := rowRanges(rich, len(n.rows))
+	if err != nil {
+		return nil, err
+	}
 	rng := ""
-	rows := n.rows
-	if rich != nil && len(rich.Ranges) == 1 {
-		r := rich.Ranges[0]
-		lo, hi := int64(0), int64(len(rows))
-		if r.Lower != nil && r.Lower.RowIndex != nil {
-			lo = *r.Lower.RowIndex
+	var rows [][]byte
+	for _, r := range ranges {
+		rows = append(rows, n.rows[r[0]:r[1]]...)
+		if len(rich.Ranges) > 0 {
+			rng += fmt.Sprintf("[#%d:#%d]", r[0], r[1])
 		}
-		if r.Upper != nil && r.Upper.RowIndex != nil {
-			hi = *r.Upper.RowIndex
-		}
-		rng = fmt.Sprintf("[#%d:#%d]", lo, hi)
-		rows = rows[min(lo, int64(len(rows))):min(hi, int64(len(rows)))]
-	} else if rich != nil && len(rich.Ranges) > 1 {
-		return nil, yterrors.Err("ytfake: several read ranges are not modelled")
 	}
 	if pn != nil {
 		p = "#pinned"
@@ -277,7 +273,7 @@ func (v view) WriteTable(ctx context.Context, path ypath.YPath, o *yt.WriteTable
 		return nil, err
 	}
 	app := false
-	if r, ok := path.(*ypath.Rich); ok && r.Append != nil {
+	if r := richOf(path); r.Append != nil {
 		app = *r.Append
 	}
 	v.c.rec(v.tx, "write_table %s append=%v", p, app)

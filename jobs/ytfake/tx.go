@@ -178,6 +178,9 @@ func (t *Tx) Commit() error {
 
 // commit is Commit with c.mu held.
 func (c *Cluster) commit(t *Tx) error {
+	if t.ended {
+		return yterrors.Err(yterrors.CodeNoSuchTransaction, fmt.Sprintf("No such transaction %s", t.id))
+	}
 	if len(t.kids) > 0 {
 		return yterrors.Err(fmt.Sprintf("Transaction %s has %d active nested transaction(s)", t.id, len(t.kids)))
 	}

@@ -389,3 +389,66 @@ func TestFormats(t *testing.T) {
 		}
 	}
 }
+
+// TestLockCompatibility is the documented matrix (docs:
+// storage/transactions.md, "Lock compatibility") for a lock held by
+// another transaction that is not an ancestor.
+func TestLockCompatibility(t *testing.T) {
+	const (
+		S = yt.LockSnapshot
+		X = yt.LockExclusive
+		H = yt.LockShared
+	)
+	for _, tc := range []struct {
+		held             yt.LockMode
+		heldChild, hAttr string
+		want             yt.LockMode
+		child, attr      string
+		conflict         bool
+	}{
+		{held: S, want: S}, {held: S, want: H}, {held: S, want: X}, // a snapshot lock never blocks
+		{held: X, want: S}, {held: H, want: S}, // and can always be taken
+		{held: X, want: H, conflict: true}, {held: X, want: X, conflict: true},
+		{held: H, want: X, conflict: true},
+		{held: H, want: H}, // shared without keys: always
+		{held: H, heldChild: "a", want: H, child: "a", conflict: true},
+		{held: H, heldChild: "a", want: H, child: "b"},
+		{held: H, hAttr: "a", want: H, attr: "a", conflict: true},
+		{held: H, hAttr: "a", want: H, attr: "b"},
+		{held: H, heldChild: "a", want: H, attr: "a"},
+	} {
+		l := &lock{mode: tc.held, child: tc.heldChild, attr: tc.hAttr}
+		if got := conflict(l, tc.want, tc.child, tc.attr); got != tc.conflict {
+			t.Errorf("held %s(child %q, attr %q), want %s(child %q, attr %q): conflict %v, documented %v",
+				tc.held, tc.heldChild, tc.hAttr, tc.want, tc.child, tc.attr, got, tc.conflict)
+		}
+	}
+}
+
+// TestRowRanges: a path string in YPath syntax selects rows, in reads and
+// in operation inputs, as the cluster parses it (the SDK sends it as is).
+func TestRowRanges(t *testing.T) {
+	c := newCluster(t)
+	must(t, c.SetTable("//tmp/in", []row{{Key: "e"}, {Key: "d"}, {Key: "c"}, {Key: "b"}, {Key: "a"}}, nil))
+	rr, err := c.ReadTable(ctx, ypath.Path("//tmp/in[#1:#3]"), nil)
+	must(t, err)
+	var got []string
+	for rr.Next() {
+		var r row
+		must(t, rr.Scan(&r))
+		got = append(got, r.Key)
+	}
+	if strings.Join(got, "") != "dc" {
+		t.Fatalf("read of [#1:#3]: %v", got)
+	}
+	_, err = c.CreateNode(ctx, ypath.Path("//tmp/out"), yt.NodeTable, nil)
+	must(t, err)
+	st := runOp(t, c, yt.OperationSort, spec.Sort().AddInput(ypath.Path("//tmp/in[#2:#5]")).SetOutput(ypath.Path("//tmp/out")).SortByColumns("key"))
+	if st.State != yt.StateCompleted || len(c.Rows("//tmp/out")) != 3 {
+		t.Fatalf("sort of [#2:#5]: %s %v, %d rows", st.State, st.Result.Error, len(c.Rows("//tmp/out")))
+	}
+	must(t, write(c, ypath.Path("<append=%true>//tmp/out"), row{Key: "z"}))
+	if n := len(c.Rows("//tmp/out")); n != 4 {
+		t.Fatalf("an <append=%%true> path string overwrote: %d rows", n)
+	}
+}
