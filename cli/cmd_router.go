@@ -230,7 +230,7 @@ Examples:
 				&cli.IntFlag{Name: "partitions", Value: 64, Usage: "partitions"},
 				&cli.IntFlag{Name: "replicas", Value: 3, Usage: "replicas per partition"},
 				&cli.StringFlag{Name: "scenarios", Value: strings.Join(readbench.AllScenarios, ","), Usage: "comma-separated scenarios to run"},
-				&cli.StringFlag{Name: "slow", Value: "0.20:50ms", Usage: "FRACTION:DELAY of the slow node's requests (the scenario reports the share of all requests it reached)"},
+				&cli.StringFlag{Name: "slow", Value: "0.15:50ms", Usage: "FRACTION:DELAY of the slow node's requests (the scenario reports the share of all requests it reached)"},
 				&cli.IntFlag{Name: "degraded-node", Value: 1, Usage: "index of the node that adds --degraded-delay to every request in the degraded scenario"},
 				&cli.DurationFlag{Name: "degraded-delay", Value: 5 * time.Millisecond, Usage: "delay the degraded node adds to every request"},
 				&cli.IntFlag{Name: "saturation-clients", Value: 16, Usage: "closed-loop clients in the saturation scenario"},
