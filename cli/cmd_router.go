@@ -198,7 +198,8 @@ its own gRPC server on 127.0.0.1 (distinct zones), loads --keys synthetic keys (
                 redis/interleaved), which a busy machine cannot skew
   slow-nohedge  node --slow-node delays --slow (fraction:delay) of its requests
                 (cobbled's test-only fault), hedging off
-  slow-hedge    the same, hedging on (the share of requests the fault reached is reported)
+  slow-hedge    the same, hedging on; without --zone the router sits in the slow node's
+                zone, so the fault reaches --slow's fraction of all requests (reported)
   degraded      node --degraded-node adds --degraded-delay to every request (a failing
                 disk): replica choice must steer traffic away; p50 from 2 s on
   kill          node --kill-node is killed (listener closed) a third of the way in,
@@ -230,7 +231,7 @@ Examples:
 				&cli.IntFlag{Name: "partitions", Value: 64, Usage: "partitions"},
 				&cli.IntFlag{Name: "replicas", Value: 3, Usage: "replicas per partition"},
 				&cli.StringFlag{Name: "scenarios", Value: strings.Join(readbench.AllScenarios, ","), Usage: "comma-separated scenarios to run"},
-				&cli.StringFlag{Name: "slow", Value: "0.15:50ms", Usage: "FRACTION:DELAY of the slow node's requests (the scenario reports the share of all requests it reached)"},
+				&cli.StringFlag{Name: "slow", Value: "0.03:50ms", Usage: "FRACTION:DELAY of the slow node's requests (the scenario reports the share of all requests it reached)"},
 				&cli.IntFlag{Name: "degraded-node", Value: 1, Usage: "index of the node that adds --degraded-delay to every request in the degraded scenario"},
 				&cli.DurationFlag{Name: "degraded-delay", Value: 5 * time.Millisecond, Usage: "delay the degraded node adds to every request"},
 				&cli.IntFlag{Name: "saturation-clients", Value: 16, Usage: "closed-loop clients in the saturation scenario"},

@@ -15,7 +15,8 @@
 // bare/interleaved: a grpc-go unary call with a raw codec around the same
 // MultiGet per partition on a copy of the same SSTs, the floor under the
 // node's BatchGet); slow-nohedge and slow-hedge (one node restarted with
-// cobbled's fault delay, delaying 15% of its requests; the fault's reach,
+// cobbled's fault delay, delaying 3% of its requests, with the router in its zone so it is
+// every request's primary; the fault's reach,
 // the share of requests it touched, is reported); degraded (one node adds
 // 5 ms to every request: replica choice must steer away; p50 from 2 s on);
 // kill (a node's gRPC server and listener stopped a third of the way in,
