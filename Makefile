@@ -40,11 +40,12 @@ RACE_PKGS := ./internal/clock/... ./cobbled ./cobbled/control/... ./cobbled/rout
 TEST_ENV := PILLAR_VERSITYGW=$(BIN)/versitygw PILLAR_REQUIRE_POSTGRES=1
 test: deps tools
 	$(GO) vet ./...
-	@race="$$($(GO) list $(RACE_PKGS))"; plain="$$($(GO) list ./... | grep -vxF "$$race")"; \
+	@race="$$($(GO) list $(RACE_PKGS))"; plain="$$($(GO) list ./... | grep -vxF "$$race")"; rc=0; \
 	echo "== go test -race ($$(echo "$$race" | wc -l) packages)"; \
-	$(TEST_ENV) $(GO) test -race -count=1 -timeout 15m $$race || exit 1; \
+	$(TEST_ENV) $(GO) test -race -count=1 -timeout 15m $$race || rc=1; \
 	echo "== go test ($$(echo "$$plain" | wc -l) packages: CLI, harnesses, pure code)"; \
-	$(TEST_ENV) $(GO) test -count=1 -timeout 15m $$plain
+	$(TEST_ENV) $(GO) test -count=1 -timeout 15m $$plain || rc=1; \
+	exit $$rc
 
 ## check: make test, then the long suites: the chaos tests (1 minute of faults, seed 1).
 ## .ci/run runs it (under CI's 20-minute limit on 2 cores: see README).

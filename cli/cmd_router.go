@@ -184,7 +184,7 @@ func benchCommand() *cli.Command {
 		Usage: "benchmarks of the serving path",
 		Subcommands: []*cli.Command{{
 			Name:  "read",
-			Usage: "read benchmark: router over a loopback cobbled cluster, with a slow node, a killed node, and Redis MGET as the peer",
+			Usage: "read benchmark: router over a loopback cobbled cluster, with slow, degraded and killed nodes, Redis MGET as the peer and bare gRPC as the floor",
 			Description: `Starts --nodes cobbled nodes in this process, each with its own RocksDB directories and
 its own gRPC server on 127.0.0.1 (distinct zones), loads --keys synthetic keys (values
 100 B–100 KiB, mean ≈ 50 KB) as --partitions partitions × --replicas replicas, and runs
@@ -198,9 +198,18 @@ its own gRPC server on 127.0.0.1 (distinct zones), loads --keys synthetic keys (
                 redis/interleaved), which a busy machine cannot skew
   slow-nohedge  node --slow-node delays --slow (fraction:delay) of its requests
                 (cobbled's test-only fault), hedging off
-  slow-hedge    the same, hedging on
+  slow-hedge    the same, hedging on; without --zone the router sits in the slow node's
+                zone, so the fault reaches --slow's fraction of all requests (reported)
+  degraded      node --degraded-node adds --degraded-delay to every request (a failing
+                disk): replica choice must steer traffic away; p50 from 2 s on
   kill          node --kill-node is killed (listener closed) a third of the way in,
                 and marked down in the routing table --down-after later
+  saturation    --saturation-clients clients through the router, then against Redis
+                alone: throughput in MB/s
+
+With --interleave the Redis scenario also measures, batch by batch in the same clients,
+straight to one node (direct/interleaved) and a bare grpc-go call with a raw codec
+around the same MultiGet (bare/interleaved): the floor the node's BatchGet is held to.
 
 Writes results.md (table and targets), results.json and latency.png (latency by
 percentile per scenario) to --out, and prints the table.
@@ -222,7 +231,10 @@ Examples:
 				&cli.IntFlag{Name: "partitions", Value: 64, Usage: "partitions"},
 				&cli.IntFlag{Name: "replicas", Value: 3, Usage: "replicas per partition"},
 				&cli.StringFlag{Name: "scenarios", Value: strings.Join(readbench.AllScenarios, ","), Usage: "comma-separated scenarios to run"},
-				&cli.StringFlag{Name: "slow", Value: "0.05:50ms", Usage: "FRACTION:DELAY of the slow node's requests"},
+				&cli.StringFlag{Name: "slow", Value: "0.03:50ms", Usage: "FRACTION:DELAY of the slow node's requests (the scenario reports the share of all requests it reached)"},
+				&cli.IntFlag{Name: "degraded-node", Value: 1, Usage: "index of the node that adds --degraded-delay to every request in the degraded scenario"},
+				&cli.DurationFlag{Name: "degraded-delay", Value: 5 * time.Millisecond, Usage: "delay the degraded node adds to every request"},
+				&cli.IntFlag{Name: "saturation-clients", Value: 16, Usage: "closed-loop clients in the saturation scenario"},
 				&cli.IntFlag{Name: "slow-node", Value: 0, Usage: "index of the node made slow"},
 				&cli.IntFlag{Name: "kill-node", Value: 2, Usage: "index of the node killed"},
 				&cli.DurationFlag{Name: "down-after", Value: 2 * time.Second, Usage: "when the killed node is marked down in routing (as the control plane's down-after)"},
@@ -254,6 +266,7 @@ func benchRead(c *cli.Context) error {
 		Clients: c.Int("clients"), Keys: c.Int("keys"), BatchKeys: c.Int("batch-keys"),
 		Nodes: c.Int("nodes"), Partitions: c.Int("partitions"), Replicas: c.Int("replicas"),
 		Zone: c.String("zone"), SlowNode: c.Int("slow-node"), SlowFraction: frac, SlowDelay: delay,
+		DegradedNode: c.Int("degraded-node"), DegradedDelay: c.Duration("degraded-delay"), SaturationClients: c.Int("saturation-clients"),
 		KillNode: c.Int("kill-node"), DownAfter: c.Duration("down-after"), Deadline: c.Duration("deadline"),
 		ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, GCPercent: c.Int("gogc"), Spread: c.Bool("spread"), Interleave: c.Bool("interleave"), Logger: logger(),
 		Router: func(ro *router.Options) {

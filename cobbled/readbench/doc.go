@@ -11,11 +11,17 @@
 // direct/interleaved, where every client sends each batch through the
 // router, to Redis and straight to one node in turn, so the three see the
 // same moments of a shared machine and the router's cost over its floor is
-// measured apart from the serving node's cost over Redis); slow-nohedge
-// and slow-hedge (one node restarted with cobbled's fault delay, delaying a
-// fraction of its requests); kill (a node's gRPC server and listener stopped
-// a third of the way in, then marked down in routing DownAfter later, as the
-// control plane would). Each router scenario uses a fresh router with a
+// measured apart from the serving node's cost over Redis, plus
+// bare/interleaved: a grpc-go unary call with a raw codec around the same
+// MultiGet per partition on a copy of the same SSTs, the floor under the
+// node's BatchGet); slow-nohedge and slow-hedge (one node restarted with
+// cobbled's fault delay, delaying 3% of its requests, with the router in its zone so it is
+// every request's primary; the fault's reach,
+// the share of requests it touched, is reported); degraded (one node adds
+// 5 ms to every request: replica choice must steer away; p50 from 2 s on);
+// kill (a node's gRPC server and listener stopped a third of the way in,
+// then marked down in routing DownAfter later, as the control plane would);
+// saturation (16 clients through the router, then against Redis: MB/s). Each router scenario uses a fresh router with a
 // warm-up, and reports the router's counters over the measured part only.
 //
 // The report (Report.Markdown, results.json, a latency-by-percentile PNG)

@@ -31,15 +31,22 @@ const (
 	SlowNoHedge = "slow-nohedge"
 	SlowHedge   = "slow-hedge"
 	Kill        = "kill"
+	Degraded    = "degraded"
+	Saturation  = "saturation"
+
+	// Results of the saturation scenario.
+	SaturationRouter = "saturation/router"
+	SaturationRedis  = "saturation/redis"
 
 	// Results of the Redis scenario's interleaved part.
 	HealthyInterleaved = "healthy/interleaved"
 	RedisInterleaved   = "redis/interleaved"
 	DirectInterleaved  = "direct/interleaved"
+	BareInterleaved    = "bare/interleaved"
 )
 
 // AllScenarios lists every scenario in run order.
-var AllScenarios = []string{Healthy, Redis, SlowNoHedge, SlowHedge, Kill}
+var AllScenarios = []string{Healthy, Redis, SlowNoHedge, SlowHedge, Degraded, Kill, Saturation}
 
 // Options configure Run. The zero value of every field means its default.
 type Options struct {
@@ -73,10 +80,27 @@ type Options struct {
 	Zone string
 	// SlowNode is the node made slow in the slow scenarios; SlowFraction of
 	// its requests are delayed by SlowDelay (cobbled's fault delay). The
-	// default values are 0, 0.05 and 50ms.
+	// default values are 0, 0.03 and 50ms. Unless Zone is set, the slow
+	// scenarios' router sits in the slow node's zone, so that node is every
+	// request's primary and the fault reaches SlowFraction (3%) of the
+	// requests (the scenario reports the measured reach): enough to move an
+	// unhedged p99, and what hedging is for. (With no zone, the router's
+	// load-aware choice, median × outstanding, moves traffic off a node that
+	// stalls: 10-15% of its requests reached only 1.4% of all, and the
+	// scenario tested replica choice instead of hedging.)
 	SlowNode     int
 	SlowFraction float64
 	SlowDelay    time.Duration
+	// DegradedNode is the node that adds DegradedDelay to every request in
+	// the degraded scenario (a failing disk): the router's replica choice,
+	// not hedging, must steer traffic away. The default values are 1 and
+	// 5ms.
+	DegradedNode  int
+	DegradedDelay time.Duration
+	// SaturationClients is the number of closed-loop clients in the
+	// saturation scenario (router, then Redis, each alone). The default
+	// value is 16.
+	SaturationClients int
 	// KillNode is the node killed a third of the way into the kill
 	// scenario; DownAfter later the routing marks it down, as the control
 	// plane does when heartbeats stop. The default values are 2 and 2s.
@@ -143,7 +167,16 @@ func (o *Options) ensureDefaults() {
 		o.MaxValue = 100 << 10
 	}
 	if o.SlowFraction == 0 {
-		o.SlowFraction = 0.05
+		o.SlowFraction = 0.03
+	}
+	if o.DegradedNode == 0 {
+		o.DegradedNode = 1
+	}
+	if o.DegradedDelay == 0 {
+		o.DegradedDelay = 5 * time.Millisecond
+	}
+	if o.SaturationClients == 0 {
+		o.SaturationClients = 16
 	}
 	if o.SlowDelay == 0 {
 		o.SlowDelay = 50 * time.Millisecond
@@ -181,8 +214,8 @@ func (o Options) Validate() error {
 	if o.Keys < o.BatchKeys || o.BatchKeys < 1 {
 		fail("Keys %d must be at least BatchKeys %d, which must be positive", o.Keys, o.BatchKeys)
 	}
-	if o.SlowNode < 0 || o.SlowNode >= o.Nodes || o.KillNode < 0 || o.KillNode >= o.Nodes {
-		fail("SlowNode %d and KillNode %d must name one of %d nodes", o.SlowNode, o.KillNode, o.Nodes)
+	if o.SlowNode < 0 || o.SlowNode >= o.Nodes || o.KillNode < 0 || o.KillNode >= o.Nodes || o.DegradedNode < 0 || o.DegradedNode >= o.Nodes {
+		fail("SlowNode %d, DegradedNode %d and KillNode %d must name one of %d nodes", o.SlowNode, o.DegradedNode, o.KillNode, o.Nodes)
 	}
 	if o.Replicas < 2 {
 		fail("Replicas %d: hedging and failover need at least 2", o.Replicas)
@@ -209,9 +242,21 @@ type Result struct {
 	RPS            float64
 	// Latency percentiles of all requests (failed ones at their failure time).
 	P50, P90, P99, P999, Max time.Duration
+	// MBps is the value bytes delivered per second (MB = 10^6 bytes).
+	MBps float64
 	// Router counters during the measurement (zero for Redis).
 	Primaries, Hedges, HedgesWon, HedgesDenied, Failovers int64
 	HedgeRatio, ExtraRatio                                float64
+	// NodeRPCs counts the sub-requests each node received (router
+	// scenarios).
+	NodeRPCs map[string]int64
+	// FaultReach (slow scenarios) is the share of requests a delayed
+	// sub-request reached: SlowFraction × the slow node's sub-requests /
+	// requests.
+	FaultReach float64
+	// P50After (degraded scenario) is the p50 of the requests that
+	// completed from 2 s after the node was degraded (counting the warm-up).
+	P50After time.Duration
 	// Kill scenario: when the node was killed (offset from the start); the
 	// recovery, from the kill to the router's last failover (after it, no
 	// request went to the dead node); Disrupted, from the kill to the end of
@@ -221,6 +266,7 @@ type Result struct {
 	KilledAt, Recovery, Disrupted, DisruptLimit, MaxAfterKill time.Duration
 
 	lat []time.Duration // sorted
+	s   *sample
 }
 
 // Report is the outcome of Run.
@@ -277,7 +323,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("readbench: %w", err)
 	}
 	defer c.Close()
-	b := &bench{opts: opts, c: c, batches: c.Batches(opts.BatchKeys), log: log}
+	b := &bench{opts: opts, c: c, batches: c.Batches(opts.BatchKeys), log: log, dir: dir}
+	for _, keys := range b.batches {
+		var n int64
+		for _, k := range keys {
+			n += int64(cluster.ValueLen(k, opts.MinValue, opts.MaxValue))
+		}
+		b.sizes = append(b.sizes, n)
+	}
 	if err := b.prewarm(ctx); err != nil {
 		return nil, err
 	}
@@ -313,9 +366,30 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			if err := slow.Restart(ctx, cobbled.FaultDelay{Fraction: opts.SlowFraction, Delay: opts.SlowDelay}); err != nil {
 				return rep, err
 			}
-			res, err = b.routerScenario(ctx, name, desc, func(o *router.Options) { o.DisableHedging = !hedge }, nil)
+			zone := opts.Zone
+			if zone == "" {
+				zone = slow.Zone
+				desc += fmt.Sprintf(", router in %s (the slow node's zone: every request's primary)", zone)
+			}
+			res, err = b.routerScenario(ctx, name, desc, func(o *router.Options) { o.DisableHedging, o.Zone = !hedge, zone }, nil)
 			if rerr := slow.Restart(ctx, cobbled.FaultDelay{}); rerr != nil && err == nil {
 				err = rerr
+			}
+			if err == nil && res.Requests > 0 {
+				res.FaultReach = opts.SlowFraction * float64(res.NodeRPCs[slow.ID]) / float64(res.Requests)
+			}
+		case Degraded:
+			res, err = b.degradedScenario(ctx)
+		case Saturation:
+			var more []*Result
+			more, err = b.saturationScenario(ctx)
+			if errors.Is(err, errRedisUnavailable) {
+				rep.Notes = append(rep.Notes, err.Error())
+				log.Warn("readbench: skipping the saturation scenario", "err", err)
+				continue
+			}
+			if err == nil {
+				res, extra = more[0], more[1:]
 			}
 		case Kill:
 			res, err = b.killScenario(ctx)
@@ -341,6 +415,8 @@ type bench struct {
 	opts    Options
 	c       *cluster.Cluster
 	batches [][][]byte
+	sizes   []int64 // value bytes per batch
+	dir     string
 	log     *slog.Logger
 }
 
@@ -469,11 +545,19 @@ func (b *bench) routerScenario(ctx context.Context, name, desc string, mutate fu
 	wg.Wait() // res is the during function's until here
 	after := r.Stats()
 	s.fill(res)
+	res.s = s
 	res.Primaries = after.Primaries - before.Primaries
 	res.Hedges = after.Hedges - before.Hedges
 	res.HedgesWon = after.HedgesWon - before.HedgesWon
 	res.HedgesDenied = after.HedgesDenied - before.HedgesDenied
 	res.Failovers = after.Failovers - before.Failovers
+	res.NodeRPCs = map[string]int64{}
+	for _, n := range after.Nodes {
+		res.NodeRPCs[n.ID] = n.RPCs
+	}
+	for _, n := range before.Nodes {
+		res.NodeRPCs[n.ID] -= n.RPCs
+	}
 	if res.Primaries > 0 {
 		res.HedgeRatio = float64(res.Hedges) / float64(res.Primaries)
 		res.ExtraRatio = float64(res.Hedges+res.Failovers) / float64(res.Primaries)
@@ -526,6 +610,70 @@ func (b *bench) killScenario(ctx context.Context) (*Result, error) {
 	return res, nil
 }
 
+// degradedScenario adds DegradedDelay to every request of one node: the
+// router's replica choice (recent median × load) must move traffic off it,
+// so after 2 s the p50 is the healthy cluster's.
+func (b *bench) degradedScenario(ctx context.Context) (*Result, error) {
+	o := b.opts
+	m := b.c.Members()[o.DegradedNode]
+	if err := m.Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: o.DegradedDelay}); err != nil {
+		return nil, err
+	}
+	desc := fmt.Sprintf("node-%d adds %v to every request (a failing disk), hedging on", o.DegradedNode, o.DegradedDelay)
+	res, err := b.routerScenario(ctx, Degraded, desc, nil, nil)
+	if rerr := m.Restart(ctx, cobbled.FaultDelay{}); rerr != nil && err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The router met the node at the start of the warm-up.
+	from := max(0, 2*time.Second-o.Warmup)
+	var after []time.Duration
+	for i, at := range res.s.at {
+		if at >= from {
+			after = append(after, res.s.lat[i])
+		}
+	}
+	slices.Sort(after)
+	res.P50After = pct(after, 0.5)
+	return res, nil
+}
+
+// saturationScenario runs SaturationClients closed-loop clients through the
+// router, then against Redis (each alone on the machine), and compares the
+// value bytes delivered per second.
+func (b *bench) saturationScenario(ctx context.Context) ([]*Result, error) {
+	o := b.opts
+	rget, closeRedis, err := b.openRedis(ctx, o.SaturationClients+2)
+	if err != nil {
+		return nil, err
+	}
+	defer closeRedis()
+	r, get, closeFn, err := b.newRouter(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	n := o.SaturationClients
+	b.log.Info("readbench: scenario", "scenario", Saturation, "clients", n)
+	b.loadClients(ctx, o.Warmup, n, []getter{get}, nil)
+	before := r.Stats()
+	rr := &Result{Scenario: SaturationRouter, Description: fmt.Sprintf("%d closed-loop clients through the router (healthy cluster)", n)}
+	b.loadClients(ctx, o.Duration, n, []getter{get}, nil)[0].fill(rr)
+	after := r.Stats()
+	rr.Primaries, rr.Hedges, rr.HedgesWon = after.Primaries-before.Primaries, after.Hedges-before.Hedges, after.HedgesWon-before.HedgesWon
+	rr.HedgesDenied, rr.Failovers = after.HedgesDenied-before.HedgesDenied, after.Failovers-before.Failovers
+	if rr.Primaries > 0 {
+		rr.HedgeRatio = float64(rr.Hedges) / float64(rr.Primaries)
+		rr.ExtraRatio = float64(rr.Hedges+rr.Failovers) / float64(rr.Primaries)
+	}
+	rd := &Result{Scenario: SaturationRedis, Description: fmt.Sprintf("%d closed-loop clients against Redis MGET", n)}
+	b.loadClients(ctx, o.Warmup, n, []getter{rget}, nil)
+	b.loadClients(ctx, o.Duration, n, []getter{rget}, nil)[0].fill(rd)
+	return []*Result{rr, rd}, nil
+}
+
 // sample is what the clients measured.
 type sample struct {
 	start time.Time
@@ -535,6 +683,7 @@ type sample struct {
 	bad   []bool
 	errs  int
 	dl    int // errors that are deadline expiries
+	bytes int64
 	first error
 }
 
@@ -543,14 +692,21 @@ func (b *bench) load(ctx context.Context, d time.Duration, get getter, started f
 	return b.loadN(ctx, d, []getter{get}, started)[0]
 }
 
+// batchBytes is the value bytes of batch i.
+func (b *bench) batchBytes(i int) int64 { return b.sizes[i] }
+
 // loadN runs the closed-loop clients for d; with several getters each
 // client sends every batch through each of them in turn (interleaved, so
 // noise from the rest of the machine falls on all of them alike) and each
 // getter gets its own sample.
 func (b *bench) loadN(ctx context.Context, d time.Duration, gets []getter, started func(time.Time)) []*sample {
+	return b.loadClients(ctx, d, b.opts.Clients, gets, started)
+}
+
+func (b *bench) loadClients(ctx context.Context, d time.Duration, clients int, gets []getter, started func(time.Time)) []*sample {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	per := make([][]*sample, b.opts.Clients)
+	per := make([][]*sample, clients)
 	start := time.Now()
 	if started != nil {
 		started(start)
@@ -565,7 +721,8 @@ func (b *bench) loadN(ctx context.Context, d time.Duration, gets []getter, start
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
 			for ctx.Err() == nil {
-				keys := b.batches[rng.IntN(len(b.batches))]
+				bi := rng.IntN(len(b.batches))
+				keys := b.batches[bi]
 				for j, get := range gets {
 					s := per[w][j]
 					rctx, rcancel := context.WithTimeout(context.Background(), b.opts.Deadline)
@@ -579,6 +736,9 @@ func (b *bench) loadN(ctx context.Context, d time.Duration, gets []getter, start
 					s.lat = append(s.lat, t1.Sub(t0))
 					s.at = append(s.at, t1.Sub(start))
 					s.bad = append(s.bad, err != nil)
+					if err == nil {
+						s.bytes += b.batchBytes(bi)
+					}
 					if err != nil {
 						s.errs++
 						if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
@@ -603,6 +763,7 @@ func (b *bench) loadN(ctx context.Context, d time.Duration, gets []getter, start
 			all.bad = append(all.bad, s.bad...)
 			all.errs += s.errs
 			all.dl += s.dl
+			all.bytes += s.bytes
 			if all.first == nil {
 				all.first = s.first
 			}
@@ -621,6 +782,7 @@ func (s *sample) fill(r *Result) {
 	r.DeadlineErrors = s.dl
 	r.Elapsed = s.end.Sub(s.start)
 	r.RPS = float64(r.Requests) / r.Elapsed.Seconds()
+	r.MBps = float64(s.bytes) / 1e6 / r.Elapsed.Seconds()
 	r.lat = slices.Clone(s.lat)
 	slices.Sort(r.lat)
 	r.P50, r.P90, r.P99, r.P999 = pct(r.lat, 0.50), pct(r.lat, 0.90), pct(r.lat, 0.99), pct(r.lat, 0.999)

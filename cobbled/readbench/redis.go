@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 	"unsafe"
 
@@ -25,19 +26,40 @@ var errRedisUnavailable = errors.New("readbench: Redis unavailable")
 // Redis result, then the interleaved router and Redis results.
 func (b *bench) redisScenario(ctx context.Context) ([]*Result, error) {
 	o := b.opts
-	rdb := redis.NewClient(&redis.Options{Addr: o.RedisAddr, PoolSize: o.Clients + 2, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
-	defer rdb.Close()
+	get, closeRedis, err := b.openRedis(ctx, o.Clients+2)
+	if err != nil {
+		return nil, err
+	}
+	defer closeRedis()
+	res := &Result{Scenario: Redis, Description: "the same batches from Redis with MGET (go-redis v9, one pool)"}
+	b.load(ctx, o.Warmup, get, nil)
+	b.load(ctx, o.Duration, get, nil).fill(res)
+	out := []*Result{res}
+	if !o.Interleave {
+		return out, nil
+	}
+	return b.interleaved(ctx, out, get)
+}
+
+// openRedis loads the data set into Redis under a prefix of this run and
+// returns an MGET getter, and a function that deletes the keys and closes
+// the client.
+func (b *bench) openRedis(ctx context.Context, pool int) (getter, func(), error) {
+	o := b.opts
+	rdb := redis.NewClient(&redis.Options{Addr: o.RedisAddr, PoolSize: pool, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	err := rdb.Ping(pctx).Err()
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("%w at %s: %v", errRedisUnavailable, o.RedisAddr, err)
+		rdb.Close()
+		return nil, nil, fmt.Errorf("%w at %s: %v", errRedisUnavailable, o.RedisAddr, err)
 	}
 	prefix := fmt.Sprintf("pillar:readbench:%d-%d:", os.Getpid(), time.Now().UnixNano())
 	name := func(k []byte) string { return prefix + hex.EncodeToString(k) }
 	keys := b.c.Keys()
 	b.log.Info("readbench: loading Redis", "addr", o.RedisAddr, "prefix", prefix, "keys", len(keys))
-	defer func() {
+	cleanup := func() {
+		defer rdb.Close()
 		// Clean up even when the run was interrupted.
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -51,14 +73,15 @@ func (b *bench) redisScenario(ctx context.Context) ([]*Result, error) {
 				return
 			}
 		}
-	}()
+	}
 	for i := 0; i < len(keys); i += 64 {
 		pipe := rdb.Pipeline()
 		for _, k := range keys[i:min(i+64, len(keys))] {
 			pipe.Set(ctx, name(k), b.c.Value(k), 0)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, fmt.Errorf("readbench: load Redis at %s: %w", o.RedisAddr, err)
+			cleanup()
+			return nil, nil, fmt.Errorf("readbench: load Redis at %s: %w", o.RedisAddr, err)
 		}
 	}
 	get := func(ctx context.Context, keys [][]byte) error {
@@ -76,14 +99,13 @@ func (b *bench) redisScenario(ctx context.Context) ([]*Result, error) {
 
 		})
 	}
-	res := &Result{Scenario: Redis, Description: "the same batches from Redis with MGET (go-redis v9, one pool)"}
-	b.load(ctx, o.Warmup, get, nil)
-	b.load(ctx, o.Duration, get, nil).fill(res)
-	out := []*Result{res}
-	if !o.Interleave {
-		return out, nil
-	}
+	return get, cleanup, nil
+}
 
+// interleaved sends every batch through a healthy router, to Redis (get),
+// straight to one node, and to the bare gRPC floor, in turn.
+func (b *bench) interleaved(ctx context.Context, out []*Result, get getter) ([]*Result, error) {
+	o := b.opts
 	r, rget, closeFn, err := b.newRouter(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -106,8 +128,21 @@ func (b *bench) redisScenario(ctx context.Context) ([]*Result, error) {
 		return b.verify(keys, len(resp.Results), func(i int) (bool, []byte) { return resp.Results[i].Found, resp.Results[i].Value })
 	}
 	gets := []getter{rget, get}
+	bareAt := -1
 	if o.Replicas == o.Nodes {
 		gets = append(gets, dget)
+		bs, err := b.startBare(filepath.Join(b.dir, "bare"))
+		if err != nil {
+			return nil, err
+		}
+		defer bs.close()
+		bget, closeBare, err := b.bareGetter(bs)
+		if err != nil {
+			return nil, err
+		}
+		defer closeBare()
+		bareAt = len(gets)
+		gets = append(gets, bget)
 	}
 	b.log.Info("readbench: scenario", "scenario", "interleaved", "what", "each batch through the router, from Redis, and straight to a node")
 	b.loadN(ctx, o.Warmup, gets, nil)
@@ -123,6 +158,11 @@ func (b *bench) redisScenario(ctx context.Context) ([]*Result, error) {
 		fi := &Result{Scenario: DirectInterleaved, Description: fmt.Sprintf("the floor: the same BatchGet straight to %s with the generated gRPC client, no router, alternating with the router", m.ID)}
 		ss[2].fill(fi)
 		extra = append(extra, fi)
+	}
+	if bareAt > 0 {
+		bi := &Result{Scenario: BareInterleaved, Description: "the floor under the node: a bare grpc-go unary call with a raw codec around the same MultiGet per partition (same table options, cache size and HTTP/2 windows), alternating with the others"}
+		ss[bareAt].fill(bi)
+		extra = append(extra, bi)
 	}
 	ri.Primaries, ri.Hedges, ri.HedgesWon = after.Primaries-before.Primaries, after.Hedges-before.Hedges, after.HedgesWon-before.HedgesWon
 	ri.HedgesDenied, ri.Failovers = after.HedgesDenied-before.HedgesDenied, after.Failovers-before.Failovers

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,11 +26,28 @@ func (r *Report) evaluate() {
 	if h != nil && sh != nil {
 		add("slow node, hedging: p99 ≤ 1.5 × healthy p99", fmt.Sprintf("%s vs %s (%.2f×)", ms(sh.P99), ms(h.P99), ratio(sh.P99, h.P99)), float64(sh.P99) <= 1.5*float64(h.P99))
 	}
+	if h != nil && sh != nil {
+		add("slow node, hedging: p99.9 ≤ 2 × healthy p99.9", fmt.Sprintf("%s vs %s (%.2f×)", ms(sh.P999), ms(h.P999), ratio(sh.P999, h.P999)), float64(sh.P999) <= 2*float64(h.P999))
+	}
 	if sh != nil {
-		add("slow node, hedging: extra requests ≤ 5%", fmt.Sprintf("%.2f%% (hedges %d, failovers %d, primaries %d)", 100*sh.ExtraRatio, sh.Hedges, sh.Failovers, sh.Primaries), sh.ExtraRatio <= 0.05)
+		add("slow node, hedging: extra requests ≤ 5%", fmt.Sprintf("%.2f%% (hedges %d, won %d, failovers %d, primaries %d)", 100*sh.ExtraRatio, sh.Hedges, sh.HedgesWon, sh.Failovers, sh.Primaries), sh.ExtraRatio <= 0.05)
 	}
 	if sn != nil {
+		add("slow node: the fault reaches ≥ 2% of requests", fmt.Sprintf("%.2f%% (%.0f%% of node-%d's sub-requests; it got %d of %d requests' sub-requests)", 100*sn.FaultReach, 100*o.SlowFraction, o.SlowNode, sn.NodeRPCs[fmt.Sprintf("node-%d", o.SlowNode)], sn.Requests), sn.FaultReach >= 0.02)
 		add(fmt.Sprintf("slow node, no hedging: p99 ≥ %v", o.SlowDelay), ms(sn.P99), sn.P99 >= o.SlowDelay)
+	}
+	if d := r.Result(Degraded); h != nil && d != nil && d.P50After == 0 {
+		add(fmt.Sprintf("degraded node (+%v on every request): p50 after 2 s ≤ 1.2 × healthy p50", o.DegradedDelay), "not measured: no request completed 2 s after the start (warm-up + run too short)", false)
+	} else if h != nil && d != nil {
+		add(fmt.Sprintf("degraded node (+%v on every request): p50 after 2 s ≤ 1.2 × healthy p50", o.DegradedDelay), fmt.Sprintf("%s vs %s (%.2f×); node-%d got %d of %d sub-requests, %d hedges",
+			ms(d.P50After), ms(h.P50), ratio(d.P50After, h.P50), o.DegradedNode, d.NodeRPCs[fmt.Sprintf("node-%d", o.DegradedNode)], d.Primaries+d.Hedges+d.Failovers, d.Hedges), float64(d.P50After) <= 1.2*float64(h.P50))
+	}
+	if sr, sd := r.Result(SaturationRouter), r.Result(SaturationRedis); sr != nil && sd != nil {
+		add(fmt.Sprintf("saturation (%d clients): router throughput ≥ 0.8 × Redis (MB/s)", o.SaturationClients), fmt.Sprintf("%.0f vs %.0f MB/s (%.2f×)", sr.MBps, sd.MBps, sr.MBps/sd.MBps), sr.MBps >= 0.8*sd.MBps)
+	}
+	if di, bi := r.Result(DirectInterleaved), r.Result(BareInterleaved); di != nil && bi != nil {
+		add("node BatchGet p50 ≤ 1.1 × bare gRPC (raw codec, same MultiGet; interleaved)", fmt.Sprintf("%s vs %s (%.2f×)", ms(di.P50), ms(bi.P50), ratio(di.P50, bi.P50)), float64(di.P50) <= 1.1*float64(bi.P50))
+		add("node BatchGet p99 ≤ 1.1 × bare gRPC (interleaved)", fmt.Sprintf("%s vs %s (%.2f×)", ms(di.P99), ms(bi.P99), ratio(di.P99, bi.P99)), float64(di.P99) <= 1.1*float64(bi.P99))
 	}
 	if k != nil {
 		add("node killed: no failed requests beyond the deadline", fmt.Sprintf("%d failed of %d (%d by the %v deadline); recovery %s, worst after kill %s",
@@ -69,16 +87,16 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "# pillar bench read\n\n")
 	fmt.Fprintf(&b, "%d cobbled nodes on 127.0.0.1 (zones zone-a…), %d partitions × %d replicas, %d keys in %d-key batches, values %d B–%d KiB (mean ≈ %d KB), %d closed-loop clients, %v per scenario after %v warm-up, request deadline %v, through the %s, router zone %q, %s, GOGC %s, GOMAXPROCS %d. %s\n\n",
 		o.Nodes, o.Partitions, o.Replicas, o.Keys, o.BatchKeys, o.MinValue, o.MaxValue>>10, (o.MinValue+o.MaxValue)/2/1000, o.Clients, o.Duration, o.Warmup, o.Deadline, via, o.Zone, map[bool]string{false: "a request to as few nodes as possible", true: "partitions spread over nodes"}[o.Spread], gogc(o.GCPercent), runtime.GOMAXPROCS(0), r.Started.UTC().Format(time.RFC3339))
-	fmt.Fprintf(&b, "| scenario | requests | req/s | p50 | p90 | p99 | p99.9 | max | failed (deadline) | hedges (won) | extra requests | failovers |\n")
-	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| scenario | requests | req/s | MB/s | p50 | p90 | p99 | p99.9 | max | failed (deadline) | hedges (won) | extra requests | failovers |\n")
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
 		hedges, extra, fo := "–", "–", "–"
-		if x.Scenario != Redis && x.Scenario != RedisInterleaved && x.Scenario != DirectInterleaved {
+		if !slices.Contains([]string{Redis, RedisInterleaved, DirectInterleaved, BareInterleaved, SaturationRedis}, x.Scenario) {
 			hedges = fmt.Sprintf("%d (%d)", x.Hedges, x.HedgesWon)
 			extra = fmt.Sprintf("%.2f%%", 100*x.ExtraRatio)
 			fo = fmt.Sprint(x.Failovers)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %d (%d) | %s | %s | %s |\n", x.Scenario, x.Requests, x.RPS,
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %.0f | %s | %s | %s | %s | %s | %d (%d) | %s | %s | %s |\n", x.Scenario, x.Requests, x.RPS, x.MBps,
 			msn(x.P50), msn(x.P90), msn(x.P99), msn(x.P999), msn(x.Max), x.Errors, x.DeadlineErrors, hedges, extra, fo)
 	}
 	fmt.Fprintf(&b, "\nLatencies in ms. Extra requests = (hedges + failovers) / primary sub-requests.\n\n")
@@ -151,7 +169,8 @@ func optionsJSON(o Options) map[string]any {
 	return map[string]any{"duration": o.Duration.String(), "warmup": o.Warmup.String(), "clients": o.Clients, "keys": o.Keys,
 		"batch_keys": o.BatchKeys, "nodes": o.Nodes, "partitions": o.Partitions, "replicas": o.Replicas,
 		"min_value": o.MinValue, "max_value": o.MaxValue, "zone": o.Zone, "slow_node": o.SlowNode, "slow_fraction": o.SlowFraction,
-		"slow_delay": o.SlowDelay.String(), "gc_percent": o.GCPercent, "kill_node": o.KillNode, "down_after": o.DownAfter.String(), "deadline": o.Deadline.String(),
+		"slow_delay": o.SlowDelay.String(), "degraded_node": o.DegradedNode, "degraded_delay": o.DegradedDelay.String(),
+		"saturation_clients": o.SaturationClients, "gc_percent": o.GCPercent, "kill_node": o.KillNode, "down_after": o.DownAfter.String(), "deadline": o.Deadline.String(),
 		"via_server": o.ViaServer, "interleave": o.Interleave, "spread": o.Spread, "redis": o.RedisAddr, "scenarios": o.Scenarios}
 }
 

@@ -102,13 +102,15 @@ func (n *node) fail(base time.Duration, now time.Time) {
 // measured). The estimate of a node that has not answered for a while
 // halves every idleHalfLife: a node that was slow once and then lost every
 // choice is tried again and re-measured instead of being starved on stale
-// data.
+// data. Until a node has scoreSamples answers its estimate is at most 1 ms:
+// one unlucky first answer (a stall) would otherwise price it out, and with
+// a one-second half-life it would get almost nothing for seconds.
 func (n *node) score(now int64, extra int) float64 {
 	est := float64(n.lat.p50.Load())
 	if est == 0 {
 		est = float64(n.ewmaNanos.Load())
 	}
-	if est == 0 {
+	if est == 0 || (n.lat.count.Load() < scoreSamples && est > float64(time.Millisecond)) {
 		est = float64(time.Millisecond)
 	}
 	if last := n.lastObs.Load(); last != 0 && now-last > int64(idleHalfLife/10) {
@@ -117,7 +119,10 @@ func (n *node) score(now int64, extra int) float64 {
 	return est * float64(n.outstanding.Load()+1+int64(extra))
 }
 
-const idleHalfLife = time.Second
+const (
+	idleHalfLife = time.Second
+	scoreSamples = 8
+)
 
 // latencies is a ring of a node's recent answered sub-request latencies and
 // the quantiles computed from it every few samples (sorting 512 durations

@@ -851,3 +851,27 @@ func TestServerPerKeyErrors(t *testing.T) {
 		t.Fatal("batch has no key of node-1; pick another")
 	}
 }
+
+// One stalled first answer does not price a node out: until it has
+// scoreSamples answers its estimate is at most 1 ms.
+func TestScoreFewSamples(t *testing.T) {
+	now := time.Now()
+	fresh, measured := &node{}, &node{}
+	for _, n := range []*node{fresh, measured} {
+		n.initLatencies(512, 0.99)
+	}
+	fresh.observe(50*time.Millisecond, now, 12)
+	for range scoreSamples {
+		measured.observe(time.Millisecond, now, 12)
+	}
+	if f, m := fresh.score(now.UnixNano(), 0), measured.score(now.UnixNano(), 0); f > m {
+		t.Errorf("one stalled answer: score %v, a measured 1 ms node %v", f, m)
+	}
+	for range scoreSamples {
+		measured.observe(50*time.Millisecond, now, 12)
+		measured.observe(50*time.Millisecond, now, 12)
+	}
+	if m := measured.score(now.UnixNano(), 0); m < float64(10*time.Millisecond) {
+		t.Errorf("a node measured slow: score %v, want its median", m)
+	}
+}

@@ -118,6 +118,8 @@ type Cluster struct {
 	members []*Member
 	objects string
 
+	ssts []string // partition -> its snapshot batch's SST file
+
 	mu      sync.Mutex
 	version int64
 	assign  [][]int // partition -> member indexes
@@ -182,6 +184,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, err
 		}
 		manifests[p] = m
+		c.ssts = append(c.ssts, filepath.Join(c.objects, filepath.FromSlash(batch.Prefix(p, m.ID)), m.Files[0].Name))
 	}
 	// Apply on every node at once: applying is mostly waiting for fsync.
 	errs := make([]error, opts.Nodes)
@@ -239,6 +242,13 @@ func (c *Cluster) Value(key []byte) []byte { return Value(key, c.opts.MinValue, 
 
 // Keys returns the data set's keys (do not modify).
 func (c *Cluster) Keys() [][]byte { return c.keys }
+
+// SSTFile returns the SST file holding partition p's data (as the nodes
+// ingested it), for benchmarks that read the same data without cobbled.
+func (c *Cluster) SSTFile(p int) string { return c.ssts[p] }
+
+// CacheBytes returns each node's block cache size.
+func (c *Cluster) CacheBytes() int64 { return c.opts.CacheBytes }
 
 // Partitions returns P.
 func (c *Cluster) Partitions() int { return c.opts.Partitions }

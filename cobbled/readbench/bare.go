@@ -1,0 +1,237 @@
+package readbench
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/linxGnu/grocksdb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+
+	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/internal/rocks"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+// The bare floor: a grpc-go unary call with a raw codec around the same
+// RocksDB MultiGet per partition, with the same table options, block cache
+// size and HTTP/2 windows as a cobbled node, and nothing else (no request
+// validation, no metrics, no partition locks, no protobuf). Request: the
+// keys, 16 bytes each, back to back. Response: per key a uvarint (0: absent,
+// else 1 + value length) and the value. It is what the node's BatchGet is
+// measured against.
+
+// rawCodec passes []byte (requests) and *rawFrame (responses) through as is.
+type rawCodec struct{}
+
+type rawFrame struct{ b mem.BufferSlice }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	switch x := v.(type) {
+	case *[]byte:
+		return mem.BufferSlice{mem.SliceBuffer(*x)}, nil
+	case *rawFrame:
+		return x.b, nil
+	}
+	return nil, fmt.Errorf("readbench: raw codec cannot marshal %T", v)
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	switch x := v.(type) {
+	case *[]byte:
+		*x = data.Materialize()
+		return nil
+	case *rawFrame:
+		x.b = data // the caller frees it
+		data.Ref()
+		return nil
+	}
+	return fmt.Errorf("readbench: raw codec cannot unmarshal into %T", v)
+}
+
+func (rawCodec) Name() string { return "pillar-raw" }
+
+var _ encoding.CodecV2 = rawCodec{}
+
+const bareMethod = "/pillar.readbench.Bare/Get"
+
+// bareServer holds one RocksDB per partition, loaded from the cluster's SST
+// files.
+type bareServer struct {
+	dbs   []*grocksdb.DB
+	opts  *grocksdb.Options
+	cache *grocksdb.Cache
+	ro    *grocksdb.ReadOptions
+	srv   *grpc.Server
+	addr  string
+	pool  *servepb.BufferPool
+}
+
+func (b *bench) startBare(dir string) (*bareServer, error) {
+	s := &bareServer{cache: grocksdb.NewLRUCache(uint64(b.c.CacheBytes())), ro: grocksdb.NewDefaultReadOptions(), pool: new(servepb.BufferPool)}
+	var err error
+	if s.opts, err = (rocks.TableConfig{}).Options(s.cache); err != nil {
+		s.close()
+		return nil, fmt.Errorf("readbench: bare: %w", err)
+	}
+	s.opts.SetCreateIfMissing(true)
+	ing := grocksdb.NewDefaultIngestExternalFileOptions()
+	defer ing.Destroy()
+	for p := range b.c.Partitions() {
+		pdir := filepath.Join(dir, fmt.Sprintf("p%05d", p))
+		if err := os.MkdirAll(pdir, 0o755); err != nil {
+			s.close()
+			return nil, fmt.Errorf("readbench: bare: %w", err)
+		}
+		db, err := grocksdb.OpenDb(s.opts, pdir)
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("readbench: bare: open %s: %w", pdir, err)
+		}
+		s.dbs = append(s.dbs, db)
+		if err := db.IngestExternalFile([]string{b.c.SSTFile(p)}, ing); err != nil {
+			s.close()
+			return nil, fmt.Errorf("readbench: bare: ingest partition %d: %w", p, err)
+		}
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("readbench: bare: %w", err)
+	}
+	s.addr = lis.Addr().String()
+	// The same transport settings as cobbled.Node.NewGRPCServer.
+	s.srv = grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(65<<20),
+		grpc.InitialWindowSize(16<<20), grpc.InitialConnWindowSize(64<<20), grpc.WriteBufferSize(256<<10), grpc.ReadBufferSize(64<<10),
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	s.srv.RegisterService(&grpc.ServiceDesc{ServiceName: "pillar.readbench.Bare", HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{MethodName: "Get", Handler: s.handle}}}, s)
+	go s.srv.Serve(lis)
+	return s, nil
+}
+
+func (s *bareServer) handle(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+	var in []byte
+	if err := dec(&in); err != nil {
+		return nil, err
+	}
+	if len(in) == 0 || len(in)%pillar.KeySize != 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "bare: %d request bytes", len(in))
+	}
+	n := len(in) / pillar.KeySize
+	keys := make([][]byte, n)
+	part := make([]int, n)
+	for i := range keys {
+		keys[i] = in[i*pillar.KeySize : (i+1)*pillar.KeySize]
+		part[i] = pillar.Partition(keys[i], len(s.dbs))
+	}
+	vals := make([]*grocksdb.Slice, n)
+	var res []grocksdb.Slices
+	defer func() {
+		for _, r := range res {
+			r.Destroy()
+		}
+	}()
+	// One MultiGet per partition, as the node does.
+	done := make([]bool, n)
+	var pk [][]byte
+	var idx []int
+	for i := range keys {
+		if done[i] {
+			continue
+		}
+		pk, idx = pk[:0], idx[:0]
+		for j := i; j < n; j++ {
+			if !done[j] && part[j] == part[i] {
+				pk, idx, done[j] = append(pk, keys[j]), append(idx, j), true
+			}
+		}
+		got, err := s.dbs[part[i]].MultiGet(s.ro, pk...)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "bare: %v", err)
+		}
+		res = append(res, got)
+		for j, k := range idx {
+			vals[k] = got[j]
+		}
+	}
+	total := 0
+	for _, v := range vals {
+		total += binary.MaxVarintLen64 + v.Size()
+	}
+	bufp := s.pool.Get(total)
+	b := (*bufp)[:0]
+	for _, v := range vals {
+		if !v.Exists() {
+			b = binary.AppendUvarint(b, 0)
+			continue
+		}
+		d := v.Data()
+		b = binary.AppendUvarint(b, uint64(len(d))+1)
+		b = append(b, d...)
+	}
+	*bufp = b
+	return &rawFrame{b: mem.BufferSlice{mem.NewBuffer(bufp, s.pool)}}, nil
+}
+
+func (s *bareServer) close() {
+	if s.srv != nil {
+		s.srv.Stop()
+	}
+	for _, db := range s.dbs {
+		db.Close()
+	}
+	if s.opts != nil {
+		s.opts.Destroy()
+	}
+	s.ro.Destroy()
+	s.cache.Destroy()
+}
+
+// bareGetter dials the bare server and returns a getter that checks its
+// answers like the others.
+func (b *bench) bareGetter(s *bareServer) (getter, func(), error) {
+	conn, err := grpc.NewClient(s.addr, append(servepb.DialOptions(0), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))...)
+	if err != nil {
+		return nil, nil, err
+	}
+	get := func(ctx context.Context, keys [][]byte) error {
+		req := make([]byte, 0, len(keys)*pillar.KeySize)
+		for _, k := range keys {
+			req = append(req, k...)
+		}
+		var out rawFrame
+		if err := conn.Invoke(ctx, bareMethod, &req, &out); err != nil {
+			return err
+		}
+		defer out.b.Free()
+		body := out.b.Materialize() // one copy, as the generated client's unmarshal makes
+		vals := make([][]byte, 0, len(keys))
+		found := make([]bool, 0, len(keys))
+		for len(body) > 0 {
+			l, n := binary.Uvarint(body)
+			if n <= 0 || uint64(len(body)-n) < l-min(l, 1) {
+				return fmt.Errorf("readbench: bare: malformed response")
+			}
+			body = body[n:]
+			if l == 0 {
+				vals, found = append(vals, nil), append(found, false)
+				continue
+			}
+			vals, found = append(vals, body[:l-1]), append(found, true)
+			body = body[l-1:]
+		}
+		return b.verify(keys, len(vals), func(i int) (bool, []byte) { return found[i], vals[i] })
+	}
+	return get, func() { conn.Close() }, nil
+}
