@@ -458,3 +458,7 @@ func readPage(path string, o *Options) page {
 	}
 	return p
 }
+
+// Candidate reports whether ingest reads the file at path (by its name:
+// .html, .htm, .xhtml, .txt, .md, .text).
+func Candidate(path string) bool { return isCandidate(path) }
