@@ -1,17 +1,11 @@
 package ingest
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"net/url"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -359,104 +353,6 @@ type page struct {
 	err   error
 	kind  string // "" (a page) or the Outcome that skips it
 	notes []note
-}
-
-func readPage(path string, o *Options) page {
-	p := page{path: path, rel: relPath(o, path)}
-	if ok, why := o.selected(p.rel); !ok {
-		p.kind, p.err = OutcomeExcluded, errors.New(why)
-		return p
-	}
-	// O_NONBLOCK: a path that became a named pipe after the walk must not
-	// block the open; it has no effect on a regular file.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		p.kind, p.err = OutcomeUnreadable, err
-		return p
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		p.kind, p.err = OutcomeUnreadable, err
-		return p
-	}
-	if why := modeReason(st.Mode()); why != "" {
-		p.kind, p.err = OutcomeNotRegular, errors.New(why)
-		return p
-	}
-	if st.Size() > o.MaxPageBytes {
-		p.kind, p.err = OutcomeTooLarge, fmt.Errorf("%d bytes, limit %d", st.Size(), o.MaxPageBytes)
-		return p
-	}
-	b, err := io.ReadAll(io.LimitReader(f, o.MaxPageBytes+1))
-	if err != nil {
-		p.kind, p.err = OutcomeUnreadable, err
-		return p
-	}
-	if int64(len(b)) > o.MaxPageBytes {
-		p.kind, p.err = OutcomeTooLarge, fmt.Errorf("over the limit of %d bytes", o.MaxPageBytes)
-		return p
-	}
-	isText := false
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".txt", ".md", ".text":
-		isText = true
-	}
-	text, how, err := decodeText(b, !isText)
-	if err != nil {
-		p.kind, p.err = OutcomeBinary, err
-		return p
-	}
-	if how != "" {
-		p.notes = append(p.notes, note{OutcomeTranscoded, how})
-	}
-	var c Cleaned
-	if isText {
-		t := strings.TrimSpace(strings.ReplaceAll(string(text), "\r\n", "\n"))
-		c = Cleaned{Text: t}
-		if line, _, _ := strings.Cut(t, "\n"); len(line) < 200 {
-			c.Title = strings.TrimSpace(strings.TrimLeft(line, "# "))
-		}
-	} else {
-		c = CleanHTML(text)
-	}
-	if c.Refresh != "" {
-		p.kind, p.err = OutcomeRedirect, errors.New("to "+c.Refresh)
-		return p
-	}
-	raw, outcome, detail := pageURL(o, p.rel, c.Canonical)
-	switch outcome {
-	case "":
-	case OutcomeCanonicalIgnored:
-		p.notes = append(p.notes, note{outcome, detail})
-	default:
-		p.kind, p.err = outcome, errors.New(detail)
-		return p
-	}
-	key, norm, err := pillar.KeyOfURL(raw)
-	if err != nil {
-		p.kind, p.err = OutcomeBadURL, err
-		return p
-	}
-	lang := c.Lang
-	if lang == "" {
-		lang = guessLang(c.Text)
-	}
-	sum := sha256.Sum256([]byte(c.Title + "\x00" + c.Text))
-	p.doc = pillar.Doc{
-		PageKey:     key.String(),
-		URL:         norm,
-		Host:        pillar.HostOf(norm),
-		FetchedAt:   st.ModTime().UnixMilli(),
-		ContentHash: hex.EncodeToString(sum[:16]),
-		Title:       c.Title,
-		Text:        c.Text,
-		Lang:        lang,
-		TextLen:     int64(len(c.Text)),
-		OutLinks:    int64(c.OutLinks),
-		HTMLBytes:   int64(len(b)),
-	}
-	return p
 }
 
 // Candidate reports whether ingest reads the file at path (by its name:
