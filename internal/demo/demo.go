@@ -444,9 +444,11 @@ func (d *demo) bulkExport(id string) error {
 	d.say("    export %s: %d pages, %.1f MB of records (%d member pages skipped)", id, res.Pages, float64(res.Bytes)/1e6, res.Skipped)
 	// Records queued before the export must be delivered before its
 	// snapshots are registered: drain Lorry first.
-	if _, err := d.drainLorry(); err != nil {
+	drained, err := d.drainLorry()
+	if err != nil {
 		return err
 	}
+	d.say("    Lorry drained first: %d delta batches queued before the export delivered", drained)
 	br, err := sstbuilder.BuildExport(d.ctx, &sstbuilder.ExportBuildOptions{
 		Export: dir, Store: d.objs, Partitions: d.o.Partitions, Registerer: d.cl.client, Logger: d.o.Logger,
 	})
@@ -465,6 +467,9 @@ func (d *demo) bulkExport(id string) error {
 	}
 	d.rep.SSTBytes, d.rep.SSTFiles = bytes, files
 	d.rep.Batches += len(br.Partitions)
+	if len(br.Partitions) == 0 && res.Pages > 0 {
+		return fmt.Errorf("export %s holds %d pages but built no snapshot batch", id, res.Pages)
+	}
 	d.say("    built and registered %d snapshot batches (%d SST files, %.1f MB) in %s", len(br.Partitions), files, float64(bytes)/1e6, br.Elapsed.Round(time.Millisecond))
 	return nil
 }
@@ -708,6 +713,9 @@ func (d *demo) step5() error {
 		d.say("    %d batch reads during the switch, %d failed; replicas converged %s after registration", reads, failed, took.Round(time.Millisecond))
 		if failed > 0 {
 			return fmt.Errorf("%d reads failed during the re-publish (first: %v)", failed, firstErr)
+		}
+		if reads == 0 {
+			return errors.New("no read ran during the re-publish: the no-failed-reads check would test nothing")
 		}
 		want, err = d.exportedPages()
 		if err != nil {

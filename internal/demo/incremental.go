@@ -192,10 +192,15 @@ func (d *demo) editExported(exported map[string]expected) ([]editedPage, error) 
 			order = append(order, keys[i])
 		}
 	}
+	// Leave one page unedited, so the policy change has one to remove.
+	limit := editCount
+	if len(keys) >= 2 {
+		limit = min(editCount, len(keys)-1)
+	}
 	stamp := time.Now().UTC().Format(time.RFC3339Nano)
 	var out []editedPage
 	for _, k := range order {
-		if len(out) == editCount {
+		if len(out) == limit {
 			break
 		}
 		path := fileOf[k]
