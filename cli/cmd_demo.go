@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -19,19 +18,31 @@ batches into a local object store, starts a control plane (SQLite) and three cob
 in zones a/b/c as child processes, reads every exported page back through the hedging
 router and checks it, re-chunks and re-publishes while a reader keeps reading, delivers
 edited pages and a policy change with Lorry, and writes demo-report.md with plots.
-Any mismatch or failed read fails the demo. Child processes are stopped at the end.
+
+Every check derives from the data: the pages it edits are picked from the store among the
+exported ones, and the policy change removes some (not all) pages of the largest exported
+subset. Any mismatch or failed read fails the demo, and so does a step that should change
+something and changes nothing (no page ingested, no exported page, 0 changed pages after the
+edits, 0 puts/deletes after the policy change, 0 batches delivered): the exit status is
+non-zero and demo-report.md says why. The policies are embedded (written for any folder of
+HTML docs); --policies overrides them. Child processes are stopped at the end.
 
 Examples:
    pillar demo --out demo-out
    pillar demo --out demo-out --corpus ./my-html-pages --base-url https://example.org/
    pillar demo --out demo-out --synthetic 5000
-   pillar demo --out demo-out --reuse          # keep the store from the last run`,
+   pillar demo --out demo-out --reuse          # keep the store from the last run
+   pillar demo --out /tmp/xslt --corpus /usr/share/doc/libxslt1-dev/html --max-files 60`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: "demo-out", Usage: "output folder (store, objects, exports, logs, report)"},
 			&cli.StringFlag{Name: "corpus", Value: demo.DefaultCorpus, Usage: "folder of HTML or text files"},
 			&cli.StringFlag{Name: "base-url", Usage: "URL prefix for corpus files without a canonical link"},
 			&cli.IntFlag{Name: "synthetic", Usage: "generate N pages of realistic size instead of reading a corpus"},
-			&cli.StringFlag{Name: "policies", Value: "testdata/policies.yaml", Usage: "subset policy file"},
+			&cli.StringFlag{Name: "policies", Usage: "subset policy file (default: the embedded demo policies, for any corpus)"},
+			&cli.IntFlag{Name: "max-files", Usage: "short mode: copy only the first N files of the corpus (default: all)"},
+			&cli.StringFlag{Name: "canonical", Value: "prefer", Usage: "canonical links: prefer, ignore or require (see pillar ingest --help)"},
+			&cli.StringSliceFlag{Name: "include", Usage: "ingest only files matching this glob (repeatable)"},
+			&cli.StringSliceFlag{Name: "exclude", Usage: "leave out files matching this glob (repeatable)"},
 			&cli.IntFlag{Name: "partitions", Value: 64, Usage: "partition count"},
 			&cli.BoolFlag{Name: "reuse", Usage: "reuse the store and objects of an earlier run (default: start fresh)"},
 		},
@@ -43,12 +54,10 @@ Examples:
 			_, err = demo.Run(c.Context, demo.Options{
 				Pillar: bin, Out: c.String("out"), Corpus: c.String("corpus"), BaseURL: c.String("base-url"),
 				Synthetic: c.Int("synthetic"), Policies: c.String("policies"), Partitions: c.Int("partitions"),
-				Reuse: c.Bool("reuse"), Stdout: os.Stdout, Logger: logger(),
+				Reuse: c.Bool("reuse"), Stdout: os.Stdout, Logger: logger(), MaxFiles: c.Int("max-files"),
+				Canonical: c.String("canonical"), Include: c.StringSlice("include"), Exclude: c.StringSlice("exclude"),
 			})
-			if err != nil {
-				return fmt.Errorf("%w (logs of the child processes: %s/serve/logs)", err, c.String("out"))
-			}
-			return nil
+			return err
 		},
 	}
 }

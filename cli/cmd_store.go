@@ -70,13 +70,19 @@ func ingestCommand() *cli.Command {
 		Description: `Strips markup to clean text, derives each page's URL (its <link rel=canonical>, else
 --base-url + the file's relative path), computes the page key and content hash and
 commits all pages in one transaction. Unchanged pages keep their row; changed pages get
-a new version. Binary, unreadable, oversize and duplicate files are skipped and counted,
-and so is anything that is not a regular file (a named pipe, a socket, a device).
+a new version. Nested folders keep their relative path in the URL. A canonical link that
+is not http(s) (a file:// link of a local docs folder) is ignored in favour of --base-url
++ the path (--canonical). Pages in other encodings (byte-order mark, <meta charset>) are
+decoded to UTF-8. Binary, unreadable, oversize, duplicate-URL and meta-refresh redirect
+files are skipped, and so is anything that is not a regular file. At the end one summary
+gives the files by outcome with a few example paths each (--json: the same as JSON).
 
 Examples:
    pillar ingest --store data/store --from /usr/share/doc/postgresql-doc-15/html \
        --base-url https://www.postgresql.org/docs/15/
-   pillar ingest --store data/store --from ./pages --json`,
+   pillar ingest --store data/store --from ./pages --json
+   pillar ingest --store data/store --from /usr/share/doc/libxslt1-dev/html --base-url https://gnome.pages.gitlab.gnome.org/libxslt/ \
+       --exclude 'html/**' --canonical ignore`,
 		Flags: []cli.Flag{
 			storeFlag,
 			&cli.StringFlag{Name: "from", Usage: "folder of .html/.htm/.txt/.md files (walked recursively)", Required: true},
@@ -85,6 +91,9 @@ Examples:
 			&cli.Int64Flag{Name: "max-page-bytes", Value: ingest.DefaultMaxPageBytes, Usage: "reject files larger than this (named in the summary)"},
 			&cli.IntFlag{Name: "workers", Usage: "parallel cleaners (default: number of CPUs)"},
 			memoryLimitFlag,
+			&cli.StringFlag{Name: "canonical", Value: ingest.CanonicalPrefer, Usage: "canonical links: prefer (an http(s) one is the URL, any other is ignored), ignore (always --base-url + path), require (skip pages without an http(s) one)"},
+			&cli.StringSliceFlag{Name: "include", Usage: "keep only files whose relative path matches this glob (repeatable; \"*.html\", \"api/**\")"},
+			&cli.StringSliceFlag{Name: "exclude", Usage: "leave out files whose relative path matches this glob (repeatable)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
 		},
 		Action: func(c *cli.Context) error {
@@ -100,6 +109,7 @@ Examples:
 			stats, err := ingest.Run(c.Context, st, ingest.Options{
 				From: c.String("from"), BaseURL: c.String("base-url"), MaxPageBytes: c.Int64("max-page-bytes"),
 				Workers: c.Int("workers"), Logger: logger(), Progress: true, MemoryLimit: mem,
+				Canonical: c.String("canonical"), Include: c.StringSlice("include"), Exclude: c.StringSlice("exclude"),
 			})
 			if err != nil {
 				return err
@@ -110,13 +120,7 @@ Examples:
 			fmt.Printf("ingested %d pages from %d files in %.1fs (%.1f MB of HTML, %.0f pages/s)\n",
 				stats.Pages, stats.Files, float64(stats.DurationMS)/1000, float64(stats.HTMLBytes)/1e6,
 				float64(stats.Pages)/(float64(stats.DurationMS)/1000+1e-9))
-			fmt.Printf("  changed pages: %d (new %d, changed %d), unchanged %d, empty %d\n",
-				stats.ChangedPages(), stats.New, stats.Changed, stats.Unchanged, stats.Empty)
-			fmt.Printf("  skipped: binary/invalid UTF-8 %d, unreadable %d, too large %d, duplicate URL %d, bad URL %d, not a regular file %d\n",
-				stats.Binary, stats.Unreadable, stats.TooLarge, stats.Duplicates, stats.BadURL, stats.NotRegular)
-			for _, r := range stats.Rejected {
-				fmt.Printf("  rejected (over --max-page-bytes): %s\n", r)
-			}
+			fmt.Print(stats.Summary())
 			if stats.Generation > 0 {
 				fmt.Printf("  committed generation %d\n", stats.Generation)
 			}

@@ -48,9 +48,17 @@ type Options struct {
 	// Synthetic generates this many pages of realistic size instead of
 	// reading a corpus. The default value is 0.
 	Synthetic int
-	// Policies is the subset policy file. The default value is
-	// testdata/policies.yaml under the working directory.
+	// Policies is the subset policy file. The default value ("") is the
+	// embedded assets/policies.yaml, written for any folder of HTML docs.
 	Policies string
+	// MaxFiles, when > 0, copies only the first MaxFiles candidate files of
+	// Corpus (in walk order): the short mode the corpus tests use. The
+	// default value (0) copies them all.
+	MaxFiles int
+	// Canonical, Include and Exclude are passed to ingest (see
+	// ingest.Options). The default values: prefer, every file, none.
+	Canonical        string
+	Include, Exclude []string
 	// Partitions is the deployment's partition count. The default value is
 	// 64.
 	Partitions int
@@ -78,9 +86,6 @@ func (o *Options) ensureDefaults() {
 			o.BaseURL = "http://corpus.local/"
 		}
 	}
-	if o.Policies == "" {
-		o.Policies = "testdata/policies.yaml"
-	}
 	if o.Partitions == 0 {
 		o.Partitions = 64
 	}
@@ -92,9 +97,14 @@ func (o *Options) ensureDefaults() {
 	}
 }
 
-// Report is what the demo measured.
+// Report is what the demo measured. Every number in it is the counter the
+// narrative printed.
 type Report struct {
-	Corpus        string
+	Corpus string
+	// Failure is why the run failed ("" when it passed).
+	Failure string
+	// Ingest is step 1's ingest summary (Pages, Skipped(), Outcomes).
+	Ingest        ingest.Stats
 	Pages         int
 	HTMLBytes     int64
 	Chunks        int64
@@ -103,7 +113,9 @@ type Report struct {
 	RecordBytes   int64
 	SSTBytes      int64
 	SSTFiles      int
-	Batches       int
+	Batches       int // snapshot batches registered
+	LorryBatches  int // delta batches Lorry delivered over the whole run
+	Subsets       []pipeline.SubsetSummary
 	Stages        []Stage
 	Reads         Latencies // step 4: every exported page read back
 	ReadsDuring   Latencies // step 5: reads while re-publishing
@@ -125,13 +137,20 @@ type Stage struct {
 	Dur  time.Duration
 }
 
-// Incremental is what step 6 changed.
+// Incremental is what step 6 changed and checked.
 type Incremental struct {
-	ChangedPages int
-	Puts         int
-	Deletes      int
-	Batches      int
-	Verified     int
+	Edited       []string // files edited (relative to the corpus), pages picked from the exported ones
+	ChangedPages int      // changed pages ingest counted after the edits
+	PublishPuts  int      // puts the re-publish queued for them
+	PolicySubset string   // the exported subset the policy change cuts into
+	SubsetSize   int      // its size before the change
+	Removed      []string // URLs of the pages the change removes from every exported subset
+	Puts         int      // puts the policy change queued
+	Deletes      int      // deletes the policy change queued
+	Batches      int      // delta batches Lorry delivered in step 6
+	Verified     int      // records read back and matched afterwards
+	EditedRead   int      // of them, the edited pages, with their new content hash
+	Gone         int      // removed pages confirmed no longer served
 }
 
 // LagSample is the total number of batches replicas were behind at a time.
@@ -158,6 +177,9 @@ type demo struct {
 	// object store keeps earlier runs' batches, and a batch id is never
 	// reused for other content.
 	runID string
+	// asOf is the subsets' evaluation time, fixed in step 2 so that step 6's
+	// policy change is the only thing that moves membership.
+	asOf time.Time
 }
 
 func (d *demo) say(format string, a ...any) {
@@ -204,7 +226,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if d.objs, err = objstore.Open(ctx, d.objURL, nil); err != nil {
 		return nil, err
 	}
-	if d.set, err = subsets.ReadFile(opts.Policies); err != nil {
+	if d.set, err = loadPolicies(opts.Policies); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -225,6 +247,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	steps := []func() error{d.step1, d.step2, d.step3, d.step4, d.step5, d.step6}
 	for _, s := range steps {
 		if err := s(); err != nil {
+			d.rep.Failure = err.Error()
+			if path, werr := writeReport(d.o.Out, d.rep); werr == nil {
+				d.say("\nFAILED: %v\nreport: %s", err, path)
+			}
+			if d.cl != nil {
+				err = fmt.Errorf("%w (logs of the child processes: %s)", err, filepath.Join(d.o.Out, "serve", "logs"))
+			}
 			return d.rep, err
 		}
 	}
@@ -245,6 +274,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return d.rep, nil
 }
 
+// ingestOptions are the options of both ingests of the corpus copy.
+func (d *demo) ingestOptions() ingest.Options {
+	base := d.o.BaseURL
+	if d.o.Synthetic > 0 {
+		base = "https://synthetic.example/"
+	}
+	return ingest.Options{From: filepath.Join(d.o.Out, "corpus"), BaseURL: base, Logger: d.o.Logger,
+		Canonical: d.o.Canonical, Include: d.o.Include, Exclude: d.o.Exclude}
+}
+
 // step1 ingests the corpus.
 func (d *demo) step1() error {
 	return d.stage("1. ingest the corpus into an embedded store", func() error {
@@ -258,8 +297,12 @@ func (d *demo) step1() error {
 			} else {
 				// A private copy, so step 6 can change pages.
 				d.rep.Corpus = d.o.Corpus
-				if err := copyTree(d.o.Corpus, src); err != nil {
+				n, err := copyTree(d.o.Corpus, src, d.o.MaxFiles)
+				if err != nil {
 					return fmt.Errorf("corpus %s: %w (install it with `make deps`, or pass --corpus DIR or --synthetic N)", d.o.Corpus, err)
+				}
+				if d.o.MaxFiles > 0 {
+					d.rep.Corpus = fmt.Sprintf("%s (first %d candidate files)", d.o.Corpus, n)
 				}
 			}
 		} else if d.rep.Corpus == "" {
@@ -276,19 +319,25 @@ func (d *demo) step1() error {
 			return fmt.Errorf("the reused store has %d partitions, not %d", st.Info().Partitions, d.o.Partitions)
 		}
 		d.st = st
-		base := d.o.BaseURL
-		if d.o.Synthetic > 0 {
-			base = "https://synthetic.example/"
-		}
-		stats, err := ingest.Run(d.ctx, st, ingest.Options{From: src, BaseURL: base, Progress: true, Logger: d.o.Logger})
+		io := d.ingestOptions()
+		io.Progress = true
+		stats, err := ingest.Run(d.ctx, st, io)
 		if err != nil {
 			return err
 		}
+		d.rep.Ingest = stats
 		d.rep.Pages, d.rep.HTMLBytes = stats.Pages, stats.HTMLBytes
-		d.say("    %d pages (%.1f MB of HTML), %d new, %d unchanged, %d skipped", stats.Pages, float64(stats.HTMLBytes)/1e6,
-			stats.New, stats.Unchanged, stats.Binary+stats.Unreadable+stats.TooLarge+stats.Duplicates)
+		d.say("    %.1f MB of HTML; %s", float64(stats.HTMLBytes)/1e6, indent(stats.Summary(), "    "))
+		if stats.Pages == 0 {
+			return fmt.Errorf("no page of %s went into the store (%d files, %d skipped): nothing to check", d.rep.Corpus, stats.Files, stats.Skipped())
+		}
 		return nil
 	})
+}
+
+// indent indents every line but the first of s.
+func indent(s, prefix string) string {
+	return strings.TrimRight(strings.ReplaceAll(s, "\n", "\n"+prefix), " \n")
 }
 
 const (
@@ -299,7 +348,7 @@ const (
 
 // asOf is the evaluation time of the subsets: a day after the newest page,
 // so "fresh" means the same whenever the demo runs.
-func (d *demo) asOf() (time.Time, error) {
+func (d *demo) newestAsOf() (time.Time, error) {
 	sn, err := d.st.Snapshot(d.ctx)
 	if err != nil {
 		return time.Time{}, err
@@ -337,14 +386,16 @@ func (d *demo) step2() error {
 			return err
 		}
 		d.say("    embedding version %s: %d vectors", e.Version, e.Rows)
-		asOf, err := d.asOf()
+		asOf, err := d.newestAsOf()
 		if err != nil {
 			return err
 		}
+		d.asOf = asOf
 		rc, err := pipeline.Recompute(d.ctx, d.st, d.set, asOf, o)
 		if err != nil {
 			return err
 		}
+		d.rep.Subsets = rc.Subsets
 		for _, s := range rc.Subsets {
 			d.say("    subset %-14s exported=%-5v %5d pages", s.Name, s.Exported, s.Size)
 		}
@@ -353,8 +404,18 @@ func (d *demo) step2() error {
 			return err
 		}
 		d.say("    published %s + %s; export: %d pages desired, bulk=%v", p.Published.ChunkVersion, p.Published.Model, p.Export.Desired, p.Export.Bulk)
+		if p.Export.Desired == 0 {
+			return fmt.Errorf("the policies (%s) put no page into an exported subset: the serving checks would test nothing", d.policiesName())
+		}
 		return nil
 	})
+}
+
+func (d *demo) policiesName() string {
+	if d.o.Policies == "" {
+		return DefaultPoliciesName
+	}
+	return d.o.Policies
 }
 
 // bulkExport exports, builds SST batches and registers them.
@@ -383,9 +444,11 @@ func (d *demo) bulkExport(id string) error {
 	d.say("    export %s: %d pages, %.1f MB of records (%d member pages skipped)", id, res.Pages, float64(res.Bytes)/1e6, res.Skipped)
 	// Records queued before the export must be delivered before its
 	// snapshots are registered: drain Lorry first.
-	if err := d.drainLorry(); err != nil {
+	drained, err := d.drainLorry()
+	if err != nil {
 		return err
 	}
+	d.say("    Lorry drained first: %d delta batches queued before the export delivered", drained)
 	br, err := sstbuilder.BuildExport(d.ctx, &sstbuilder.ExportBuildOptions{
 		Export: dir, Store: d.objs, Partitions: d.o.Partitions, Registerer: d.cl.client, Logger: d.o.Logger,
 	})
@@ -404,6 +467,9 @@ func (d *demo) bulkExport(id string) error {
 	}
 	d.rep.SSTBytes, d.rep.SSTFiles = bytes, files
 	d.rep.Batches += len(br.Partitions)
+	if len(br.Partitions) == 0 && res.Pages > 0 {
+		return fmt.Errorf("export %s holds %d pages but built no snapshot batch", id, res.Pages)
+	}
 	d.say("    built and registered %d snapshot batches (%d SST files, %.1f MB) in %s", len(br.Partitions), files, float64(bytes)/1e6, br.Elapsed.Round(time.Millisecond))
 	return nil
 }
@@ -551,6 +617,9 @@ func (d *demo) step4() error {
 		if err != nil {
 			return err
 		}
+		if n == 0 {
+			return errors.New("export/state holds no page: there is nothing to read back")
+		}
 		d.say("    %d records read in batches of 12, all match the store (content hash, URL, chunk version); p50 %s p99 %s",
 			n, d.rep.Reads.Quantile(0.5), d.rep.Reads.Quantile(0.99))
 		return nil
@@ -645,6 +714,9 @@ func (d *demo) step5() error {
 		if failed > 0 {
 			return fmt.Errorf("%d reads failed during the re-publish (first: %v)", failed, firstErr)
 		}
+		if reads == 0 {
+			return errors.New("no read ran during the re-publish: the no-failed-reads check would test nothing")
+		}
 		want, err = d.exportedPages()
 		if err != nil {
 			return err
@@ -658,147 +730,19 @@ func (d *demo) step5() error {
 	})
 }
 
-// drainLorry delivers everything queued now (in-process Lorry worker).
-func (d *demo) drainLorry() error {
+// drainLorry delivers everything queued now (in-process Lorry worker) and
+// returns the number of delta batches it delivered.
+func (d *demo) drainLorry() (int, error) {
 	w, err := lorry.New(lorry.Options{Store: d.st, Objects: d.objs, Registry: d.cl.client, ID: "demo-lorry", Logger: d.o.Logger})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	res, err := w.Drain(d.ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	d.rep.Incremental.Batches += int(res.Stats.Batches)
-	return nil
-}
-
-// step6 changes pages and a policy and delivers the changes with Lorry.
-func (d *demo) step6() error {
-	return d.stage("6. incremental: change pages and a policy, deliver with Lorry", func() error {
-		changed, err := editPages(filepath.Join(d.o.Out, "corpus"), 5)
-		if err != nil {
-			return err
-		}
-		base := d.o.BaseURL
-		if d.o.Synthetic > 0 {
-			base = "https://synthetic.example/"
-		}
-		stats, err := ingest.Run(d.ctx, d.st, ingest.Options{From: filepath.Join(d.o.Out, "corpus"), BaseURL: base, Logger: d.o.Logger})
-		if err != nil {
-			return err
-		}
-		d.rep.Incremental.ChangedPages = stats.Changed
-		d.say("    edited %d files; ingest: %d changed pages", len(changed), stats.Changed)
-		o := pipeline.Options{Logger: d.o.Logger}
-		r, err := pipeline.Rechunk(d.ctx, d.st, chunkerV2, o)
-		if err != nil {
-			return err
-		}
-		if _, err := pipeline.Embed(d.ctx, d.st, r.Version, model, o); err != nil {
-			return err
-		}
-		p, err := pipeline.Publish(d.ctx, d.st, r.Version, model, o)
-		if err != nil {
-			return err
-		}
-		d.say("    incremental backfill: %d pages re-chunked; re-publish queued %d puts", r.PendingPages, p.Export.Puts)
-		// A policy change: "sql-reference" stops covering the ALTER pages.
-		src, err := os.ReadFile(d.o.Policies)
-		if err != nil {
-			return err
-		}
-		v2 := strings.Replace(string(src), `where: url ~ "/docs/15/sql-"`, `where: url ~ "/docs/15/sql-" and url !~ "/docs/15/sql-alter"`, 1)
-		v2 = strings.Replace(v2, `where: 'age(fetched_at) < 30d and lang == "en"'`, `where: 'age(fetched_at) < 30d and lang == "en" and url !~ "/docs/15/sql-alter"'`, 1)
-		pol := filepath.Join(d.o.Out, "policies-v2.yaml")
-		if err := os.WriteFile(pol, []byte(v2), 0o644); err != nil {
-			return err
-		}
-		set2, err := subsets.ReadFile(pol)
-		if err != nil {
-			return err
-		}
-		asOf, err := d.asOf()
-		if err != nil {
-			return err
-		}
-		rc, err := pipeline.Recompute(d.ctx, d.st, set2, asOf, o)
-		if err != nil {
-			return err
-		}
-		if rc.Export != nil {
-			d.rep.Incremental.Puts = p.Export.Puts + rc.Export.Puts
-			d.rep.Incremental.Deletes = rc.Export.Deletes
-			d.say("    policy change (sql-alter pages out of sql-reference and fresh): queued %d puts, %d deletes, bulk=%v", rc.Export.Puts, rc.Export.Deletes, rc.Export.Bulk)
-		}
-		ls, err := lorry.Status(d.ctx, d.st, time.Now())
-		if err != nil {
-			return err
-		}
-		depth := int64(0)
-		for _, s := range ls {
-			depth += s.Depth
-		}
-		d.say("    export queue: %d undelivered records; running Lorry", depth)
-		t0 := time.Now()
-		before := d.rep.Incremental.Batches
-		if err := d.drainLorry(); err != nil {
-			return err
-		}
-		if _, err := d.cl.waitConverged(d.ctx, 2*time.Minute); err != nil {
-			return err
-		}
-		d.rep.ConvergeLorry = time.Since(t0)
-		d.say("    Lorry delivered %d delta batches; readable on every replica %s after the drain started", d.rep.Incremental.Batches-before, d.rep.ConvergeLorry.Round(time.Millisecond))
-		want, err := d.exportedPages()
-		if err != nil {
-			return err
-		}
-		n, err := d.readAll(want, r.Version, nil)
-		if err != nil {
-			return err
-		}
-		// Deleted pages are gone.
-		gone := 0
-		for _, k := range deletedKeys(d, want) {
-			res, err := d.rt.BatchGet(d.ctx, [][]byte{k})
-			if err != nil {
-				return err
-			}
-			if res[0].Found {
-				return fmt.Errorf("page %x was deleted from every exported subset but is still served", k)
-			}
-			gone++
-		}
-		d.rep.Incremental.Verified = n
-		d.say("    verified: %d records match the store (incl. the edited pages), %d deleted pages are gone", n, gone)
-		return nil
-	})
-}
-
-// deletedKeys returns the sql-alter pages that are no longer exported.
-func deletedKeys(d *demo, want map[string]expected) [][]byte {
-	sn, err := d.st.Snapshot(d.ctx)
-	if err != nil {
-		return nil
-	}
-	defer sn.Release()
-	rr, err := sn.ReadTable(d.ctx, pillar.TableDocs, nil)
-	if err != nil {
-		return nil
-	}
-	defer rr.Close()
-	var out [][]byte
-	for rr.Next() {
-		var doc pillar.Doc
-		if rr.Scan(&doc) != nil {
-			return out
-		}
-		if _, ok := want[doc.PageKey]; !ok && strings.Contains(doc.URL, "/sql-alter") {
-			k, _ := pillar.ParseKey(doc.PageKey)
-			out = append(out, append([]byte(nil), k[:]...))
-		}
-	}
-	return out
+	d.rep.LorryBatches += int(res.Stats.Batches)
+	return int(res.Stats.Batches), nil
 }
 
 // sampleLag records the replicas' total lag every 250ms until the cluster

@@ -17,30 +17,49 @@ import (
 
 // writeReport writes demo-report.md and its PNG plots into dir.
 func writeReport(dir string, r *Report) (string, error) {
+	// Plots of what was measured: a failed run may have measured nothing
+	// for some of them, and it gets only the plots it has data for.
 	var plots []string
-	if p, err := latencyPlot(dir, r); err == nil {
+	if r.Reads.N()+r.ReadsDuring.N() > 0 {
+		p, err := latencyPlot(dir, r)
+		if err != nil {
+			return "", err
+		}
 		plots = append(plots, p)
-	} else {
-		return "", err
 	}
 	if p, err := lagPlot(dir, r); err == nil && p != "" {
 		plots = append(plots, p)
 	}
-	if p, err := stagePlot(dir, r); err == nil {
+	if len(r.Stages) > 0 {
+		p, err := stagePlot(dir, r)
+		if err != nil {
+			return "", err
+		}
 		plots = append(plots, p)
-	} else {
-		return "", err
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Pillar demo report\n\n%s, on %s.\n\n", time.Now().UTC().Format(time.RFC3339), r.Corpus)
+	if r.Failure != "" {
+		fmt.Fprintf(&b, "## FAILED\n\n%s\n\nThe numbers below are what the run measured up to the failure.\n\n", r.Failure)
+	} else {
+		fmt.Fprintf(&b, "**Passed**: every check below found something to check, and it held.\n\n")
+	}
 	fmt.Fprintf(&b, "## Data\n\n| what | value |\n|---|---|\n")
-	fmt.Fprintf(&b, "| pages ingested | %d (%.1f MB of HTML) |\n", r.Pages, float64(r.HTMLBytes)/1e6)
+	fmt.Fprintf(&b, "| files / pages ingested / skipped | %d / %d (%.1f MB of HTML) / %d |\n", r.Ingest.Files, r.Pages, float64(r.HTMLBytes)/1e6, r.Ingest.Skipped())
 	fmt.Fprintf(&b, "| chunks, v1 `%s` | %d |\n", r.Versions[0], r.Chunks)
 	fmt.Fprintf(&b, "| chunks, v2 `%s` | %d |\n", r.Versions[1], r.ChunksV2)
 	fmt.Fprintf(&b, "| pages exported (in an exported subset) | %d |\n", r.Exported)
 	fmt.Fprintf(&b, "| prepared records (float16 vectors) | %.1f MB |\n", float64(r.RecordBytes)/1e6)
 	fmt.Fprintf(&b, "| SST files / bytes, last bulk export | %d / %.1f MB |\n", r.SSTFiles, float64(r.SSTBytes)/1e6)
-	fmt.Fprintf(&b, "| batches registered (snapshots + Lorry deltas) | %d |\n", r.Batches+r.Incremental.Batches)
+	fmt.Fprintf(&b, "| batches registered (snapshots + Lorry deltas) | %d + %d |\n", r.Batches, r.LorryBatches)
+	fmt.Fprintf(&b, "\n## Ingest summary\n\n| outcome | files | kept | reason | examples |\n|---|---|---|---|---|\n")
+	for _, o := range r.Ingest.Outcomes {
+		fmt.Fprintf(&b, "| %s | %d | %v | %s | %s |\n", o.Outcome, o.Files, o.Kept, mdCell(o.Reason), mdCell(strings.Join(o.Examples, "; ")))
+	}
+	fmt.Fprintf(&b, "\n## Subsets (step 2)\n\n| subset | exported | pages |\n|---|---|---|\n")
+	for _, s := range r.Subsets {
+		fmt.Fprintf(&b, "| %s | %v | %d |\n", s.Name, s.Exported, s.Size)
+	}
 	fmt.Fprintf(&b, "\n## Stage timings\n\n| stage | time |\n|---|---|\n")
 	var total time.Duration
 	for _, s := range r.Stages {
@@ -59,14 +78,27 @@ func writeReport(dir string, r *Report) (string, error) {
 	fmt.Fprintf(&b, "\n## Convergence\n\n| event | every replica caught up after |\n|---|---|\n")
 	fmt.Fprintf(&b, "| bulk export 1 registered | %s |\n| bulk export 2 (v2) registered | %s |\n| Lorry drain started (incremental) | %s |\n",
 		r.ConvergeBulk1.Round(time.Millisecond), r.ConvergeBulk2.Round(time.Millisecond), r.ConvergeLorry.Round(time.Millisecond))
-	fmt.Fprintf(&b, "\n## Incremental path\n\n%d pages edited; %d puts and %d deletes queued; delivered by Lorry in %d delta batches; %d records verified against the store afterwards.\n",
-		r.Incremental.ChangedPages, r.Incremental.Puts, r.Incremental.Deletes, r.Incremental.Batches, r.Incremental.Verified)
+	in := r.Incremental
+	fmt.Fprintf(&b, "\n## Incremental path (step 6)\n\n| what | value |\n|---|---|\n")
+	fmt.Fprintf(&b, "| files of exported pages edited | %d: %s |\n", len(in.Edited), mdCell(strings.Join(in.Edited, ", ")))
+	fmt.Fprintf(&b, "| changed pages ingest counted | %d |\n| puts the re-publish queued | %d |\n", in.ChangedPages, in.PublishPuts)
+	fmt.Fprintf(&b, "| policy change | %d of the %d pages of exported subset `%s` out of every exported subset: %s |\n",
+		len(in.Removed), in.SubsetSize, in.PolicySubset, mdCell(strings.Join(in.Removed, ", ")))
+	fmt.Fprintf(&b, "| puts / deletes the policy change queued | %d / %d |\n", in.Puts, in.Deletes)
+	fmt.Fprintf(&b, "| delta batches Lorry delivered | %d |\n", in.Batches)
+	fmt.Fprintf(&b, "| records verified afterwards (edited pages with their new hash) | %d (%d) |\n", in.Verified, in.EditedRead)
+	fmt.Fprintf(&b, "| removed pages confirmed gone | %d |\n", in.Gone)
 	fmt.Fprintf(&b, "\n## Plots\n\n")
 	for _, p := range plots {
 		fmt.Fprintf(&b, "![%s](%s)\n\n", strings.TrimSuffix(p, ".png"), p)
 	}
 	path := filepath.Join(dir, "demo-report.md")
 	return path, os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// mdCell makes s safe inside a Markdown table cell.
+func mdCell(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "|", "\\|"), "\n", " ")
 }
 
 func save(p *plot.Plot, dir, name string) (string, error) {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pillarkit/pillar/pillar/ingest"
 )
 
 // Latencies collects durations; safe for concurrent Add.
@@ -55,20 +57,35 @@ func (l *Latencies) Samples() []time.Duration {
 }
 
 // copyTree copies the regular files of src into dst (dst must not exist).
-func copyTree(src, dst string) error {
+// With maxFiles > 0 it copies only the first maxFiles files ingest reads
+// (in walk order), and nothing else. It returns the number of those files
+// copied.
+func copyTree(src, dst string, maxFiles int) (int, error) {
 	if _, err := os.Stat(src); err != nil {
-		return err
+		return 0, err
 	}
-	return filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
+	n := 0
+	err := filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(src, p)
 		target := filepath.Join(dst, rel)
 		if info.IsDir() {
+			if maxFiles > 0 && n >= maxFiles {
+				return filepath.SkipDir
+			}
 			return os.MkdirAll(target, 0o755)
 		}
 		if !info.Mode().IsRegular() {
+			return nil
+		}
+		if ingest.Candidate(p) {
+			if maxFiles > 0 && n >= maxFiles {
+				return nil
+			}
+			n++
+		} else if maxFiles > 0 {
 			return nil
 		}
 		in, err := os.Open(p)
@@ -90,41 +107,7 @@ func copyTree(src, dst string) error {
 		// Keep the modification time: it is the page's fetched_at.
 		return os.Chtimes(target, info.ModTime(), info.ModTime())
 	})
-}
-
-// editPages appends a paragraph to n HTML files (the first in name order
-// among the sql-* pages, or any pages) and returns their paths.
-func editPages(dir string, n int) ([]string, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "sql-create*.html"))
-	if err != nil {
-		return nil, err
-	}
-	if len(files) < n {
-		all, _ := filepath.Glob(filepath.Join(dir, "*.html"))
-		files = all
-	}
-	sort.Strings(files)
-	if len(files) > n {
-		files = files[:n]
-	}
-	stamp := time.Now().UTC().Format(time.RFC3339Nano)
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		s := string(b)
-		add := fmt.Sprintf("<p>Demo edit at %s: this paragraph was added to show an incremental update.</p>", stamp)
-		if i := strings.LastIndex(s, "</body>"); i >= 0 {
-			s = s[:i] + add + s[i:]
-		} else {
-			s += add
-		}
-		if err := os.WriteFile(f, []byte(s), 0o644); err != nil {
-			return nil, err
-		}
-	}
-	return files, nil
+	return n, err
 }
 
 var synthWords = strings.Fields(`the of and to in is for on that with as by this are be from or an at which it

@@ -2,12 +2,17 @@ package ingest
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/net/html"
 	"golang.org/x/net/html/atom"
+	"golang.org/x/net/html/charset"
+	"golang.org/x/text/encoding/charmap"
+	xunicode "golang.org/x/text/encoding/unicode"
 )
 
 // Cleaned is the result of cleaning one HTML page.
@@ -17,6 +22,7 @@ type Cleaned struct {
 	Canonical string // href of <link rel="canonical">, if any
 	Lang      string // <html lang> if present
 	OutLinks  int    // <a href> that leave the page (not "#…")
+	Refresh   string // target of <meta http-equiv="refresh" content="N; url=…">, if any
 }
 
 // dropped elements: their whole subtree is boilerplate.
@@ -144,6 +150,19 @@ func CleanHTML(src []byte) Cleaned {
 				if rel == "canonical" && href != "" && c.Canonical == "" {
 					c.Canonical = strings.TrimSpace(href)
 				}
+			case atom.Meta:
+				equiv, content := "", ""
+				for _, at := range attrs {
+					switch at.Key {
+					case "http-equiv":
+						equiv = strings.ToLower(strings.TrimSpace(at.Val))
+					case "content":
+						content = at.Val
+					}
+				}
+				if equiv == "refresh" && c.Refresh == "" {
+					c.Refresh = refreshTarget(content)
+				}
 			case atom.Title:
 				if tt == html.StartTagToken {
 					inTitle = true
@@ -231,24 +250,84 @@ func voidElement(a atom.Atom) bool {
 	return false
 }
 
-// looksBinary reports whether b is not text: it has NUL bytes or is not
-// valid UTF-8 (checked on the first 64 KiB).
-func looksBinary(b []byte) (bool, string) {
-	head := b
-	if len(head) > 64<<10 {
-		head = head[:64<<10]
-		// Don't cut a rune in half at the boundary.
-		for i := 0; i < utf8.UTFMax && !utf8.Valid(head); i++ {
-			head = head[:len(head)-1]
+// refreshTarget returns the URL of a meta refresh's content ("5; url=x"),
+// or "" when it only reloads the page.
+func refreshTarget(content string) string {
+	_, rest, ok := strings.Cut(content, ";")
+	if !ok {
+		_, rest, ok = strings.Cut(content, ",")
+	}
+	if !ok {
+		return ""
+	}
+	rest = strings.TrimSpace(rest)
+	if len(rest) >= 3 && strings.EqualFold(rest[:3], "url") {
+		rest = strings.TrimSpace(rest[3:])
+		rest = strings.TrimSpace(strings.TrimPrefix(rest, "="))
+	}
+	return strings.Trim(rest, `"' `)
+}
+
+// decodeText returns b as UTF-8. A byte-order mark decides first (UTF-8,
+// UTF-16LE/BE); then, for HTML, a charset declared in a <meta> in the first
+// 1024 bytes (the HTML standard's prescan); bytes that are valid UTF-8 are
+// taken as they are (also when a <meta> claims another charset: the file was
+// converted and the declaration left behind); anything else is decoded as
+// windows-1252, the HTML standard's default. how says what was done ("" when
+// b was UTF-8 already). NUL bytes (outside UTF-16) mean the file is not text.
+func decodeText(b []byte, isHTML bool) (out []byte, how string, err error) {
+	switch {
+	case bytes.HasPrefix(b, []byte{0xEF, 0xBB, 0xBF}):
+		b = b[3:]
+		if !utf8.Valid(b) {
+			return nil, "", errors.New("UTF-8 byte-order mark, but not valid UTF-8")
+		}
+		return b, "", nil
+	case bytes.HasPrefix(b, []byte{0xFF, 0xFE}), bytes.HasPrefix(b, []byte{0xFE, 0xFF}):
+		order, name := xunicode.LittleEndian, "utf-16le"
+		if b[0] == 0xFE {
+			order, name = xunicode.BigEndian, "utf-16be"
+		}
+		out, err := xunicode.UTF16(order, xunicode.ExpectBOM).NewDecoder().Bytes(b)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s byte-order mark: %w", name, err)
+		}
+		return out, name + " (byte-order mark)", nil
+	}
+	head := b[:min(len(b), 64<<10)]
+	if bytes.IndexByte(head, 0) >= 0 {
+		return nil, "", errors.New("contains NUL bytes")
+	}
+	high := false
+	for _, c := range b {
+		if c >= 0x80 {
+			high = true
+			break
 		}
 	}
-	if bytes.IndexByte(head, 0) >= 0 {
-		return true, "contains NUL bytes"
+	if !high {
+		return b, "", nil // ASCII reads the same in every charset we decode
 	}
-	if !utf8.Valid(head) {
-		return true, "not valid UTF-8"
+	valid := utf8.Valid(b)
+	if isHTML {
+		e, name, _ := charset.DetermineEncoding(b[:min(len(b), 1024)], "")
+		declared := name != "windows-1252" || bytes.Contains(bytes.ToLower(b[:min(len(b), 1024)]), []byte("charset"))
+		if declared && name != "utf-8" && !valid {
+			out, err := e.NewDecoder().Bytes(b)
+			if err != nil {
+				return nil, "", fmt.Errorf("declared charset %s: %w", name, err)
+			}
+			return out, name + " (<meta charset>)", nil
+		}
 	}
-	return false, ""
+	if valid {
+		return b, "", nil
+	}
+	out, err = charmap.Windows1252.NewDecoder().Bytes(b)
+	if err != nil {
+		return nil, "", err
+	}
+	return out, "windows-1252 (not valid UTF-8 and no other charset declared: the HTML default)", nil
 }
 
 var englishStop = map[string]bool{"the": true, "and": true, "of": true, "to": true, "is": true, "in": true, "a": true, "that": true, "for": true, "it": true, "with": true, "as": true, "be": true, "this": true, "are": true, "on": true}

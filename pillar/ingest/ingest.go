@@ -40,14 +40,26 @@ type Options struct {
 	MaxPageBytes int64
 	// Workers clean pages in parallel. The default value is GOMAXPROCS.
 	Workers int
-	// Logger receives warnings about skipped files. The default value
-	// discards.
+	// Logger receives the progress bar's log lines when stderr is not a
+	// terminal. Skipped files are not logged one by one: they are counted,
+	// with examples, in Stats.Outcomes. The default value discards.
 	Logger *slog.Logger
 	// Progress shows a progress bar (or log lines) over the files.
 	// The default value (false) shows nothing.
 	Progress bool
 	// Now returns the ingest time. The default value is time.Now.
 	Now func() time.Time
+	// Canonical is the canonical link policy: CanonicalPrefer,
+	// CanonicalIgnore or CanonicalRequire. The default value is
+	// CanonicalPrefer.
+	Canonical string
+	// Include, when set, keeps only files whose path relative to From
+	// matches one of these globs (see matchGlob: "*.html", "api/**").
+	// The default value keeps every candidate file.
+	Include []string
+	// Exclude leaves out files matching any of these globs. The default
+	// value leaves out none.
+	Exclude []string
 	// MemoryLimit bounds the cleaned pages held in memory, in bytes; beyond
 	// it they are spilled, sorted, to TempDir. The default value is
 	// DefaultMemoryLimit.
@@ -86,6 +98,9 @@ func (o *Options) ensureDefaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Canonical == "" {
+		o.Canonical = CanonicalPrefer
+	}
 	if o.MemoryLimit <= 0 {
 		o.MemoryLimit = DefaultMemoryLimit
 	}
@@ -93,35 +108,38 @@ func (o *Options) ensureDefaults() {
 
 // Stats summarize an ingest run.
 type Stats struct {
-	Files      int   `json:"files"`       // candidate files seen
-	Pages      int   `json:"pages"`       // pages read and cleaned
-	New        int   `json:"new"`         // pages not in the store before
-	Changed    int   `json:"changed"`     // pages whose content hash changed
-	Unchanged  int   `json:"unchanged"`   // same content hash: no new version
-	Empty      int   `json:"empty"`       // pages with no text after cleaning (kept)
-	Binary     int   `json:"binary"`      // skipped: binary or invalid UTF-8
-	Unreadable int   `json:"unreadable"`  // skipped: could not be read
-	TooLarge   int   `json:"too_large"`   // rejected: over MaxPageBytes
-	Duplicates int   `json:"duplicates"`  // skipped: URL already seen in this run
-	BadURL     int   `json:"bad_url"`     // skipped: no valid URL could be derived
-	NotRegular int   `json:"not_regular"` // skipped: not a regular file (named pipe, socket, device)
-	HTMLBytes  int64 `json:"html_bytes"`  // bytes of the files read
-	TextBytes  int64 `json:"text_bytes"`  // bytes of clean text
-	Generation int64 `json:"generation"`  // store generation committed (0: nothing changed)
-	DurationMS int64 `json:"duration_ms"` // wall time
+	Files      int `json:"files"`       // candidate files seen
+	Pages      int `json:"pages"`       // pages read and cleaned
+	New        int `json:"new"`         // pages not in the store before
+	Changed    int `json:"changed"`     // pages whose content hash changed
+	Unchanged  int `json:"unchanged"`   // same content hash: no new version
+	Empty      int `json:"empty"`       // pages with no text after cleaning (kept)
+	Binary     int `json:"binary"`      // skipped: binary or invalid UTF-8
+	Unreadable int `json:"unreadable"`  // skipped: could not be read
+	TooLarge   int `json:"too_large"`   // rejected: over MaxPageBytes
+	Duplicates int `json:"duplicates"`  // skipped: URL already seen in this run
+	BadURL     int `json:"bad_url"`     // skipped: no valid URL could be derived
+	NotRegular int `json:"not_regular"` // skipped: not a regular file (named pipe, socket, device)
+	// Skipped as well (see the Outcome* constants for the wording).
+	Excluded    int `json:"excluded"`     // left out by Include/Exclude
+	Redirects   int `json:"redirects"`    // meta-refresh redirects
+	NoCanonical int `json:"no_canonical"` // no http(s) canonical link under CanonicalRequire
+	// Kept, with a note.
+	Transcoded       int   `json:"transcoded"`        // decoded to UTF-8 from another encoding
+	CanonicalIgnored int   `json:"canonical_ignored"` // non-http(s) canonical link replaced by BaseURL + path
+	HTMLBytes        int64 `json:"html_bytes"`        // bytes of the files read
+	TextBytes        int64 `json:"text_bytes"`        // bytes of clean text
+	Generation       int64 `json:"generation"`        // store generation committed (0: nothing changed)
+	DurationMS       int64 `json:"duration_ms"`       // wall time
 	// Rejected names the files rejected as too large.
 	Rejected []string `json:"rejected,omitempty"`
+	// Outcomes is the end-of-run summary: files by outcome, with a few
+	// example paths each (Summary prints it).
+	Outcomes []Outcome `json:"outcomes"`
 }
 
 // ChangedPages is New + Changed.
 func (s Stats) ChangedPages() int { return s.New + s.Changed }
-
-type page struct {
-	path string
-	doc  pillar.Doc
-	err  error
-	kind string // "", "binary", "unreadable", "too_large", "bad_url"
-}
 
 // DefaultMemoryLimit is Options.MemoryLimit's default (64 MiB).
 const DefaultMemoryLimit = 64 << 20
@@ -151,6 +169,9 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 	}
 	if _, err := url.Parse(opts.BaseURL); err != nil {
 		return stats, fmt.Errorf("ingest: --base-url %q: %w", opts.BaseURL, err)
+	}
+	if err := opts.validate(); err != nil {
+		return stats, err
 	}
 	// A first walk counts the files for the progress bar (directory reads
 	// only; nothing is kept).
@@ -278,9 +299,8 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 	var seq uint64
 	walkErr := filepath.WalkDir(opts.From, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			opts.Logger.Warn("ingest: skipping unreadable path", "path", p, "err", err)
 			mu.Lock()
-			stats.Unreadable++
+			stats.count(OutcomeUnreadable, relPath(opts, p), err.Error())
 			mu.Unlock()
 			if d != nil && d.IsDir() {
 				return fs.SkipDir
@@ -293,9 +313,8 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 		// Opening a named pipe blocks until a writer comes (forever, and
 		// deaf to signals); sockets and devices are not pages either.
 		if why := notRegular(p, d); why != "" {
-			opts.Logger.Warn("ingest: skipping a path that is not a regular file", "path", p, "why", why)
 			mu.Lock()
-			stats.NotRegular++
+			stats.count(OutcomeNotRegular, relPath(opts, p), why)
 			mu.Unlock()
 			return nil
 		}
@@ -332,30 +351,10 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 	return &sortedPages{it: it, sorters: sorters}, nil
 }
 
-// countPage counts a read page in stats and logs a skipped one; it reports
-// whether the page goes on (duplicates are found after the sort).
-func countPage(opts *Options, stats *Stats, p *page) bool {
-	switch p.kind {
-	case "binary":
-		stats.Binary++
-		opts.Logger.Warn("ingest: skipping non-text file", "path", p.path, "why", p.err)
-	case "unreadable":
-		stats.Unreadable++
-		opts.Logger.Warn("ingest: skipping unreadable file", "path", p.path, "err", p.err)
-	case "too_large":
-		stats.TooLarge++
-		stats.Rejected = append(stats.Rejected, p.path)
-		opts.Logger.Warn("ingest: rejecting page over the size limit", "path", p.path, "err", p.err)
-	case "not_regular":
-		stats.NotRegular++
-		opts.Logger.Warn("ingest: skipping a path that is not a regular file", "path", p.path, "why", p.err)
-	case "bad_url":
-		stats.BadURL++
-		opts.Logger.Warn("ingest: skipping page without a valid URL", "path", p.path, "err", p.err)
-	default:
-		return true
-	}
-	return false
+// countPage counts a read page in stats (the summary: see page.go); it
+// reports whether the page goes on (duplicates are found after the sort).
+func countPage(_ *Options, stats *Stats, p *page) bool {
+	return stats.accept(p)
 }
 
 // sortedPages is the merged stream of cleaned pages, by page key then walk
@@ -374,17 +373,11 @@ func (s *sortedPages) next(opts *Options, stats *Stats, last *pillar.Doc, lastPa
 			return nil, fmt.Errorf("ingest: spilled page: %w", err)
 		}
 		if last != nil && d.PageKey == last.PageKey {
-			stats.Duplicates++
-			opts.Logger.Warn("ingest: duplicate URL in this run; keeping the first file", "url", d.URL, "kept", *lastPath, "skipped", path)
+			stats.count(OutcomeDuplicate, relPath(opts, path), "same URL as "+relPath(opts, *lastPath))
 			continue
 		}
 		*lastPath = path
-		stats.Pages++
-		stats.HTMLBytes += d.HTMLBytes
-		stats.TextBytes += int64(len(d.Text))
-		if d.Text == "" {
-			stats.Empty++
-		}
+		stats.kept(relPath(opts, path), &d)
 		return &d, nil
 	}
 	if err := s.it.Err(); err != nil {
@@ -490,6 +483,7 @@ func merge(ctx context.Context, opts *Options, stats *Stats, pages *sortedPages,
 			continue
 		case !haveOld || cur.PageKey < od.PageKey:
 			stats.New++
+			stats.count(OutcomeNew, relPath(opts, curPath), "")
 			cur.Version, cur.UpdatedAt = 1, nowMS
 			if err := write(cur); err != nil {
 				return err
@@ -497,12 +491,14 @@ func merge(ctx context.Context, opts *Options, stats *Stats, pages *sortedPages,
 		default: // same page
 			if od.ContentHash != cur.ContentHash {
 				stats.Changed++
+				stats.count(OutcomeChanged, relPath(opts, curPath), "")
 				cur.Version, cur.UpdatedAt = od.Version+1, nowMS
 				if err := write(cur); err != nil {
 					return err
 				}
 			} else {
 				stats.Unchanged++
+				stats.count(OutcomeUnchanged, relPath(opts, curPath), "")
 				if err := write(&od); err != nil {
 					return err
 				}
@@ -557,66 +553,83 @@ func modeReason(m fs.FileMode) string {
 	return "not a regular file (" + m.Type().String() + ")"
 }
 
+// readPage reads, decodes and cleans one file and derives its URL (the
+// per-file steps are in page.go and clean.go).
 func readPage(path string, o *Options) page {
-	p := page{path: path}
+	p := page{path: path, rel: relPath(o, path)}
+	if ok, why := o.selected(p.rel); !ok {
+		p.kind, p.err = OutcomeExcluded, errors.New(why)
+		return p
+	}
 	// O_NONBLOCK: a path that became a named pipe after the walk must not
 	// block the open; it has no effect on a regular file.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		p.kind, p.err = "unreadable", err
+		p.kind, p.err = OutcomeUnreadable, err
 		return p
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		p.kind, p.err = "unreadable", err
+		p.kind, p.err = OutcomeUnreadable, err
 		return p
 	}
 	if why := modeReason(st.Mode()); why != "" {
-		p.kind, p.err = "not_regular", errors.New(why)
+		p.kind, p.err = OutcomeNotRegular, errors.New(why)
 		return p
 	}
 	if st.Size() > o.MaxPageBytes {
-		p.kind, p.err = "too_large", fmt.Errorf("ingest: page %s: %d bytes exceeds the limit of %d bytes (--max-page-bytes)", path, st.Size(), o.MaxPageBytes)
+		p.kind, p.err = OutcomeTooLarge, fmt.Errorf("%d bytes, limit %d", st.Size(), o.MaxPageBytes)
 		return p
 	}
 	b, err := io.ReadAll(io.LimitReader(f, o.MaxPageBytes+1))
 	if err != nil {
-		p.kind, p.err = "unreadable", err
+		p.kind, p.err = OutcomeUnreadable, err
 		return p
 	}
 	if int64(len(b)) > o.MaxPageBytes {
-		p.kind, p.err = "too_large", fmt.Errorf("ingest: page %s: exceeds the limit of %d bytes", path, o.MaxPageBytes)
+		p.kind, p.err = OutcomeTooLarge, fmt.Errorf("over the limit of %d bytes", o.MaxPageBytes)
 		return p
 	}
-	if bin, why := looksBinary(b); bin {
-		p.kind, p.err = "binary", errors.New(why)
-		return p
-	}
-	rel, _ := filepath.Rel(o.From, path)
-	rel = filepath.ToSlash(rel)
-	var c Cleaned
+	isText := false
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".txt", ".md", ".text":
-		text := strings.TrimSpace(strings.ReplaceAll(string(b), "\r\n", "\n"))
-		c = Cleaned{Text: text}
-		if line, _, _ := strings.Cut(text, "\n"); len(line) < 200 {
+		isText = true
+	}
+	text, how, err := decodeText(b, !isText)
+	if err != nil {
+		p.kind, p.err = OutcomeBinary, err
+		return p
+	}
+	if how != "" {
+		p.notes = append(p.notes, note{OutcomeTranscoded, how})
+	}
+	var c Cleaned
+	if isText {
+		t := strings.TrimSpace(strings.ReplaceAll(string(text), "\r\n", "\n"))
+		c = Cleaned{Text: t}
+		if line, _, _ := strings.Cut(t, "\n"); len(line) < 200 {
 			c.Title = strings.TrimSpace(strings.TrimLeft(line, "# "))
 		}
-	default:
-		c = CleanHTML(b)
+	} else {
+		c = CleanHTML(text)
 	}
-	raw := o.BaseURL + rel
-	if c.Canonical != "" {
-		if u, err := url.Parse(c.Canonical); err == nil {
-			if base, err := url.Parse(o.BaseURL + rel); err == nil {
-				raw = base.ResolveReference(u).String()
-			}
-		}
+	if c.Refresh != "" {
+		p.kind, p.err = OutcomeRedirect, errors.New("to "+c.Refresh)
+		return p
+	}
+	raw, outcome, detail := pageURL(o, p.rel, c.Canonical)
+	switch outcome {
+	case "":
+	case OutcomeCanonicalIgnored:
+		p.notes = append(p.notes, note{outcome, detail})
+	default:
+		p.kind, p.err = outcome, errors.New(detail)
+		return p
 	}
 	key, norm, err := pillar.KeyOfURL(raw)
 	if err != nil {
-		p.kind, p.err = "bad_url", err
+		p.kind, p.err = OutcomeBadURL, err
 		return p
 	}
 	lang := c.Lang
