@@ -255,7 +255,7 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 	if kind == kindPrimary {
 		r.budget.earn()
 		if !r.opts.DisableHedging {
-			a.timer = r.opts.Clock.AfterFunc(r.hedgeDelay(n, len(keys)), func() { g.send(event{a: a, hedge: true}) })
+			a.timer = r.opts.Clock.AfterFunc(r.hedgeDelay(n, len(keys), g.t.nodes), func() { g.send(event{a: a, hedge: true}) })
 		}
 	}
 	go func() {

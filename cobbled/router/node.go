@@ -178,11 +178,20 @@ func (l *latencies) recompute() {
 
 // hedgeDelay is how long a sub-request of keys keys to n may go unanswered
 // before it is an outlier, and hedged: the HedgeQuantile of n's recent
-// latencies for that size class, and at least HedgeOutlier × their median,
-// clamped to [HedgeMinDelay, HedgeMaxDelay]. A size class with fewer than
-// MinSamples latencies uses the node's latencies of every size; a node with
-// fewer, HedgeInitialDelay. keys ≤ 0 asks for the node's delay over every
-// size (for Stats).
+// latencies for that size class, or of a peer's (another node in peers with
+// MinSamples of that class) when that is lower, and at least HedgeOutlier ×
+// n's own median, clamped to [HedgeMinDelay, HedgeMaxDelay]. A size class
+// with fewer than MinSamples latencies uses the node's latencies of every
+// size; a node with fewer, HedgeInitialDelay. keys ≤ 0 asks for the node's
+// delay over every size (for Stats).
+//
+// The peers' quantile keeps a node that stalls often from setting its own
+// bar: once more than 1% of its recorded answers are stalls (hedges denied
+// by the budget, a burst), its own p99 is the stall itself, hedges would
+// fire too late to win, and more stalls would be recorded. What its peers
+// achieve for the same size is what the caller could have had. The median
+// floor still keeps a node that is slower across the board (degraded) from
+// being hedged wholesale: replica choice moves traffic off it instead.
 //
 // So the budget goes to outliers only: with the default p99 a healthy node
 // asks for about 1% hedges, and the rest of the budget waits for a node
@@ -193,16 +202,27 @@ func (l *latencies) recompute() {
 // is cancelled and its latency never recorded. Recording it (it is at least
 // the hedge delay) would drag the quantile up to the delay itself, and the
 // slow tail the hedge exists for would stop being hedged.
-func (r *Router) hedgeDelay(n *node, keys int) time.Duration {
+func (r *Router) hedgeDelay(n *node, keys int, peers []*node) time.Duration {
+	minN := int64(r.opts.MinSamples)
 	l := &n.lat
+	class := -1
 	if keys > 0 {
-		if c := &n.byClass[sizeClass(keys)]; c.count.Load() >= int64(r.opts.MinSamples) {
+		class = sizeClass(keys)
+		if c := &n.byClass[class]; c.count.Load() >= minN {
 			l = c
 		}
 	}
-	if l.count.Load() < int64(r.opts.MinSamples) {
+	if l.count.Load() < minN {
 		return r.opts.HedgeInitialDelay
 	}
-	d := max(time.Duration(l.hedgeQ.Load()), time.Duration(r.opts.HedgeOutlier*float64(l.p50.Load())))
+	q := time.Duration(l.hedgeQ.Load())
+	if class >= 0 {
+		for _, p := range peers {
+			if c := &p.byClass[class]; p != n && c.count.Load() >= minN {
+				q = min(q, time.Duration(c.hedgeQ.Load()))
+			}
+		}
+	}
+	d := max(q, time.Duration(r.opts.HedgeOutlier*float64(l.p50.Load())))
 	return min(max(d, r.opts.HedgeMinDelay), r.opts.HedgeMaxDelay)
 }

@@ -198,7 +198,7 @@ func (r *Router) Stats() Stats {
 			ID: n.id, Addr: n.addr, Zone: n.zoneName(), Outstanding: n.outstanding.Load(),
 			RPCs: n.rpcs.Load(), Errors: n.errs.Load(), Ejected: n.ejected(now),
 			P50: time.Duration(n.lat.p50.Load()), P99: time.Duration(n.lat.p99.Load()),
-			EWMA: time.Duration(n.ewmaNanos.Load()), HedgeDelay: r.hedgeDelay(n, 0),
+			EWMA: time.Duration(n.ewmaNanos.Load()), HedgeDelay: r.hedgeDelay(n, 0, nil),
 		})
 	}
 	r.installMu.Unlock()

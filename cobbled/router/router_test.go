@@ -304,26 +304,26 @@ func TestHedgeDelayLearned(t *testing.T) {
 	n := &node{}
 	r.opts.HedgeQuantile, r.opts.HedgeOutlier = 0.95, 1 // the quantile alone
 	n.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile)
-	if d := r.hedgeDelay(n, 12); d != r.opts.HedgeInitialDelay {
+	if d := r.hedgeDelay(n, 12, nil); d != r.opts.HedgeInitialDelay {
 		t.Errorf("no samples: delay %v, want the initial %v", d, r.opts.HedgeInitialDelay)
 	}
 	for i := 1; i <= 100; i++ {
 		n.observe(time.Duration(i)*time.Millisecond, time.Now(), 12)
 	}
-	if d := r.hedgeDelay(n, 12); d < 90*time.Millisecond || d > 95*time.Millisecond {
+	if d := r.hedgeDelay(n, 12, nil); d < 90*time.Millisecond || d > 95*time.Millisecond {
 		t.Errorf("1..100ms: delay %v, want p95 of the samples so far (recomputed every 16)", d)
 	}
 	c := &n.byClass[sizeClass(12)]
 	c.mu.Lock()
 	c.recompute()
 	c.mu.Unlock()
-	if d := r.hedgeDelay(n, 12); d != 95*time.Millisecond {
+	if d := r.hedgeDelay(n, 12, nil); d != 95*time.Millisecond {
 		t.Errorf("1..100ms: delay %v, want p95 = 95ms", d)
 	}
 	for range 2000 { // the window forgets the old samples
 		n.observe(100*time.Microsecond, time.Now(), 12)
 	}
-	if d := r.hedgeDelay(n, 12); d != r.opts.HedgeMinDelay {
+	if d := r.hedgeDelay(n, 12, nil); d != r.opts.HedgeMinDelay {
 		t.Errorf("fast node: delay %v, want the floor %v", d, r.opts.HedgeMinDelay)
 	}
 }
@@ -350,14 +350,27 @@ func TestHedgeDelayPerSizeAndOutlier(t *testing.T) {
 		c.recompute()
 		c.mu.Unlock()
 	}
-	if d := r.hedgeDelay(n, 1); d < 2*time.Millisecond || d > 2100*time.Microsecond {
+	if d := r.hedgeDelay(n, 1, nil); d < 2*time.Millisecond || d > 2100*time.Microsecond {
 		t.Errorf("1 key: delay %v, want 2× the median (p99 1.1ms is jitter)", d)
 	}
-	if d := r.hedgeDelay(n, 16); d != 40*time.Millisecond {
+	if d := r.hedgeDelay(n, 16, nil); d != 40*time.Millisecond {
 		t.Errorf("16 keys: delay %v, want their p99, 40ms", d)
 	}
-	if d := r.hedgeDelay(n, 4); d != r.hedgeDelay(n, 0) {
-		t.Errorf("4 keys (no samples of that size): delay %v, want the node's over every size %v", d, r.hedgeDelay(n, 0))
+	if d := r.hedgeDelay(n, 4, nil); d != r.hedgeDelay(n, 0, nil) {
+		t.Errorf("4 keys (no samples of that size): delay %v, want the node's over every size %v", d, r.hedgeDelay(n, 0, nil))
+	}
+	// A peer answering 16-key reads within 5 ms lowers the bar for n, whose
+	// own p99 (40 ms) is its stall; the median floor (2 × 4 ms) stays.
+	peer := &node{}
+	peer.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile)
+	for range 64 {
+		peer.observe(5*time.Millisecond, now, 16)
+	}
+	if d := r.hedgeDelay(n, 16, []*node{n, peer}); d != 8*time.Millisecond {
+		t.Errorf("16 keys with a 5 ms peer: delay %v, want n's median floor 8ms", d)
+	}
+	if d := r.hedgeDelay(n, 1, []*node{n, peer}); d != r.hedgeDelay(n, 1, nil) {
+		t.Errorf("1 key: a peer without 1-key samples changed the delay to %v", d)
 	}
 	for keys, want := range map[int]int{0: 0, 1: 0, 2: 1, 3: 1, 4: 2, 12: 3, 16: 4, 31: 4, 32: 5, 1024: 5} {
 		if c := sizeClass(keys); c != want {

@@ -36,6 +36,7 @@ type table struct {
 	// reps[p] lists partition p's replicas in the control plane's order,
 	// each with its node (shared across tables) and whether it may be used.
 	reps    [][]replica
+	nodes   []*node // every node of the table, once (hedge delays compare peers)
 	fetched time.Time
 }
 
@@ -125,6 +126,9 @@ func (r *Router) install(rt *control.Routing) error {
 		// slow object store), the least-lagging ones serve: slightly stale
 		// beats unavailable, and they are still the freshest copies.
 		relaxLag(t.reps[p])
+	}
+	for _, n := range used {
+		t.nodes = append(t.nodes, n)
 	}
 	for key, n := range r.nodes {
 		if used[key] == nil {
