@@ -329,3 +329,22 @@ type failReduce struct{ jobs.Runner }
 func (f *failReduce) Reduce(context.Context, mapreduce.Job, *jobs.Op) error {
 	return errors.New("reduce failed")
 }
+
+// Policies that select no page at all give empty subsets, not an error (the
+// top-K reduce has no rows and writes no table).
+func TestRecomputeSelectsNothing(t *testing.T) {
+	st := newStore(t, 5)
+	set := policies(t, `
+policies:
+  - name: none
+    exported: true
+    where: text_len < 0
+`)
+	rc, err := Recompute(ctx, st, set, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rc.Subsets) != 1 || rc.Subsets[0].Size != 0 {
+		t.Fatalf("subsets %+v, want one empty subset", rc.Subsets)
+	}
+}
