@@ -169,6 +169,8 @@ type run struct {
 	sub     *rowkey.Encoder
 	sorters []*extsort.Sorter
 	writers []*tableWriter
+	// declared are the outputs the phases resolved (createEmptyOutputs).
+	declared []outSpec
 	// direct marks the inputs a Reduce merges as they are (recorded as
 	// sorted by its sort columns); sources reads them.
 	direct  []bool
@@ -295,6 +297,9 @@ func (l *Local) run(ctx context.Context, k Kind, op *Op, jobsOf []any, body func
 	if err := body(r); err != nil {
 		return r.diskFull(title, err)
 	}
+	if err := r.createEmptyOutputs(); err != nil {
+		return r.diskFull(title, err)
+	}
 	if err := r.ctx.Err(); err != nil {
 		return context.Cause(r.ctx)
 	}
@@ -344,7 +349,35 @@ func (r *run) outputs(from, to int, jobTypes []any) []outSpec {
 		}
 		outs = append(outs, outSpec{Output: o, rowType: rt})
 	}
+	r.declared = append(r.declared, outs...)
 	return outs
+}
+
+// createEmptyOutputs gives every output that no job opened (an operation
+// without input rows, or whose jobs wrote nothing to it) an empty table, as
+// the YTsaurus runner creates its outputs: after a successful operation
+// every output table exists.
+func (r *run) createEmptyOutputs() error {
+	opened := map[string]bool{}
+	for _, w := range r.writers {
+		opened[w.name] = true
+	}
+	for _, o := range r.declared {
+		if opened[o.Table] || o.rowType == nil {
+			continue
+		}
+		opened[o.Table] = true
+		r.txMu.Lock()
+		ws, err := r.openWriters([]outSpec{o})
+		r.txMu.Unlock()
+		if err != nil {
+			return err
+		}
+		if err := ws[0].finish(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkTypes makes sure every output has a row type before anything is

@@ -723,3 +723,21 @@ func TestDiskFullNamesTheTable(t *testing.T) {
 		t.Fatalf("the output table of the failed operation exists: %v", err)
 	}
 }
+
+// TestEmptyInputCreatesOutputs: an operation over no rows still leaves every
+// output table, empty (as the YTsaurus runner creates its outputs).
+func TestEmptyInputCreatesOutputs(t *testing.T) {
+	e := newEnv(t)
+	writeTable[jobs.WordCount](e, "empty", nil)
+	op := &jobs.Op{Inputs: []string{"empty"}, Outputs: []jobs.Output{{Table: "sums"}, {Table: "frequent"}}, ReduceBy: []string{"word"},
+		InputTypes: []any{jobs.WordCount{}}}
+	if err := e.runner.Reduce(context.Background(), &jobs.WordSumReducer{Frequent: 1}, op); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"sums", "frequent"} {
+		ti, err := e.tableInfo(name)
+		if err != nil || ti.Rows != 0 {
+			t.Fatalf("output %s after an empty input: %+v %v", name, ti, err)
+		}
+	}
+}

@@ -512,13 +512,8 @@ func computeMembers(ctx context.Context, st pillar.Store, opts Options, set *sub
 	if err := opts.Runner.Reduce(ctx, &SubsetTopJob{Filename: set.Filename(), Source: set.Source()}, &top); err != nil {
 		return nil, nil, err
 	}
-	// No page matched any policy: the reduce had no rows and may have
-	// written no table; the split below needs one, empty.
-	if _, err := tx.Table(ctx, selected); errors.Is(err, pillar.ErrNotFound) {
-		if err := writeRows[memberRow](ctx, tx, selected, nil); err != nil {
-			return nil, nil, err
-		}
-	}
+	// No page matched any policy: the reduce had no rows; the runner still
+	// creates its (empty) output, which the split below reads.
 	if err := tx.Commit(ctx); err != nil {
 		return nil, nil, err
 	}
