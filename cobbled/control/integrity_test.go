@@ -179,6 +179,10 @@ func TestRebuildFromObjects(t *testing.T) {
 	// manifest nobody registered.
 	orphan := manifest("orphan", 0, 2, batch.KindSnapshot)
 	put(orphan)
+	// What Run's GC loop does after registrations.
+	if n, err := e.srv.StampManifests(ctx, -1, 0); err != nil || n != 5 {
+		t.Fatalf("stamped %d, %v", n, err)
+	}
 	raw, _ := objstore.ReadAll(ctx, objs, batch.ManifestKey(1, "b2"))
 	if m, err := batch.Decode(raw); err != nil || m.Seq != 2 || m.Parent != "b1" {
 		t.Fatalf("stamped manifest: %+v %v", m, err)
