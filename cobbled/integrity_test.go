@@ -336,3 +336,24 @@ func TestRunExitsOnUnauthenticated(t *testing.T) {
 		t.Fatalf("run with a wrong token: %v (ctx %v)", err, ctx.Err())
 	}
 }
+
+// TestNodeReportsAgainWhenForgotten: a control plane that lost its node
+// records (a rebuilt database, or remove-node) gets the node back on its
+// next heartbeat, with its applied progress re-reported.
+func TestNodeReportsAgainWhenForgotten(t *testing.T) {
+	const parts, p = 2, 0
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tmp := t.TempDir()
+	objects := filepath.Join(tmp, "objects")
+	_, cc := startControl(t, ctx, tmp, parts)
+	m := writeBatch(t, objects, parts, p, "fg1", batch.KindSnapshot, []op{{key: keysIn(1, p, parts)[0], val: "v"}}, 0)
+	_, err := cc.RegisterBatch(ctx, &m)
+	must(t, err)
+	runNode(t, ctx, "n1", filepath.Join(tmp, "n1"), objects, cc)
+	waitFor(t, "seq 1", 20*time.Second, func() bool { return replicaOf(t, ctx, cc, p, "n1").AppliedSeq == 1 })
+	must(t, cc.RemoveNode(ctx, "n1", true))
+	waitFor(t, "the node registered again with its progress", 20*time.Second, func() bool {
+		return replicaOf(t, ctx, cc, p, "n1").AppliedSeq == 1
+	})
+}
