@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
@@ -145,6 +146,11 @@ func TestCorruptSSTWithValidSHA(t *testing.T) {
 	st := heldStats(n, p)
 	if !strings.HasPrefix(st.Fault, "corrupt batch "+bad.ID+": ") || !st.Serving || st.AppliedSeq != 3 {
 		t.Fatalf("stats %+v", st)
+	}
+	rec := httptest.NewRecorder()
+	n.HealthHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if body := rec.Body.String(); rec.Code != 200 || !strings.Contains(body, `"status": "degraded"`) || !strings.Contains(body, fmt.Sprintf("partition %d: corrupt batch %s: ", p, bad.ID)) {
+		t.Fatalf("/healthz %d:\n%s", rec.Code, body)
 	}
 	if g := gaugeValue(n.opts.Metrics.fault.WithLabelValues(fmt.Sprint(p), "batch")); g != 1 {
 		t.Fatalf("fault gauge %v", g)
