@@ -43,9 +43,13 @@ order (deltas by IngestExternalFile, snapshots by building and swapping in a fre
 database). Serves BatchGet on --listen and /metrics and /healthz on --http. On SIGINT or
 SIGTERM it stops ingesting, drains in-flight requests and closes the databases.
 
-A restarted node resumes exactly where it stopped. A batch that fails verification is
-retried, then reported (log, /healthz, cobbled_ingest_errors_total); the replica stays
-at the batch before it and keeps serving.
+A restarted node resumes exactly where it stopped. A batch that fails verification (size,
+SHA-256, or any SST block checksum) is retried, then reported as "corrupt batch <id>: …"
+(log, /healthz, cobbled_partition_fault, pillar status); the replica stays at the batch
+before it and keeps serving until it is repaired or retracted (pillar control retract).
+A read that finds the node's own data corrupt takes that partition out of service here
+(other replicas serve it) while it is rebuilt from the object store. A token the control
+plane refuses ends the node with an error.
 
 Examples:
    pillar cobbled serve --id n1 --zone a --data data/n1 --listen 127.0.0.1:7101 \

@@ -95,14 +95,23 @@ func TestControlRetractStatusRebuildCLI(t *testing.T) {
 	if err != nil || !strings.Contains(out, "corrupt batch b2: block checksum mismatch") {
 		t.Fatalf("status does not show the fault: %v\n%s", err, out)
 	}
+	// The server writes seq and parent into the stored manifests soon after
+	// registration.
+	for _, n := range []string{"b1", "b2", "b3"} {
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			raw, _ := objstore.ReadAll(ctx, objs, batch.ManifestKey(1, n))
+			m, err := batch.Decode(raw)
+			if err == nil && m.Seq != 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("manifest %s not stamped: %+v %v", n, m, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
-	}
-	for _, n := range []string{"b1", "b2", "b3"} {
-		raw, _ := objstore.ReadAll(ctx, objs, batch.ManifestKey(1, n))
-		if m, err := batch.Decode(raw); err != nil || m.Seq == 0 {
-			t.Fatalf("manifest %s not stamped: %+v %v", n, m, err)
-		}
 	}
 
 	// The database is damaged: serve refuses it, naming the file.

@@ -80,8 +80,11 @@ func printPublish(c *cli.Context, verb string, r *pipeline.PublishResult) error 
 		return nil
 	}
 	fmt.Printf("%s chunks %s, model %s\n", verb, r.Published.ChunkVersion, r.Published.Model)
-	if r.Previous != nil {
-		fmt.Printf("  previous: chunks %s, model %s (`pillar rollback` returns to it)\n", r.Previous.ChunkVersion, r.Previous.Model)
+	if r.Previous != nil && r.RollbackTo != r.Previous {
+		fmt.Printf("  previous: chunks %s, model %s (the same pair: re-published)\n", r.Previous.ChunkVersion, r.Previous.Model)
+	}
+	if r.RollbackTo != nil {
+		fmt.Printf("  `pillar rollback` returns to: chunks %s, model %s\n", r.RollbackTo.ChunkVersion, r.RollbackTo.Model)
 	}
 	printPlan(r.Export)
 	return nil

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -82,6 +84,7 @@ Examples:
 			&cli.StringFlag{Name: "register", Usage: "control-plane address host:port to register batches with (default: do not register)"},
 			// Kept so existing scripts still parse: the control plane now
 			// enforces the delivery order for every caller.
+			&cli.DurationFlag{Name: "wait-delivered", Usage: "with --register: keep retrying a snapshot the control plane refuses because Lorry has not delivered the older queue records yet, up to this long (default: fail at once)"},
 			&cli.StringFlag{Name: "store", Hidden: true, Usage: "ignored (the control plane refuses a snapshot registered before the deltas it supersedes)"},
 			controlTokenFileFlag,
 			controlTLSCAFlag,
@@ -159,6 +162,9 @@ func runSSTBuild(c *cli.Context) error {
 		}
 		partitions = cp
 		reg = client
+		if d := c.Duration("wait-delivered"); d > 0 {
+			reg = &waitDelivered{Registerer: client, until: time.Now().Add(d), log: log}
+		}
 	}
 	only := map[int]bool{}
 	for _, p := range c.IntSlice("partition") {
@@ -449,5 +455,28 @@ func sstLsCommand() *cli.Command {
 			}
 			return tw.Flush()
 		},
+	}
+}
+
+// waitDelivered retries registrations the control plane refuses with the
+// retryable control.ErrNotDelivered until a deadline.
+type waitDelivered struct {
+	sstbuilder.Registerer
+	until time.Time
+	log   *slog.Logger
+}
+
+func (w *waitDelivered) RegisterBatch(ctx context.Context, m *batch.Manifest) (int64, error) {
+	for backoff := 200 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		seq, err := w.Registerer.RegisterBatch(ctx, m)
+		if !errors.Is(err, control.ErrNotDelivered) || time.Now().Add(backoff).After(w.until) {
+			return seq, err
+		}
+		w.log.Info("sst build: waiting for Lorry to deliver the records this snapshot supersedes", "batch", m.ID, "retry_in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
 }

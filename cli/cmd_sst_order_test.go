@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/internal/batch"
@@ -85,19 +86,29 @@ func TestExportOrderEnforcedByControlPlane(t *testing.T) {
 	defer g.Stop()
 	addr := lis.Addr().String()
 
-	build := func() error {
+	build := func(extra ...string) error {
 		app := newApp()
 		var out bytes.Buffer
 		app.Writer, app.ErrWriter, app.Before = &out, &out, nil
-		return app.RunContext(ctx, []string{"pillar", "sst", "build", "--export", exp, "--objstore", objs, "--register", addr})
+		return app.RunContext(ctx, append([]string{"pillar", "sst", "build", "--export", exp, "--objstore", objs, "--register", addr}, extra...))
 	}
 	err = build()
 	if !errors.Is(err, control.ErrNotDelivered) || !strings.Contains(err.Error(), "run Lorry") {
 		t.Fatalf("register before Lorry delivered: %v", err)
 	}
+	// The refusal is retryable: a build that waits succeeds once Lorry has
+	// delivered.
+	waited := make(chan error, 1)
+	go func() { waited <- build("--wait-delivered", "60s") }()
+	time.Sleep(300 * time.Millisecond)
 	runLorryCLI(t, ctx, "lorry", "run", "--store", store, "--objstore", objs, "--control", addr, "--once")
-	if err := build(); err != nil {
-		t.Fatalf("register after Lorry delivered: %v", err)
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("register after Lorry delivered: %v", err)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("sst build --wait-delivered did not finish")
 	}
 	c, err := control.Dial(addr, nil)
 	if err != nil {

@@ -124,8 +124,9 @@ func (n *Node) rebuild(ctx context.Context, p *partition) bool {
 	return true
 }
 
-// afterApply runs after each applied (or skipped) batch under applyMu: a
-// rebuilding replica serves again once it is back where it was.
+// rebuiltEnough reports whether a rebuilding replica is back at the seq it
+// had when its corruption was found (then it serves again). The caller
+// holds applyMu.
 func (n *Node) rebuiltEnough(p *partition) bool {
 	return p.rebuilding.Load() && p.st.Seq >= p.rebuildUntil
 }

@@ -7,13 +7,29 @@
 // Run long-polls the control plane, per held partition, for batches after
 // the replica's applied sequence number; downloads each into the replica's
 // staging directory, verifying every file's size and SHA-256 against the
-// manifest (RocksDB's ingest does not); and applies it: a delta with
+// manifest and then every block checksum of each SST (internal/sstverify;
+// RocksDB's ingest checks neither); and applies it: a delta with
 // IngestExternalFile (files moved, not copied), a snapshot by building a new
 // database generation, recording it, swapping it in for readers and closing
-// and deleting the old one. A batch that fails is retried and, after
-// Options.DownloadAttempts, reported (log, metric, Stats, /healthz); the
-// replica never skips it and keeps serving what it has. At most
+// and deleting the old one. A snapshot may also come after a gap (it
+// replaces the contents): a replica behind the garbage-collection floor is
+// listed the oldest live snapshot first. A batch that fails is retried and,
+// after Options.DownloadAttempts, reported (log, metric, Stats, /healthz); a
+// batch that fails verification is reported as "corrupt batch <id>:
+// <reason>" (Stats.Held[].Fault, cobbled_partition_fault, and the control
+// plane's routing, so `pillar status` shows it). The replica never skips a
+// batch unless the control plane lists it as retracted (then it records it
+// as passed without applying it), and keeps serving what it has. A staging
+// directory is removed after a failed download. At most
 // Options.IngestConcurrency partitions download or apply at a time.
+//
+// # Corruption of the replica's own data
+//
+// See corrupt.go: a read that finds a corrupt block answers the other keys,
+// takes the partition out of service (KEY_NOT_SERVED; the control plane
+// marks the replica "corrupt" so routers skip it), and the ingest worker
+// rebuilds it into a fresh generation from the batch log, serving again once
+// back at the seq it had.
 //
 // # Crash safety
 //

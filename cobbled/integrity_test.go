@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
@@ -145,6 +146,11 @@ func TestCorruptSSTWithValidSHA(t *testing.T) {
 	st := heldStats(n, p)
 	if !strings.HasPrefix(st.Fault, "corrupt batch "+bad.ID+": ") || !st.Serving || st.AppliedSeq != 3 {
 		t.Fatalf("stats %+v", st)
+	}
+	rec := httptest.NewRecorder()
+	n.HealthHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if body := rec.Body.String(); rec.Code != 200 || !strings.Contains(body, `"status": "degraded"`) || !strings.Contains(body, fmt.Sprintf("partition %d: corrupt batch %s: ", p, bad.ID)) {
+		t.Fatalf("/healthz %d:\n%s", rec.Code, body)
 	}
 	if g := gaugeValue(n.opts.Metrics.fault.WithLabelValues(fmt.Sprint(p), "batch")); g != 1 {
 		t.Fatalf("fault gauge %v", g)
@@ -335,4 +341,25 @@ func TestRunExitsOnUnauthenticated(t *testing.T) {
 	if !errors.Is(err, control.ErrUnauthenticated) || !strings.Contains(err.Error(), "token") || ctx.Err() != nil {
 		t.Fatalf("run with a wrong token: %v (ctx %v)", err, ctx.Err())
 	}
+}
+
+// TestNodeReportsAgainWhenForgotten: a control plane that lost its node
+// records (a rebuilt database, or remove-node) gets the node back on its
+// next heartbeat, with its applied progress re-reported.
+func TestNodeReportsAgainWhenForgotten(t *testing.T) {
+	const parts, p = 2, 0
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tmp := t.TempDir()
+	objects := filepath.Join(tmp, "objects")
+	_, cc := startControl(t, ctx, tmp, parts)
+	m := writeBatch(t, objects, parts, p, "fg1", batch.KindSnapshot, []op{{key: keysIn(1, p, parts)[0], val: "v"}}, 0)
+	_, err := cc.RegisterBatch(ctx, &m)
+	must(t, err)
+	runNode(t, ctx, "n1", filepath.Join(tmp, "n1"), objects, cc)
+	waitFor(t, "seq 1", 20*time.Second, func() bool { return replicaOf(t, ctx, cc, p, "n1").AppliedSeq == 1 })
+	must(t, cc.RemoveNode(ctx, "n1", true))
+	waitFor(t, "the node registered again with its progress", 20*time.Second, func() bool {
+		return replicaOf(t, ctx, cc, p, "n1").AppliedSeq == 1
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/internal/record"
 	"github.com/pillarkit/pillar/internal/rocks"
+	"github.com/pillarkit/pillar/internal/sstverify"
 )
 
 // ErrCorruptBatch: a stored batch does not match its manifest.
@@ -128,6 +129,13 @@ func InspectBatch(ctx context.Context, store objstore.Store, partition int, id s
 		}
 		if size != f.Size || sum != f.SHA256 {
 			return nil, fail("file %s: %d bytes sha256 %s, manifest says %d bytes %s: %w", f.Name, size, sum, f.Size, f.SHA256, ErrCorruptBatch)
+		}
+		// The check a serving node makes before ingest: every block.
+		if _, err := sstverify.Verify(path); err != nil {
+			if errors.Is(err, sstverify.ErrCorrupt) {
+				return nil, fail("file %s matches its manifest but %v: %w", f.Name, err, ErrCorruptBatch)
+			}
+			return nil, fail("file %s: %w", f.Name, err)
 		}
 		paths = append(paths, path)
 	}

@@ -2,6 +2,8 @@ package sstbuilder
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -74,6 +76,21 @@ func TestInspectCorrupt(t *testing.T) {
 	os.WriteFile(obj, b, 0o644)
 	if _, err := InspectBatch(ctx, store, 0, "good", nil); !errors.Is(err, ErrCorruptBatch) {
 		t.Fatalf("tampered: %v", err)
+	}
+	// Tampered with a manifest that matches (size and SHA-256 of the
+	// damaged file): the block checksums still catch it.
+	lying := *m
+	lying.ID = "lying"
+	lying.Files = append([]batch.File(nil), m.Files...)
+	sum := sha256.Sum256(b)
+	lying.Files[0].SHA256 = hex.EncodeToString(sum[:])
+	bad := filepath.Join(t.TempDir(), m.Files[0].Name)
+	os.WriteFile(bad, b, 0o644)
+	if _, err := Upload(ctx, store, &lying, []string{bad}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := InspectBatch(ctx, store, 0, "lying", nil); !errors.Is(err, ErrCorruptBatch) || !strings.Contains(err.Error(), "checksum mismatch") {
+		t.Fatalf("damaged file with a matching manifest: %v", err)
 	}
 	// A manifest naming another batch's files (meta key mismatch).
 	m2 := *m

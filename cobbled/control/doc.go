@@ -30,6 +30,36 @@
 // ErrConflict. The manifest is validated (batch.Manifest.Validate) and its
 // partition count must equal the recorded P (ErrPartitions).
 //
+// Ordering. The control plane, not its callers, keeps bulk and
+// incremental delivery in order: a snapshot whose manifest supersedes
+// export-queue offsets beyond the highest queue_end of the partition's
+// registered deltas (partitions.delivered_end) is refused with
+// ErrNotDelivered, which is retryable once Lorry has delivered them. The
+// stored (and listed) manifest carries its Seq and Parent, assigned here;
+// identity for idempotent registration ignores those two fields.
+//
+// Retraction. RetractBatch marks a batch bad (with a reason); it keeps its
+// seq and id, is listed with Retracted set, replicas skip it, and it is never
+// a garbage-collection floor.
+//
+// Faults. ReportFault records a replica's fault ("corrupt batch <id>: …",
+// serving; or "corrupt replica: …", not serving). A replica not serving is
+// StateCorrupt in routing (routers skip it), its progress is reset (it
+// rebuilds from the log), and the routing version moves.
+//
+// Object store record. With an Objects that can write (internal/objstore),
+// the server writes Seq and Parent into each registered batch's
+// manifest.json (after the commit; the GC loop finishes what a crash left)
+// and a retracted.txt next to a retracted one, so Store.RebuildFromObjects
+// (`pillar control rebuild --from-objstore`) can rebuild the log of a lost
+// database.
+//
+// Integrity at open. An SQLite database's write-ahead log is inspected
+// before SQLite recovers it (damage or truncation SQLite would silently
+// drop committed transactions for) and PRAGMA quick_check runs; a damaged
+// database is refused with ErrDamaged naming the file
+// (StoreOptions.SkipIntegrityCheck skips both).
+//
 // P. The partition count is given on first start and recorded in the
 // database; a later start with a different P is refused (ErrPartitions).
 //

@@ -3,6 +3,8 @@ package control
 import (
 	"bytes"
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -179,6 +181,10 @@ func TestRebuildFromObjects(t *testing.T) {
 	// manifest nobody registered.
 	orphan := manifest("orphan", 0, 2, batch.KindSnapshot)
 	put(orphan)
+	// What Run's GC loop does after registrations.
+	if n, err := e.srv.StampManifests(ctx, -1, 0); err != nil || n != 5 {
+		t.Fatalf("stamped %d, %v", n, err)
+	}
 	raw, _ := objstore.ReadAll(ctx, objs, batch.ManifestKey(1, "b2"))
 	if m, err := batch.Decode(raw); err != nil || m.Seq != 2 || m.Parent != "b1" {
 		t.Fatalf("stamped manifest: %+v %v", m, err)
@@ -384,5 +390,49 @@ func TestDamagedDatabaseRefused(t *testing.T) {
 				t.Logf("unchecked open: %v", err)
 			}
 		})
+	}
+}
+
+// TestUpgradeBackfillsDelivered: a database from before typed queue ranges
+// (schema 1) gets each partition's delivered queue end from its legacy Lorry
+// deltas, so bulk snapshots are not refused forever after the upgrade.
+func TestUpgradeBackfillsDelivered(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts := append([]string{`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at_ms BIGINT NOT NULL)`,
+		`INSERT INTO schema_migrations VALUES (1, 'initial schema', 0)`,
+		`INSERT INTO cluster (id, partitions, routing_version, created_at_ms) VALUES (1, 2, 1, 0)`,
+		`INSERT INTO partitions (part) VALUES (0)`, `INSERT INTO partitions (part) VALUES (1)`}, migrations[0].stmts...)
+	// Tables first, then rows.
+	stmts = append(stmts[len(stmts)-len(migrations[0].stmts):], stmts[:len(stmts)-len(migrations[0].stmts)]...)
+	for _, s := range stmts {
+		if _, err := db.Exec(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	for i, src := range []string{"lorry:p1:0-9", "lorry:p1:10-24", "lorry:p1:fresh:25-30", "pillar export x"} {
+		m := manifest(fmt.Sprintf("legacy%d", i), 1, 2, batch.KindDelta)
+		m.Source = src
+		raw, _ := json.Marshal(m)
+		if _, err := db.Exec(`INSERT INTO batches (part, seq, id, kind, manifest, registered_at_ms) VALUES (1, ?, ?, 'delta', ?, 0)`, i+1, m.ID, string(raw)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Exec(`UPDATE partitions SET newest_seq = 4 WHERE part = 1`)
+	db.Close()
+	st := openStore(t, "sqlite:"+path, 2)
+	defer st.Close()
+	snap := manifest("after-upgrade", 1, 2, batch.KindSnapshot)
+	snap.Supersedes = 26
+	if _, _, err := st.RegisterBatch(ctx, snap, time.Now()); !errors.Is(err, ErrNotDelivered) || !strings.Contains(err.Error(), "only up to 25") {
+		t.Fatalf("beyond the legacy deltas: %v", err)
+	}
+	snap.Supersedes = 25
+	if seq, _, err := st.RegisterBatch(ctx, snap, time.Now()); err != nil || seq != 5 {
+		t.Fatalf("covered by the legacy deltas: %d %v", seq, err)
 	}
 }

@@ -1,5 +1,14 @@
 package control
 
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+
+	"github.com/pillarkit/pillar/internal/batch"
+)
+
 // migration is one versioned schema step. The same SQL runs on SQLite and
 // PostgreSQL, so it sticks to the common subset: INTEGER, BIGINT, TEXT,
 // composite primary keys, UNIQUE, partial indexes.
@@ -7,6 +16,9 @@ type migration struct {
 	version int
 	name    string
 	stmts   []string
+	// post, when set, runs after stmts in the same transaction (data
+	// upgrades that SQL alone cannot do portably).
+	post func(ctx context.Context, tx *sql.Tx) error
 }
 
 // migrations are applied in order, each in its own transaction, and recorded
@@ -54,7 +66,7 @@ var migrations = []migration{
 			applied_seq BIGINT NOT NULL,
 			applied_at_ms BIGINT NOT NULL,
 			PRIMARY KEY (part, node_id))`,
-	}},
+	}, nil},
 	// Integrity and ordering (issue 19).
 	//   partitions.delivered_end: the highest queue_end of the partition's
 	//     registered deltas; a snapshot superseding more is refused.
@@ -77,7 +89,51 @@ var migrations = []migration{
 			serving INTEGER NOT NULL,
 			at_ms BIGINT NOT NULL,
 			PRIMARY KEY (part, node_id))`,
-	}},
+	}, backfillDelivered},
+}
+
+// backfillDelivered sets partitions.delivered_end for deltas registered
+// before manifests had typed queue ranges: Lorry's ordinary batches then
+// named their range only in Source, "lorry:p<P>:<first>-<last>". Without
+// this, an upgraded control plane would refuse every bulk snapshot until
+// Lorry delivered a new delta. It reads legacy text once; nothing written
+// since relies on it.
+func backfillDelivered(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, `SELECT part, manifest FROM batches WHERE kind = 'delta'`)
+	if err != nil {
+		return err
+	}
+	ends := map[int]int64{}
+	for rows.Next() {
+		var part int
+		var raw string
+		if err := rows.Scan(&part, &raw); err != nil {
+			rows.Close()
+			return err
+		}
+		var m batch.Manifest
+		if json.Unmarshal([]byte(raw), &m) != nil {
+			continue
+		}
+		var p int
+		var first, last int64
+		var rest string
+		if n, _ := fmt.Sscanf(m.Source, "lorry:p%d:%d-%d%s", &p, &first, &last, &rest); n >= 3 && p == part && last >= first && rest == "" {
+			ends[part] = max(ends[part], last+1)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for part, end := range ends {
+		// The same statement text on both backends ('?' placeholders are
+		// not rewritten here: use literals).
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`UPDATE partitions SET delivered_end = %d WHERE part = %d AND delivered_end < %d`, end, part, end)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SchemaVersion is the schema version this binary migrates to.

@@ -42,7 +42,9 @@ type Options struct {
 	// caps it. The default values are 100 and 1000.
 	DefaultLimit, MaxLimit int
 	// Objects is the object store garbage collection deletes batches from.
-	// The default value nil disables garbage collection.
+	// When it can also write (internal/objstore's Store), registered
+	// manifests get their seq and parent written in (StampManifests), for
+	// `pillar control rebuild`. The default value nil disables both.
 	Objects Objects
 	// GCInterval is how often garbage collection runs. The default value is
 	// 1m.

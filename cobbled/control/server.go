@@ -28,6 +28,8 @@ type Server struct {
 	store   *Store
 	started time.Time
 	notify  *notifier
+	// stampWake asks the GC loop to stamp newly registered manifests.
+	stampWake chan struct{}
 	// reconcileMu keeps one reconcile at a time in this process (the store
 	// serializes across processes anyway; this avoids useless contention).
 	reconcileMu sync.Mutex
@@ -40,7 +42,7 @@ func NewServer(opts *Options) (*Server, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{o: o, store: o.Store, started: o.Now(), notify: newNotifier(o.Store.Partitions())}, nil
+	return &Server{o: o, store: o.Store, started: o.Now(), notify: newNotifier(o.Store.Partitions()), stampWake: make(chan struct{}, 1)}, nil
 }
 
 // GRPCServer returns a grpc.Server with this service registered behind the
@@ -179,9 +181,11 @@ func (s *Server) RegisterBatch(ctx context.Context, req *controlpb.RegisterBatch
 		s.notify.batch(m.Partition)
 		s.o.Metrics.batchRegistered()
 		s.o.Logger.Debug("control: batch registered", "partition", m.Partition, "seq", seq, "id", m.ID, "kind", m.Kind)
-		// Best effort: the GC loop stamps what is left unstamped.
-		if _, err := s.StampManifests(ctx, m.Partition, seq); err != nil {
-			s.o.Logger.Warn("control: stamp manifest", "partition", m.Partition, "seq", seq, "id", m.ID, "err", err)
+		// The GC loop writes seq and parent into the stored manifest, off
+		// the registration path and never concurrently with a deletion.
+		select {
+		case s.stampWake <- struct{}{}:
+		default:
 		}
 	}
 	return &controlpb.RegisterBatchResponse{Seq: seq, Existed: existed}, nil
@@ -548,6 +552,19 @@ func (s *Server) gcLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-s.stampWake:
+			sctx, cancel := context.WithTimeout(ctx, s.o.CallTimeout)
+			for {
+				n, err := s.StampManifests(sctx, -1, 0)
+				if err != nil && ctx.Err() == nil {
+					s.o.Logger.Warn("control: stamp manifests", "err", err, "stamped", n)
+				}
+				if err != nil || n < 100 {
+					break
+				}
+			}
+			cancel()
+			continue
 		case <-t.C:
 		}
 		gctx, cancel := context.WithTimeout(ctx, max(s.o.GCInterval, 5*time.Minute))

@@ -40,7 +40,8 @@ const (
 // StampManifests writes the control-plane-assigned seq and parent into the
 // object store's manifest.json of registered batches: of one batch when
 // partition >= 0 and seq > 0, otherwise of up to 100 unstamped live ones.
-// It returns how many it stamped. Without an object store that can write,
+// It returns how many rows it processed. Run does it from the GC loop (woken
+// by registrations), so it never runs concurrently with a deletion there. Without an object store that can write,
 // it does nothing. A batch is stamped at most once; stamping only adds the
 // two fields, so what nodes verify (files, sizes, checksums) never changes.
 func (s *Server) StampManifests(ctx context.Context, partition int, seq int64) (int, error) {
@@ -98,8 +99,8 @@ func (s *Server) StampManifests(ctx context.Context, partition int, seq int64) (
 			if err := w.Put(ctx, key, bytes.NewReader(enc), int64(len(enc)), nil); err != nil {
 				return n, fmt.Errorf("control: stamp batch %q: %w", m.ID, err)
 			}
-			n++
 		}
+		n++
 		unlock := s.store.lockWrites()
 		_, err := s.store.db.ExecContext(ctx, s.store.q(`UPDATE batches SET stamped = ? WHERE part = ? AND seq = ?`), state, r.part, r.seq)
 		unlock()

@@ -322,6 +322,11 @@ func (s *Store) migrate(ctx context.Context, log *slog.Logger) error {
 					return fmt.Errorf("%.40s…: %w", st, err)
 				}
 			}
+			if m.post != nil {
+				if err := m.post(ctx, tx); err != nil {
+					return fmt.Errorf("data upgrade: %w", err)
+				}
+			}
 			_, err := tx.ExecContext(ctx, s.q(`INSERT INTO schema_migrations (version, name, applied_at_ms) VALUES (?, ?, ?)`),
 				m.version, m.name, time.Now().UnixMilli())
 			return err

@@ -14,8 +14,12 @@ import (
 type PublishResult struct {
 	Published pillar.Published  `json:"published"`
 	Previous  *pillar.Published `json:"previous,omitempty"`
-	Export    *ExportPlan       `json:"export"`
-	DryRun    bool              `json:"dry_run,omitempty"`
+	// RollbackTo is the pair `pillar rollback` returns to afterwards: the
+	// previous pair when this changed it, else the one recorded before
+	// (re-publishing the live pair does not move it). Nil: none.
+	RollbackTo *pillar.Published `json:"rollback_to,omitempty"`
+	Export     *ExportPlan       `json:"export"`
+	DryRun     bool              `json:"dry_run,omitempty"`
 }
 
 // resolveModel accepts a model id or a model spec (whose id it computes).
@@ -82,6 +86,11 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 	res := &PublishResult{Published: pillar.Published{ChunkVersion: cv, Model: model, EmbedVersion: eid, At: time.Now().UTC()}, DryRun: opts.DryRun}
 	if old, err := pillar.LoadPublished(ctx, sn); err == nil {
 		res.Previous = old
+	}
+	if res.Previous != nil && (res.Previous.ChunkVersion != cv || res.Previous.Model != model) {
+		res.RollbackTo = res.Previous
+	} else if prev := new(pillar.Published); sn.Attr(ctx, pillar.AttrPrevious, prev) == nil {
+		res.RollbackTo = prev
 	}
 	if opts.DryRun {
 		members, err := exportedSubsets(ctx, sn)

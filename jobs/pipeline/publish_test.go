@@ -304,6 +304,14 @@ func TestPublishAtomicAndRollback(t *testing.T) {
 	if v1.State != pillar.StatePublished || v2.State != pillar.StateComplete {
 		t.Fatalf("states after rollback: %s %s", v1.State, v2.State)
 	}
+	if rb.RollbackTo == nil || rb.RollbackTo.ChunkVersion != r2.Version {
+		t.Fatalf("rollback's rollback target %+v, want %s", rb.RollbackTo, r2.Version)
+	}
+	// Re-publishing the live pair does not move the rollback target.
+	again, err := Publish(ctx, st, r1.Version, "hash:dim=16", o)
+	if err != nil || again.RollbackTo == nil || again.RollbackTo.ChunkVersion != r2.Version {
+		t.Fatalf("re-publish of the live pair: rollback target %+v (want %s), %v", again.RollbackTo, r2.Version, err)
+	}
 	// A recompute while another operation holds the store is refused.
 	lk, err := acquire(ctx, st, "publish")
 	if err != nil {
