@@ -115,14 +115,14 @@ Examples:
 				return err
 			}
 			if c.Bool("json") {
-				return json.NewEncoder(os.Stdout).Encode(stats)
+				return json.NewEncoder(c.App.Writer).Encode(stats)
 			}
-			fmt.Printf("ingested %d pages from %d files in %.1fs (%.1f MB of HTML, %.0f pages/s)\n",
+			fmt.Fprintf(c.App.Writer, "ingested %d pages from %d files in %.1fs (%.1f MB of HTML, %.0f pages/s)\n",
 				stats.Pages, stats.Files, float64(stats.DurationMS)/1000, float64(stats.HTMLBytes)/1e6,
 				float64(stats.Pages)/(float64(stats.DurationMS)/1000+1e-9))
-			fmt.Print(stats.Summary())
+			fmt.Fprint(c.App.Writer, stats.Summary())
 			if stats.Generation > 0 {
-				fmt.Printf("  committed generation %d\n", stats.Generation)
+				fmt.Fprintf(c.App.Writer, "  committed generation %d\n", stats.Generation)
 			}
 			return nil
 		},

@@ -56,7 +56,8 @@ func (l *Latencies) Samples() []time.Duration {
 	return append([]time.Duration(nil), l.d...)
 }
 
-// copyTree copies the regular files of src into dst (dst must not exist).
+// copyTree copies the regular files of src (and those symbolic links point
+// at) into dst (dst must not exist).
 // With maxFiles > 0 it copies only the first maxFiles files ingest reads
 // (in walk order), and nothing else. It returns the number of those files
 // copied.
@@ -76,6 +77,13 @@ func copyTree(src, dst string, maxFiles int) (int, error) {
 				return filepath.SkipDir
 			}
 			return os.MkdirAll(target, 0o755)
+		}
+		if info.Mode()&os.ModeSymlink != 0 {
+			// Debian docs folders link files in from other packages: copy
+			// what a link to a regular file points at, as ingest reads it.
+			if info, err = os.Stat(p); err != nil || !info.Mode().IsRegular() {
+				return nil
+			}
 		}
 		if !info.Mode().IsRegular() {
 			return nil
