@@ -67,6 +67,7 @@ type loop struct {
 	bseen  time.Time // when bbuf's range got its first record
 
 	inflight int64 // bytes of the batch being delivered
+	refresh  bool  // the last contents call made a refresh
 	planned  *plan // the follow-up the last commit recorded as pending
 	pre      *prefetch
 
@@ -339,7 +340,7 @@ func (lp *loop) bulkDue() bool {
 		return false
 	}
 	if len(lp.bbuf) == 0 {
-		return true // only delivered fresh records: a skip, no batch
+		return true // only delivered fresh records: a refresh
 	}
 	if lp.w.bulkPaused(lp.pt.id) {
 		return false
@@ -363,7 +364,7 @@ func (lp *loop) decay() {
 func (lp *loop) next() *plan {
 	fd, bd := lp.freshDue(), lp.bulkDue()
 	if bd && len(lp.bbuf) == 0 {
-		return lp.bulkPlan() // a skip costs nothing: take it at once
+		return lp.bulkPlan() // a refresh of delivered records: at once
 	}
 	if fd && bd {
 		lp.decay()
@@ -406,12 +407,15 @@ func (lp *loop) freshPlan() *plan {
 }
 
 // bulkPlan takes the bulk lane's range [O, bnext) as a batch, without the
-// records a delivered fresh record of the same key supersedes. An empty
-// result (everything superseded or fresh) is a skip: Lorry commits the new
-// offset without a batch.
+// records a delivered fresh record of the same key supersedes. When nothing
+// is left (the range holds only delivered fresh records and superseded bulk
+// ones) the records are read again by contents (a refresh, see there).
 func (lp *loop) bulkPlan() *plan {
 	first, last := lp.O(), lp.bnext-1
 	recs := lp.supersede(lp.bbuf)
+	if len(recs) == 0 {
+		recs = nil
+	}
 	return &plan{pend: Pending{ID: BatchID(lp.w.storeID, lp.pt.id, first, last), First: first, Last: last}, recs: recs}
 }
 
@@ -506,7 +510,15 @@ func (lp *loop) contents(ctx context.Context, pend Pending) ([]pillar.ExportReco
 		}
 		return out, nil
 	}
-	return lp.supersede(recs), nil
+	if out := lp.supersede(recs); len(out) > 0 {
+		return out, nil
+	}
+	lp.refresh = true
+	// A refresh: nothing of the range is left to deliver, but its offsets
+	// must still be covered by a registered batch (the control plane's
+	// delivered end). It re-delivers, for each key of the range, the newest
+	// record delivered so far, which changes nothing a replica serves.
+	return lp.replayContents(ctx, pend)
 }
 
 // replayContents returns, for every key with a delivered record in
@@ -529,11 +541,11 @@ func (lp *loop) replayContents(ctx context.Context, pend Pending) ([]pillar.Expo
 			break
 		}
 		for _, h := range hs {
+			if h.Offset <= pend.Last {
+				inRange[h.PageKey] = true // superseded: its key's newest is the fresh record
+			}
 			if !delivered(h) {
 				continue
-			}
-			if h.Offset <= pend.Last {
-				inRange[h.PageKey] = true
 			}
 			newest[h.PageKey] = max(newest[h.PageKey], h.Offset)
 		}
@@ -541,7 +553,9 @@ func (lp *loop) replayContents(ctx context.Context, pend Pending) ([]pillar.Expo
 	}
 	var offs []int64
 	for k := range inRange {
-		offs = append(offs, newest[k])
+		if off, ok := newest[k]; ok {
+			offs = append(offs, off)
+		}
 	}
 	sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
 	out := make([]pillar.ExportRecord, 0, len(offs))
@@ -639,12 +653,6 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 		read := lp.fill(ctx)
 		w.setBacklog(p, lp)
 		if pl := lp.next(); pl != nil {
-			if len(pl.recs) == 0 {
-				if err := lp.skip(ctx, pl); err != nil {
-					return err
-				}
-				continue
-			}
 			lp.take(pl)
 			if err := w.deliver(ctx, lp, pl, nil); err != nil {
 				return err
@@ -680,29 +688,6 @@ func (lp *loop) wait() time.Duration {
 	return d
 }
 
-// skip commits an ordinary range that holds nothing to deliver (delivered
-// fresh records, superseded bulk ones): the offset moves, no batch.
-func (lp *loop) skip(ctx context.Context, pl *plan) error {
-	l := lp.l
-	err := lp.w.retry(ctx, l, "skip delivered records", func() error {
-		return l.cas(ctx, func(cur PartitionState) (PartitionState, error) {
-			if cur.Pending != nil || cur.Offset != pl.pend.First {
-				return cur, fmt.Errorf("lorry: partition %d: state moved (offset %d, pending %v) under skip [%d,%d]: %w",
-					lp.pt.id, cur.Offset, cur.Pending, pl.pend.First, pl.pend.Last, ErrLeaseLost)
-			}
-			next := applyCommit(cur, pl.pend, 0, 0)
-			next.Batch = cur.Batch
-			return next, nil
-		})
-	})
-	if err != nil {
-		return err
-	}
-	lp.take(pl)
-	lp.committed(pl, l.st)
-	return nil
-}
-
 // followUp is called once before a batch's commit: it reads what arrived
 // meanwhile and, if that makes a batch already, names it (as the state
 // after the commit will see it), so the same commit records it as pending:
@@ -721,7 +706,7 @@ func (lp *loop) followUp(ctx context.Context, cur *plan, after PartitionState) *
 		}
 	}
 	pl := lp.next()
-	if pl == nil || len(pl.recs) == 0 {
+	if pl == nil || pl.recs == nil {
 		return nil
 	}
 	lp.take(pl)

@@ -140,8 +140,14 @@ func TestFreshAheadOfBulk(t *testing.T) {
 	if src[0] != "lorry:p0:fresh:0-42" {
 		t.Fatalf("first batch %q, want the fresh records (lorry:p0:fresh:0-42); all: %v", src[0], src)
 	}
-	if len(src) != 11 || res.Stats.FreshBatches != 1 || res.Stats.BulkBatches != 10 {
-		t.Fatalf("batches %v, stats %+v: want 1 fresh and 10 bulk", src, res.Stats)
+	// Then ten bulk batches, and a refresh of [40,42] (fresh records,
+	// delivered already): it covers those offsets in the ordinary chain, so
+	// the control plane knows everything below 43 is delivered.
+	if len(src) != 12 || res.Stats.FreshBatches != 2 || res.Stats.BulkBatches != 10 || src[11] != "lorry:p0:40-42" {
+		t.Fatalf("batches %v, stats %+v: want 1 fresh, 10 bulk and a refresh of [40,42]", src, res.Stats)
+	}
+	if bs := e.registered(0); bs[11].Manifest.QueueFirst != 40 || bs[11].Manifest.QueueEnd != 43 || bs[0].Manifest.QueueEnd != 0 {
+		t.Fatalf("queue ranges: refresh [%d,%d), fresh batch [%d,%d)", bs[11].Manifest.QueueFirst, bs[11].Manifest.QueueEnd, bs[0].Manifest.QueueFirst, bs[0].Manifest.QueueEnd)
 	}
 	e.checkServed(want, ks)
 }

@@ -151,6 +151,7 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 	l := lp.l
 	p := l.pt.id
 	pend := pl.pend
+	lp.refresh = false
 	start := w.now()
 	mark := start
 	step := func(d *time.Duration) func(*Stats) {
@@ -238,7 +239,9 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 		return err
 	}
 	w.count(func(s *Stats) { step(&s.RegisterTime)(s) })
-	w.tracked(p, seq, pl.recs, pend.Lane == LaneReplay)
+	// Replays and refreshes re-deliver old records: not latencies.
+	w.tracked(p, seq, pl.recs, pend.Lane == LaneReplay || lp.refresh)
+	lp.refresh = false
 	if err := w.hook("registered", p); err != nil {
 		return err
 	}
@@ -376,6 +379,12 @@ func (w *Worker) uploadFiles(ctx context.Context, p int, pend Pending, recs []pi
 	})
 	if err != nil {
 		return nil, fmt.Errorf("lorry: partition %d: build batch %s: %w", p, pend.ID, err)
+	}
+	if pend.Lane == LaneOrdinary {
+		// Every record below QueueEnd is delivered once this batch is (the
+		// control plane gates snapshots on it). Fresh-lane and replay
+		// batches claim no range: the bulk records around them are not.
+		built.QueueFirst, built.QueueEnd = pend.First, pend.Last+1
 	}
 	if err := w.hook("built", p); err != nil {
 		return nil, err
