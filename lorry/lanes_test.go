@@ -3,6 +3,7 @@ package lorry
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -295,6 +296,56 @@ func TestCrashMidBacklogWithFreshTraffic(t *testing.T) {
 	for _, k := range ks {
 		if got[k] != want[k] {
 			t.Errorf("key %s: update %d, want %d", k, counter(got[k]), counter(want[k]))
+		}
+	}
+}
+
+// TestReplay: a replay re-delivers a delivered range as the newest value of
+// each of its keys (an older record of the range never lands over a newer
+// one), can be repeated, and refuses a range not delivered yet.
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	ks := keysIn(5, 0, parts)
+	var rs []rec
+	want := map[string]string{}
+	for i, k := range ks {
+		rs = append(rs, rec{key: k, val: val(i, 100), pri: pillar.PriorityBulk})
+		want[k] = val(i, 100)
+	}
+	rs = append(rs, rec{key: ks[0], val: val(10, 100)}) // offset 5: a newer value of ks[0]
+	want[ks[0]] = val(10, 100)
+	e.enqueue(rs...)
+	o := e.opts("w")
+	_, err := e.worker(o).Drain(context.Background())
+	must(t, err)
+	before := len(e.registered(0))
+	ctx := context.Background()
+	if _, err := RequestReplay(ctx, e.store, 0, 0, 6, time.Now()); err == nil || !strings.Contains(err.Error(), "not delivered yet") {
+		t.Fatalf("replay beyond the committed offset: %v", err)
+	}
+	for round := 1; round <= 2; round++ {
+		req, err := RequestReplay(ctx, e.store, 0, 0, 2, time.Now())
+		must(t, err)
+		if _, err := RequestReplay(ctx, e.store, 0, 0, 2, time.Now()); !errors.Is(err, ErrReplayBusy) {
+			t.Fatalf("a second waiting replay: %v", err)
+		}
+		_, err = e.worker(o).Drain(ctx)
+		must(t, err)
+		must(t, WaitReplay(ctx, e.store, 0, req.N, 10*time.Millisecond))
+		bs := e.registered(0)
+		if len(bs) != before+round {
+			t.Fatalf("round %d: %d batches, want %d", round, len(bs), before+round)
+		}
+		if last := bs[len(bs)-1]; last.Manifest.Keys != 3 || !strings.Contains(last.Manifest.Source, ":replay:0-2:") || last.Manifest.QueueEnd != 0 {
+			t.Fatalf("replay batch %+v", last.Manifest)
+		}
+	}
+	got := e.checkOrder(0, ks)
+	for _, k := range ks {
+		if got[k] != want[k] {
+			t.Errorf("key %s: update %d after the replays, want %d", k, counter(got[k]), counter(want[k]))
 		}
 	}
 }

@@ -60,6 +60,7 @@ type PartitionState struct {
 	// the holder has not started yet; Replays counts those delivered.
 	Replay  *ReplayRequest `json:"replay,omitempty"`
 	Replays int64          `json:"replays,omitempty"`
+	ReplayN int64          `json:"replay_n,omitempty"` // requests made so far
 }
 
 // FreshOffset is the fresh lane's position: every fresh record below it is
@@ -136,6 +137,7 @@ type WorkerState struct {
 	// latencies by priority, as of the heartbeat (`pillar lorry status`
 	// shows them).
 	Lost    int64                     `json:"lost"`
+	AtMS    int64                     `json:"at_ms"` // when this report was written
 	Latency map[string]LatencySummary `json:"latency,omitempty"`
 }
 
