@@ -55,7 +55,7 @@ Examples:
 				Dir: c.String("data"), Records: c.Int("records"), ValueSize: c.Int("value-size"),
 				FreshRate: c.Int("fresh-rate"), FreshSize: c.Int("fresh-size"), Partitions: c.Int("partitions"),
 				MaxBatchAge: c.Duration("max-batch-age"), BulkMinShare: c.Float64("bulk-min-share"),
-				SkipBaseline: c.Bool("skip-baseline"), Progress: os.Stderr, Logger: logger(),
+				SkipBaseline: c.Bool("skip-baseline"), Progress: os.Stderr,
 			})
 			if err != nil {
 				return err

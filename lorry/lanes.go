@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"time"
 
@@ -71,8 +70,6 @@ type loop struct {
 	planned  *plan // the follow-up the last commit recorded as pending
 	pre      *prefetch
 
-	share    [2]float64 // decayed delivery seconds: [fresh, bulk]
-	shareAt  time.Time
 	lossAt   time.Time
 	progress bool // the last fill read something
 }
@@ -119,7 +116,10 @@ func (w *Worker) readHeads(ctx context.Context, p int, from, drainTo int64, limi
 func (lp *loop) init() {
 	lp.scan, lp.bnext = lp.O(), lp.O()
 	lp.freshMax = map[string]int64{}
-	lp.shareAt, lp.lossAt = lp.w.now(), lp.w.now()
+	lp.w.tr.mu.Lock()
+	lp.w.tr.part(lp.pt.id) // the replica watcher reports its lag from now on
+	lp.w.tr.mu.Unlock()
+	lp.lossAt = lp.w.now()
 }
 
 // scanStep reads one chunk of heads. It reports whether it read any.
@@ -350,37 +350,52 @@ func (lp *loop) bulkDue() bool {
 		caughtUp && lp.age(lp.bbuf[0].CommittedAt, lp.bseen) >= lp.w.o.MaxBatchAge
 }
 
-// decay ages the lanes' delivery-time shares (10s time constant).
-func (lp *loop) decay() {
-	now := lp.w.now()
-	f := math.Exp(-now.Sub(lp.shareAt).Seconds() / 10)
-	lp.share[0] *= f
-	lp.share[1] *= f
-	lp.shareAt = now
-}
-
-// next names the batch to deliver now, if one is due: fresh first, unless
-// bulk had less than BulkMinShare of the recent delivery time.
+// next names the batch to deliver now, if one is due. When both lanes
+// have records ready, the waiting fresh records ride along with the bulk
+// batch (one batch, one commit), taking at most 1-BulkMinShare of its
+// bytes; fresh records alone go as soon as they are due.
 func (lp *loop) next() *plan {
 	fd, bd := lp.freshDue(), lp.bulkDue()
-	if bd && len(lp.bbuf) == 0 {
+	switch {
+	case bd && len(lp.fbuf) > 0 && len(lp.bbuf) > 0:
+		return lp.combinedPlan()
+	case bd && len(lp.bbuf) == 0:
 		return lp.bulkPlan() // a refresh of delivered records: at once
-	}
-	if fd && bd {
-		lp.decay()
-		total := lp.share[0] + lp.share[1]
-		if total > 0 && lp.share[1]/total < lp.w.o.BulkMinShare {
-			return lp.bulkPlan()
-		}
+	case fd:
 		return lp.freshPlan()
-	}
-	if fd {
-		return lp.freshPlan()
-	}
-	if bd {
+	case bd:
 		return lp.bulkPlan()
 	}
 	return nil
+}
+
+// combinedPlan is bulkPlan plus the waiting fresh records, as many as keep
+// bulk at BulkMinShare of the batch's bytes or more.
+func (lp *loop) combinedPlan() *plan {
+	pl := lp.bulkPlan()
+	var bulkBytes int64
+	for _, r := range pl.recs {
+		bulkBytes += int64(len(r.Value)) + 64
+	}
+	budget := int64(float64(bulkBytes) * (1 - lp.w.o.BulkMinShare) / lp.w.o.BulkMinShare)
+	var used int64
+	n := 0
+	for n < len(lp.fbuf) {
+		sz := int64(len(lp.fbuf[n].Value)) + 64
+		if n > 0 && used+sz > budget {
+			break
+		}
+		used += sz
+		n++
+	}
+	if pl.recs == nil || n == 0 {
+		return pl
+	}
+	pl.recs = append(pl.recs, lp.fbuf[:n]...)
+	pl.pend.FreshLast = lp.fbuf[n-1].Offset
+	pl.pend.ID = CombinedBatchID(lp.w.storeID, lp.pt.id, pl.pend.First, pl.pend.Last, pl.pend.FreshLast)
+	pl.fresh = true
+	return pl
 }
 
 // freshPlan takes the fetched fresh records as a batch. When the partition
@@ -440,15 +455,16 @@ func (lp *loop) supersede(recs []pillar.ExportRecord) []pillar.ExportRecord {
 
 // take removes a plan's records from the buffers (they are in flight now).
 func (lp *loop) take(pl *plan) {
-	switch {
-	case pl.fresh:
+	if pl.fresh {
+		last := max(pl.pend.Last, pl.pend.FreshLast)
 		n := 0
-		for n < len(lp.fbuf) && lp.fbuf[n].Offset <= pl.pend.Last {
+		for n < len(lp.fbuf) && lp.fbuf[n].Offset <= last {
 			lp.fbytes -= int64(len(lp.fbuf[n].Value)) + 64
 			n++
 		}
 		lp.fbuf = lp.fbuf[n:]
-	case pl.pend.Lane == LaneOrdinary:
+	}
+	if pl.pend.Lane == LaneOrdinary && (!pl.fresh || pl.pend.FreshLast > 0) {
 		lp.bbuf, lp.bbytes, lp.bseen = nil, 0, time.Time{}
 	}
 	lp.inflight = 0
@@ -462,11 +478,16 @@ func (lp *loop) take(pl *plan) {
 // the commit runs when a follow-up is named, which is safe: if the commit
 // fails for good, the loop ends and this state is dropped).
 func (lp *loop) committed(pl *plan, st PartitionState) {
-	switch pl.pend.Lane {
-	case LaneFresh:
+	if pl.pend.Lane != LaneReplay {
+		// Fresh records delivered above the new offset supersede older bulk
+		// records of their keys.
 		for _, r := range pl.recs {
-			lp.freshMax[r.PageKey] = max(lp.freshMax[r.PageKey], r.Offset)
+			if !r.IsBulk() && r.Offset >= st.Offset {
+				lp.freshMax[r.PageKey] = max(lp.freshMax[r.PageKey], r.Offset)
+			}
 		}
+	}
+	switch pl.pend.Lane {
 	case LaneOrdinary:
 		i := sort.Search(len(lp.bulk), func(i int) bool { return lp.bulk[i].off > pl.pend.Last })
 		lp.bulk = lp.bulk[i:]
@@ -510,7 +531,22 @@ func (lp *loop) contents(ctx context.Context, pend Pending) ([]pillar.ExportReco
 		}
 		return out, nil
 	}
-	if out := lp.supersede(recs); len(out) > 0 {
+	out := lp.supersede(recs)
+	if pend.FreshLast > 0 {
+		// The fresh records riding along: those of [max(F, Last+1),
+		// FreshLast] (below Last+1 none is waiting: the bulk lane stops
+		// at the first undelivered fresh record).
+		more, err := w.readRange(ctx, p, max(lp.F(), pend.Last+1), pend.FreshLast)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range more {
+			if !r.IsBulk() {
+				out = append(out, r)
+			}
+		}
+	}
+	if len(out) > 0 {
 		return out, nil
 	}
 	lp.refresh = true

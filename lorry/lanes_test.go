@@ -10,10 +10,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pillarkit/pillar/cobbled"
+	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -113,7 +115,8 @@ func (e *env) checkOrder(p int, keys []string) map[string]string {
 }
 
 // TestFreshAheadOfBulk: with a bulk backlog queued before them, fresh
-// records are delivered in the first batch, and the backlog after them.
+// records are delivered in the first batch (riding along with the first
+// bulk one), and the rest of the backlog after them.
 func TestFreshAheadOfBulk(t *testing.T) {
 	t.Parallel()
 	const parts = 2
@@ -138,17 +141,20 @@ func TestFreshAheadOfBulk(t *testing.T) {
 	res, err := e.worker(o).Drain(context.Background())
 	must(t, err)
 	src := e.laneChain(0, 43)
-	if src[0] != "lorry:p0:fresh:0-42" {
-		t.Fatalf("first batch %q, want the fresh records (lorry:p0:fresh:0-42); all: %v", src[0], src)
+	bs := e.registered(0)
+	// The fresh records ride along with the first bulk batch (offsets 0-3
+	// plus the fresh ones up to 42), ahead of the rest of the backlog.
+	if !strings.HasSuffix(bs[0].Manifest.ID, "-0-3-f42") || bs[0].Manifest.Keys != 7 {
+		t.Fatalf("first batch %s with %d keys, want bulk 0-3 with the 3 fresh records riding along; all: %v", bs[0].Manifest.ID, bs[0].Manifest.Keys, src)
 	}
-	// Then ten bulk batches, and a refresh of [40,42] (fresh records,
+	// Then nine bulk batches, and a refresh of [40,42] (fresh records,
 	// delivered already): it covers those offsets in the ordinary chain, so
 	// the control plane knows everything below 43 is delivered.
-	if len(src) != 12 || res.Stats.FreshBatches != 2 || res.Stats.BulkBatches != 10 || src[11] != "lorry:p0:40-42" {
-		t.Fatalf("batches %v, stats %+v: want 1 fresh, 10 bulk and a refresh of [40,42]", src, res.Stats)
+	if len(src) != 11 || res.Stats.FreshBatches != 1 || res.Stats.BulkBatches != 10 || src[10] != "lorry:p0:40-42" {
+		t.Fatalf("batches %v, stats %+v: want 10 bulk and a refresh of [40,42]", src, res.Stats)
 	}
-	if bs := e.registered(0); bs[11].Manifest.QueueFirst != 40 || bs[11].Manifest.QueueEnd != 43 || bs[0].Manifest.QueueEnd != 0 {
-		t.Fatalf("queue ranges: refresh [%d,%d), fresh batch [%d,%d)", bs[11].Manifest.QueueFirst, bs[11].Manifest.QueueEnd, bs[0].Manifest.QueueFirst, bs[0].Manifest.QueueEnd)
+	if bs[10].Manifest.QueueFirst != 40 || bs[10].Manifest.QueueEnd != 43 || bs[0].Manifest.QueueEnd != 4 {
+		t.Fatalf("queue ranges: refresh [%d,%d), first batch [%d,%d)", bs[10].Manifest.QueueFirst, bs[10].Manifest.QueueEnd, bs[0].Manifest.QueueFirst, bs[0].Manifest.QueueEnd)
 	}
 	e.checkServed(want, ks)
 }
@@ -181,8 +187,8 @@ func TestPerKeyOrderAcrossLanes(t *testing.T) {
 	_, err := e.worker(o).Drain(context.Background())
 	must(t, err)
 	src := e.laneChain(0, int64(len(rs)))
-	if !strings.Contains(src[0], ":fresh:") {
-		t.Fatalf("first batch %q, want the fresh lane's", src[0])
+	if id := e.registered(0)[0].Manifest.ID; !strings.HasSuffix(id, fmt.Sprintf("-f%d", len(rs)-1)) {
+		t.Fatalf("first batch %s (%q), want the fresh records riding along (up to offset %d)", id, src[0], len(rs)-1)
 	}
 	got := e.checkOrder(0, ks)
 	if counter(got[A]) != 51 || counter(got[B]) != 52 {
@@ -347,5 +353,62 @@ func TestReplay(t *testing.T) {
 		if got[k] != want[k] {
 			t.Errorf("key %s: update %d after the replays, want %d", k, counter(got[k]), counter(want[k]))
 		}
+	}
+}
+
+// lagSource reports every partition's replicas lag batches behind.
+type lagSource struct {
+	parts int
+	lag   atomic.Int64
+}
+
+func (s *lagSource) GetRouting(ctx context.Context) (*control.Routing, error) {
+	r := &control.Routing{Partitions: s.parts, Replicas: make([][]control.Replica, s.parts), NewestSeq: make([]int64, s.parts)}
+	for p := range r.Replicas {
+		r.NewestSeq[p] = 1000
+		r.Replicas[p] = []control.Replica{{NodeID: "n1", AppliedSeq: 1000 - s.lag.Load()}}
+	}
+	return r, nil
+}
+
+// TestReplicaLagPausesBulk: while replicas lag more than MaxReplicaLag,
+// bulk batches wait and fresh ones keep flowing (in fresh-lane batches);
+// once the lag is gone the backlog is delivered.
+func TestReplicaLagPausesBulk(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	ks := keysIn(20, 0, parts)
+	var rs []rec
+	for i, k := range ks {
+		rs = append(rs, rec{key: k, val: val(i, 300), pri: pillar.PriorityBulk})
+	}
+	src := &lagSource{parts: parts}
+	src.lag.Store(50)
+	o := e.opts("w")
+	o.Replicas, o.MaxReplicaLag, o.ReplicaPoll, o.MaxBatchRecords = src, 8, 10*time.Millisecond, 5
+	w := e.worker(o)
+	stop := runWorker(t, w)
+	defer stop()
+	time.Sleep(300 * time.Millisecond) // the watcher has read the lag
+	e.enqueue(rs...)
+	fk := keysIn(3, 0, parts)
+	for i, k := range fk {
+		e.enqueue(rec{key: k, val: val(100+i, 50)})
+	}
+	waitFor(t, "fresh records delivered while bulk waits", 10*time.Second, func() bool { return e.state(0).FreshOffset() == 23 })
+	if st := e.state(0); st.Offset != 0 {
+		t.Fatalf("bulk delivered while replicas lag: %+v", st)
+	}
+	if bs := e.registered(0); len(bs) == 0 || !strings.Contains(bs[0].Manifest.Source, ":fresh:") {
+		t.Fatalf("batches while paused: %v", bs)
+	}
+	src.lag.Store(0)
+	waitFor(t, "backlog delivered once replicas caught up", 10*time.Second, func() bool { return e.state(0).Offset == 23 })
+	stop()
+	e.laneChain(0, 23)
+	got := e.checkOrder(0, append(ks, fk...))
+	if len(got) != 23 {
+		t.Fatalf("%d keys served, want 23", len(got))
 	}
 }

@@ -76,9 +76,11 @@ type Options struct {
 	// same time. The default value is 4.
 	Parallelism int
 
-	// BulkMinShare is the share of a partition's delivery time bulk batches
-	// get when both lanes have a batch ready: fresh batches go first unless
-	// bulk had less than this share of the last ~10s. The default value is
+	// BulkMinShare is the share of a batch's bytes bulk records keep when
+	// both lanes have records ready: the waiting fresh records ride along
+	// with the partition's next bulk batch, up to (1-BulkMinShare)/
+	// BulkMinShare times its bulk bytes (the rest waits for the next one).
+	// Fresh records alone go as soon as they are due. The default value is
 	// 0.25; it must lie in (0, 1].
 	BulkMinShare float64
 	// MaxReplicaLag pauses a partition's bulk lane while one of its

@@ -90,6 +90,11 @@ type Pending struct {
 	// Lane says which records of [First, Last] the batch holds and what its
 	// commit moves (LaneOrdinary, LaneFresh, LaneReplay).
 	Lane string `json:"lane,omitempty"`
+	// FreshLast, on an ordinary batch, adds the fresh records from the
+	// fresh position (or Last+1) to FreshLast: fresh records that were
+	// waiting ride along with the bulk batch, and its commit moves the
+	// fresh position past them.
+	FreshLast int64 `json:"fresh_last,omitempty"`
 }
 
 // ReplayRequest asks the partition's holder to re-deliver [From, To].
@@ -113,7 +118,7 @@ func applyCommit(st PartitionState, pend Pending, seq, n int64) PartitionState {
 		st.Replays++
 		n = 0
 	default:
-		f := max(st.FreshOffset(), pend.Last+1)
+		f := max(st.FreshOffset(), pend.Last+1, pend.FreshLast+1)
 		st.Offset = pend.Last + 1
 		st.Fresh = 0
 		if f > st.Offset {
@@ -146,6 +151,12 @@ type WorkerState struct {
 // always gets the same id, so a retried delivery registers the same batch.
 func BatchID(storeID string, p int, first, last int64) string {
 	return fmt.Sprintf("lorry-%s-p%05d-%d-%d", storeID, p, first, last)
+}
+
+// CombinedBatchID names an ordinary batch of [first, last] with the fresh
+// records up to freshLast riding along.
+func CombinedBatchID(storeID string, p int, first, last, freshLast int64) string {
+	return fmt.Sprintf("%s-f%d", BatchID(storeID, p, first, last), freshLast)
 }
 
 // FreshBatchID names a fresh-lane batch: the fresh records of [first, last].
