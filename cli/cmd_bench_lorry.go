@@ -45,6 +45,7 @@ Examples:
 			&cli.IntFlag{Name: "value-size", Value: 50 << 10, Usage: "bulk record size in bytes"},
 			&cli.IntFlag{Name: "fresh-rate", Value: 100, Usage: "fresh updates per second during the mixed phase"},
 			&cli.IntFlag{Name: "fresh-size", Usage: "fresh update size in bytes (default: --value-size)"},
+			&cli.DurationFlag{Name: "fresh-commit-every", Value: 100 * time.Millisecond, Usage: "the fresh producer commits what is due this often"},
 			&cli.IntFlag{Name: "partitions", Value: 8, Usage: "partitions (each with 3 replicas)"},
 			&cli.DurationFlag{Name: "max-batch-age", Value: 200 * time.Millisecond, Usage: "Lorry's --max-batch-age"},
 			&cli.Float64Flag{Name: "bulk-min-share", Value: 0.25, Usage: "Lorry's --bulk-min-share"},
@@ -53,7 +54,7 @@ Examples:
 		Action: func(c *cli.Context) error {
 			res, err := lorrybench.Run(c.Context, lorrybench.Options{
 				Dir: c.String("data"), Records: c.Int("records"), ValueSize: c.Int("value-size"),
-				FreshRate: c.Int("fresh-rate"), FreshSize: c.Int("fresh-size"), Partitions: c.Int("partitions"),
+				FreshRate: c.Int("fresh-rate"), FreshSize: c.Int("fresh-size"), FreshCommitEvery: c.Duration("fresh-commit-every"), Partitions: c.Int("partitions"),
 				MaxBatchAge: c.Duration("max-batch-age"), BulkMinShare: c.Float64("bulk-min-share"),
 				SkipBaseline: c.Bool("skip-baseline"), Progress: os.Stderr,
 			})

@@ -65,10 +65,11 @@ type loop struct {
 	bnext  int64
 	bseen  time.Time // when bbuf's range got its first record
 
-	inflight int64 // bytes of the batch being delivered
-	refresh  bool  // the last contents call made a refresh
-	planned  *plan // the follow-up the last commit recorded as pending
-	pre      *prefetch
+	inflight  int64     // bytes of the batch being delivered
+	refresh   bool      // the last contents call made a refresh
+	lastFresh time.Time // when the scan last found an undelivered fresh record
+	planned   *plan     // the follow-up the last commit recorded as pending
+	pre       *prefetch
 
 	lossAt   time.Time
 	progress bool // the last fill read something
@@ -148,6 +149,7 @@ func (lp *loop) scanStep(ctx context.Context) (bool, error) {
 			lp.freshMax[h.PageKey] = max(lp.freshMax[h.PageKey], h.Offset)
 		default:
 			lp.fresh = append(lp.fresh, hd)
+			lp.lastFresh = w.now()
 		}
 		lp.scan++
 	}
@@ -157,6 +159,18 @@ func (lp *loop) scanStep(ctx context.Context) (bool, error) {
 
 func (lp *loop) full(bytes int64, n int) bool {
 	return bytes >= lp.w.o.MaxBatchBytes || n >= lp.w.o.MaxBatchRecords
+}
+
+// bulkFull reports whether the bulk lane's batch is complete: at
+// MaxBatchBytes, or at FreshBulkBatchBytes while fresh records flow in the
+// partition (a fresh record waits for the bulk batch in flight, so bulk
+// batches are kept short then).
+func (lp *loop) bulkFull() bool {
+	limit := lp.w.o.MaxBatchBytes
+	if lp.w.now().Sub(lp.lastFresh) < 2*time.Second {
+		limit = lp.w.o.FreshBulkBatchBytes
+	}
+	return lp.bbytes >= limit || len(lp.bbuf) >= lp.w.o.MaxBatchRecords
 }
 
 // budget reports whether the worker may buffer more bytes, added being
@@ -232,7 +246,7 @@ func (lp *loop) bulkLimit() int64 {
 func (lp *loop) fillBulk(ctx context.Context) (bool, error) {
 	w, p := lp.w, lp.pt.id
 	got := false
-	for !lp.full(lp.bbytes, len(lp.bbuf)) && lp.budget(len(lp.bbuf), 0) {
+	for !lp.bulkFull() && lp.budget(len(lp.bbuf), 0) {
 		limit := lp.bulkLimit()
 		// Skip to the next bulk head: what lies before it is fresh and
 		// delivered.
@@ -262,7 +276,7 @@ func (lp *loop) fillBulk(ctx context.Context) (bool, error) {
 			if r.Offset != lp.bnext {
 				return got, fmt.Errorf("lorry: partition %d: queue returned offset %d, want %d", p, r.Offset, lp.bnext)
 			}
-			if lp.full(lp.bbytes, len(lp.bbuf)) || !lp.budget(len(lp.bbuf), added) {
+			if lp.bulkFull() || !lp.budget(len(lp.bbuf), added) {
 				break
 			}
 			if lp.bseen.IsZero() {
@@ -346,7 +360,7 @@ func (lp *loop) bulkDue() bool {
 		return false
 	}
 	caughtUp := lp.bnext >= lp.bulkLimit()
-	return lp.full(lp.bbytes, len(lp.bbuf)) || lp.drained() && caughtUp ||
+	return lp.bulkFull() || lp.drained() && caughtUp ||
 		caughtUp && lp.age(lp.bbuf[0].CommittedAt, lp.bseen) >= lp.w.o.MaxBatchAge
 }
 
@@ -737,7 +751,7 @@ func (lp *loop) followUp(ctx context.Context, cur *plan, after PartitionState) *
 		return nil
 	}
 	for lp.fill(ctx) {
-		if lp.full(lp.fbytes, len(lp.fbuf)) || lp.full(lp.bbytes, len(lp.bbuf)) {
+		if lp.full(lp.fbytes, len(lp.fbuf)) || lp.bulkFull() {
 			break
 		}
 	}

@@ -55,6 +55,11 @@ type Options struct {
 	// bytes; it is also how much a partition reads ahead besides the batch
 	// it is delivering. The default value is 8 MiB.
 	MaxBatchBytes int64
+	// FreshBulkBatchBytes replaces MaxBatchBytes for bulk batches while
+	// fresh records flow in the partition (seen in the last 2s): a fresh
+	// record waits for the batch in flight, so shorter bulk batches bound
+	// its latency. The default value is MaxBatchBytes/4.
+	FreshBulkBatchBytes int64
 	// MaxBatchRecords closes a batch at this many records. The default value
 	// is 100000.
 	MaxBatchRecords int
@@ -162,6 +167,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.MaxBatchBytes == 0 {
 		o.MaxBatchBytes = 8 << 20
+	}
+	if o.FreshBulkBatchBytes == 0 {
+		o.FreshBulkBatchBytes = max(1, o.MaxBatchBytes/4)
 	}
 	if o.MaxBatchRecords == 0 {
 		o.MaxBatchRecords = 100000

@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +52,10 @@ type Options struct {
 	// FreshRate is the fresh updates per second during the mixed phase;
 	// FreshSize their size. The default values are 100 and ValueSize.
 	FreshRate, FreshSize int
+	// FreshCommitEvery is how often the fresh producer commits what is due
+	// (crawl-update publishes come in small transactions, not one per
+	// page). The default value is 100ms.
+	FreshCommitEvery time.Duration
 	// Partitions is the store's and control plane's P. The default value
 	// is 8.
 	Partitions int
@@ -82,6 +87,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.Partitions == 0 {
 		o.Partitions = 8
+	}
+	if o.FreshCommitEvery == 0 {
+		o.FreshCommitEvery = 100 * time.Millisecond
 	}
 	if o.MaxBatchAge == 0 {
 		o.MaxBatchAge = 200 * time.Millisecond
@@ -403,7 +411,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		dir = d
 	}
 	res := &Result{LoadAvg: uptime(), Options: map[string]any{
-		"records": o.Records, "value_size": o.ValueSize, "fresh_rate": o.FreshRate, "fresh_size": o.FreshSize,
+		"records": o.Records, "value_size": o.ValueSize, "fresh_rate": o.FreshRate, "fresh_size": o.FreshSize, "fresh_commit_every": o.FreshCommitEvery.String(),
 		"partitions": o.Partitions, "max_batch_age": o.MaxBatchAge.String(), "bulk_min_share": o.BulkMinShare, "replicas": 3,
 		"object_store": "local directory", "control_plane": "SQLite over gRPC (loopback)",
 	}}
@@ -620,23 +628,54 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 	ph.BulkPerSecond = float64(len(bulkUps)) / ph.BulkSeconds
 	ph.BulkMBPerSec = ph.BulkPerSecond * float64(o.ValueSize) / 1e6
 
-	// Latencies: each record's batch is the first (by seq) that carries its
-	// offset: a fresh-lane batch of its range, or an ordinary one.
-	seqOf := func(u update) (int64, time.Time, bool) {
-		for _, e := range entries[u.p] {
-			m := e.Manifest
-			if m.QueueEnd > 0 && m.QueueFirst <= u.off && u.off < m.QueueEnd {
-				return e.Seq, e.RegisteredAt, true
-			}
-			var pp int
-			var first, last int64
-			if u.fresh && strings.Contains(m.Source, ":fresh:") {
-				if _, err := fmt.Sscanf(m.Source, "lorry:p%d:fresh:%d-%d", &pp, &first, &last); err == nil && first <= u.off && u.off <= last {
-					return e.Seq, e.RegisteredAt, true
+	// Latencies: each record's batch is the first (by seq) that carries
+	// it: an ordinary batch of its range (bulk, with the fresh records
+	// riding along up to the id's -f<last>), or a fresh-lane batch.
+	type ref struct {
+		seq int64
+		reg time.Time
+	}
+	freshAt := make([]map[int64]bool, o.Partitions)
+	for p := range freshAt {
+		freshAt[p] = map[int64]bool{}
+	}
+	for _, u := range freshUps {
+		freshAt[u.p][u.off] = true
+	}
+	carried := make([]map[int64]ref, o.Partitions)
+	for p := range carried {
+		m := map[int64]ref{}
+		claim := func(a, b int64, freshOnly bool, r ref) {
+			for off := a; off <= b; off++ {
+				if _, ok := m[off]; !ok && (!freshOnly || freshAt[p][off]) {
+					m[off] = r
 				}
 			}
 		}
-		return 0, time.Time{}, false
+		for _, e := range entries[p] {
+			mf, r := e.Manifest, ref{e.Seq, e.RegisteredAt}
+			var pp int
+			var first, last int64
+			switch {
+			case strings.Contains(mf.Source, ":fresh:"):
+				if _, err := fmt.Sscanf(mf.Source, "lorry:p%d:fresh:%d-%d", &pp, &first, &last); err == nil {
+					claim(first, last, true, r)
+				}
+			case strings.Contains(mf.Source, ":replay:"):
+			case mf.QueueEnd > 0:
+				claim(mf.QueueFirst, mf.QueueEnd-1, false, r)
+				if i := strings.LastIndex(mf.ID, "-f"); i > 0 {
+					if fl, err := strconv.ParseInt(mf.ID[i+2:], 10, 64); err == nil {
+						claim(mf.QueueEnd, fl, true, r)
+					}
+				}
+			}
+		}
+		carried[p] = m
+	}
+	seqOf := func(u update) (int64, time.Time, bool) {
+		r, ok := carried[u.p][u.off]
+		return r.seq, r.reg, ok
 	}
 	var flat, freg []time.Duration
 	for _, u := range append(bulkUps, freshUps...) {
@@ -671,8 +710,8 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 	return ph, nil
 }
 
-// produce enqueues fresh updates at FreshRate (one commit per 10 ms at
-// most), of random keys of the backlog.
+// produce enqueues fresh updates at FreshRate (one commit per
+// FreshCommitEvery at most), of random keys of the backlog.
 func (b *bench) produce(ctx context.Context, mu *sync.Mutex, out *[]update) error {
 	o := b.o
 	start := time.Now()
@@ -717,7 +756,7 @@ func (b *bench) produce(ctx context.Context, mu *sync.Mutex, out *[]update) erro
 		}
 		mu.Unlock()
 		sent += due
-		time.Sleep(time.Until(now.Add(10 * time.Millisecond)))
+		time.Sleep(time.Until(now.Add(o.FreshCommitEvery)))
 	}
 	return nil
 }
