@@ -37,6 +37,7 @@ the fresh target.
 Examples:
    pillar bench lorry --out bench-out/lorry
    pillar bench lorry --out bench-out/lorry --records 200000 --data /big/disk/lorrybench
+   pillar bench lorry --out bench-out/lorry --records 8000 --in-order    # with the in-order peer
    pillar bench lorry --out /tmp/lorry --records 500 --value-size 8192 --partitions 4   # quick look`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: "bench-out/lorry", Usage: "folder for results.md, results.json and latency.png"},
@@ -50,13 +51,17 @@ Examples:
 			&cli.DurationFlag{Name: "max-batch-age", Value: 200 * time.Millisecond, Usage: "Lorry's --max-batch-age"},
 			&cli.Float64Flag{Name: "bulk-min-share", Value: 0.25, Usage: "Lorry's --bulk-min-share"},
 			&cli.BoolFlag{Name: "skip-baseline", Usage: "skip the bulk-only phase (no throughput ratio)"},
+			&cli.BoolFlag{Name: "in-order", Usage: "add the peer phase: the same backlog and fresh traffic at one priority (delivered in queue order, as before priorities)"},
+			&cli.Int64Flag{Name: "max-batch-bytes", Usage: "Lorry's --max-batch-bytes (default: Lorry's, 8 MiB)"},
+			&cli.Int64Flag{Name: "fresh-bulk-batch-bytes", Usage: "bulk batch size while fresh records flow (default: --max-batch-bytes)"},
 		},
 		Action: func(c *cli.Context) error {
 			res, err := lorrybench.Run(c.Context, lorrybench.Options{
 				Dir: c.String("data"), Records: c.Int("records"), ValueSize: c.Int("value-size"),
 				FreshRate: c.Int("fresh-rate"), FreshSize: c.Int("fresh-size"), FreshCommitEvery: c.Duration("fresh-commit-every"), Partitions: c.Int("partitions"),
 				MaxBatchAge: c.Duration("max-batch-age"), BulkMinShare: c.Float64("bulk-min-share"),
-				SkipBaseline: c.Bool("skip-baseline"), Progress: os.Stderr,
+				SkipBaseline: c.Bool("skip-baseline"), InOrder: c.Bool("in-order"),
+				MaxBatchBytes: c.Int64("max-batch-bytes"), FreshBulkBatchBytes: c.Int64("fresh-bulk-batch-bytes"), Progress: os.Stderr,
 			})
 			if err != nil {
 				return err

@@ -58,7 +58,8 @@ type Options struct {
 	// FreshBulkBatchBytes replaces MaxBatchBytes for bulk batches while
 	// fresh records flow in the partition (seen in the last 2s): a fresh
 	// record waits for the batch in flight, so shorter bulk batches bound
-	// its latency. The default value is MaxBatchBytes/4.
+	// its latency, at some cost in bulk throughput (per-batch overheads).
+	// The default value is MaxBatchBytes (no change).
 	FreshBulkBatchBytes int64
 	// MaxBatchRecords closes a batch at this many records. The default value
 	// is 100000.
@@ -169,7 +170,7 @@ func (o *Options) ensureDefaults() {
 		o.MaxBatchBytes = 8 << 20
 	}
 	if o.FreshBulkBatchBytes == 0 {
-		o.FreshBulkBatchBytes = max(1, o.MaxBatchBytes/4)
+		o.FreshBulkBatchBytes = o.MaxBatchBytes
 	}
 	if o.MaxBatchRecords == 0 {
 		o.MaxBatchRecords = 100000

@@ -346,12 +346,23 @@ func (w *Worker) upload(ctx context.Context, lp *loop, pl *plan, pre *prefetch) 
 // manifest). File names are unique by content; a file already there is
 // accepted when its size and checksum match.
 func (w *Worker) uploadFiles(ctx context.Context, p int, pend Pending, recs []pillar.ExportRecord) (*batch.Manifest, error) {
-	select {
-	case w.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	// Parallelism bounds the builds of batches holding bulk records; a
+	// batch of fresh records only does not queue behind them.
+	bulk := false
+	for i := range recs {
+		if recs[i].IsBulk() {
+			bulk = true
+			break
+		}
 	}
-	defer func() { <-w.sem }()
+	if bulk {
+		select {
+		case w.sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		defer func() { <-w.sem }()
+	}
 	rows, err := toRows(p, recs)
 	if err != nil {
 		return nil, err

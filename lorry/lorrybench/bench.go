@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -65,6 +66,13 @@ type Options struct {
 	BulkMinShare float64
 	// SkipBaseline skips the bulk-only phase (no throughput ratio).
 	SkipBaseline bool
+	// InOrder adds a third phase, the peer: the same backlog and fresh
+	// traffic with every record at one priority, so Lorry delivers the
+	// queue in order (as it did before priorities).
+	InOrder bool
+	// MaxBatchBytes and FreshBulkBatchBytes are Lorry's. The default values
+	// are Lorry's defaults.
+	MaxBatchBytes, FreshBulkBatchBytes int64
 	// Progress receives one line per phase step. The default value
 	// discards.
 	Progress io.Writer
@@ -157,6 +165,7 @@ type Result struct {
 	Options  map[string]any `json:"options"`
 	LoadAvg  string         `json:"load_avg"` // uptime before and after
 	Baseline *Phase         `json:"baseline,omitempty"`
+	InOrder  *Phase         `json:"in_order,omitempty"`
 	Mixed    *Phase         `json:"mixed"`
 	// Ratio is the mixed phase's bulk throughput over the baseline's.
 	Ratio   float64  `json:"bulk_throughput_ratio"`
@@ -393,6 +402,8 @@ type bench struct {
 	nextID uint64
 	newest map[string]uint64 // key → id of its newest update
 	ends   []int64           // queue end per partition
+	// inOrder queues the backlog at the fresh priority (the peer phase).
+	inOrder bool
 }
 
 // Run runs the benchmark.
@@ -414,6 +425,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		"records": o.Records, "value_size": o.ValueSize, "fresh_rate": o.FreshRate, "fresh_size": o.FreshSize, "fresh_commit_every": o.FreshCommitEvery.String(),
 		"partitions": o.Partitions, "max_batch_age": o.MaxBatchAge.String(), "bulk_min_share": o.BulkMinShare, "replicas": 3,
 		"object_store": "local directory", "control_plane": "SQLite over gRPC (loopback)",
+		"max_batch_bytes": o.MaxBatchBytes, "fresh_bulk_batch_bytes": o.FreshBulkBatchBytes,
 	}}
 	b := &bench{o: o, vals: newValues(max(o.ValueSize, o.FreshSize)), newest: map[string]uint64{}, ends: make([]int64, o.Partitions)}
 	for i := 0; i < o.Records; i++ {
@@ -435,9 +447,22 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if res.Mixed, err = b.phase(ctx, "bulk + fresh", true); err != nil {
 		return nil, err
 	}
+	if o.InOrder {
+		b.inOrder = true
+		if res.InOrder, err = b.phase(ctx, "in order (one priority)", true); err != nil {
+			return nil, err
+		}
+	}
 	res.LoadAvg += " → " + uptime()
 	res.evaluate()
 	return res, nil
+}
+
+func (b *bench) bulkPriority() string {
+	if b.inOrder {
+		return pillar.PriorityFresh
+	}
+	return pillar.PriorityBulk
 }
 
 // enqueueBulk queues one bulk record per key (a republish), in commits of
@@ -455,7 +480,7 @@ func (b *bench) enqueueBulk(ctx context.Context) ([]update, error) {
 			p := k.Partition(b.o.Partitions)
 			ks := k.String()
 			if err := tx.Enqueue(ctx, pillar.ExportRecord{Partition: int32(p), PageKey: ks, Op: pillar.OpPut,
-				Value: b.vals.make(b.nextID, b.o.ValueSize), Cause: "bench republish", Priority: pillar.PriorityBulk}); err != nil {
+				Value: b.vals.make(b.nextID, b.o.ValueSize), Cause: "bench republish", Priority: b.bulkPriority()}); err != nil {
 				tx.Abort()
 				return nil, err
 			}
@@ -488,6 +513,7 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 	bulkEnd := append([]int64(nil), b.ends...)
 	w, err := lorry.New(lorry.Options{Store: b.c.store, Objects: b.c.objs, Registry: b.c.ctl, ID: "bench",
 		MaxBatchAge: o.MaxBatchAge, PollInterval: 20 * time.Millisecond, LeaseTTL: 10 * time.Second,
+		MaxBatchBytes: o.MaxBatchBytes, FreshBulkBatchBytes: o.FreshBulkBatchBytes,
 		BulkMinShare: o.BulkMinShare, LossAfter: 30 * time.Second, BulkLossAfter: 30 * time.Minute,
 		TempDir: filepath.Join(b.c.dir, "tmp"), CleanupInterval: -1, Logger: o.Logger})
 	if err != nil {
@@ -808,6 +834,11 @@ func (r *Result) evaluate() {
 		lost += r.Baseline.Lost
 	}
 	r.Targets = append(r.Targets, Target{What: "loss counter", Want: "0", Got: fmt.Sprint(lost), Met: lost == 0})
+	if r.InOrder != nil {
+		r.Targets = append(r.Targets, Target{What: "fresh p99 with lanes / in order (the peer: one priority)", Want: "< 1",
+			Got: fmt.Sprintf("%.2f (%.0f vs %.0f ms)", m.FreshP99MS/math.Max(r.InOrder.FreshP99MS, 1), m.FreshP99MS, r.InOrder.FreshP99MS),
+			Met: m.FreshP99MS < r.InOrder.FreshP99MS})
+	}
 	r.Targets = append(r.Targets, Target{What: "keys read back from every replica with their newest value", Want: "all",
 		Got: fmt.Sprint(m.Checked), Met: m.Checked > 0})
 }

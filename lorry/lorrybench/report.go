@@ -22,7 +22,7 @@ func (r *Result) Markdown() string {
 	fmt.Fprintf(&b, "# Lorry priority lanes\n\n")
 	fmt.Fprintf(&b, "Options: %v\n\nLoad: %s\n\n", optionsLine(r.Options), r.LoadAvg)
 	fmt.Fprintf(&b, "| phase | bulk records | bulk s (applied on 3) | bulk records/s | bulk MB/s | fresh updates | fresh p50 / p90 / p99 / max (ms) | fresh → registered p99 (ms) | batches (fresh / bulk) | lost |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, ph := range []*Phase{r.Baseline, r.Mixed} {
+	for _, ph := range []*Phase{r.Baseline, r.Mixed, r.InOrder} {
 		if ph == nil {
 			continue
 		}
