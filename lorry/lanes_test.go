@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -200,8 +201,9 @@ func TestPerKeyOrderAcrossLanes(t *testing.T) {
 }
 
 // TestBulkMinimumShare: under a steady stream of fresh records, bulk
-// batches still get delivered (their share of delivery time does not fall
-// to zero).
+// batches keep being delivered (the fresh records ride along with them,
+// within 1-BulkMinShare of a batch's bytes), and the fresh records are not
+// held back by the backlog either.
 func TestBulkMinimumShare(t *testing.T) {
 	t.Parallel()
 	const parts = 2
@@ -220,13 +222,25 @@ func TestBulkMinimumShare(t *testing.T) {
 	defer stop()
 	fk := keysIn(20, 0, parts)
 	deadline := time.Now().Add(3 * time.Second)
+	var lastOff int64
 	for i := 0; time.Now().Before(deadline); i++ {
 		e.enqueue(rec{key: fk[i%len(fk)], val: val(1000+i, 100), pri: pillar.PriorityFresh})
+		lastOff = int64(len(ks) + i)
 		time.Sleep(5 * time.Millisecond)
 	}
+	waitFor(t, "the fresh records delivered", 5*time.Second, func() bool { return e.state(0).FreshOffset() > lastOff })
 	st := w.Stats()
-	if st.BulkBatches < 5 || st.FreshBatches < 5 {
-		t.Fatalf("in 3s of steady fresh traffic: %d bulk and %d fresh batches; want both lanes served", st.BulkBatches, st.FreshBatches)
+	if st.BulkBatches < 5 {
+		t.Fatalf("in 3s of steady fresh traffic: %d bulk batches; want the backlog to keep moving", st.BulkBatches)
+	}
+	carried := 0
+	for _, b := range e.registered(0) {
+		if regexp.MustCompile(`-f[0-9]+$`).MatchString(b.Manifest.ID) && !strings.Contains(b.Manifest.Source, ":fresh:") {
+			carried++
+		}
+	}
+	if carried == 0 {
+		t.Fatal("no bulk batch carried fresh records")
 	}
 }
 
