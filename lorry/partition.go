@@ -385,12 +385,6 @@ func (w *Worker) uploadFiles(ctx context.Context, p int, pend Pending, recs []pi
 	if err != nil {
 		return nil, fmt.Errorf("lorry: partition %d: build batch %s: %w", p, pend.ID, err)
 	}
-	if pend.Lane == LaneOrdinary {
-		// Every record below QueueEnd is delivered once this batch is (the
-		// control plane gates snapshots on it). Fresh-lane and replay
-		// batches claim no range: the bulk records around them are not.
-		built.QueueFirst, built.QueueEnd = pend.First, pend.Last+1
-	}
 	if err := w.hook("built", p); err != nil {
 		return nil, err
 	}
