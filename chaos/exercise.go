@@ -117,6 +117,14 @@ func (r *run) write(ctx context.Context, stop <-chan struct{}) error {
 		case <-t.C:
 		}
 		n := 1 + rng.IntN(4)
+		// One commit in three is bulk work (a republish, larger), the rest
+		// fresh updates: Lorry's lanes deliver them out of queue order, and
+		// a kill of Lorry lands mid-backlog with the other lane's traffic
+		// still flowing; the checks hold per-key order to the history.
+		pri := pillar.PriorityFresh
+		if rng.IntN(3) == 0 {
+			pri, n = pillar.PriorityBulk, min(4+rng.IntN(12), max(1, r.o.Keys/2))
+		}
 		used := map[int]bool{}
 		var ops []op
 		var recs []pillar.ExportRecord
@@ -139,7 +147,7 @@ func (r *run) write(ctx context.Context, stop <-chan struct{}) error {
 			seq++
 			o := op{seq: seq, key: k}
 			rec := pillar.ExportRecord{Partition: int32(r.ks.keys[k].Partition(r.o.Partitions)), PageKey: r.ks.keys[k].String(),
-				Cause: fmt.Sprintf("chaos seq %d", seq)}
+				Cause: fmt.Sprintf("chaos seq %d", seq), Priority: pri}
 			switch {
 			case present[k] && rng.IntN(10) < 3:
 				o.del, rec.Op = true, pillar.OpDelete

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,13 +29,17 @@ into delta batches (newest record of a key wins, deletes become tombstones), upl
 batch to the object store, registers it with the control plane and only then advances the
 partition's committed offset in the store. Several workers may run at once: partitions are
 leased (one writer each) and shared out fairly; a dead worker's leases lapse after
---lease-ttl. See 'pillar lorry run --help'.
+--lease-ttl. Per partition, fresh records (crawl updates, policy deletes) are delivered
+ahead of the bulk backlog (republishes), keeping per-key order; bulk keeps a minimum
+share (--bulk-min-share) and pauses first when replicas lag (--max-replica-lag).
+See 'pillar lorry run --help'.
 
 Examples:
    pillar lorry run --store data/store --objstore data/objects --control 127.0.0.1:7000 --once
    pillar lorry status --store data/store
+   pillar lorry replay --store data/store --objstore data/objects --control 127.0.0.1:7000 --partition 7 --from 1200 --to 1299
    pillar lorry cleanup --store data/store --objstore data/objects --dry-run`,
-		Subcommands: []*cli.Command{lorryRunCommand(), lorryStatusCommand(), lorryCleanupCommand()},
+		Subcommands: []*cli.Command{lorryRunCommand(), lorryStatusCommand(), lorryReplayCommand(), lorryCleanupCommand()},
 	}
 }
 
@@ -82,7 +85,11 @@ Examples:
 			&cli.DurationFlag{Name: "cleanup-interval", Value: 10 * time.Minute, Usage: "how often the held partitions' orphans are cleaned (0: never)"},
 			&cli.StringFlag{Name: "tmp", Usage: "directory for SST files being built (default: under $TMPDIR)"},
 			&cli.BoolFlag{Name: "json", Usage: "with --once: print the result as JSON"},
-			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus /metrics on this address, e.g. 127.0.0.1:7201 (default: none)"},
+			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:7201 (default: none)"},
+			&cli.Float64Flag{Name: "bulk-min-share", Value: 0.25, Usage: "share of a partition's delivery time bulk batches keep while fresh ones are waiting too (0-1]"},
+			&cli.Int64Flag{Name: "max-replica-lag", Value: 8, Usage: "pause a partition's bulk batches while a replica is this many batches behind (fresh ones continue; -1: never)"},
+			&cli.DurationFlag{Name: "loss-after", Value: 5 * time.Minute, Usage: "a fresh record not applied on every replica this long after its commit counts as lost (lorry_lost_records_total)"},
+			&cli.DurationFlag{Name: "bulk-loss-after", Value: time.Hour, Usage: "the same for bulk records"},
 		),
 		Action: func(c *cli.Context) error {
 			st, err := openStore(c, false, 0)
@@ -119,6 +126,7 @@ Examples:
 				reg.MustRegister(metrics.Collectors()...)
 				mux := http.NewServeMux()
 				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+				mux.HandleFunc("/healthz", lorryHealth(st))
 				lis, err := net.Listen("tcp", addr)
 				if err != nil {
 					return fmt.Errorf("--metrics %s: %w", addr, err)
@@ -139,6 +147,8 @@ Examples:
 					MaxBatchAge:      c.Duration("max-batch-age"), PollInterval: c.Duration("poll"),
 					LeaseTTL: c.Duration("lease-ttl"), Parallelism: c.Int("parallelism"),
 					OrphanGrace: c.Duration("orphan-grace"), CleanupInterval: cleanup, TempDir: c.String("tmp"),
+					BulkMinShare: c.Float64("bulk-min-share"), MaxReplicaLag: c.Int64("max-replica-lag"),
+					LossAfter: c.Duration("loss-after"), BulkLossAfter: c.Duration("bulk-loss-after"),
 					Logger: logger(), Metrics: metrics,
 				})
 			}
@@ -196,72 +206,6 @@ Examples:
 				}
 			}
 			return err
-		},
-	}
-}
-
-func lorryStatusCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "status",
-		Usage: "show per-partition queue depth, committed offset, oldest undelivered record and lease",
-		Description: `Reads the store (read-only, safe beside running workers). Per partition: the queue end,
-the committed offset (everything below it is in a registered batch), the depth (queue end −
-committed), the age of the oldest undelivered record, the last batch's control-plane seq,
-a pending batch if one is in flight, and the lease holder (or "lapsed").
-
-Examples:
-   pillar lorry status --store data/store
-   pillar lorry status --store data/store --all --json`,
-		Flags: []cli.Flag{
-			storeFlag,
-			&cli.BoolFlag{Name: "all", Usage: "also list partitions with an empty queue"},
-			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
-		},
-		Action: func(c *cli.Context) error {
-			st, err := openStore(c, false, 0)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			now := time.Now()
-			ss, err := lorry.Status(c.Context, st, now)
-			if err != nil {
-				return err
-			}
-			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(ss)
-			}
-			var depth int64
-			var oldest time.Duration
-			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "PARTITION\tQUEUE END\tCOMMITTED\tDEPTH\tOLDEST\tSEQ\tPENDING\tLEASE")
-			for _, s := range ss {
-				depth += s.Depth
-				oldest = max(oldest, s.OldestAge)
-				if !c.Bool("all") && s.QueueEnd == 0 && s.Owner == "" {
-					continue
-				}
-				age, pend, lease := "-", "-", "free"
-				if s.Depth > 0 {
-					age = s.OldestAge.Round(time.Millisecond).String()
-				}
-				if s.Pending != nil {
-					pend = fmt.Sprintf("%d-%d", s.Pending.First, s.Pending.Last)
-				}
-				if s.Owner != "" {
-					if s.LeaseExpires.After(now) {
-						lease = fmt.Sprintf("%s (%s left)", s.Owner, s.LeaseExpires.Sub(now).Round(time.Second))
-					} else {
-						lease = s.Owner + " (lapsed)"
-					}
-				}
-				fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s\t%d\t%s\t%s\n", s.Partition, s.QueueEnd, s.Committed, s.Depth, age, s.Seq, pend, lease)
-			}
-			tw.Flush()
-			fmt.Fprintf(c.App.Writer, "total depth %d records, oldest undelivered %s\n", depth, oldest.Round(time.Millisecond))
-			return nil
 		},
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
@@ -81,13 +82,18 @@ func TestLorryCLI(t *testing.T) {
 
 	store, objs := filepath.Join(dir, "store"), filepath.Join(dir, "objects")
 	out := runLorryCLI(t, ctx, "lorry", "status", "--store", store, "--json")
-	var before []lorry.PartitionStatus
+	var before lorry.StatusReport
 	if err := json.Unmarshal([]byte(out), &before); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, out)
 	}
-	for p, s := range before {
-		if s.Depth != queued[p] || s.Committed != 0 {
-			t.Fatalf("status before: partition %d %+v, want depth %d", p, s, queued[p])
+	for p, s := range before.Partitions {
+		if s.Depth != queued[p] || s.FreshBacklog != queued[p] || s.BulkBacklog != 0 || s.Committed != 0 {
+			t.Fatalf("status before: partition %d %+v, want depth %d, all fresh", p, s, queued[p])
+		}
+	}
+	for _, key := range []string{`"fresh_backlog"`, `"bulk_oldest_age_ms"`, `"oldest_age_ms"`, `"lost"`} {
+		if !strings.Contains(out, key) {
+			t.Fatalf("status --json lacks %s:\n%s", key, out)
 		}
 	}
 
@@ -123,8 +129,21 @@ func TestLorryCLI(t *testing.T) {
 	}
 
 	out = runLorryCLI(t, ctx, "lorry", "status", "--store", store)
-	if !strings.Contains(out, "total depth 0 records") || !strings.Contains(out, "free") {
+	if !strings.Contains(out, "backlog: 0 fresh (oldest -), 0 bulk") || !strings.Contains(out, "free") {
 		t.Fatalf("status after:\n%s", out)
+	}
+	// A replay of a delivered range, with no worker running: the command
+	// delivers it itself, as one more batch.
+	rp := 0
+	for queued[rp] == 0 {
+		rp++
+	}
+	out = runLorryCLI(t, ctx, "lorry", "replay", "--store", store, "--objstore", objs, "--control", addr, "--partition", fmt.Sprint(rp), "--from", "0")
+	if !strings.Contains(out, fmt.Sprintf("replay 1 of partition %d delivered", rp)) {
+		t.Fatalf("replay:\n%s", out)
+	}
+	if bs, err := c.ListBatches(ctx, rp, 0, 100, 0); err != nil || len(bs) != 2 || !strings.Contains(bs[1].Manifest.Source, ":replay:") {
+		t.Fatalf("after the replay: %d batches %v", len(bs), err)
 	}
 	out = runLorryCLI(t, ctx, "lorry", "cleanup", "--store", store, "--objstore", objs, "--grace", "1s", "--dry-run")
 	if !strings.Contains(out, "would remove 0") {

@@ -55,6 +55,47 @@
 //     retried; a failing step is retried with exponential backoff forever
 //     (while the lease is kept alive), so records are delayed, never dropped.
 //
+// # Priority lanes
+//
+// Export records carry a priority (pillar.PriorityFresh: crawl updates and
+// policy deletes; PriorityBulk: republishes; "" counts as fresh). Per
+// partition, Lorry keeps two positions: Offset (every record below it is
+// delivered, or superseded) and Fresh (every fresh record below it is
+// delivered). A head scan reads the records' heads without their values
+// (pillar.QueueHeadReader) past any bulk backlog, so fresh records behind
+// 200k bulk ones are found at once. Batches are of three lanes:
+//
+//	ordinary  [O, Last]: the bulk records of the range (minus those a
+//	          delivered fresh record of the same key supersedes) and any
+//	          fresh record not delivered yet; plus, up to FreshLast, the
+//	          fresh records waiting (they ride along with the bulk batch).
+//	          Commit: O = Last+1, F = max(F, Last+1, FreshLast+1). Manifest
+//	          queue range [O, Last+1). A range with nothing left (only
+//	          delivered fresh records, superseded bulk ones) becomes a
+//	          refresh: the newest delivered record of each of its keys again.
+//	fresh     the fresh records of [F, Last] (bulk paused, or no bulk batch
+//	          ready). Commit: F = Last+1. No queue range: the bulk records
+//	          around them are not delivered.
+//	replay    `pillar lorry replay`: for each key of a delivered range, its
+//	          newest delivered record. Commit: no position moves.
+//
+// Per-key order: a bulk batch never reaches past the first undelivered fresh
+// record (so it never holds a bulk record newer than an undelivered fresh one
+// of its key), a bulk record older than a delivered fresh record of its key
+// is dropped (the fresh one superseded it), and within a batch the newest
+// record of a key wins. So no replica ever sees a key go back to an older
+// record. What was delivered out of order is learnt again at takeover by
+// scanning the heads of [O, F).
+//
+// Bulk keeps at least BulkMinShare of the bytes of a batch that carries
+// fresh records too; while a replica of the partition lags more than
+// MaxReplicaLag batches (read from the control plane every ReplicaPoll),
+// bulk batches wait and fresh ones continue. The worker follows its
+// batches until every replica applied them: latency by priority to
+// registration and to application everywhere, and the loss counter (a
+// record not applied everywhere LossAfter, or BulkLossAfter for bulk, after
+// its commit counts once).
+//
 // # Leases
 //
 // Each partition has one writer at a time: the worker named in its state

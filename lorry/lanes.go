@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"time"
 
@@ -66,12 +65,12 @@ type loop struct {
 	bnext  int64
 	bseen  time.Time // when bbuf's range got its first record
 
-	inflight int64 // bytes of the batch being delivered
-	planned  *plan // the follow-up the last commit recorded as pending
-	pre      *prefetch
+	inflight  int64     // bytes of the batch being delivered
+	refresh   bool      // the last contents call made a refresh
+	lastFresh time.Time // when the scan last found an undelivered fresh record
+	planned   *plan     // the follow-up the last commit recorded as pending
+	pre       *prefetch
 
-	share    [2]float64 // decayed delivery seconds: [fresh, bulk]
-	shareAt  time.Time
 	lossAt   time.Time
 	progress bool // the last fill read something
 }
@@ -118,7 +117,10 @@ func (w *Worker) readHeads(ctx context.Context, p int, from, drainTo int64, limi
 func (lp *loop) init() {
 	lp.scan, lp.bnext = lp.O(), lp.O()
 	lp.freshMax = map[string]int64{}
-	lp.shareAt, lp.lossAt = lp.w.now(), lp.w.now()
+	lp.w.tr.mu.Lock()
+	lp.w.tr.part(lp.pt.id) // the replica watcher reports its lag from now on
+	lp.w.tr.mu.Unlock()
+	lp.lossAt = lp.w.now()
 }
 
 // scanStep reads one chunk of heads. It reports whether it read any.
@@ -147,6 +149,7 @@ func (lp *loop) scanStep(ctx context.Context) (bool, error) {
 			lp.freshMax[h.PageKey] = max(lp.freshMax[h.PageKey], h.Offset)
 		default:
 			lp.fresh = append(lp.fresh, hd)
+			lp.lastFresh = w.now()
 		}
 		lp.scan++
 	}
@@ -156,6 +159,18 @@ func (lp *loop) scanStep(ctx context.Context) (bool, error) {
 
 func (lp *loop) full(bytes int64, n int) bool {
 	return bytes >= lp.w.o.MaxBatchBytes || n >= lp.w.o.MaxBatchRecords
+}
+
+// bulkFull reports whether the bulk lane's batch is complete: at
+// MaxBatchBytes, or at FreshBulkBatchBytes while fresh records flow in the
+// partition (a fresh record waits for the bulk batch in flight, so bulk
+// batches are kept short then).
+func (lp *loop) bulkFull() bool {
+	limit := lp.w.o.MaxBatchBytes
+	if lp.w.now().Sub(lp.lastFresh) < 2*time.Second {
+		limit = lp.w.o.FreshBulkBatchBytes
+	}
+	return lp.bbytes >= limit || len(lp.bbuf) >= lp.w.o.MaxBatchRecords
 }
 
 // budget reports whether the worker may buffer more bytes, added being
@@ -231,7 +246,7 @@ func (lp *loop) bulkLimit() int64 {
 func (lp *loop) fillBulk(ctx context.Context) (bool, error) {
 	w, p := lp.w, lp.pt.id
 	got := false
-	for !lp.full(lp.bbytes, len(lp.bbuf)) && lp.budget(len(lp.bbuf), 0) {
+	for !lp.bulkFull() && lp.budget(len(lp.bbuf), 0) {
 		limit := lp.bulkLimit()
 		// Skip to the next bulk head: what lies before it is fresh and
 		// delivered.
@@ -261,7 +276,7 @@ func (lp *loop) fillBulk(ctx context.Context) (bool, error) {
 			if r.Offset != lp.bnext {
 				return got, fmt.Errorf("lorry: partition %d: queue returned offset %d, want %d", p, r.Offset, lp.bnext)
 			}
-			if lp.full(lp.bbytes, len(lp.bbuf)) || !lp.budget(len(lp.bbuf), added) {
+			if lp.bulkFull() || !lp.budget(len(lp.bbuf), added) {
 				break
 			}
 			if lp.bseen.IsZero() {
@@ -339,47 +354,62 @@ func (lp *loop) bulkDue() bool {
 		return false
 	}
 	if len(lp.bbuf) == 0 {
-		return true // only delivered fresh records: a skip, no batch
+		return true // only delivered fresh records: a refresh
 	}
 	if lp.w.bulkPaused(lp.pt.id) {
 		return false
 	}
 	caughtUp := lp.bnext >= lp.bulkLimit()
-	return lp.full(lp.bbytes, len(lp.bbuf)) || lp.drained() && caughtUp ||
+	return lp.bulkFull() || lp.drained() && caughtUp ||
 		caughtUp && lp.age(lp.bbuf[0].CommittedAt, lp.bseen) >= lp.w.o.MaxBatchAge
 }
 
-// decay ages the lanes' delivery-time shares (10s time constant).
-func (lp *loop) decay() {
-	now := lp.w.now()
-	f := math.Exp(-now.Sub(lp.shareAt).Seconds() / 10)
-	lp.share[0] *= f
-	lp.share[1] *= f
-	lp.shareAt = now
-}
-
-// next names the batch to deliver now, if one is due: fresh first, unless
-// bulk had less than BulkMinShare of the recent delivery time.
+// next names the batch to deliver now, if one is due. When both lanes
+// have records ready, the waiting fresh records ride along with the bulk
+// batch (one batch, one commit), taking at most 1-BulkMinShare of its
+// bytes; fresh records alone go as soon as they are due.
 func (lp *loop) next() *plan {
 	fd, bd := lp.freshDue(), lp.bulkDue()
-	if bd && len(lp.bbuf) == 0 {
-		return lp.bulkPlan() // a skip costs nothing: take it at once
-	}
-	if fd && bd {
-		lp.decay()
-		total := lp.share[0] + lp.share[1]
-		if total > 0 && lp.share[1]/total < lp.w.o.BulkMinShare {
-			return lp.bulkPlan()
-		}
+	switch {
+	case bd && len(lp.fbuf) > 0 && len(lp.bbuf) > 0:
+		return lp.combinedPlan()
+	case bd && len(lp.bbuf) == 0:
+		return lp.bulkPlan() // a refresh of delivered records: at once
+	case fd:
 		return lp.freshPlan()
-	}
-	if fd {
-		return lp.freshPlan()
-	}
-	if bd {
+	case bd:
 		return lp.bulkPlan()
 	}
 	return nil
+}
+
+// combinedPlan is bulkPlan plus the waiting fresh records, as many as keep
+// bulk at BulkMinShare of the batch's bytes or more.
+func (lp *loop) combinedPlan() *plan {
+	pl := lp.bulkPlan()
+	var bulkBytes int64
+	for _, r := range pl.recs {
+		bulkBytes += int64(len(r.Value)) + 64
+	}
+	budget := int64(float64(bulkBytes) * (1 - lp.w.o.BulkMinShare) / lp.w.o.BulkMinShare)
+	var used int64
+	n := 0
+	for n < len(lp.fbuf) {
+		sz := int64(len(lp.fbuf[n].Value)) + 64
+		if n > 0 && used+sz > budget {
+			break
+		}
+		used += sz
+		n++
+	}
+	if pl.recs == nil || n == 0 {
+		return pl
+	}
+	pl.recs = append(pl.recs, lp.fbuf[:n]...)
+	pl.pend.FreshLast = lp.fbuf[n-1].Offset
+	pl.pend.ID = CombinedBatchID(lp.w.storeID, lp.pt.id, pl.pend.First, pl.pend.Last, pl.pend.FreshLast)
+	pl.fresh = true
+	return pl
 }
 
 // freshPlan takes the fetched fresh records as a batch. When the partition
@@ -406,12 +436,15 @@ func (lp *loop) freshPlan() *plan {
 }
 
 // bulkPlan takes the bulk lane's range [O, bnext) as a batch, without the
-// records a delivered fresh record of the same key supersedes. An empty
-// result (everything superseded or fresh) is a skip: Lorry commits the new
-// offset without a batch.
+// records a delivered fresh record of the same key supersedes. When nothing
+// is left (the range holds only delivered fresh records and superseded bulk
+// ones) the records are read again by contents (a refresh, see there).
 func (lp *loop) bulkPlan() *plan {
 	first, last := lp.O(), lp.bnext-1
 	recs := lp.supersede(lp.bbuf)
+	if len(recs) == 0 {
+		recs = nil
+	}
 	return &plan{pend: Pending{ID: BatchID(lp.w.storeID, lp.pt.id, first, last), First: first, Last: last}, recs: recs}
 }
 
@@ -436,15 +469,16 @@ func (lp *loop) supersede(recs []pillar.ExportRecord) []pillar.ExportRecord {
 
 // take removes a plan's records from the buffers (they are in flight now).
 func (lp *loop) take(pl *plan) {
-	switch {
-	case pl.fresh:
+	if pl.fresh {
+		last := max(pl.pend.Last, pl.pend.FreshLast)
 		n := 0
-		for n < len(lp.fbuf) && lp.fbuf[n].Offset <= pl.pend.Last {
+		for n < len(lp.fbuf) && lp.fbuf[n].Offset <= last {
 			lp.fbytes -= int64(len(lp.fbuf[n].Value)) + 64
 			n++
 		}
 		lp.fbuf = lp.fbuf[n:]
-	case pl.pend.Lane == LaneOrdinary:
+	}
+	if pl.pend.Lane == LaneOrdinary && (!pl.fresh || pl.pend.FreshLast > 0) {
 		lp.bbuf, lp.bbytes, lp.bseen = nil, 0, time.Time{}
 	}
 	lp.inflight = 0
@@ -458,11 +492,16 @@ func (lp *loop) take(pl *plan) {
 // the commit runs when a follow-up is named, which is safe: if the commit
 // fails for good, the loop ends and this state is dropped).
 func (lp *loop) committed(pl *plan, st PartitionState) {
-	switch pl.pend.Lane {
-	case LaneFresh:
+	if pl.pend.Lane != LaneReplay {
+		// Fresh records delivered above the new offset supersede older bulk
+		// records of their keys.
 		for _, r := range pl.recs {
-			lp.freshMax[r.PageKey] = max(lp.freshMax[r.PageKey], r.Offset)
+			if !r.IsBulk() && r.Offset >= st.Offset {
+				lp.freshMax[r.PageKey] = max(lp.freshMax[r.PageKey], r.Offset)
+			}
 		}
+	}
+	switch pl.pend.Lane {
 	case LaneOrdinary:
 		i := sort.Search(len(lp.bulk), func(i int) bool { return lp.bulk[i].off > pl.pend.Last })
 		lp.bulk = lp.bulk[i:]
@@ -506,7 +545,30 @@ func (lp *loop) contents(ctx context.Context, pend Pending) ([]pillar.ExportReco
 		}
 		return out, nil
 	}
-	return lp.supersede(recs), nil
+	out := lp.supersede(recs)
+	if pend.FreshLast > 0 {
+		// The fresh records riding along: those of [max(F, Last+1),
+		// FreshLast] (below Last+1 none is waiting: the bulk lane stops
+		// at the first undelivered fresh record).
+		more, err := w.readRange(ctx, p, max(lp.F(), pend.Last+1), pend.FreshLast)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range more {
+			if !r.IsBulk() {
+				out = append(out, r)
+			}
+		}
+	}
+	if len(out) > 0 {
+		return out, nil
+	}
+	lp.refresh = true
+	// A refresh: nothing of the range is left to deliver, but its offsets
+	// must still be covered by a registered batch (the control plane's
+	// delivered end). It re-delivers, for each key of the range, the newest
+	// record delivered so far, which changes nothing a replica serves.
+	return lp.replayContents(ctx, pend)
 }
 
 // replayContents returns, for every key with a delivered record in
@@ -529,11 +591,11 @@ func (lp *loop) replayContents(ctx context.Context, pend Pending) ([]pillar.Expo
 			break
 		}
 		for _, h := range hs {
+			if h.Offset <= pend.Last {
+				inRange[h.PageKey] = true // superseded: its key's newest is the fresh record
+			}
 			if !delivered(h) {
 				continue
-			}
-			if h.Offset <= pend.Last {
-				inRange[h.PageKey] = true
 			}
 			newest[h.PageKey] = max(newest[h.PageKey], h.Offset)
 		}
@@ -541,7 +603,9 @@ func (lp *loop) replayContents(ctx context.Context, pend Pending) ([]pillar.Expo
 	}
 	var offs []int64
 	for k := range inRange {
-		offs = append(offs, newest[k])
+		if off, ok := newest[k]; ok {
+			offs = append(offs, off)
+		}
 	}
 	sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
 	out := make([]pillar.ExportRecord, 0, len(offs))
@@ -639,12 +703,6 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 		read := lp.fill(ctx)
 		w.setBacklog(p, lp)
 		if pl := lp.next(); pl != nil {
-			if len(pl.recs) == 0 {
-				if err := lp.skip(ctx, pl); err != nil {
-					return err
-				}
-				continue
-			}
 			lp.take(pl)
 			if err := w.deliver(ctx, lp, pl, nil); err != nil {
 				return err
@@ -680,29 +738,6 @@ func (lp *loop) wait() time.Duration {
 	return d
 }
 
-// skip commits an ordinary range that holds nothing to deliver (delivered
-// fresh records, superseded bulk ones): the offset moves, no batch.
-func (lp *loop) skip(ctx context.Context, pl *plan) error {
-	l := lp.l
-	err := lp.w.retry(ctx, l, "skip delivered records", func() error {
-		return l.cas(ctx, func(cur PartitionState) (PartitionState, error) {
-			if cur.Pending != nil || cur.Offset != pl.pend.First {
-				return cur, fmt.Errorf("lorry: partition %d: state moved (offset %d, pending %v) under skip [%d,%d]: %w",
-					lp.pt.id, cur.Offset, cur.Pending, pl.pend.First, pl.pend.Last, ErrLeaseLost)
-			}
-			next := applyCommit(cur, pl.pend, 0, 0)
-			next.Batch = cur.Batch
-			return next, nil
-		})
-	})
-	if err != nil {
-		return err
-	}
-	lp.take(pl)
-	lp.committed(pl, l.st)
-	return nil
-}
-
 // followUp is called once before a batch's commit: it reads what arrived
 // meanwhile and, if that makes a batch already, names it (as the state
 // after the commit will see it), so the same commit records it as pending:
@@ -716,12 +751,12 @@ func (lp *loop) followUp(ctx context.Context, cur *plan, after PartitionState) *
 		return nil
 	}
 	for lp.fill(ctx) {
-		if lp.full(lp.fbytes, len(lp.fbuf)) || lp.full(lp.bbytes, len(lp.bbuf)) {
+		if lp.full(lp.fbytes, len(lp.fbuf)) || lp.bulkFull() {
 			break
 		}
 	}
 	pl := lp.next()
-	if pl == nil || len(pl.recs) == 0 {
+	if pl == nil || pl.recs == nil {
 		return nil
 	}
 	lp.take(pl)

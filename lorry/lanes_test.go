@@ -3,16 +3,20 @@ package lorry
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pillarkit/pillar/cobbled"
+	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -112,7 +116,8 @@ func (e *env) checkOrder(p int, keys []string) map[string]string {
 }
 
 // TestFreshAheadOfBulk: with a bulk backlog queued before them, fresh
-// records are delivered in the first batch, and the backlog after them.
+// records are delivered in the first batch (riding along with the first
+// bulk one), and the rest of the backlog after them.
 func TestFreshAheadOfBulk(t *testing.T) {
 	t.Parallel()
 	const parts = 2
@@ -137,11 +142,20 @@ func TestFreshAheadOfBulk(t *testing.T) {
 	res, err := e.worker(o).Drain(context.Background())
 	must(t, err)
 	src := e.laneChain(0, 43)
-	if src[0] != "lorry:p0:fresh:0-42" {
-		t.Fatalf("first batch %q, want the fresh records (lorry:p0:fresh:0-42); all: %v", src[0], src)
+	bs := e.registered(0)
+	// The fresh records ride along with the first bulk batch (offsets 0-3
+	// plus the fresh ones up to 42), ahead of the rest of the backlog.
+	if !strings.HasSuffix(bs[0].Manifest.ID, "-0-3-f42") || bs[0].Manifest.Keys != 7 {
+		t.Fatalf("first batch %s with %d keys, want bulk 0-3 with the 3 fresh records riding along; all: %v", bs[0].Manifest.ID, bs[0].Manifest.Keys, src)
 	}
-	if len(src) != 11 || res.Stats.FreshBatches != 1 || res.Stats.BulkBatches != 10 {
-		t.Fatalf("batches %v, stats %+v: want 1 fresh and 10 bulk", src, res.Stats)
+	// Then nine bulk batches, and a refresh of [40,42] (fresh records,
+	// delivered already): it covers those offsets in the ordinary chain, so
+	// the control plane knows everything below 43 is delivered.
+	if len(src) != 11 || res.Stats.FreshBatches != 1 || res.Stats.BulkBatches != 10 || src[10] != "lorry:p0:40-42" {
+		t.Fatalf("batches %v, stats %+v: want 10 bulk and a refresh of [40,42]", src, res.Stats)
+	}
+	if bs[10].Manifest.QueueFirst != 40 || bs[10].Manifest.QueueEnd != 43 || bs[0].Manifest.QueueEnd != 4 {
+		t.Fatalf("queue ranges: refresh [%d,%d), first batch [%d,%d)", bs[10].Manifest.QueueFirst, bs[10].Manifest.QueueEnd, bs[0].Manifest.QueueFirst, bs[0].Manifest.QueueEnd)
 	}
 	e.checkServed(want, ks)
 }
@@ -174,8 +188,8 @@ func TestPerKeyOrderAcrossLanes(t *testing.T) {
 	_, err := e.worker(o).Drain(context.Background())
 	must(t, err)
 	src := e.laneChain(0, int64(len(rs)))
-	if !strings.Contains(src[0], ":fresh:") {
-		t.Fatalf("first batch %q, want the fresh lane's", src[0])
+	if id := e.registered(0)[0].Manifest.ID; !strings.HasSuffix(id, fmt.Sprintf("-f%d", len(rs)-1)) {
+		t.Fatalf("first batch %s (%q), want the fresh records riding along (up to offset %d)", id, src[0], len(rs)-1)
 	}
 	got := e.checkOrder(0, ks)
 	if counter(got[A]) != 51 || counter(got[B]) != 52 {
@@ -187,8 +201,9 @@ func TestPerKeyOrderAcrossLanes(t *testing.T) {
 }
 
 // TestBulkMinimumShare: under a steady stream of fresh records, bulk
-// batches still get delivered (their share of delivery time does not fall
-// to zero).
+// batches keep being delivered (the fresh records ride along with them,
+// within 1-BulkMinShare of a batch's bytes), and the fresh records are not
+// held back by the backlog either.
 func TestBulkMinimumShare(t *testing.T) {
 	t.Parallel()
 	const parts = 2
@@ -207,13 +222,25 @@ func TestBulkMinimumShare(t *testing.T) {
 	defer stop()
 	fk := keysIn(20, 0, parts)
 	deadline := time.Now().Add(3 * time.Second)
+	var lastOff int64
 	for i := 0; time.Now().Before(deadline); i++ {
 		e.enqueue(rec{key: fk[i%len(fk)], val: val(1000+i, 100), pri: pillar.PriorityFresh})
+		lastOff = int64(len(ks) + i)
 		time.Sleep(5 * time.Millisecond)
 	}
+	waitFor(t, "the fresh records delivered", 5*time.Second, func() bool { return e.state(0).FreshOffset() > lastOff })
 	st := w.Stats()
-	if st.BulkBatches < 5 || st.FreshBatches < 5 {
-		t.Fatalf("in 3s of steady fresh traffic: %d bulk and %d fresh batches; want both lanes served", st.BulkBatches, st.FreshBatches)
+	if st.BulkBatches < 5 {
+		t.Fatalf("in 3s of steady fresh traffic: %d bulk batches; want the backlog to keep moving", st.BulkBatches)
+	}
+	carried := 0
+	for _, b := range e.registered(0) {
+		if regexp.MustCompile(`-f[0-9]+$`).MatchString(b.Manifest.ID) && !strings.Contains(b.Manifest.Source, ":fresh:") {
+			carried++
+		}
+	}
+	if carried == 0 {
+		t.Fatal("no bulk batch carried fresh records")
 	}
 }
 
@@ -290,5 +317,112 @@ func TestCrashMidBacklogWithFreshTraffic(t *testing.T) {
 		if got[k] != want[k] {
 			t.Errorf("key %s: update %d, want %d", k, counter(got[k]), counter(want[k]))
 		}
+	}
+}
+
+// TestReplay: a replay re-delivers a delivered range as the newest value of
+// each of its keys (an older record of the range never lands over a newer
+// one), can be repeated, and refuses a range not delivered yet.
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	ks := keysIn(5, 0, parts)
+	var rs []rec
+	want := map[string]string{}
+	for i, k := range ks {
+		rs = append(rs, rec{key: k, val: val(i, 100), pri: pillar.PriorityBulk})
+		want[k] = val(i, 100)
+	}
+	rs = append(rs, rec{key: ks[0], val: val(10, 100)}) // offset 5: a newer value of ks[0]
+	want[ks[0]] = val(10, 100)
+	e.enqueue(rs...)
+	o := e.opts("w")
+	_, err := e.worker(o).Drain(context.Background())
+	must(t, err)
+	before := len(e.registered(0))
+	ctx := context.Background()
+	if _, err := RequestReplay(ctx, e.store, 0, 0, 6, time.Now()); err == nil || !strings.Contains(err.Error(), "not delivered yet") {
+		t.Fatalf("replay beyond the committed offset: %v", err)
+	}
+	for round := 1; round <= 2; round++ {
+		req, err := RequestReplay(ctx, e.store, 0, 0, 2, time.Now())
+		must(t, err)
+		if _, err := RequestReplay(ctx, e.store, 0, 0, 2, time.Now()); !errors.Is(err, ErrReplayBusy) {
+			t.Fatalf("a second waiting replay: %v", err)
+		}
+		_, err = e.worker(o).Drain(ctx)
+		must(t, err)
+		must(t, WaitReplay(ctx, e.store, 0, req.N, 10*time.Millisecond))
+		bs := e.registered(0)
+		if len(bs) != before+round {
+			t.Fatalf("round %d: %d batches, want %d", round, len(bs), before+round)
+		}
+		if last := bs[len(bs)-1]; last.Manifest.Keys != 3 || !strings.Contains(last.Manifest.Source, ":replay:0-2:") || last.Manifest.QueueEnd != 0 {
+			t.Fatalf("replay batch %+v", last.Manifest)
+		}
+	}
+	got := e.checkOrder(0, ks)
+	for _, k := range ks {
+		if got[k] != want[k] {
+			t.Errorf("key %s: update %d after the replays, want %d", k, counter(got[k]), counter(want[k]))
+		}
+	}
+}
+
+// lagSource reports every partition's replicas lag batches behind.
+type lagSource struct {
+	parts int
+	lag   atomic.Int64
+}
+
+func (s *lagSource) GetRouting(ctx context.Context) (*control.Routing, error) {
+	r := &control.Routing{Partitions: s.parts, Replicas: make([][]control.Replica, s.parts), NewestSeq: make([]int64, s.parts)}
+	for p := range r.Replicas {
+		r.NewestSeq[p] = 1000
+		r.Replicas[p] = []control.Replica{{NodeID: "n1", AppliedSeq: 1000 - s.lag.Load()}}
+	}
+	return r, nil
+}
+
+// TestReplicaLagPausesBulk: while replicas lag more than MaxReplicaLag,
+// bulk batches wait and fresh ones keep flowing (in fresh-lane batches);
+// once the lag is gone the backlog is delivered.
+func TestReplicaLagPausesBulk(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	ks := keysIn(20, 0, parts)
+	var rs []rec
+	for i, k := range ks {
+		rs = append(rs, rec{key: k, val: val(i, 300), pri: pillar.PriorityBulk})
+	}
+	src := &lagSource{parts: parts}
+	src.lag.Store(50)
+	o := e.opts("w")
+	o.Replicas, o.MaxReplicaLag, o.ReplicaPoll, o.MaxBatchRecords = src, 8, 10*time.Millisecond, 5
+	w := e.worker(o)
+	stop := runWorker(t, w)
+	defer stop()
+	time.Sleep(300 * time.Millisecond) // the watcher has read the lag
+	e.enqueue(rs...)
+	fk := keysIn(3, 0, parts)
+	for i, k := range fk {
+		e.enqueue(rec{key: k, val: val(100+i, 50)})
+	}
+	waitFor(t, "fresh records delivered while bulk waits", 10*time.Second, func() bool { return e.state(0).FreshOffset() == 23 })
+	if st := e.state(0); st.Offset != 0 {
+		t.Fatalf("bulk delivered while replicas lag: %+v", st)
+	}
+	if bs := e.registered(0); len(bs) == 0 || !strings.Contains(bs[0].Manifest.Source, ":fresh:") {
+		t.Fatalf("batches while paused: %v", bs)
+	}
+	src.lag.Store(0)
+	waitFor(t, "backlog delivered once replicas caught up", 10*time.Second, func() bool { return e.state(0).Offset == 23 })
+	stop()
+	e.laneChain(0, 23)
+	got := e.checkOrder(0, append(ks, fk...))
+	if len(got) != 23 {
+		t.Fatalf("%d keys served, want 23", len(got))
 	}
 }

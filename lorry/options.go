@@ -55,6 +55,12 @@ type Options struct {
 	// bytes; it is also how much a partition reads ahead besides the batch
 	// it is delivering. The default value is 8 MiB.
 	MaxBatchBytes int64
+	// FreshBulkBatchBytes replaces MaxBatchBytes for bulk batches while
+	// fresh records flow in the partition (seen in the last 2s): a fresh
+	// record waits for the batch in flight, so shorter bulk batches bound
+	// its latency, at some cost in bulk throughput (per-batch overheads).
+	// The default value is MaxBatchBytes (no change).
+	FreshBulkBatchBytes int64
 	// MaxBatchRecords closes a batch at this many records. The default value
 	// is 100000.
 	MaxBatchRecords int
@@ -76,9 +82,11 @@ type Options struct {
 	// same time. The default value is 4.
 	Parallelism int
 
-	// BulkMinShare is the share of a partition's delivery time bulk batches
-	// get when both lanes have a batch ready: fresh batches go first unless
-	// bulk had less than this share of the last ~10s. The default value is
+	// BulkMinShare is the share of a batch's bytes bulk records keep when
+	// both lanes have records ready: the waiting fresh records ride along
+	// with the partition's next bulk batch, up to (1-BulkMinShare)/
+	// BulkMinShare times its bulk bytes (the rest waits for the next one).
+	// Fresh records alone go as soon as they are due. The default value is
 	// 0.25; it must lie in (0, 1].
 	BulkMinShare float64
 	// MaxReplicaLag pauses a partition's bulk lane while one of its
@@ -160,6 +168,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.MaxBatchBytes == 0 {
 		o.MaxBatchBytes = 8 << 20
+	}
+	if o.FreshBulkBatchBytes == 0 {
+		o.FreshBulkBatchBytes = o.MaxBatchBytes
 	}
 	if o.MaxBatchRecords == 0 {
 		o.MaxBatchRecords = 100000

@@ -151,6 +151,7 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 	l := lp.l
 	p := l.pt.id
 	pend := pl.pend
+	lp.refresh = false
 	start := w.now()
 	mark := start
 	step := func(d *time.Duration) func(*Stats) {
@@ -238,7 +239,9 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 		return err
 	}
 	w.count(func(s *Stats) { step(&s.RegisterTime)(s) })
-	w.tracked(p, seq, pl.recs, pend.Lane == LaneReplay)
+	// Replays and refreshes re-deliver old records: not latencies.
+	w.tracked(p, seq, pl.recs, pend.Lane == LaneReplay || lp.refresh)
+	lp.refresh = false
 	if err := w.hook("registered", p); err != nil {
 		return err
 	}
@@ -287,12 +290,6 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 		}
 	})
 	took := w.now().Sub(start)
-	lp.decay()
-	if bulk {
-		lp.share[1] += took.Seconds()
-	} else {
-		lp.share[0] += took.Seconds()
-	}
 	var oldest time.Time
 	if len(pl.recs) > 0 && pl.recs[0].CommittedAt > 0 {
 		oldest = time.UnixMilli(pl.recs[0].CommittedAt)
@@ -349,12 +346,23 @@ func (w *Worker) upload(ctx context.Context, lp *loop, pl *plan, pre *prefetch) 
 // manifest). File names are unique by content; a file already there is
 // accepted when its size and checksum match.
 func (w *Worker) uploadFiles(ctx context.Context, p int, pend Pending, recs []pillar.ExportRecord) (*batch.Manifest, error) {
-	select {
-	case w.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	// Parallelism bounds the builds of batches holding bulk records; a
+	// batch of fresh records only does not queue behind them.
+	bulk := false
+	for i := range recs {
+		if recs[i].IsBulk() {
+			bulk = true
+			break
+		}
 	}
-	defer func() { <-w.sem }()
+	if bulk {
+		select {
+		case w.sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		defer func() { <-w.sem }()
+	}
 	rows, err := toRows(p, recs)
 	if err != nil {
 		return nil, err

@@ -60,6 +60,7 @@ type PartitionState struct {
 	// the holder has not started yet; Replays counts those delivered.
 	Replay  *ReplayRequest `json:"replay,omitempty"`
 	Replays int64          `json:"replays,omitempty"`
+	ReplayN int64          `json:"replay_n,omitempty"` // requests made so far
 }
 
 // FreshOffset is the fresh lane's position: every fresh record below it is
@@ -89,6 +90,11 @@ type Pending struct {
 	// Lane says which records of [First, Last] the batch holds and what its
 	// commit moves (LaneOrdinary, LaneFresh, LaneReplay).
 	Lane string `json:"lane,omitempty"`
+	// FreshLast, on an ordinary batch, adds the fresh records from the
+	// fresh position (or Last+1) to FreshLast: fresh records that were
+	// waiting ride along with the bulk batch, and its commit moves the
+	// fresh position past them.
+	FreshLast int64 `json:"fresh_last,omitempty"`
 }
 
 // ReplayRequest asks the partition's holder to re-deliver [From, To].
@@ -112,7 +118,7 @@ func applyCommit(st PartitionState, pend Pending, seq, n int64) PartitionState {
 		st.Replays++
 		n = 0
 	default:
-		f := max(st.FreshOffset(), pend.Last+1)
+		f := max(st.FreshOffset(), pend.Last+1, pend.FreshLast+1)
 		st.Offset = pend.Last + 1
 		st.Fresh = 0
 		if f > st.Offset {
@@ -136,6 +142,7 @@ type WorkerState struct {
 	// latencies by priority, as of the heartbeat (`pillar lorry status`
 	// shows them).
 	Lost    int64                     `json:"lost"`
+	AtMS    int64                     `json:"at_ms"` // when this report was written
 	Latency map[string]LatencySummary `json:"latency,omitempty"`
 }
 
@@ -144,6 +151,12 @@ type WorkerState struct {
 // always gets the same id, so a retried delivery registers the same batch.
 func BatchID(storeID string, p int, first, last int64) string {
 	return fmt.Sprintf("lorry-%s-p%05d-%d-%d", storeID, p, first, last)
+}
+
+// CombinedBatchID names an ordinary batch of [first, last] with the fresh
+// records up to freshLast riding along.
+func CombinedBatchID(storeID string, p int, first, last, freshLast int64) string {
+	return fmt.Sprintf("%s-f%d", BatchID(storeID, p, first, last), freshLast)
 }
 
 // FreshBatchID names a fresh-lane batch: the fresh records of [first, last].

@@ -394,7 +394,7 @@ func (w *Worker) heartbeat(ctx context.Context, now time.Time) error {
 	w.mu.Lock()
 	ws.Owned = len(w.held)
 	w.mu.Unlock()
-	ws.Lost, ws.Latency = w.Lost(), w.Latency()
+	ws.Lost, ws.Latency, ws.AtMS = w.Lost(), w.Latency(), now.UnixMilli()
 	if err := tx.SetAttr(ctx, name, ws); err != nil {
 		return fmt.Errorf("lorry: heartbeat: %w", err)
 	}
