@@ -36,7 +36,7 @@ Examples:
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: "demo-out", Usage: "output folder (store, objects, exports, logs, report)"},
 			&cli.StringFlag{Name: "corpus", Value: demo.DefaultCorpus, Usage: "folder of HTML or text files"},
-			&cli.StringFlag{Name: "base-url", Usage: "URL prefix for corpus files without a canonical link"},
+			&cli.StringFlag{Name: "base-url", Usage: "URL prefix + the relative path, for corpus files without an http(s) canonical link"},
 			&cli.IntFlag{Name: "synthetic", Usage: "generate N pages of realistic size instead of reading a corpus"},
 			&cli.StringFlag{Name: "policies", Usage: "subset policy file (default: the embedded demo policies, for any corpus)"},
 			&cli.IntFlag{Name: "max-files", Usage: "short mode: copy only the first N files of the corpus (default: all)"},

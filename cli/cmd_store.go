@@ -86,7 +86,7 @@ Examples:
 		Flags: []cli.Flag{
 			storeFlag,
 			&cli.StringFlag{Name: "from", Usage: "folder of .html/.htm/.txt/.md files (walked recursively)", Required: true},
-			&cli.StringFlag{Name: "base-url", Value: "http://corpus.local/", Usage: "URL prefix for files without a canonical link"},
+			&cli.StringFlag{Name: "base-url", Value: "http://corpus.local/", Usage: "URL prefix + the relative path, for files without an http(s) canonical link"},
 			&cli.IntFlag{Name: "partitions", Value: 64, Usage: "partition count when the store is created (fixed afterwards)"},
 			&cli.Int64Flag{Name: "max-page-bytes", Value: ingest.DefaultMaxPageBytes, Usage: "reject files larger than this (named in the summary)"},
 			&cli.IntFlag{Name: "workers", Usage: "parallel cleaners (default: number of CPUs)"},
