@@ -18,6 +18,7 @@ import (
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/pillar"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // val makes a value that carries an increasing counter n (so a test can
@@ -424,5 +425,80 @@ func TestReplicaLagPausesBulk(t *testing.T) {
 	got := e.checkOrder(0, append(ks, fk...))
 	if len(got) != 23 {
 		t.Fatalf("%d keys served, want 23", len(got))
+	}
+}
+
+// TestStatusByPriority: Status counts the backlog by priority from the
+// store, and Report adds the live workers' latencies and loss counter.
+func TestStatusByPriority(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	ks := keysIn(8, 0, parts)
+	var rs []rec
+	for i, k := range ks[:5] {
+		rs = append(rs, rec{key: k, val: val(i, 100), pri: pillar.PriorityBulk})
+	}
+	for i, k := range ks[5:] {
+		rs = append(rs, rec{key: k, val: val(10+i, 100), pri: pillar.PriorityFresh})
+	}
+	e.enqueue(rs...)
+	time.Sleep(20 * time.Millisecond)
+	ctx := context.Background()
+	r, err := Report(ctx, e.store, time.Now())
+	must(t, err)
+	s := r.Partitions[0]
+	if s.BulkBacklog != 5 || s.FreshBacklog != 3 || s.Depth != 8 || s.BulkOldestMS <= 0 || s.FreshOldestMS <= 0 || r.BulkBacklog != 5 || len(r.Workers) != 0 {
+		t.Fatalf("before delivery: %+v (report %+v)", s, r)
+	}
+	w := e.worker(e.opts("w"))
+	stop := runWorker(t, w)
+	waitFor(t, "delivered and reported", 10*time.Second, func() bool {
+		r, err = Report(ctx, e.store, time.Now())
+		return err == nil && r.Depth == 0 && len(r.Workers) == 1 && r.Workers[0].Latency[pillar.PriorityFresh].Samples == 3 &&
+			r.Workers[0].Latency[pillar.PriorityBulk].Samples == 5
+	})
+	stop()
+	if r.Lost != 0 || r.Partitions[0].Committed != 8 || r.Partitions[0].FreshOffset != 8 {
+		t.Fatalf("after delivery: %+v", r)
+	}
+}
+
+// TestLaneMetrics: the collectors register together, and a delivery
+// records latency by priority and the backlog gauges.
+func TestLaneMetrics(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	m := NewMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.Collectors()...)
+	ks := keysIn(3, 0, parts)
+	e.enqueue(rec{key: ks[0], val: "a", pri: pillar.PriorityBulk}, rec{key: ks[1], val: "b"}, rec{key: ks[2], val: "c", pri: pillar.PriorityFresh})
+	o := e.opts("w")
+	o.Metrics = m
+	_, err := e.worker(o).Drain(context.Background())
+	must(t, err)
+	mfs, err := reg.Gather()
+	must(t, err)
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "priority" || l.GetName() == "stage" {
+					name += "/" + l.GetValue()
+				}
+			}
+			if h := mt.GetHistogram(); h != nil {
+				got[name] += float64(h.GetSampleCount())
+			}
+			if c := mt.GetCounter(); c != nil {
+				got[name] += c.GetValue()
+			}
+		}
+	}
+	if got["lorry_delivery_latency_seconds/bulk/registered"] != 1 || got["lorry_delivery_latency_seconds/fresh/registered"] != 2 || got["lorry_lost_records_total"] != 0 || got["lorry_records_total"] != 3 {
+		t.Fatalf("metrics %v", got)
 	}
 }

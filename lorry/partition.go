@@ -240,12 +240,16 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 	}
 	w.count(func(s *Stats) { step(&s.RegisterTime)(s) })
 	// Replays and refreshes re-deliver old records: not latencies.
-	w.tracked(p, seq, pl.recs, pend.Lane == LaneReplay || lp.refresh)
+	again := pend.Lane == LaneReplay || lp.refresh
+	w.tracked(p, seq, pl.recs, again)
 	lp.refresh = false
 	if err := w.hook("registered", p); err != nil {
 		return err
 	}
 	n := int64(len(pl.recs))
+	if again {
+		n = 0 // re-deliveries: no queue record is delivered by them
+	}
 	after := applyCommit(l.st, pend, seq, n)
 	after.Replay = l.st.Replay
 	next := lp.followUp(ctx, pl, after)
