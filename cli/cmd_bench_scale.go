@@ -40,8 +40,20 @@ Examples:
 			&cli.IntFlag{Name: "workers", Usage: "--workers of every step (default: all CPUs)"},
 			&cli.IntFlag{Name: "partitions", Value: 16, Usage: "partitions of the stores"},
 			&cli.BoolFlag{Name: "keep", Usage: "keep each round's corpus and store under --data"},
+			&cli.StringFlag{Name: "from-json", Usage: "run nothing: redraw the table and plots of a saved results.json into --out"},
 		},
 		Action: func(c *cli.Context) error {
+			if f := c.String("from-json"); f != "" {
+				rep, err := scalebench.Load(f)
+				if err != nil {
+					return err
+				}
+				if err := rep.Write(c.String("out")); err != nil {
+					return err
+				}
+				fmt.Print(rep.Markdown())
+				return nil
+			}
 			opts := scalebench.Options{Data: c.String("data"), MemoryLimit: c.String("memory-limit"),
 				EditFraction: c.Float64("edit-fraction"), Workers: c.Int("workers"), Partitions: c.Int("partitions"), Log: os.Stderr, Keep: c.Bool("keep")}
 			if _, err := parseBytes(opts.MemoryLimit); err != nil {

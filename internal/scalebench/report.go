@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -136,12 +137,8 @@ func (r *Report) Write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.Markdown()), 0o644); err != nil {
 		return fmt.Errorf("scalebench: %w", err)
 	}
-	js, err := json.MarshalIndent(struct {
-		MemoryLimit string
-		Steps       []Step
-		Load        []string
-		Checks      []Check
-	}{r.Options.MemoryLimit, r.Steps, r.Load, r.Checks}, "", "  ")
+	js, err := json.MarshalIndent(savedReport{r.Options.MemoryLimit, r.Options.Chunker, r.Options.Model, r.Options.Partitions,
+		r.Options.EditFraction, r.Started, r.Steps, r.Load, r.Checks}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("scalebench: %w", err)
 	}
@@ -175,7 +172,8 @@ func (r *Report) plot(path string, size int, title, ylabel string, val func(Step
 	p.Y.Label.Text = ylabel
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Legend.Top = true
+	p.Y.Min = 0 // a flat line must look flat
+	p.Legend.Top = false
 	i := 0
 	for _, round := range []string{"full", "incremental"} {
 		for _, name := range r.stepNames(round) {
@@ -210,3 +208,38 @@ func (r *Report) plot(path string, size int, title, ylabel string, val func(Step
 // Reevaluate recomputes the checks after steps were added (e.g. a --big run
 // appended to the report).
 func (r *Report) Reevaluate() { r.evaluate() }
+
+// savedReport is results.json.
+type savedReport struct {
+	MemoryLimit  string
+	Chunker      string
+	Model        string
+	Partitions   int
+	EditFraction float64
+	Started      time.Time
+	Steps        []Step
+	Load         []string
+	Checks       []Check
+}
+
+// Load reads a results.json written by Write (to redraw it, e.g. after a
+// change of the plots); the checks are evaluated again.
+func Load(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("scalebench: %w", err)
+	}
+	var sr savedReport
+	if err := json.Unmarshal(b, &sr); err != nil {
+		return nil, fmt.Errorf("scalebench: %s: %w", path, err)
+	}
+	r := &Report{Steps: sr.Steps, Load: sr.Load, Started: sr.Started, Options: Options{MemoryLimit: sr.MemoryLimit,
+		Chunker: sr.Chunker, Model: sr.Model, Partitions: sr.Partitions, EditFraction: sr.EditFraction}}
+	for _, s := range sr.Steps {
+		if !slices.Contains(r.Options.Sizes, s.Size) {
+			r.Options.Sizes = append(r.Options.Sizes, s.Size)
+		}
+	}
+	r.evaluate()
+	return r, nil
+}
