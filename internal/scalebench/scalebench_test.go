@@ -1,0 +1,85 @@
+package scalebench
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestGenerate(t *testing.T) {
+	dir := t.TempDir()
+	corpus, edits := filepath.Join(dir, "c"), filepath.Join(dir, "e")
+	n, err := generate(corpus, edits, 4096, 2500, 0.001, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("%d edits of 2,500 pages at 0.1%%, want 2", n)
+	}
+	var files int
+	var bytes int64
+	filepath.Walk(corpus, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			files++
+			bytes += fi.Size()
+		}
+		return nil
+	})
+	if files != 2500 || bytes/int64(files) < 3800 || bytes/int64(files) > 4300 {
+		t.Fatalf("%d files of %d bytes on average, want 2,500 of about 4 KB", files, bytes/int64(max(files, 1)))
+	}
+	ed, _ := filepath.Glob(filepath.Join(edits, "*", "*.html"))
+	for _, e := range ed {
+		rel, _ := filepath.Rel(edits, e)
+		a, _ := os.ReadFile(filepath.Join(corpus, rel))
+		b, _ := os.ReadFile(e)
+		if string(a) == string(b) || !strings.Contains(string(b), "edited") {
+			t.Fatalf("%s: the edit is not an edited copy of the page", rel)
+		}
+	}
+}
+
+func TestEvaluate(t *testing.T) {
+	r := &Report{Options: Options{Sizes: []int{4096}}}
+	add := func(n int, round, name string, secs float64, rss, bytes int64) {
+		r.Steps = append(r.Steps, Step{Size: 4096, N: n, Round: round, Name: name, Pages: n, Seconds: secs, MaxRSS: rss << 20, StoreBytes: bytes})
+	}
+	add(10, "full", "ingest", 1, 100, 1000)
+	add(160, "full", "ingest", 20, 110, 16000) // rate 8 vs 10: holds; RSS 1.1×: holds
+	add(10, "full", "publish", 1, 100, 1000)
+	add(160, "full", "publish", 40, 400, 16000)   // rate 4 vs 10 and RSS 4×: fail
+	add(160, "incremental", "ingest", 1, 50, 100) // 1 s of 60 s, 100 of 32,000 bytes: holds
+	r.evaluate()
+	got := map[string]bool{}
+	for _, c := range r.Checks {
+		got[c.Target] = c.Pass
+	}
+	want := map[string]bool{
+		"4KB: peak RSS of every step ≤ 300 MB at every N":                   false,
+		"4KB ingest: peak RSS at N=160 ≤ 1.2 × at N=10":                     true,
+		"4KB ingest: pages/s at N=160 ≥ 0.8 × at N=10":                      true,
+		"4KB publish: peak RSS at N=160 ≤ 1.2 × at N=10":                    false,
+		"4KB publish: pages/s at N=160 ≥ 0.8 × at N=10":                     false,
+		"4KB N=160: incremental round time ≤ 5% of the full round":          true,
+		"4KB N=160: incremental round bytes written ≤ 2% of the full round": true,
+	}
+	for k, v := range want {
+		if p, ok := got[k]; !ok || p != v {
+			t.Errorf("%s: pass = %v (present %v), want %v", k, p, ok, v)
+		}
+	}
+	if md := r.Markdown(); !strings.Contains(md, "| 4KB | 160 | full | publish |") || !strings.Contains(md, "**no**") {
+		t.Fatalf("markdown lacks the rows or the failed targets:\n%s", md)
+	}
+}
+
+func TestWritten(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a"), []byte("12345"), 0o644)
+	before := listing(dir)
+	os.WriteFile(filepath.Join(dir, "b"), []byte("123"), 0o644)
+	if n := written(before, listing(dir)); n != 3 {
+		t.Fatalf("written = %d, want 3 (the new file only)", n)
+	}
+}
