@@ -502,3 +502,37 @@ func TestLaneMetrics(t *testing.T) {
 		t.Fatalf("metrics %v", got)
 	}
 }
+
+// TestFreshAlone: with FreshAlone, due fresh records go in a batch of their
+// own ahead of a ready bulk batch, and per-key order still holds.
+func TestFreshAlone(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	ks := keysIn(30, 0, parts)
+	var rs []rec
+	for i, k := range ks {
+		rs = append(rs, rec{key: k, val: val(i, 500), pri: pillar.PriorityBulk})
+	}
+	for i, k := range ks[:5] {
+		rs = append(rs, rec{key: k, val: val(100+i, 50), pri: pillar.PriorityFresh})
+	}
+	e.enqueue(rs...)
+	time.Sleep(60 * time.Millisecond)
+	o := e.opts("w")
+	o.MaxBatchRecords, o.MaxBatchAge, o.FreshAlone, o.BulkMinShare = 4, 50*time.Millisecond, true, 0.5
+	_, err := e.worker(o).Drain(context.Background())
+	must(t, err)
+	src := e.laneChain(0, int64(len(rs)))
+	// Four fresh records a batch (MaxBatchRecords), then the fifth: both
+	// ahead of the backlog.
+	if src[0] != "lorry:p0:fresh:0-33" || src[1] != "lorry:p0:fresh:34-34" {
+		t.Fatalf("first batches %q, want the fresh records alone; all: %v", src[:2], src)
+	}
+	got := e.checkOrder(0, ks)
+	for i, k := range ks[:5] {
+		if counter(got[k]) != 100+i {
+			t.Fatalf("key %d: update %d, want the fresh %d (superseding its bulk record)", i, counter(got[k]), 100+i)
+		}
+	}
+}
