@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -65,10 +66,12 @@ type loop struct {
 	bnext  int64
 	bseen  time.Time // when bbuf's range got its first record
 
-	inflight  int64     // bytes of the batch being delivered
-	refresh   bool      // the last contents call made a refresh
-	lastFresh time.Time // when the scan last found an undelivered fresh record
-	planned   *plan     // the follow-up the last commit recorded as pending
+	inflight  int64      // bytes of the batch being delivered
+	refresh   bool       // the last contents call made a refresh
+	lastFresh time.Time  // when the scan last found an undelivered fresh record
+	share     [2]float64 // decayed delivery seconds: [fresh-only, with bulk]
+	shareAt   time.Time
+	planned   *plan // the follow-up the last commit recorded as pending
 	pre       *prefetch
 
 	lossAt   time.Time
@@ -120,7 +123,7 @@ func (lp *loop) init() {
 	lp.w.tr.mu.Lock()
 	lp.w.tr.part(lp.pt.id) // the replica watcher reports its lag from now on
 	lp.w.tr.mu.Unlock()
-	lp.lossAt = lp.w.now()
+	lp.lossAt, lp.shareAt = lp.w.now(), lp.w.now()
 }
 
 // scanStep reads one chunk of heads. It reports whether it read any.
@@ -371,6 +374,10 @@ func (lp *loop) bulkDue() bool {
 func (lp *loop) next() *plan {
 	fd, bd := lp.freshDue(), lp.bulkDue()
 	switch {
+	case fd && bd && len(lp.bbuf) > 0 && lp.w.o.FreshAlone && lp.bulkShare() >= lp.w.o.BulkMinShare:
+		// FreshAlone: a small fresh batch goes ahead of the bulk one
+		// while bulk keeps its share of the recent delivery time.
+		return lp.freshPlan()
 	case bd && len(lp.fbuf) > 0 && len(lp.bbuf) > 0:
 		return lp.combinedPlan()
 	case bd && len(lp.bbuf) == 0:
@@ -381,6 +388,25 @@ func (lp *loop) next() *plan {
 		return lp.bulkPlan()
 	}
 	return nil
+}
+
+// bulkShare is bulk's share of the partition's delivery time over the
+// last ~10s (1 when nothing was delivered).
+func (lp *loop) bulkShare() float64 {
+	lp.decay()
+	if t := lp.share[0] + lp.share[1]; t > 0 {
+		return lp.share[1] / t
+	}
+	return 1
+}
+
+// decay ages the lanes' delivery-time shares (10s time constant).
+func (lp *loop) decay() {
+	now := lp.w.now()
+	f := math.Exp(-now.Sub(lp.shareAt).Seconds() / 10)
+	lp.share[0] *= f
+	lp.share[1] *= f
+	lp.shareAt = now
 }
 
 // combinedPlan is bulkPlan plus the waiting fresh records, as many as keep

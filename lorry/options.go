@@ -55,6 +55,12 @@ type Options struct {
 	// bytes; it is also how much a partition reads ahead besides the batch
 	// it is delivering. The default value is 8 MiB.
 	MaxBatchBytes int64
+	// FreshAlone sends due fresh records in a batch of their own ahead of
+	// a ready bulk batch (lower fresh latency: they do not wait for a big
+	// batch), as long as bulk batches keep BulkMinShare of the partition's
+	// delivery time over the last ~10s; otherwise, and by default, they
+	// ride along with the bulk batch (one batch, fewer per-batch costs).
+	FreshAlone bool
 	// FreshBulkBatchBytes replaces MaxBatchBytes for bulk batches while
 	// fresh records flow in the partition (seen in the last 2s): a fresh
 	// record waits for the batch in flight, so shorter bulk batches bound
@@ -82,12 +88,13 @@ type Options struct {
 	// same time. The default value is 4.
 	Parallelism int
 
-	// BulkMinShare is the share of a batch's bytes bulk records keep when
-	// both lanes have records ready: the waiting fresh records ride along
-	// with the partition's next bulk batch, up to (1-BulkMinShare)/
-	// BulkMinShare times its bulk bytes (the rest waits for the next one).
-	// Fresh records alone go as soon as they are due. The default value is
-	// 0.25; it must lie in (0, 1].
+	// BulkMinShare is bulk's guaranteed share when both lanes have records
+	// ready: the waiting fresh records ride along with the partition's
+	// next bulk batch, up to (1-BulkMinShare)/BulkMinShare times its bulk
+	// bytes (the rest waits for the next one); with FreshAlone, it is the
+	// share of delivery time bulk keeps. Fresh records with no bulk batch
+	// ready go as soon as they are due. The default value is 0.25; it must
+	// lie in (0, 1].
 	BulkMinShare float64
 	// MaxReplicaLag pauses a partition's bulk lane while one of its
 	// replicas is this many batches behind the newest (control-plane lag);

@@ -294,6 +294,12 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 		}
 	})
 	took := w.now().Sub(start)
+	lp.decay()
+	if bulk {
+		lp.share[1] += took.Seconds()
+	} else {
+		lp.share[0] += took.Seconds()
+	}
 	var oldest time.Time
 	if len(pl.recs) > 0 && pl.recs[0].CommittedAt > 0 {
 		oldest = time.UnixMilli(pl.recs[0].CommittedAt)

@@ -64,6 +64,7 @@ type Options struct {
 	// default values are 200ms and Lorry's default.
 	MaxBatchAge  time.Duration
 	BulkMinShare float64
+	FreshAlone   bool
 	// SkipBaseline skips the bulk-only phase (no throughput ratio).
 	SkipBaseline bool
 	// InOrder adds a third phase, the peer: the same backlog and fresh
@@ -423,7 +424,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res := &Result{LoadAvg: uptime(), Options: map[string]any{
 		"records": o.Records, "value_size": o.ValueSize, "fresh_rate": o.FreshRate, "fresh_size": o.FreshSize, "fresh_commit_every": o.FreshCommitEvery.String(),
-		"partitions": o.Partitions, "max_batch_age": o.MaxBatchAge.String(), "bulk_min_share": o.BulkMinShare, "replicas": 3,
+		"partitions": o.Partitions, "max_batch_age": o.MaxBatchAge.String(), "bulk_min_share": o.BulkMinShare, "fresh_alone": o.FreshAlone, "replicas": 3,
 		"object_store": "local directory", "control_plane": "SQLite over gRPC (loopback)",
 		"max_batch_bytes": o.MaxBatchBytes, "fresh_bulk_batch_bytes": o.FreshBulkBatchBytes,
 	}}
@@ -514,7 +515,7 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 	w, err := lorry.New(lorry.Options{Store: b.c.store, Objects: b.c.objs, Registry: b.c.ctl, ID: "bench",
 		MaxBatchAge: o.MaxBatchAge, PollInterval: 20 * time.Millisecond, LeaseTTL: 10 * time.Second,
 		MaxBatchBytes: o.MaxBatchBytes, FreshBulkBatchBytes: o.FreshBulkBatchBytes,
-		BulkMinShare: o.BulkMinShare, LossAfter: 30 * time.Second, BulkLossAfter: 30 * time.Minute,
+		BulkMinShare: o.BulkMinShare, FreshAlone: o.FreshAlone, LossAfter: 30 * time.Second, BulkLossAfter: 30 * time.Minute,
 		TempDir: filepath.Join(b.c.dir, "tmp"), CleanupInterval: -1, Logger: o.Logger})
 	if err != nil {
 		return nil, err
