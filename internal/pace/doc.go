@@ -1,0 +1,45 @@
+// Package pace paces a serving node's ingest so that bulk loads do not
+// disturb its reads: a byte-rate limiter with two classes of traffic and an
+// adaptive mode driven by the node's own read latency.
+//
+// # Classes and buckets
+//
+// Every ingested byte passes Wait (or a Reader) with a Class. Two token
+// buckets, each allowing debt (a request larger than the burst waits in
+// proportion, never fails):
+//
+//	cap       Options.Rate, every byte (deltas and snapshots), node-wide;
+//	          unlimited when Rate is 0
+//	adaptive  the adaptive rate, for Bulk bytes (snapshots); unlimited
+//	          unless the adaptive mode has slowed it
+//
+// Fresh bytes (deltas: they carry the freshness the serving tier promises)
+// wait only for the cap; they are charged to the adaptive bucket too, so
+// bulk loads yield to them, but that debt is bounded by one burst, so a
+// snapshot still moves at the adaptive rate's floor under a steady delta
+// stream.
+//
+// # Adaptive mode
+//
+// With Options.TargetP99 set, the node reports every read's latency to
+// Observe (a lock-free log-linear histogram, ±6%), and every
+// Options.Interval, Step takes the window's p99:
+//
+//	p99 > target, ingest bytes passed   rate = max(MinRate, rate × 1/2)
+//	                                    (from unlimited: half the bytes/s
+//	                                    that passed in the window)
+//	p99 ≤ target                        rate × 1.25; at MaxRate (or Rate
+//	                                    when set) back to unlimited
+//	fewer than MinSamples reads, or     hold
+//	p99 over target with no ingest
+//
+// so the controller never blames ingest for a slow window it took no part
+// in, and a quiet node returns to full speed within a few seconds.
+//
+// # Time and concurrency
+//
+// All waiting and the control loop use Options.Clock (the real clock by
+// default), so tests drive them with a fake clock. A Limiter is safe for
+// concurrent use; Observe is wait-free. Nothing here knows about RocksDB
+// or Prometheus: the node reads Stats.
+package pace
