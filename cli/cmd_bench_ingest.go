@@ -89,6 +89,7 @@ Examples:
 			&cli.Float64Flag{Name: "min-rate", Value: 16, Usage: "paced mode: floor of the adaptive snapshot rate, MB/s"},
 			&cli.Float64Flag{Name: "compaction-rate", Usage: "node's RocksDB compaction rate limit in MB/s, both modes; 0 = unlimited"},
 			&cli.StringFlag{Name: "cache", Value: "256MiB", Usage: "node's block cache"},
+			&cli.IntFlag{Name: "ingest-concurrency", Usage: "node's --ingest-concurrency (default: --delta-partitions + 1; snapshots get 1 slot)"},
 		},
 		Action: benchIngest,
 	}
@@ -115,7 +116,7 @@ func benchIngest(c *cli.Context) error {
 	o := ingestbench.Options{Out: c.String("out"), Dir: c.String("data"), SnapshotBytes: snap, Phase: c.Duration("phase"), Settle: c.Duration("settle"),
 		Partitions: c.Int("partitions"), Keys: c.Int("keys"), ReadRate: c.Int("read-rate"), UpdatesPerSec: c.Int("updates"),
 		DeltaPartitions: c.Int("delta-partitions"), DeltaInterval: c.Duration("delta-interval"), Modes: modes,
-		TargetRatio: c.Float64("target-ratio"), Target: c.Duration("target"), MinRate: int64(c.Float64("min-rate") * 1e6), CacheBytes: cache,
+		TargetRatio: c.Float64("target-ratio"), Target: c.Duration("target"), MinRate: int64(c.Float64("min-rate") * 1e6), CacheBytes: cache, IngestConcurrency: c.Int("ingest-concurrency"),
 		Background: rocks.Background{CompactionRate: int64(c.Float64("compaction-rate") * 1e6)}, Logger: logger()}
 	rep, err := ingestbench.Run(c.Context, o)
 	if err != nil {

@@ -59,8 +59,8 @@ type Options struct {
 	// Pace paces batch downloads (pace.go, internal/pace): Pace.Rate caps
 	// the node's ingest bytes per second (--ingest-rate), Pace.TargetP99
 	// turns on the adaptive mode, which slows snapshot downloads while the
-	// node's own BatchGet p99 exceeds it. The default value pace.Options{}
-	// is unlimited and not adaptive.
+	// node's own BatchGet p99 exceeds it; Pace.Clock defaults to Clock. The
+	// default value pace.Options{} is unlimited and not adaptive.
 	Pace pace.Options
 	// Background configures RocksDB compaction (rate limit, thread
 	// priority; internal/rocks). The default value rocks.Background{}

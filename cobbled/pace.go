@@ -35,7 +35,11 @@ type paceClassKey struct{}
 // startPacing creates the limiter, starts its control loop and paces the
 // node's object getter.
 func (n *Node) startPacing() error {
-	l, err := pace.New(n.opts.Pace)
+	po := n.opts.Pace
+	if po.Clock == nil {
+		po.Clock = n.opts.Clock
+	}
+	l, err := pace.New(po)
 	if err != nil {
 		return fmt.Errorf("cobbled: %w", err)
 	}

@@ -102,6 +102,12 @@ type Options struct {
 	// Background is the node's RocksDB background configuration (both
 	// modes). The default value is cobbled's default.
 	Background rocks.Background
+	// IngestConcurrency is the node's cobbled.Options.IngestConcurrency;
+	// its SnapshotConcurrency is 1, so the other slots stay with the
+	// deltas. The default value is DeltaPartitions + 1: one slot per delta
+	// partition and one for the snapshot (with the node's default of 2, a
+	// snapshot leaves four delta partitions one slot).
+	IngestConcurrency int
 	// Deadline per read. The default value is 2s.
 	Deadline time.Duration
 	// Logger receives progress. The default value discards.
@@ -124,6 +130,7 @@ func (o *Options) ensureDefaults() {
 	def(&o.BatchKeys, 12)
 	def(&o.DeltaPartitions, 4)
 	def(&o.UpdatesPerSec, 1000)
+	def(&o.IngestConcurrency, o.DeltaPartitions+1)
 	if o.CacheBytes == 0 {
 		o.CacheBytes = 256 << 20
 	}
@@ -171,6 +178,9 @@ func (o Options) Validate() error {
 	}
 	if o.SnapshotPartition < 0 || o.SnapshotPartition >= o.Partitions || (o.SnapshotPartition >= 1 && o.SnapshotPartition <= o.DeltaPartitions) {
 		fail("SnapshotPartition %d must be a held partition outside the delta partitions 1..%d", o.SnapshotPartition, o.DeltaPartitions)
+	}
+	if o.IngestConcurrency < 1 {
+		fail("IngestConcurrency %d must be positive", o.IngestConcurrency)
 	}
 	if o.Keys < o.BatchKeys || o.BatchKeys < 1 || o.ReadRate < 1 || o.UpdatesPerSec < 1 {
 		fail("Keys %d ≥ BatchKeys %d ≥ 1, ReadRate %d and UpdatesPerSec %d must be positive", o.Keys, o.BatchKeys, o.ReadRate, o.UpdatesPerSec)
@@ -313,7 +323,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	log.Info("ingestbench: loading the node", "partitions", opts.Partitions, "keys", opts.Keys, "dir", dir)
 	c, err := cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), Nodes: 1, Replicas: 1, Partitions: opts.Partitions,
 		Keys: opts.Keys, MinValue: opts.MinValue, MaxValue: opts.MaxValue, CacheBytes: opts.CacheBytes, Logger: log,
-		Node: func(no *cobbled.Options) { no.Background, no.Pace.MinRate = opts.Background, opts.MinRate }})
+		Node: func(no *cobbled.Options) {
+			no.Background, no.Pace.MinRate = opts.Background, opts.MinRate
+			no.IngestConcurrency, no.SnapshotConcurrency = opts.IngestConcurrency, 1
+		}})
 	if err != nil {
 		return nil, fmt.Errorf("ingestbench: %w", err)
 	}

@@ -85,10 +85,10 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "# pillar bench ingest\n\n")
 	fmt.Fprintf(&b, "One cobbled node on 127.0.0.1, %d partitions, %d read keys (values %d B–%d KiB), %d MiB block cache; steady read load %d × %d-key BatchGet/s over gRPC (open loop, every value checked). "+
 		"(a) a %.2f GiB snapshot for partition %d; (b) %d updates/s as one delta batch per partition every %v on partitions 1–%d, for %v; (c) both. Idle windows %v; each \"during\" window runs to %v after the ingest ends. "+
-		"Paced mode: the node's adaptive pacer with target %s × its own idle p99; compaction: %s. GOMAXPROCS %d, load average %s before, %s after; run took %s, started %s.\n\n",
+		"Node: IngestConcurrency %d, SnapshotConcurrency 1. Paced mode: the node's adaptive pacer with target %s × its own idle p99 (floor %.0f MB/s); compaction: %s. GOMAXPROCS %d, load average %s before, %s after; run took %s, started %s.\n\n",
 		o.Partitions, o.Keys, o.MinValue, o.MaxValue>>10, o.CacheBytes>>20, o.ReadRate, o.BatchKeys,
 		float64(o.SnapshotBytes)/(1<<30), o.SnapshotPartition, o.UpdatesPerSec, o.DeltaInterval, o.DeltaPartitions, o.Phase, o.Phase, o.Settle,
-		targetDesc(o), bgDesc(o), runtime.GOMAXPROCS(0), r.LoadAvg[0], r.LoadAvg[1], r.Elapsed.Round(time.Second), r.Started.UTC().Format(time.RFC3339))
+		o.IngestConcurrency, targetDesc(o), float64(o.MinRate)/1e6, bgDesc(o), runtime.GOMAXPROCS(0), r.LoadAvg[0], r.LoadAvg[1], r.Elapsed.Round(time.Second), r.Started.UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "| mode | scenario | reads | p50 | p99 | p99.9 | idle before+after p50 / p99 / p99.9 | p99 ratio | ingest MB/s | visible | updates/s | throttle waits (time) | lowest adaptive MB/s | max pending compaction MB | max L0 files |\n")
 	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
@@ -200,7 +200,7 @@ func optionsJSON(o Options) map[string]any {
 		"cache_bytes": o.CacheBytes, "read_rate": o.ReadRate, "batch_keys": o.BatchKeys, "phase": o.Phase.String(), "settle": o.Settle.String(),
 		"snapshot_bytes": o.SnapshotBytes, "snapshot_partition": o.SnapshotPartition, "delta_partitions": o.DeltaPartitions,
 		"updates_per_sec": o.UpdatesPerSec, "delta_interval": o.DeltaInterval.String(), "modes": o.Modes, "target_ratio": o.TargetRatio,
-		"target": o.Target.String(), "min_rate": o.MinRate, "compaction_rate": o.Background.CompactionRate, "compaction_normal_priority": o.Background.NormalPriority}
+		"target": o.Target.String(), "min_rate": o.MinRate, "ingest_concurrency": o.IngestConcurrency, "compaction_rate": o.Background.CompactionRate, "compaction_normal_priority": o.Background.NormalPriority}
 }
 
 // Plot draws read latency over the run: p50 and p99 per 500 ms, every

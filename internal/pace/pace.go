@@ -10,19 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pillarkit/pillar/internal/clock"
 )
-
-// Clock is the time source of waits and of the control loop.
-type Clock interface {
-	Now() time.Time
-	// After returns a channel that receives once d has passed.
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Class is the kind of ingest traffic a byte belongs to.
 type Class int
@@ -71,8 +61,9 @@ type Options struct {
 	// MinSamples is the fewest reads a window needs to change the rate. The
 	// default value is 20.
 	MinSamples int
-	// Clock is the time source. The default value is the real clock.
-	Clock Clock
+	// Clock is the time source of waits and of the control loop. The
+	// default value is the wall clock (clock.Real).
+	Clock clock.Clock
 }
 
 func (o *Options) ensureDefaults() {
@@ -88,9 +79,7 @@ func (o *Options) ensureDefaults() {
 	if o.MinSamples == 0 {
 		o.MinSamples = 20
 	}
-	if o.Clock == nil {
-		o.Clock = realClock{}
-	}
+	o.Clock = clock.Or(o.Clock)
 }
 
 // Validate checks the options, with defaults applied.
@@ -193,12 +182,10 @@ func (l *Limiter) Wait(ctx context.Context, c Class, n int) error {
 	if d <= 0 {
 		return nil
 	}
-	select {
-	case <-ctx.Done():
+	if !clock.Sleep(ctx, l.o.Clock, d) {
 		return ctx.Err()
-	case <-l.o.Clock.After(d):
-		return nil
 	}
+	return nil
 }
 
 // readChunk bounds one paced read, so that a rate change takes effect
@@ -269,11 +256,13 @@ func (l *Limiter) Stats() Stats {
 
 // Run calls Step every Options.Interval until ctx ends.
 func (l *Limiter) Run(ctx context.Context) {
+	t := l.o.Clock.NewTicker(l.o.Interval)
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-l.o.Clock.After(l.o.Interval):
+		case <-t.C:
 			l.Step()
 		}
 	}
