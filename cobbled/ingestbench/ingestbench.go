@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -217,9 +218,12 @@ type Result struct {
 	// finding its data.
 	SnapshotVisible time.Duration
 	// Delta batches applied, updates, and visibility percentiles (from
-	// handing a batch to the node to a read finding its marker).
+	// handing a batch to the node to a read finding its marker). Offered
+	// is the stream's rate (updates over the stream's length), Delivered
+	// the updates over the time until the last one was visible; a node
+	// that falls behind shows it in the visibility, which then grows.
 	DeltaBatches, Updates              int
-	UpdatesPerSec                      float64
+	OfferedPerSec, UpdatesPerSec       float64
 	VisibleP50, VisibleP99, VisibleMax time.Duration
 	// From the node's pacer and RocksDB over the window.
 	ThrottleWaits               int64
@@ -642,6 +646,7 @@ func (b *bench) streamDeltas(ctx context.Context, res *Result, d time.Duration, 
 		res.MBps = float64(bytes) / 1e6 / elapsed.Seconds()
 	}
 	res.UpdatesPerSec = float64(res.Updates) / elapsed.Seconds()
+	res.OfferedPerSec = float64(res.Updates) / d.Seconds()
 	slices.Sort(res.deltaVisible)
 	res.VisibleP50, res.VisibleP99 = pct(res.deltaVisible, 0.5), pct(res.deltaVisible, 0.99)
 	if n := len(res.deltaVisible); n > 0 {
@@ -837,7 +842,7 @@ func (b *bench) buildSnapshot(ctx context.Context, dir string) error {
 // read keys (same values) plus one new marker key.
 func (b *bench) buildDeltas(ctx context.Context, dir string) error {
 	n := max(1, int(b.o.Phase/b.o.DeltaInterval))
-	per := max(1, int(float64(b.o.UpdatesPerSec)*b.o.DeltaInterval.Seconds()/float64(b.o.DeltaPartitions)))
+	per := max(1, int(math.Ceil(float64(b.o.UpdatesPerSec)*b.o.DeltaInterval.Seconds()/float64(b.o.DeltaPartitions))))
 	bar := progress.New(int64(n*b.o.DeltaPartitions), "building delta batches", &progress.Options{Logger: b.log, Quiet: b.o.Quiet})
 	defer bar.Done()
 	for i := range b.o.DeltaPartitions {
