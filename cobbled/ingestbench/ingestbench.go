@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/linxGnu/grocksdb"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -225,6 +226,10 @@ type Result struct {
 	DeltaBatches, Updates              int
 	OfferedPerSec, UpdatesPerSec       float64
 	VisibleP50, VisibleP99, VisibleMax time.Duration
+	// DownloadMean and DeltaApplyMean are the node's mean download
+	// (verify, pacing waits included) and delta apply (IngestExternalFile
+	// and state write) times per batch in the window, from its metrics.
+	DownloadMean, DeltaApplyMean time.Duration
 	// From the node's pacer and RocksDB over the window.
 	ThrottleWaits               int64
 	ThrottleWaited              time.Duration
@@ -284,6 +289,7 @@ type bench struct {
 	c       *cluster.Cluster
 	node    *cobbled.Node
 	cli     servepb.ServeClient
+	reg     *prometheus.Registry // the node's metrics
 	batches [][][]byte
 	start   time.Time
 
@@ -336,6 +342,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	defer c.Close()
 	b.c, b.node = c, c.Members()[0].Node()
+	b.reg = prometheus.NewRegistry()
+	for _, col := range c.Members()[0].Metrics.Collectors() {
+		if err := b.reg.Register(col); err != nil {
+			return nil, fmt.Errorf("ingestbench: metrics: %w", err)
+		}
+	}
 	for p := range opts.Partitions {
 		b.seq[p] = 2 // the cluster applied seq 1
 	}
@@ -450,6 +462,7 @@ func mergeIdle(a, b *Result) *Result {
 func (b *bench) window(ctx context.Context, mode, scenario string, d time.Duration, work func(context.Context, *Result) error) (*Result, error) {
 	res := &Result{Mode: mode, Scenario: scenario, Start: time.Since(b.start)}
 	before := b.node.Pacer().Stats()
+	hBefore := b.histograms()
 	b.pacerMin.Store(0)
 	var nodeP99s []time.Duration
 	stopSample := b.sampleNode(ctx, res, &nodeP99s)
@@ -480,6 +493,9 @@ func (b *bench) window(ctx context.Context, mode, scenario string, d time.Durati
 		res.ThrottleWaited += after.Class[c].Waited - before.Class[c].Waited
 	}
 	res.MinAdaptiveRate = b.pacerMin.Load()
+	hAfter := b.histograms()
+	res.DownloadMean = hAfter.download.meanSince(hBefore.download)
+	res.DeltaApplyMean = hAfter.deltaApply.meanSince(hBefore.deltaApply)
 	b.mu.Lock()
 	for _, s := range b.timeline {
 		if s.At >= res.Start && s.At < res.End {
@@ -526,6 +542,50 @@ func (b *bench) sampleNode(ctx context.Context, res *Result, p99s *[]time.Durati
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// hist is a histogram's sample count and sum (seconds).
+type hist struct {
+	count uint64
+	sum   float64
+}
+
+func (h hist) meanSince(before hist) time.Duration {
+	if h.count <= before.count {
+		return 0
+	}
+	return time.Duration((h.sum - before.sum) / float64(h.count-before.count) * 1e9)
+}
+
+type nodeHists struct{ download, deltaApply hist }
+
+// histograms reads the node's download and delta-apply histograms.
+func (b *bench) histograms() nodeHists {
+	var out nodeHists
+	fams, err := b.reg.Gather()
+	if err != nil {
+		return out
+	}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			h := m.GetHistogram()
+			if h == nil {
+				continue
+			}
+			v := hist{h.GetSampleCount(), h.GetSampleSum()}
+			switch f.GetName() {
+			case "cobbled_ingest_download_duration_seconds":
+				out.download = v
+			case "cobbled_ingest_apply_duration_seconds":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "kind" && l.GetValue() == batch.KindDelta {
+						out.deltaApply = v
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // pollPacer tracks the lowest adaptive rate (Result.MinAdaptiveRate).

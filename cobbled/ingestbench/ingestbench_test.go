@@ -32,7 +32,7 @@ func TestRunSmall(t *testing.T) {
 			if s != Deltas && (x.SnapshotVisible == 0 || x.MBps == 0) {
 				t.Fatalf("%s %s: snapshot not measured: %+v", mode, s, x)
 			}
-			if s != Snapshot && (x.DeltaBatches == 0 || x.VisibleP99 == 0) {
+			if s != Snapshot && (x.DeltaBatches == 0 || x.VisibleP99 == 0 || x.DeltaApplyMean == 0 || x.DownloadMean == 0) {
 				t.Fatalf("%s %s: deltas not measured: %+v", mode, s, x)
 			}
 		}

@@ -89,8 +89,8 @@ func (r *Report) Markdown() string {
 		o.Partitions, o.Keys, o.MinValue, o.MaxValue>>10, o.CacheBytes>>20, o.ReadRate, o.BatchKeys,
 		float64(o.SnapshotBytes)/(1<<30), o.SnapshotPartition, o.UpdatesPerSec, o.DeltaInterval, o.DeltaPartitions, o.Phase, o.Phase, o.Settle,
 		o.IngestConcurrency, targetDesc(o), float64(o.MinRate)/1e6, bgDesc(o), runtime.GOMAXPROCS(0), r.LoadAvg[0], r.LoadAvg[1], r.Elapsed.Round(time.Second), r.Started.UTC().Format(time.RFC3339))
-	fmt.Fprintf(&b, "| mode | scenario | reads | p50 | p99 | p99.9 | idle before+after p50 / p99 / p99.9 | p99 ratio | ingest MB/s | visible | updates/s offered / delivered | throttle waits (time) | lowest adaptive MB/s | max pending compaction MB | max L0 files |\n")
-	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| mode | scenario | reads | p50 | p99 | p99.9 | idle before+after p50 / p99 / p99.9 | p99 ratio | ingest MB/s | visible | updates/s offered / delivered | download / delta apply mean (ms) | throttle waits (time) | lowest adaptive MB/s | max pending compaction MB | max L0 files |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
 		if x.Scenario == Idle {
 			continue
@@ -118,8 +118,8 @@ func (r *Report) Markdown() string {
 		if x.Errors > 0 {
 			errs = fmt.Sprintf(" (%d failed)", x.Errors)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d%s | %s | %s | %s | %s | %s | %.1f | %s | %s | %d (%.1f s) | %s | %.0f | %d |\n", x.Mode, x.Scenario, x.Reads, errs,
-			msn(x.P50), msn(x.P99), msn(x.P999), idle, ratioS, x.MBps, strings.Join(vis, "; "), ups,
+		fmt.Fprintf(&b, "| %s | %s | %d%s | %s | %s | %s | %s | %s | %.1f | %s | %s | %s / %s | %d (%.1f s) | %s | %.0f | %d |\n", x.Mode, x.Scenario, x.Reads, errs,
+			msn(x.P50), msn(x.P99), msn(x.P999), idle, ratioS, x.MBps, strings.Join(vis, "; "), ups, msn(x.DownloadMean), msn(x.DeltaApplyMean),
 			x.ThrottleWaits, x.ThrottleWaited.Seconds(), rate(x.MinAdaptiveRate), float64(x.MaxPendingCompaction)/1e6, x.MaxL0)
 	}
 	fmt.Fprintf(&b, "\nLatencies in ms, client-side (gRPC round trip). Visible: from handing the batch to the node (Node.Apply) to a BatchGet finding its data, so download, pacing and queueing behind the partition's previous batch count. "+
