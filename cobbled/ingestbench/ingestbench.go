@@ -220,8 +220,9 @@ type Result struct {
 	SnapshotVisible time.Duration
 	// Delta batches applied, updates, and visibility percentiles (from
 	// handing a batch to the node to a read finding its marker). Offered
-	// is the stream's rate (updates over the stream's length), Delivered
-	// the updates over the time until the last one was visible; a node
+	// is the stream's rate (batch size × partitions / interval),
+	// UpdatesPerSec the updates over the time until the last one was
+	// visible; a node
 	// that falls behind shows it in the visibility, which then grows.
 	DeltaBatches, Updates              int
 	OfferedPerSec, UpdatesPerSec       float64
@@ -296,6 +297,7 @@ type bench struct {
 	snap       *batch.Manifest
 	snapProbe  []byte // a key only the fresh snapshot has
 	deltaPools [][]deltaBatch
+	perBatch   int // updates per delta batch
 
 	mu       sync.Mutex
 	timeline []Sample
@@ -706,7 +708,7 @@ func (b *bench) streamDeltas(ctx context.Context, res *Result, d time.Duration, 
 		res.MBps = float64(bytes) / 1e6 / elapsed.Seconds()
 	}
 	res.UpdatesPerSec = float64(res.Updates) / elapsed.Seconds()
-	res.OfferedPerSec = float64(res.Updates) / d.Seconds()
+	res.OfferedPerSec = float64(b.perBatch*b.o.DeltaPartitions) / b.o.DeltaInterval.Seconds()
 	slices.Sort(res.deltaVisible)
 	res.VisibleP50, res.VisibleP99 = pct(res.deltaVisible, 0.5), pct(res.deltaVisible, 0.99)
 	if n := len(res.deltaVisible); n > 0 {
@@ -903,6 +905,7 @@ func (b *bench) buildSnapshot(ctx context.Context, dir string) error {
 func (b *bench) buildDeltas(ctx context.Context, dir string) error {
 	n := max(1, int(b.o.Phase/b.o.DeltaInterval))
 	per := max(1, int(math.Ceil(float64(b.o.UpdatesPerSec)*b.o.DeltaInterval.Seconds()/float64(b.o.DeltaPartitions))))
+	b.perBatch = per
 	bar := progress.New(int64(n*b.o.DeltaPartitions), "building delta batches", &progress.Options{Logger: b.log, Quiet: b.o.Quiet})
 	defer bar.Done()
 	for i := range b.o.DeltaPartitions {
