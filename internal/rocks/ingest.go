@@ -10,9 +10,12 @@ import (
 // v1.7.15's C API) offers, what the serving node uses, and why. Sources:
 // the installed /usr/include/rocksdb/options.h (7.8.3), RocksDB's
 // db/external_sst_file_ingestion_job.cc (AssignLevelAndSeqnoForIngestedFile,
-// AssignGlobalSeqnoForIngestedFile), its c.cc (rocksdb_options_set_ratelimiter)
-// and the wiki pages "Creating and Ingesting SST files" and "Rate Limiter"
-// (github.com/facebook/rocksdb/wiki).
+// AssignGlobalSeqnoForIngestedFile), its c.cc (rocksdb_options_set_ratelimiter),
+// util/threadpool_imp.cc (a lowered pool's threads call ioprio_set with
+// class 3, IOPRIO_CLASS_IDLE) and port/port_posix.cc (SetCpuPriority: kLow
+// is nice 19), and the wiki pages "Creating and Ingesting SST files" and
+// "Rate Limiter" (github.com/facebook/rocksdb/wiki). The idle I/O class only
+// matters under an I/O scheduler that honours it (BFQ; not "none").
 //
 //	option                          snapshot  delta  why
 //	move_files                      true      true   the staged, verified file is linked into the DB,
