@@ -15,9 +15,9 @@
 //
 // Fresh bytes (deltas: they carry the freshness the serving tier promises)
 // wait only for the cap; they are charged to the adaptive bucket too, so
-// bulk loads yield to them, but that debt is bounded by one burst, so a
-// snapshot still moves at the adaptive rate's floor under a steady delta
-// stream.
+// bulk loads yield to them, but that debt is bounded by one burst, so
+// under a steady delta stream a snapshot still moves, at no less than about
+// half the adaptive rate (each of its chunks waits at most one extra burst).
 //
 // # Adaptive mode
 //
