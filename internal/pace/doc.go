@@ -15,9 +15,10 @@
 //
 // Fresh bytes (deltas: they carry the freshness the serving tier promises)
 // wait only for the cap; they are charged to the adaptive bucket too, so
-// bulk loads yield to them, but that debt is bounded by one burst, so
-// under a steady delta stream a snapshot still moves, at no less than about
-// half the adaptive rate (each of its chunks waits at most one extra burst).
+// bulk loads yield to them, but that debt is bounded by one 256 KiB read
+// chunk, so under a steady delta stream a snapshot still moves at about
+// half the adaptive rate or more (each of its chunks waits at most one
+// extra chunk's time).
 //
 // # Adaptive mode
 //

@@ -364,13 +364,16 @@ func (b *bucket) take(now time.Time, n float64) time.Duration {
 	return time.Duration(math.Ceil(-b.tokens / b.rate * 1e9))
 }
 
-// charge debits n without waiting, with the debt bounded by one burst.
+// charge debits n without waiting, down to a debt of one read chunk at
+// most; it never forgives debt already taken (by a waiting bulk read).
 func (b *bucket) charge(now time.Time, n float64) {
 	if b.rate == 0 {
 		return
 	}
 	b.advance(now)
-	b.tokens = max(b.tokens-n, -b.burst)
+	if b.tokens > -readChunk {
+		b.tokens = max(b.tokens-n, -readChunk)
+	}
 }
 
 // histogram is a lock-free log-linear histogram of nanoseconds: exact below

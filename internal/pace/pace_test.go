@@ -177,7 +177,7 @@ func TestAdaptiveSlowsBulkAndRecovers(t *testing.T) {
 	if s := l.Stats(); s.Class[Fresh].Waits != 0 {
 		t.Fatalf("fresh bytes waited for the adaptive rate: %+v", s)
 	}
-	// ... but bulk yields to them, by at most one burst (256 KiB at 1 MiB/s).
+	// ... but bulk yields to them, by at most one read chunk (256 KiB at 1 MiB/s).
 	done = waitAsync(l, Bulk, 1)
 	blocked(t, clk, 1)
 	clk.Advance(249 * time.Millisecond)
@@ -202,6 +202,28 @@ func TestAdaptiveSlowsBulkAndRecovers(t *testing.T) {
 	}
 	if want := []int64{2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20, 64 << 20, 128 << 20, 256 << 20, 512 << 20, 0}; !slices.Equal(rates, want) {
 		t.Fatalf("recovery %v, want %v", rates, want)
+	}
+}
+
+// TestFreshNeverForgivesBulkDebt: a fresh charge after a large bulk
+// reservation leaves the bulk debt as it is.
+func TestFreshNeverForgivesBulkDebt(t *testing.T) {
+	var b bucket
+	now := time.Unix(0, 0)
+	b.set(now, 1<<20, 0)
+	if d := b.take(now, 4<<20); d <= 0 {
+		t.Fatal("a 4 MiB take at 1 MiB/s did not wait")
+	}
+	before := b.tokens
+	b.charge(now, 1)
+	if b.tokens != before {
+		t.Fatalf("fresh charge moved a bulk debt from %v to %v", before, b.tokens)
+	}
+	b.set(now, 1<<20, 0)
+	b.tokens = 0
+	b.charge(now, 10<<20)
+	if b.tokens != -readChunk {
+		t.Fatalf("fresh debt %v, want one read chunk", b.tokens)
 	}
 }
 
