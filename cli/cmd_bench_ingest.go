@@ -88,6 +88,7 @@ Examples:
 			&cli.DurationFlag{Name: "target", Usage: "paced mode: a fixed target p99 instead of --target-ratio"},
 			&cli.Float64Flag{Name: "min-rate", Value: 16, Usage: "paced mode: floor of the adaptive snapshot rate, MB/s"},
 			&cli.Float64Flag{Name: "compaction-rate", Usage: "node's RocksDB compaction rate limit in MB/s, both modes; 0 = unlimited"},
+			&cli.BoolFlag{Name: "compaction-normal-priority", Usage: "node's compaction threads at normal CPU and I/O priority (default: nice 19, idle I/O class), both modes"},
 			&cli.StringFlag{Name: "cache", Value: "256MiB", Usage: "node's block cache"},
 			&cli.IntFlag{Name: "ingest-concurrency", Usage: "node's --ingest-concurrency (default: --delta-partitions + 1; snapshots get 1 slot)"},
 		},
@@ -117,7 +118,7 @@ func benchIngest(c *cli.Context) error {
 		Partitions: c.Int("partitions"), Keys: c.Int("keys"), ReadRate: c.Int("read-rate"), UpdatesPerSec: c.Int("updates"),
 		DeltaPartitions: c.Int("delta-partitions"), DeltaInterval: c.Duration("delta-interval"), Modes: modes,
 		TargetRatio: c.Float64("target-ratio"), Target: c.Duration("target"), MinRate: int64(c.Float64("min-rate") * 1e6), CacheBytes: cache, IngestConcurrency: c.Int("ingest-concurrency"),
-		Background: rocks.Background{CompactionRate: int64(c.Float64("compaction-rate") * 1e6)}, Logger: logger()}
+		Background: rocks.Background{CompactionRate: int64(c.Float64("compaction-rate") * 1e6), NormalPriority: c.Bool("compaction-normal-priority")}, Logger: logger()}
 	rep, err := ingestbench.Run(c.Context, o)
 	if err != nil {
 		return err
