@@ -51,12 +51,19 @@ A read that finds the node's own data corrupt takes that partition out of servic
 (other replicas serve it) while it is rebuilt from the object store. A token the control
 plane refuses ends the node with an error.
 
+Ingest pacing: --ingest-rate caps the node's download rate for ingest (MB/s, default
+unlimited); --ingest-target-p99 slows snapshot downloads while the node's own BatchGet
+p99 is above it; --compaction-rate caps RocksDB's compaction writes. See /metrics
+(cobbled_ingest_bytes_total, cobbled_ingest_throttle_*, cobbled_compaction_pending_bytes).
+
 Examples:
    pillar cobbled serve --id n1 --zone a --data data/n1 --listen 127.0.0.1:7101 \
        --control 127.0.0.1:7000 --objstore data/objects --cache 2GiB
    pillar cobbled serve --id n2 --zone b --data data/n2 --listen 127.0.0.1:7102 \
-       --http 127.0.0.1:8102 --control 127.0.0.1:7000 --objstore s3://pillar-batches/prod`,
-			Flags: []cli.Flag{
+       --http 127.0.0.1:8102 --control 127.0.0.1:7000 --objstore s3://pillar-batches/prod
+   pillar cobbled serve --id n3 --data data/n3 --listen 127.0.0.1:7103 --control 127.0.0.1:7000 \
+       --objstore data/objects --ingest-rate 200 --ingest-target-p99 3ms --compaction-rate 64`,
+			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "id", Usage: "node id, unique in the deployment", Required: true},
 				&cli.StringFlag{Name: "zone", Usage: "zone (failure domain) reported to the control plane"},
 				&cli.StringFlag{Name: "data", Usage: "data directory (one subdirectory per partition replica)", Required: true},
@@ -74,7 +81,7 @@ Examples:
 				&cli.StringFlag{Name: "max-response", Value: "64MiB", Usage: "largest BatchGet response"},
 				&cli.DurationFlag{Name: "drain", Value: 30 * time.Second, Usage: "how long shutdown waits for in-flight requests"},
 				&cli.StringFlag{Name: "fault-slow", Hidden: true, Usage: "test only: FRACTION:DELAY, e.g. 0.05:50ms, delays that fraction of BatchGet requests"},
-			},
+			}, cobbledPaceFlags()...), // ingest pacing: cmd_bench_ingest.go
 			Action: cobbledServe,
 		}, {
 			Name:  "inspect",
@@ -151,13 +158,17 @@ func cobbledServe(c *cli.Context) error {
 	defer cc.Close()
 
 	metrics := cobbled.NewMetrics()
-	node, err := cobbled.Open(ctx, cobbled.Options{
+	nodeOpts := cobbled.Options{
 		ID: c.String("id"), Zone: c.String("zone"), Addr: addr, Dir: c.String("data"),
 		Partitions: c.Int("partitions"), CacheBytes: cacheBytes, DirectReads: c.Bool("direct-reads"),
 		Control: cobbled.FromControlClient(cc), Objects: objs,
 		IngestConcurrency: c.Int("ingest-concurrency"), MaxKeys: c.Int("max-keys"), MaxResponseBytes: int(maxResp),
 		FaultDelay: fault, Logger: log, Metrics: metrics,
-	})
+	}
+	if err := cobbledPaceOptions(c, &nodeOpts); err != nil {
+		return err
+	}
+	node, err := cobbled.Open(ctx, nodeOpts)
 	if err != nil {
 		return err
 	}

@@ -246,7 +246,7 @@ Examples:
 				&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the run to this file"},
 			}, routerFlags()...),
 			Action: benchRead,
-		}, benchScaleCommand(), lorryBenchCommand()},
+		}, benchScaleCommand(), lorryBenchCommand(), benchIngestCommand()}, // bench ingest: cmd_bench_ingest.go
 	}
 }
 

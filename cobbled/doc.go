@@ -31,6 +31,19 @@
 // rebuilds it into a fresh generation from the batch log, serving again once
 // back at the seq it had.
 //
+// # Ingest pacing
+//
+// Every batch file is downloaded through the node's pace.Limiter
+// (Options.Pace, pace.go): a node-wide byte-rate cap for deltas and
+// snapshots together, and an adaptive mode that halves the snapshot rate
+// while the node's own BatchGet p99 (handling time, per 500 ms window) is
+// over a target and the window saw ingest, and grows it back when it is
+// under; deltas wait only for the cap, so freshness is not traded for the
+// adaptive mode. Options.SnapshotConcurrency can keep an ingest slot free
+// for deltas. RocksDB's side (IngestExternalFile options, compaction rate
+// limit and priority, and why those and not others in 7.8) is in
+// internal/rocks (ingest.go). `pillar bench ingest` measures it.
+//
 // # Crash safety
 //
 // Each partition directory holds state.json {db generation, seq, batch id},

@@ -104,7 +104,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 			return f(n.Stats())
 		}
 	}
-	return []prometheus.Collector{
+	return append([]prometheus.Collector{
 		m.requestDuration, m.inflight, m.requests, m.keys, m.bytes, m.appliedSeq, m.lag,
 		m.ingestDuration, m.downloadDuration, m.downloadBytes, m.ingestErrors,
 		m.batchesApplied, m.reconciled, m.fault, m.corruptReads, m.rebuilds, m.retracted,
@@ -122,5 +122,5 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cobbled_block_cache_capacity_bytes", Help: "Block cache capacity (--cache).",
 		}, cache(func(s Stats) float64 { return float64(s.CacheCapacity) })),
-	}
+	}, m.paceCollectors()...) // ingest pacing and compaction backlog (pace.go)
 }

@@ -61,6 +61,7 @@ type Node struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 	lifeMu    sync.RWMutex // Stats holds it shared; Close exclusively while freeing handles
+	pacing                 // ingest pacing (pace.go)
 }
 
 type stagedFile interface {
@@ -86,7 +87,11 @@ func Open(ctx context.Context, opts Options) (*Node, error) {
 	}
 	n := &Node{opts: opts, sem: make(chan struct{}, opts.IngestConcurrency)}
 	n.create = func(path string) (stagedFile, error) { return os.Create(path) }
+	if err := n.startPacing(); err != nil {
+		return nil, err
+	}
 	if err := n.learnPartitions(ctx); err != nil {
+		n.stopPacing()
 		return nil, err
 	}
 
@@ -97,6 +102,7 @@ func Open(ctx context.Context, opts Options) (*Node, error) {
 		return nil, fmt.Errorf("cobbled: %w", err)
 	}
 	tuneForServing(dbOpts)
+	opts.Background.Apply(dbOpts) // compaction rate limit and priority (internal/rocks)
 	dbOpts.SetUseDirectReads(opts.DirectReads)
 	n.dbOpts = dbOpts
 	n.ro = grocksdb.NewDefaultReadOptions()
@@ -281,6 +287,7 @@ func (n *Node) dropPartition(id int) {
 // after Close answer ErrNotServed.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
+		n.stopPacing()
 		n.lifeMu.Lock()
 		defer n.lifeMu.Unlock()
 		n.partsMu.Lock()
@@ -373,6 +380,11 @@ func (n *Node) checkManifest(partition int, m *batch.Manifest) error {
 // fetchAndApply applies b to p unless it is already applied; it is the one
 // place a batch goes from the object store into a database.
 func (n *Node) fetchAndApply(ctx context.Context, p *partition, b *Batch) error {
+	ctx, release, err := n.paceBatch(ctx, &b.Manifest) // snapshot slot, pace class (pace.go)
+	if err != nil {
+		return err
+	}
+	defer release()
 	select {
 	case n.sem <- struct{}{}:
 	case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pillarkit/pillar/internal/clock"
+	"github.com/pillarkit/pillar/internal/pace"
 	"github.com/pillarkit/pillar/internal/rocks"
 )
 
@@ -50,6 +51,21 @@ type Options struct {
 	// IngestConcurrency bounds how many partitions download and apply a batch
 	// at the same time. The default value is 2.
 	IngestConcurrency int
+	// SnapshotConcurrency bounds how many of those are snapshots; below
+	// IngestConcurrency it keeps a slot for deltas while large snapshots
+	// download. The default value is IngestConcurrency (no separate bound:
+	// a node bootstrapping many partitions loads them in parallel).
+	SnapshotConcurrency int
+	// Pace paces batch downloads (pace.go, internal/pace): Pace.Rate caps
+	// the node's ingest bytes per second (--ingest-rate), Pace.TargetP99
+	// turns on the adaptive mode, which slows snapshot downloads while the
+	// node's own BatchGet p99 exceeds it; Pace.Clock defaults to Clock. The
+	// default value pace.Options{} is unlimited and not adaptive.
+	Pace pace.Options
+	// Background configures RocksDB compaction (rate limit, thread
+	// priority; internal/rocks). The default value rocks.Background{}
+	// lowers compaction threads' priority and does not limit their rate.
+	Background rocks.Background
 	// LongPoll is how long one ListBatches call waits for a new batch. The
 	// default value is 20s.
 	LongPoll time.Duration
@@ -105,6 +121,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.IngestConcurrency == 0 {
 		o.IngestConcurrency = 2
+	}
+	if o.SnapshotConcurrency == 0 {
+		o.SnapshotConcurrency = o.IngestConcurrency
 	}
 	if o.LongPoll == 0 {
 		o.LongPoll = 20 * time.Second
@@ -172,6 +191,15 @@ func (o Options) Validate() error {
 	}
 	if o.FaultDelay.Fraction < 0 || o.FaultDelay.Fraction > 1 || o.FaultDelay.Delay < 0 {
 		fail("FaultDelay %+v: fraction must be in [0,1] and delay non-negative", o.FaultDelay)
+	}
+	if o.SnapshotConcurrency < 1 {
+		fail("SnapshotConcurrency %d must be positive", o.SnapshotConcurrency)
+	}
+	if err := o.Pace.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("cobbled: options: %w", err))
+	}
+	if err := o.Background.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("cobbled: options: %w", err))
 	}
 	if err := o.Table.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("cobbled: options: %w", err))

@@ -16,6 +16,7 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/rocks"
 )
 
 // A partition replica on disk:
@@ -225,9 +226,8 @@ func (p *partition) apply(b *Batch, paths []string) error {
 		return fmt.Errorf("cobbled: partition %d: batch %s: no files to ingest", p.id, m.ID)
 	}
 	start := time.Now()
-	ing := grocksdb.NewDefaultIngestExternalFileOptions()
+	ing := rocks.IngestOptions(m.Kind == batch.KindSnapshot) // placement and flush rules: internal/rocks
 	defer ing.Destroy()
-	ing.SetMoveFiles(true)
 	var err error
 	switch m.Kind {
 	case batch.KindDelta:

@@ -148,7 +148,9 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 	m.inflight.Inc()
 	defer func() {
 		m.inflight.Dec()
-		m.requestDuration.Observe(clock.Since(clk, start).Seconds())
+		d := clock.Since(clk, start)
+		m.requestDuration.Observe(d.Seconds())
+		n.pacer.Observe(d) // the adaptive ingest mode's read latency (pace.go)
 		m.requests.WithLabelValues(status.Code(err).String()).Inc()
 	}()
 	keys := req.Keys

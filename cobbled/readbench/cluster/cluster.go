@@ -75,6 +75,9 @@ type Options struct {
 	Clock clock.Clock
 	// Logger receives progress. The default value discards.
 	Logger *slog.Logger
+	// Node adjusts each node's options before it opens (also on Restart).
+	// The default value nil changes nothing.
+	Node func(*cobbled.Options)
 }
 
 func (o *Options) ensureDefaults() {
@@ -250,6 +253,10 @@ func (c *Cluster) SSTFile(p int) string { return c.ssts[p] }
 // CacheBytes returns each node's block cache size.
 func (c *Cluster) CacheBytes() int64 { return c.opts.CacheBytes }
 
+// ObjectsDir is the local object store the nodes read batches from (a
+// directory in objstore.Local's layout).
+func (c *Cluster) ObjectsDir() string { return c.objects }
+
 // Partitions returns P.
 func (c *Cluster) Partitions() int { return c.opts.Partitions }
 
@@ -339,8 +346,12 @@ func (d dirObjects) Get(ctx context.Context, key string) (io.ReadCloser, error) 
 }
 
 func (m *Member) open(ctx context.Context, fault cobbled.FaultDelay) error {
-	n, err := cobbled.Open(ctx, cobbled.Options{ID: m.ID, Zone: m.Zone, Dir: m.dir, Partitions: m.c.opts.Partitions,
-		CacheBytes: m.c.opts.CacheBytes, Objects: dirObjects{m.c.objects}, FaultDelay: fault, Metrics: m.Metrics, Clock: m.c.opts.Clock})
+	o := cobbled.Options{ID: m.ID, Zone: m.Zone, Dir: m.dir, Partitions: m.c.opts.Partitions,
+		CacheBytes: m.c.opts.CacheBytes, Objects: dirObjects{m.c.objects}, FaultDelay: fault, Metrics: m.Metrics, Clock: m.c.opts.Clock}
+	if m.c.opts.Node != nil {
+		m.c.opts.Node(&o)
+	}
+	n, err := cobbled.Open(ctx, o)
 	if err != nil {
 		return fmt.Errorf("cluster: open %s: %w", m.ID, err)
 	}

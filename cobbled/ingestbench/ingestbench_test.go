@@ -1,0 +1,98 @@
+package ingestbench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRunSmall runs every scenario at toy sizes and checks the report's
+// shape (not its figures: this is not a benchmark).
+func TestRunSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node and ingests ~20 MB")
+	}
+	out := t.TempDir()
+	rep, err := Run(context.Background(), Options{Out: out, Dir: t.TempDir(), Partitions: 4, Keys: 240, MaxValue: 20 << 10,
+		CacheBytes: 16 << 20, ReadRate: 50, Phase: 400 * time.Millisecond, Settle: 100 * time.Millisecond, SnapshotBytes: 8 << 20,
+		DeltaPartitions: 2, UpdatesPerSec: 200, DeltaInterval: 100 * time.Millisecond, Quiet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{Unpaced, Paced} {
+		for _, s := range []string{Snapshot, Deltas, Both} {
+			x := rep.Result(mode, s)
+			if x == nil || x.Reads == 0 || x.Errors != 0 || x.Idle == nil || x.P99 == 0 {
+				t.Fatalf("%s %s: %+v", mode, s, x)
+			}
+			if s != Deltas && (x.SnapshotVisible == 0 || x.MBps == 0) {
+				t.Fatalf("%s %s: snapshot not measured: %+v", mode, s, x)
+			}
+			if s != Snapshot && (x.DeltaBatches == 0 || x.VisibleP99 == 0 || x.DeltaApplyMean == 0 || x.DownloadMean == 0) {
+				t.Fatalf("%s %s: deltas not measured: %+v", mode, s, x)
+			}
+		}
+	}
+	if f := rep.Result(Unpaced, Floor); f == nil || f.MBps == 0 || rep.FloorMBps() == 0 {
+		t.Fatalf("floor: %+v", f)
+	}
+	if len(rep.Checks) != 8 {
+		t.Fatalf("%d checks: %+v", len(rep.Checks), rep.Checks)
+	}
+	for _, f := range []string{"results.md", "results.json", "latency-timeline.png"} {
+		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "| paced | c-both |") {
+		t.Fatalf("table lacks the paced c-both row:\n%s", md)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, o := range []Options{{Modes: []string{"fast"}}, {Partitions: 4, DeltaPartitions: 4}, {SnapshotPartition: 2}, {TargetRatio: 0.5}} {
+		if err := o.Validate(); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}
+
+// BenchmarkIngest runs the whole benchmark once per iteration and reports
+// the ratios. Sizes are small by default; INGESTBENCH_SNAPSHOT_MB
+// and INGESTBENCH_PHASE (a duration) scale it up, e.g.
+//
+//	INGESTBENCH_SNAPSHOT_MB=1024 go test -run '^$' -bench Ingest -benchtime 1x ./cobbled/ingestbench/
+func BenchmarkIngest(b *testing.B) {
+	o := Options{SnapshotBytes: 128 << 20, Phase: 4 * time.Second, Quiet: true}
+	if v, err := strconv.Atoi(os.Getenv("INGESTBENCH_SNAPSHOT_MB")); err == nil && v > 0 {
+		o.SnapshotBytes = int64(v) << 20
+	}
+	if d, err := time.ParseDuration(os.Getenv("INGESTBENCH_PHASE")); err == nil && d > 0 {
+		o.Phase = d
+	}
+	for range b.N {
+		rep, err := Run(context.Background(), o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, s := range []string{Snapshot, Deltas, Both} {
+			for _, mode := range []string{Unpaced, Paced} {
+				if x := rep.Result(mode, s); x != nil && x.Idle != nil {
+					b.ReportMetric(ratio(x.P99, x.Idle.P99), mode+"-"+s+"-p99/idle")
+				}
+			}
+		}
+		if a, f := rep.Result(Unpaced, Snapshot), rep.FloorMBps(); a != nil && f > 0 {
+			b.ReportMetric(a.MBps, "snapshot-MB/s")
+			b.ReportMetric(a.MBps/f, "snapshot/floor")
+		}
+		if x := rep.Result(Paced, Deltas); x != nil {
+			b.ReportMetric(x.VisibleP99.Seconds(), "paced-delta-visible-p99-s")
+		}
+		b.Log("\n" + rep.Markdown())
+	}
+}

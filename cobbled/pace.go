@@ -1,0 +1,188 @@
+package cobbled
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/pace"
+)
+
+// Ingest pacing: the hook around the download and ingest step. Every batch
+// file is downloaded through the node's pace.Limiter (Options.Pace), as
+// class Fresh for a delta and Bulk for a snapshot; BatchGet reports its
+// handling time to the limiter's adaptive mode; at most
+// Options.SnapshotConcurrency snapshots are in the download/apply step at
+// once. The download is the step to pace: it is where a batch's bytes are
+// read, hashed and written on this node (IngestExternalFile then links the
+// staged files, see internal/rocks), and its rate bounds the compaction
+// that deltas cause later. Compaction itself is paced by RocksDB
+// (Options.Background).
+
+// pacing is the node's pacing state (embedded in Node).
+type pacing struct {
+	pacer    *pace.Limiter
+	snapSem  chan struct{}
+	stopPace context.CancelFunc
+}
+
+type paceClassKey struct{}
+
+// startPacing creates the limiter, starts its control loop and paces the
+// node's object getter.
+func (n *Node) startPacing() error {
+	po := n.opts.Pace
+	if po.Clock == nil {
+		po.Clock = n.opts.Clock
+	}
+	l, err := pace.New(po)
+	if err != nil {
+		return fmt.Errorf("cobbled: %w", err)
+	}
+	n.pacer = l
+	n.snapSem = make(chan struct{}, n.opts.SnapshotConcurrency)
+	ctx, cancel := context.WithCancel(context.Background())
+	n.stopPace = cancel
+	go l.Run(ctx)
+	if n.opts.Objects != nil {
+		n.opts.Objects = pacedObjects{inner: n.opts.Objects, l: l}
+	}
+	return nil
+}
+
+func (n *Node) stopPacing() {
+	if n.stopPace != nil {
+		n.stopPace()
+	}
+}
+
+// Pacer returns the node's ingest limiter, for its Stats and for changing
+// the rate or the adaptive target while the node runs.
+func (n *Node) Pacer() *pace.Limiter { return n.pacer }
+
+// paceBatch starts the paced part of applying m: a snapshot waits for a
+// snapshot slot; the returned context tells the paced getter the class.
+// The caller calls release when the batch is applied or has failed.
+func (n *Node) paceBatch(ctx context.Context, m *batch.Manifest) (_ context.Context, release func(), _ error) {
+	class := pace.Fresh
+	release = func() {}
+	if m.Kind == batch.KindSnapshot {
+		class = pace.Bulk
+		select {
+		case n.snapSem <- struct{}{}:
+			release = func() { <-n.snapSem }
+		case <-ctx.Done():
+			return ctx, release, ctx.Err()
+		}
+	}
+	return context.WithValue(ctx, paceClassKey{}, class), release, nil
+}
+
+// pacedObjects reads every object through the limiter, in the class the
+// context names (Fresh when it names none).
+type pacedObjects struct {
+	inner ObjectGetter
+	l     *pace.Limiter
+}
+
+func (p pacedObjects) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	rc, err := p.inner.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	class, _ := ctx.Value(paceClassKey{}).(pace.Class)
+	return struct {
+		io.Reader
+		io.Closer
+	}{p.l.Reader(ctx, rc, class), rc}, nil
+}
+
+// CompactionStats sums RocksDB's compaction backlog over held partitions.
+type CompactionStats struct {
+	// PendingBytes is rocksdb.estimate-pending-compaction-bytes, summed.
+	PendingBytes uint64
+	// L0Files is rocksdb.num-files-at-level0, summed.
+	L0Files uint64
+	// Running is rocksdb.num-running-compactions, summed.
+	Running uint64
+}
+
+// CompactionStats returns the compaction backlog of the node's databases.
+func (n *Node) CompactionStats() CompactionStats {
+	var s CompactionStats
+	n.lifeMu.RLock()
+	defer n.lifeMu.RUnlock()
+	if n.closed.Load() {
+		return s
+	}
+	prop := func(p *partition, name string) uint64 {
+		v, _ := strconv.ParseUint(p.db.GetProperty(name), 10, 64)
+		return v
+	}
+	for _, p := range *n.parts.Load() {
+		if p == nil {
+			continue
+		}
+		p.mu.RLock()
+		if p.db != nil {
+			s.PendingBytes += prop(p, "rocksdb.estimate-pending-compaction-bytes")
+			s.L0Files += prop(p, "rocksdb.num-files-at-level0")
+			s.Running += prop(p, "rocksdb.num-running-compactions")
+		}
+		p.mu.RUnlock()
+	}
+	return s
+}
+
+// paceCollectors are the pacing and compaction metrics, read from the node
+// at scrape time.
+func (m *Metrics) paceCollectors() []prometheus.Collector {
+	fromNode := func(f func(n *Node) float64) func() float64 {
+		return func() float64 {
+			n := m.node.Load()
+			if n == nil || n.pacer == nil {
+				return 0
+			}
+			return f(n)
+		}
+	}
+	stat := func(f func(pace.Stats) float64) func() float64 {
+		return fromNode(func(n *Node) float64 { return f(n.pacer.Stats()) })
+	}
+	var cs []prometheus.Collector
+	for _, c := range []pace.Class{pace.Fresh, pace.Bulk} {
+		kind := prometheus.Labels{"kind": map[pace.Class]string{pace.Fresh: "delta", pace.Bulk: "snapshot"}[c]}
+		cs = append(cs,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cobbled_ingest_bytes_total", ConstLabels: kind,
+				Help: "Batch bytes downloaded for ingest (through the pacer), by kind."},
+				stat(func(s pace.Stats) float64 { return float64(s.Class[c].Bytes) })),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cobbled_ingest_throttle_waits_total", ConstLabels: kind,
+				Help: "Download reads that waited for the ingest rate limit, by kind."},
+				stat(func(s pace.Stats) float64 { return float64(s.Class[c].Waits) })),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cobbled_ingest_throttle_wait_seconds_total", ConstLabels: kind,
+				Help: "Time download reads were held back by the ingest rate limit, by kind."},
+				stat(func(s pace.Stats) float64 { return s.Class[c].Waited.Seconds() })),
+		)
+	}
+	return append(cs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cobbled_ingest_rate_limit_bytes", ConstLabels: prometheus.Labels{"limit": "cap"},
+			Help: "Ingest rate limit in bytes/s: the hard cap (--ingest-rate) and the adaptive snapshot rate; 0 is unlimited."},
+			stat(func(s pace.Stats) float64 { return float64(s.Rate) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cobbled_ingest_rate_limit_bytes", ConstLabels: prometheus.Labels{"limit": "adaptive"},
+			Help: "Ingest rate limit in bytes/s: the hard cap (--ingest-rate) and the adaptive snapshot rate; 0 is unlimited."},
+			stat(func(s pace.Stats) float64 { return float64(s.AdaptiveRate) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cobbled_ingest_pacer_read_p99_seconds",
+			Help: "BatchGet handling-time p99 of the pacer's last control window (what the adaptive mode compares with its target)."},
+			stat(func(s pace.Stats) float64 { return s.ReadP99.Seconds() })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cobbled_compaction_pending_bytes",
+			Help: "RocksDB's estimate of bytes compaction must rewrite, summed over held partitions."},
+			fromNode(func(n *Node) float64 { return float64(n.CompactionStats().PendingBytes) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cobbled_l0_files",
+			Help: "SST files in level 0 (ingested deltas not yet compacted), summed over held partitions."},
+			fromNode(func(n *Node) float64 { return float64(n.CompactionStats().L0Files) })),
+	)
+}

@@ -1,0 +1,48 @@
+// Package pace paces a serving node's ingest so that bulk loads do not
+// disturb its reads: a byte-rate limiter with two classes of traffic and an
+// adaptive mode driven by the node's own read latency.
+//
+// # Classes and buckets
+//
+// Every ingested byte passes Wait (or a Reader) with a Class. Two token
+// buckets, each allowing debt (a request larger than the burst waits in
+// proportion, never fails):
+//
+//	cap       Options.Rate, every byte (deltas and snapshots), node-wide;
+//	          unlimited when Rate is 0
+//	adaptive  the adaptive rate, for Bulk bytes (snapshots); unlimited
+//	          unless the adaptive mode has slowed it
+//
+// Fresh bytes (deltas: they carry the freshness the serving tier promises)
+// wait only for the cap; they are charged to the adaptive bucket too, so
+// bulk loads yield to them, but that debt is bounded by one 256 KiB read
+// chunk, so under a steady delta stream a snapshot still moves at about
+// half the adaptive rate or more (each of its chunks waits at most one
+// extra chunk's time).
+//
+// # Adaptive mode
+//
+// With Options.TargetP99 set, the node reports every read's latency to
+// Observe (a lock-free log-linear histogram, ±6%), and every
+// Options.Interval, Step takes the window's p99:
+//
+//	p99 > target, ingest bytes passed   rate = max(MinRate, rate × 1/2)
+//	                                    (from unlimited: half the bytes/s
+//	                                    that passed in the window)
+//	p99 ≤ target, ingest bytes passed   rate × 1.25 (× 2 when p99 ≤ target/2);
+//	                                    at MaxRate (or Rate when set) back
+//	                                    to unlimited
+//	fewer than MinSamples reads, or     hold
+//	no ingest in the window
+//
+// so the controller never blames ingest for a slow window it took no part
+// in, and keeps what it learnt across idle spells (ingest comes in bursts);
+// from the floor, doubling reaches 1 GiB/s in 9 windows.
+//
+// # Time and concurrency
+//
+// All waiting and the control loop use Options.Clock (internal/clock; the
+// wall clock by default), so tests drive them with clock.Fake. A Limiter is safe for
+// concurrent use; Observe is wait-free. Nothing here knows about RocksDB
+// or Prometheus: the node reads Stats.
+package pace

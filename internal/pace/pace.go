@@ -1,0 +1,437 @@
+package pace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pillarkit/pillar/internal/clock"
+)
+
+// Class is the kind of ingest traffic a byte belongs to.
+type Class int
+
+const (
+	// Fresh traffic (deltas) waits only for the hard cap.
+	Fresh Class = iota
+	// Bulk traffic (snapshots) also waits for the adaptive rate.
+	Bulk
+	numClasses
+)
+
+func (c Class) String() string {
+	switch c {
+	case Fresh:
+		return "fresh"
+	case Bulk:
+		return "bulk"
+	}
+	return fmt.Sprintf("class(%d)", int(c))
+}
+
+// Options configure a Limiter. The zero value of every field means its
+// default; the zero Options is an unlimited, non-adaptive limiter.
+type Options struct {
+	// Rate caps every ingest byte, in bytes per second. The default value 0
+	// is unlimited.
+	Rate int64
+	// Burst is how many bytes may pass at once after an idle spell. The
+	// default value is an eighth of the rate (125 ms of ingest), at least
+	// 256 KiB.
+	Burst int64
+	// TargetP99 turns the adaptive mode on: while the p99 of the reads
+	// reported to Observe exceeds it, bulk ingest slows down (see the
+	// package comment). The default value 0 is off.
+	TargetP99 time.Duration
+	// MinRate is the adaptive rate's floor in bytes per second. The default
+	// value is 2 MiB/s.
+	MinRate int64
+	// MaxRate is where a growing adaptive rate returns to unlimited (or to
+	// Rate, when that is lower). The default value is 1 GiB/s.
+	MaxRate int64
+	// Interval is the control period of the adaptive mode (Run). The
+	// default value is 500ms.
+	Interval time.Duration
+	// MinSamples is the fewest reads a window needs to change the rate. The
+	// default value is 20.
+	MinSamples int
+	// Clock is the time source of waits and of the control loop. The
+	// default value is the wall clock (clock.Real).
+	Clock clock.Clock
+}
+
+func (o *Options) ensureDefaults() {
+	if o.MinRate == 0 {
+		o.MinRate = 2 << 20
+	}
+	if o.MaxRate == 0 {
+		o.MaxRate = 1 << 30
+	}
+	if o.Interval == 0 {
+		o.Interval = 500 * time.Millisecond
+	}
+	if o.MinSamples == 0 {
+		o.MinSamples = 20
+	}
+	o.Clock = clock.Or(o.Clock)
+}
+
+// Validate checks the options, with defaults applied.
+func (o Options) Validate() error {
+	o.ensureDefaults()
+	var errs []error
+	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf("pace: options: "+format, a...)) }
+	if o.Rate < 0 || o.Burst < 0 || o.MinRate < 0 || o.MaxRate < 0 {
+		fail("Rate %d, Burst %d, MinRate %d and MaxRate %d must not be negative", o.Rate, o.Burst, o.MinRate, o.MaxRate)
+	}
+	if o.TargetP99 < 0 || o.Interval < 0 || o.MinSamples < 0 {
+		fail("TargetP99 %v, Interval %v and MinSamples %d must not be negative", o.TargetP99, o.Interval, o.MinSamples)
+	}
+	if o.MaxRate < o.MinRate {
+		fail("MaxRate %d is below MinRate %d", o.MaxRate, o.MinRate)
+	}
+	if o.Rate > 0 && o.TargetP99 > 0 && o.Rate < o.MinRate {
+		fail("Rate %d is below the adaptive floor MinRate %d", o.Rate, o.MinRate)
+	}
+	return errors.Join(errs...)
+}
+
+// ClassStats count one class's traffic.
+type ClassStats struct {
+	Bytes  int64         // bytes that passed (or are waiting to)
+	Waits  int64         // Wait calls that had to sleep
+	Waited time.Duration // total sleep those calls were given
+}
+
+// Stats is a snapshot of a Limiter.
+type Stats struct {
+	Class [numClasses]ClassStats // by Class
+	// Rate is the hard cap and AdaptiveRate the bulk rate, bytes/s; 0 is
+	// unlimited.
+	Rate, AdaptiveRate int64
+	Target             time.Duration // adaptive target; 0 = off
+	// ReadP99 and ReadSamples describe the last control window.
+	ReadP99     time.Duration
+	ReadSamples int64
+	// Slowdowns and Speedups count the adaptive rate's changes.
+	Slowdowns, Speedups int64
+}
+
+// Limiter paces ingest bytes; see the package comment.
+type Limiter struct {
+	o Options
+
+	mu          sync.Mutex
+	capB        bucket
+	adaptB      bucket
+	target      time.Duration
+	windowBytes int64
+	lastStep    time.Time
+	stats       Stats
+
+	cur  atomic.Uint32 // window Observe writes to (low bit)
+	hist [2]histogram
+}
+
+// New returns a Limiter, or an error naming the bad option.
+func New(opts Options) (*Limiter, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.ensureDefaults()
+	l := &Limiter{o: opts, target: opts.TargetP99}
+	now := opts.Clock.Now()
+	l.capB.set(now, float64(opts.Rate), opts.Burst)
+	l.adaptB.set(now, 0, opts.Burst)
+	l.lastStep = now
+	return l, nil
+}
+
+// Wait accounts n bytes of class c and sleeps until the buckets allow them,
+// or until ctx ends (its error). A sleeping Wait keeps its wake-up time if
+// the rate changes meanwhile, so callers pace in chunks (see Reader).
+func (l *Limiter) Wait(ctx context.Context, c Class, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	if c < 0 || c >= numClasses {
+		return fmt.Errorf("pace: unknown %v", c)
+	}
+	l.mu.Lock()
+	now := l.o.Clock.Now()
+	d := l.capB.take(now, float64(n))
+	if c == Bulk {
+		d = max(d, l.adaptB.take(now, float64(n)))
+	} else {
+		l.adaptB.charge(now, float64(n))
+	}
+	l.windowBytes += int64(n)
+	cs := &l.stats.Class[c]
+	cs.Bytes += int64(n)
+	if d > 0 {
+		cs.Waits++
+		cs.Waited += d
+	}
+	l.mu.Unlock()
+	if d <= 0 {
+		return nil
+	}
+	if !clock.Sleep(ctx, l.o.Clock, d) {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// readChunk bounds one paced read, so that a rate change takes effect
+// within one chunk's time.
+const readChunk = 256 << 10
+
+// Reader returns r paced as class c: every Read is at most 256 KiB and is
+// followed by a Wait for the bytes read. A Wait that ends with ctx is the
+// Read's error.
+func (l *Limiter) Reader(ctx context.Context, r io.Reader, c Class) io.Reader {
+	return &pacedReader{ctx: ctx, r: r, l: l, c: c}
+}
+
+type pacedReader struct {
+	ctx context.Context
+	r   io.Reader
+	l   *Limiter
+	c   Class
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	if len(b) > readChunk {
+		b = b[:readChunk]
+	}
+	n, err := p.r.Read(b)
+	if n > 0 {
+		if werr := p.l.Wait(p.ctx, p.c, n); werr != nil {
+			return n, werr
+		}
+	}
+	return n, err
+}
+
+// Observe records one read's latency for the adaptive mode. It is
+// wait-free and safe for concurrent use.
+func (l *Limiter) Observe(d time.Duration) {
+	l.hist[l.cur.Load()&1].add(int64(d))
+}
+
+// SetRate changes the hard cap (bytes/s; 0 = unlimited).
+func (l *Limiter) SetRate(rate int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.o.Clock.Now()
+	l.o.Rate = max(rate, 0)
+	l.capB.set(now, float64(l.o.Rate), l.o.Burst)
+}
+
+// SetTarget changes the adaptive target (0 turns the mode off and lifts the
+// adaptive rate).
+func (l *Limiter) SetTarget(target time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.target = max(target, 0)
+	if l.target == 0 {
+		l.adaptB.set(l.o.Clock.Now(), 0, l.o.Burst)
+	}
+}
+
+// Stats returns a snapshot of the limiter.
+func (l *Limiter) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.stats
+	s.Rate, s.AdaptiveRate, s.Target = int64(l.capB.rate), int64(l.adaptB.rate), l.target
+	return s
+}
+
+// Run calls Step every Options.Interval until ctx ends.
+func (l *Limiter) Run(ctx context.Context) {
+	t := l.o.Clock.NewTicker(l.o.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			l.Step()
+		}
+	}
+}
+
+// Step ends the current control window: it takes the window's read p99 and,
+// in the adaptive mode, moves the adaptive rate (see the package comment).
+// Run calls it; tests call it directly.
+func (l *Limiter) Step() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := l.cur.Load()
+	l.cur.Store(old + 1)
+	h := &l.hist[old&1]
+	count, p99 := h.quantile(0.99)
+	h.reset()
+
+	now := l.o.Clock.Now()
+	elapsed := now.Sub(l.lastStep)
+	l.lastStep = now
+	bytes := l.windowBytes
+	l.windowBytes = 0
+	l.stats.ReadP99, l.stats.ReadSamples = p99, count
+	if l.target <= 0 || count < int64(l.o.MinSamples) || bytes == 0 {
+		return // off, too few reads to judge, or nothing to blame
+	}
+	cur := l.adaptB.rate
+	ceiling := float64(l.o.MaxRate)
+	if l.o.Rate > 0 {
+		ceiling = min(ceiling, float64(l.o.Rate))
+	}
+	switch {
+	case p99 > l.target:
+		if cur == 0 {
+			cur = ceiling
+			if elapsed > 0 {
+				cur = min(cur, float64(bytes)/elapsed.Seconds())
+			}
+		}
+		l.adaptB.set(now, max(float64(l.o.MinRate), cur/2), l.o.Burst)
+		l.stats.Slowdowns++
+	case cur != 0:
+		next := cur * 1.25
+		if p99 <= l.target/2 {
+			next = cur * 2
+		}
+		if next >= ceiling {
+			next = 0
+		}
+		l.adaptB.set(now, next, l.o.Burst)
+		l.stats.Speedups++
+	}
+}
+
+// bucket is a token bucket that allows debt: take always succeeds and
+// returns how long the debt takes to repay. rate 0 is unlimited.
+type bucket struct {
+	rate   float64 // bytes/s
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+func (b *bucket) set(now time.Time, rate float64, burst int64) {
+	b.advance(now)
+	wasUnlimited := b.rate == 0
+	b.rate = rate
+	b.burst = float64(burst)
+	if burst == 0 {
+		b.burst = max(256<<10, rate/8)
+		if rate == 0 {
+			b.burst = 4 << 20
+		}
+	}
+	if wasUnlimited {
+		b.tokens = b.burst
+	}
+	b.tokens = min(b.tokens, b.burst)
+}
+
+func (b *bucket) advance(now time.Time) {
+	if dt := now.Sub(b.last).Seconds(); dt > 0 && b.rate > 0 {
+		b.tokens = min(b.burst, b.tokens+dt*b.rate)
+	}
+	if now.After(b.last) {
+		b.last = now
+	}
+}
+
+func (b *bucket) take(now time.Time, n float64) time.Duration {
+	if b.rate == 0 {
+		return 0
+	}
+	b.advance(now)
+	b.tokens -= n
+	if b.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(math.Ceil(-b.tokens / b.rate * 1e9))
+}
+
+// charge debits n without waiting, down to a debt of one read chunk at
+// most; it never forgives debt already taken (by a waiting bulk read).
+func (b *bucket) charge(now time.Time, n float64) {
+	if b.rate == 0 {
+		return
+	}
+	b.advance(now)
+	if b.tokens > -readChunk {
+		b.tokens = max(b.tokens-n, -readChunk)
+	}
+}
+
+// histogram is a lock-free log-linear histogram of nanoseconds: exact below
+// 16 ns, then 8 buckets per power of two (a bucket's midpoint is within
+// ±6% of any value in it).
+type histogram struct{ counts [nBuckets]atomic.Int64 }
+
+const (
+	subBits  = 3
+	nBuckets = 64 << subBits
+)
+
+func bucketOf(ns int64) int {
+	if ns < 1<<(subBits+1) {
+		return int(max(ns, 0))
+	}
+	e := bits.Len64(uint64(ns)) - 1
+	m := (ns >> (e - subBits)) & (1<<subBits - 1)
+	return (e-subBits+1)<<subBits + int(m)
+}
+
+// bucketMid is the midpoint of bucket i's values.
+func bucketMid(i int) int64 {
+	if i < 1<<(subBits+1) {
+		return int64(i)
+	}
+	e := i>>subBits + subBits - 1
+	m := int64(i & (1<<subBits - 1))
+	lo := (1<<subBits + m) << (e - subBits)
+	hi := (1<<subBits + m + 1) << (e - subBits)
+	return (lo + hi - 1) / 2
+}
+
+func (h *histogram) add(ns int64) { h.counts[bucketOf(ns)].Add(1) }
+
+func (h *histogram) reset() {
+	for i := range h.counts {
+		h.counts[i].Store(0)
+	}
+}
+
+// quantile returns the sample count and the q-quantile (0 when empty).
+func (h *histogram) quantile(q float64) (int64, time.Duration) {
+	var snap [nBuckets]int64
+	var total int64
+	for i := range h.counts {
+		snap[i] = h.counts[i].Load()
+		total += snap[i]
+	}
+	if total == 0 {
+		return 0, 0
+	}
+	rank := int64(math.Ceil(q * float64(total)))
+	var seen int64
+	for i, c := range snap {
+		if seen += c; seen >= rank {
+			return total, time.Duration(bucketMid(i))
+		}
+	}
+	return total, time.Duration(bucketMid(nBuckets - 1))
+}

@@ -1,0 +1,350 @@
+package pace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pillarkit/pillar/internal/clock"
+)
+
+// fakeClock is clock.Fake with the count of pending waits the tests poll.
+type fakeClock struct{ *clock.Fake }
+
+func (c fakeClock) pending() int { return c.Waiters() }
+
+func newLimiter(t *testing.T, o Options) (*Limiter, fakeClock) {
+	t.Helper()
+	clk := fakeClock{clock.NewFake(time.Unix(1_000_000, 0))}
+	o.Clock = clk
+	l, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, clk
+}
+
+// waitAsync runs Wait in a goroutine; the channel receives its error.
+func waitAsync(l *Limiter, c Class, n int) chan error {
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(context.Background(), c, n) }()
+	return done
+}
+
+// blocked waits (in real time) until the clock has k sleepers.
+func blocked(t *testing.T, clk fakeClock, k int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for clk.pending() != k {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sleepers, want %d", clk.pending(), k)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestUnlimitedNeverWaits(t *testing.T) {
+	l, _ := newLimiter(t, Options{})
+	for range 100 {
+		if err := l.Wait(context.Background(), Bulk, 64<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := l.Stats()
+	if s.Class[Bulk].Waits != 0 || s.Class[Bulk].Bytes != 100*64<<20 || s.Rate != 0 || s.AdaptiveRate != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestRateCapWaitsForDebt(t *testing.T) {
+	// 1 MB/s, burst 256 KiB: a burst passes at once, the next 1 MB waits 1 s.
+	l, clk := newLimiter(t, Options{Rate: 1_000_000})
+	if err := l.Wait(context.Background(), Fresh, 256<<10); err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Stats(); s.Class[Fresh].Waits != 0 {
+		t.Fatalf("the burst waited: %+v", s)
+	}
+	done := waitAsync(l, Fresh, 1_000_000)
+	blocked(t, clk, 1)
+	clk.Advance(999 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("returned after 999ms of a 1s debt: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	clk.Advance(time.Millisecond)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s := l.Stats()
+	if s.Class[Fresh].Waits != 1 || s.Class[Fresh].Waited != time.Second {
+		t.Fatalf("waits %d, waited %v; want 1, 1s", s.Class[Fresh].Waits, s.Class[Fresh].Waited)
+	}
+	// After 10 idle seconds only one burst is banked, not 10 MB.
+	clk.Advance(10 * time.Second)
+	done = waitAsync(l, Bulk, 256<<10+500_000)
+	blocked(t, clk, 1)
+	clk.Advance(500 * time.Millisecond)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWaitEndsWithContext(t *testing.T) {
+	l, clk := newLimiter(t, Options{Rate: 1 << 20})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(ctx, Bulk, 10<<20) }()
+	blocked(t, clk, 1)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+}
+
+// window reports reads of latency d, ingests bytes of class c (advancing
+// the fake clock as the wait needs, at least one 500 ms window) and steps.
+func window(t *testing.T, l *Limiter, clk fakeClock, reads int, d time.Duration, c Class, bytes int) {
+	t.Helper()
+	for range reads {
+		l.Observe(d)
+	}
+	if bytes > 0 {
+		done := waitAsync(l, c, bytes)
+		// The wait may or may not sleep (a debt can outlast the window).
+		for elapsed := time.Duration(0); ; {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+				if elapsed < 500*time.Millisecond {
+					clk.Advance(500*time.Millisecond - elapsed)
+				}
+				l.Step()
+				return
+			case <-time.After(time.Millisecond):
+				if clk.pending() > 0 {
+					clk.Advance(50 * time.Millisecond)
+					elapsed += 50 * time.Millisecond
+				}
+			}
+		}
+	} else {
+		clk.Advance(500 * time.Millisecond)
+	}
+	l.Step()
+}
+
+func TestAdaptiveSlowsBulkAndRecovers(t *testing.T) {
+	l, clk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20})
+	// Reads fast, ingest flowing: nothing changes.
+	window(t, l, clk, 100, 200*time.Microsecond, Bulk, 8<<20)
+	if s := l.Stats(); s.AdaptiveRate != 0 || s.ReadSamples != 100 || s.ReadP99 < 190*time.Microsecond || s.ReadP99 > 210*time.Microsecond {
+		t.Fatalf("after a fast window: %+v", s)
+	}
+	// Reads slow while 8 MiB passed in 0.5 s (16 MiB/s): half of that.
+	window(t, l, clk, 100, 5*time.Millisecond, Bulk, 8<<20)
+	s := l.Stats()
+	if s.AdaptiveRate != 8<<20 || s.Slowdowns != 1 {
+		t.Fatalf("after a slow window: adaptive rate %d (want %d), %+v", s.AdaptiveRate, 8<<20, s)
+	}
+	// Still slow: halves again, down to the floor and no further.
+	for range 5 {
+		window(t, l, clk, 100, 5*time.Millisecond, Bulk, 1<<20)
+	}
+	if s := l.Stats(); s.AdaptiveRate != 1<<20 {
+		t.Fatalf("adaptive rate %d, want the floor %d", s.AdaptiveRate, 1<<20)
+	}
+	// Slow reads but no ingest in the window: ingest is not blamed.
+	window(t, l, clk, 100, 5*time.Millisecond, Bulk, 0)
+	// Too few reads to judge: hold.
+	window(t, l, clk, 5, 100*time.Microsecond, Bulk, 1<<19)
+	if s := l.Stats(); s.AdaptiveRate != 1<<20 || s.Slowdowns != 6 {
+		t.Fatalf("held windows changed the rate: %+v", s)
+	}
+	// Fresh bytes are never held back by the adaptive rate, only charged.
+	done := waitAsync(l, Fresh, 64<<20)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Stats(); s.Class[Fresh].Waits != 0 {
+		t.Fatalf("fresh bytes waited for the adaptive rate: %+v", s)
+	}
+	// ... but bulk yields to them, by at most one read chunk (256 KiB at 1 MiB/s).
+	done = waitAsync(l, Bulk, 1)
+	blocked(t, clk, 1)
+	clk.Advance(249 * time.Millisecond)
+	select {
+	case <-done:
+		t.Fatal("bulk did not yield to fresh bytes")
+	case <-time.After(20 * time.Millisecond):
+	}
+	clk.Advance(2 * time.Millisecond)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Fast reads with ingest flowing: ×2 per window (p99 under half the
+	// target) until the ceiling, then unlimited again.
+	rates := []int64{}
+	for range 12 {
+		window(t, l, clk, 100, 200*time.Microsecond, Bulk, 1<<10)
+		rates = append(rates, l.Stats().AdaptiveRate)
+		if rates[len(rates)-1] == 0 {
+			break
+		}
+	}
+	if want := []int64{2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20, 64 << 20, 128 << 20, 256 << 20, 512 << 20, 0}; !slices.Equal(rates, want) {
+		t.Fatalf("recovery %v, want %v", rates, want)
+	}
+}
+
+// TestFreshNeverForgivesBulkDebt: a fresh charge after a large bulk
+// reservation leaves the bulk debt as it is.
+func TestFreshNeverForgivesBulkDebt(t *testing.T) {
+	var b bucket
+	now := time.Unix(0, 0)
+	b.set(now, 1<<20, 0)
+	if d := b.take(now, 4<<20); d <= 0 {
+		t.Fatal("a 4 MiB take at 1 MiB/s did not wait")
+	}
+	before := b.tokens
+	b.charge(now, 1)
+	if b.tokens != before {
+		t.Fatalf("fresh charge moved a bulk debt from %v to %v", before, b.tokens)
+	}
+	b.set(now, 1<<20, 0)
+	b.tokens = 0
+	b.charge(now, 10<<20)
+	if b.tokens != -readChunk {
+		t.Fatalf("fresh debt %v, want one read chunk", b.tokens)
+	}
+}
+
+func TestAdaptiveRespectsCap(t *testing.T) {
+	l, clk := newLimiter(t, Options{Rate: 4 << 20, TargetP99: time.Millisecond, MinRate: 1 << 20})
+	// From unlimited, the slowdown starts from the cap, not the 1 GiB ceiling.
+	l.Observe(0) // one window of fast reads that saw nothing
+	l.Step()
+	for range 30 {
+		l.Observe(5 * time.Millisecond)
+	}
+	if err := l.Wait(context.Background(), Bulk, 1<<10); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(500 * time.Millisecond)
+	l.Step()
+	if s := l.Stats(); s.AdaptiveRate != 1<<20 {
+		// 1 KiB passed in 0.5 s: half of 2 KiB/s is under the floor.
+		t.Fatalf("adaptive rate %d, want the floor", s.AdaptiveRate)
+	}
+	if s := l.Stats(); s.Rate != 4<<20 {
+		t.Fatalf("cap changed: %+v", s)
+	}
+	l.SetTarget(0)
+	if s := l.Stats(); s.AdaptiveRate != 0 || s.Target != 0 {
+		t.Fatalf("SetTarget(0) kept the adaptive rate: %+v", s)
+	}
+	l.SetRate(0)
+	if err := l.Wait(context.Background(), Bulk, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRunSteps(t *testing.T) {
+	l, clk := newLimiter(t, Options{Interval: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go l.Run(ctx)
+	blocked(t, clk, 1)
+	for range 7 {
+		l.Observe(3 * time.Millisecond)
+	}
+	clk.Advance(time.Second)
+	for deadline := time.Now().Add(5 * time.Second); l.Stats().ReadSamples != 7; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("samples %d after one tick, want 7", l.Stats().ReadSamples)
+		}
+	}
+}
+
+func TestReaderPaces(t *testing.T) {
+	l, clk := newLimiter(t, Options{Rate: 1 << 20, Burst: 1 << 20})
+	src := bytes.Repeat([]byte("x"), 3<<20)
+	var got bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(&got, l.Reader(context.Background(), bytes.NewReader(src), Bulk))
+		done <- err
+	}()
+	// 1 MiB of burst, then 2 MiB at 1 MiB/s: about 2 s of fake time.
+	var slept time.Duration
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Bytes(), src) {
+				t.Fatal("paced reader changed the bytes")
+			}
+			if slept < 1900*time.Millisecond || slept > 2100*time.Millisecond {
+				t.Fatalf("3 MiB took %v of fake time, want ≈2s", slept)
+			}
+			return
+		case <-time.After(time.Millisecond):
+			if clk.pending() > 0 {
+				clk.Advance(10 * time.Millisecond)
+				slept += 10 * time.Millisecond
+			}
+		}
+	}
+}
+
+func TestHistogramQuantile(t *testing.T) {
+	var h histogram
+	rng := rand.New(rand.NewPCG(1, 2))
+	var vals []int64
+	for range 20000 {
+		v := int64(rng.ExpFloat64() * 1e6) // mean 1 ms
+		vals = append(vals, v)
+		h.add(v)
+	}
+	slices.Sort(vals)
+	for _, q := range []float64{0.5, 0.9, 0.99, 0.999} {
+		n, got := h.quantile(q)
+		want := vals[int(q*float64(len(vals)))-1]
+		if n != 20000 {
+			t.Fatalf("count %d", n)
+		}
+		if r := float64(got) / float64(want); r < 0.93 || r > 1.07 {
+			t.Fatalf("q%.3f: got %v, want %v (±7%%)", q, got, time.Duration(want))
+		}
+	}
+	for ns := int64(0); ns < 1<<20; ns = ns*9/8 + 1 {
+		if mid := bucketMid(bucketOf(ns)); float64(mid) < 0.93*float64(ns) || float64(mid) > 1.07*float64(ns)+1 {
+			t.Fatalf("value %d lands in a bucket with midpoint %d", ns, mid)
+		}
+	}
+	h.reset()
+	if n, q := h.quantile(0.99); n != 0 || q != 0 {
+		t.Fatal("reset kept samples")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, o := range []Options{{Rate: -1}, {TargetP99: -time.Second}, {MinRate: 10, MaxRate: 5}, {Rate: 1 << 10, TargetP99: time.Millisecond}} {
+		if _, err := New(o); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+	if err := (&Limiter{}).Wait(context.Background(), Class(7), 1); err == nil {
+		t.Error("unknown class accepted")
+	}
+}

@@ -1,0 +1,97 @@
+package rocks
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/linxGnu/grocksdb"
+)
+
+// writeSST writes keys (with value "v"+suffix) into a new SST at path.
+func writeSST(t *testing.T, path, suffix string, keys ...string) {
+	t.Helper()
+	opts, err := TableConfig{}.Options(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opts.Destroy()
+	env := grocksdb.NewDefaultEnvOptions()
+	defer env.Destroy()
+	w := grocksdb.NewSSTFileWriter(env, opts)
+	defer w.Destroy()
+	if err := w.Open(path); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if err := w.Put([]byte(k), []byte("v"+suffix)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIngestOptions: a snapshot goes into an empty database at the bottom
+// level with seqno 0; the snapshot options refuse a file that would need a
+// global seqno (the generation was not empty); the delta options take it
+// (with a global seqno, above the data it overwrites). The database runs with the Background settings, including a
+// rate limiter whose Go handle Apply already destroyed, through a
+// compaction.
+func TestIngestOptions(t *testing.T) {
+	dir := t.TempDir()
+	cache := grocksdb.NewLRUCache(1 << 20)
+	defer cache.Destroy()
+	o, err := TableConfig{}.Options(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Destroy()
+	o.SetCreateIfMissing(true)
+	Background{CompactionRate: 4 << 20}.Apply(o)
+	db, err := grocksdb.OpenDb(o, filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	snap, delta := IngestOptions(true), IngestOptions(false)
+	defer snap.Destroy()
+	defer delta.Destroy()
+	for i := range 2 { // two non-overlapping files in one snapshot
+		writeSST(t, filepath.Join(dir, fmt.Sprintf("s%d.sst", i)), "s", fmt.Sprintf("%da", i), fmt.Sprintf("%db", i))
+	}
+	if err := db.IngestExternalFile([]string{filepath.Join(dir, "s0.sst"), filepath.Join(dir, "s1.sst")}, snap); err != nil {
+		t.Fatalf("snapshot into an empty database: %v", err)
+	}
+	if got := db.GetProperty("rocksdb.num-files-at-level6"); got != "2" {
+		t.Fatalf("snapshot files at L6: %q, want 2 (bottommost)", got)
+	}
+	if seq := db.GetLatestSequenceNumber(); seq != 0 {
+		t.Fatalf("latest seqno %d after the snapshot, want 0", seq)
+	}
+
+	writeSST(t, filepath.Join(dir, "d1.sst"), "d", "0a", "1b")
+	if err := db.IngestExternalFile([]string{filepath.Join(dir, "d1.sst")}, snap); err == nil {
+		t.Fatal("snapshot options ingested an overlapping file (global seqno needed)")
+	}
+	if err := db.IngestExternalFile([]string{filepath.Join(dir, "d1.sst")}, delta); err != nil {
+		t.Fatalf("delta: %v", err)
+	}
+	if seq := db.GetLatestSequenceNumber(); seq != 1 {
+		t.Fatalf("latest seqno %d after the delta, want 1 (a global seqno)", seq)
+	}
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	db.CompactRange(grocksdb.Range{})
+	for k, want := range map[string]string{"0a": "vd", "0b": "vs", "1b": "vd"} {
+		v, err := db.GetBytes(ro, []byte(k))
+		if err != nil || string(v) != want {
+			t.Fatalf("%s = %q, %v; want %q", k, v, err, want)
+		}
+	}
+	if err := (Background{CompactionRate: -1}).Validate(); err == nil {
+		t.Fatal("negative compaction rate accepted")
+	}
+}
