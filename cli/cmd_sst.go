@@ -18,6 +18,7 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/internal/progress"
 	"github.com/pillarkit/pillar/internal/record"
@@ -111,21 +112,21 @@ func runSSTBuild(c *cli.Context) error {
 	var err error
 	table.Compression = c.String("compression")
 	table.BloomBitsPerKey = c.Float64("bloom-bits")
-	bs, err := sstParseSize(c.String("block-size"))
+	bs, err := bytesize.ParseFlag("block-size", c.String("block-size"))
 	if err != nil {
-		return fmt.Errorf("--block-size: %w", err)
+		return err
 	}
 	table.BlockSize = int(bs)
 	if err := table.Validate(); err != nil {
 		return err
 	}
-	target, err := sstParseSize(c.String("target-file-size"))
+	target, err := bytesize.ParseFlag("target-file-size", c.String("target-file-size"))
 	if err != nil {
-		return fmt.Errorf("--target-file-size: %w", err)
+		return err
 	}
-	maxVal, err := sstParseSize(c.String("max-value-size"))
+	maxVal, err := bytesize.ParseFlag("max-value-size", c.String("max-value-size"))
 	if err != nil {
-		return fmt.Errorf("--max-value-size: %w", err)
+		return err
 	}
 	// Credentials and buckets are checked here, before any work.
 	exportDir, exportStore, err := sstOpenExport(c, c.String("export"))
@@ -364,26 +365,6 @@ func baseName(p string) string {
 		return p[i+1:]
 	}
 	return p
-}
-
-// sstParseSize parses "16KiB", "256MiB", "1GiB", "4096", "1.5MB".
-func sstParseSize(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		m      int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.m
-			break
-		}
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f < 0 {
-		return 0, fmt.Errorf("size %q: want a number with an optional KiB/MiB/GiB suffix", s)
-	}
-	return int64(f * float64(mult)), nil
 }
 
 func sstUploadExportCommand() *cli.Command {

@@ -57,17 +57,6 @@ func TestSSTBuildInspect(t *testing.T) {
 	}
 }
 
-func TestSSTParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"16KiB": 16 << 10, "256MiB": 256 << 20, "1GiB": 1 << 30, "4096": 4096, "1.5MB": 1500000} {
-		if got, err := sstParseSize(in); err != nil || got != want {
-			t.Errorf("sstParseSize(%q) = %d, %v", in, got, err)
-		}
-	}
-	if _, err := sstParseSize("lots"); err == nil {
-		t.Error("accepted lots")
-	}
-}
-
 // The S3 path end to end through the CLI: credentials from the AWS
 // environment, a remote export, batches in S3, inspect from S3; wrong
 // credentials fail before any work.
