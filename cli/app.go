@@ -66,7 +66,8 @@ func logger() *slog.Logger { return slog.Default() }
 
 func main() {
 	ctx, stop := signalContext() // signals.go: SIGINT/SIGTERM cancel ctx, then exit
-	err := newApp().RunContext(ctx, os.Args)
+	app := newApp()
+	err := app.RunContext(ctx, normalizeArgs(app, os.Args, os.Stderr)) // args.go: flags after arguments, old spellings
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pillar:", err)

@@ -25,7 +25,6 @@ import (
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/internal/bytesize"
-	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/internal/record"
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -64,9 +63,10 @@ Examples:
 				&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7101", Usage: "gRPC listen address for BatchGet"},
 				&cli.StringFlag{Name: "addr", Usage: "address readers dial, as registered (default: --listen)"},
 				&cli.StringFlag{Name: "http", Usage: "listen address for /metrics and /healthz (default: --listen's host, port + 1000)"},
-				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true},
-				&cli.StringFlag{Name: "control-token", Usage: "bearer token for the control plane", EnvVars: []string{"PILLAR_CONTROL_TOKEN"}},
-				&cli.StringFlag{Name: "objstore", Usage: "object store holding the batches: a directory, file:///abs/dir or s3://bucket/prefix", Required: true},
+				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true, EnvVars: []string{envControl}},
+				controlTokenFileFlag, hiddenControlTokenFlag(),
+				&cli.StringFlag{Name: "objstore", Usage: "object store holding the batches: a directory, file:///abs/dir or s3://bucket/prefix", Required: true, EnvVars: []string{envObjstore}},
+				s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 				&cli.StringFlag{Name: "cache", Value: "1GiB", Usage: "block cache size shared by all partitions (e.g. 512MiB, 2GiB)"},
 				&cli.IntFlag{Name: "partitions", Usage: "expected partition count (default: learn from the control plane)"},
 				&cli.BoolFlag{Name: "direct-reads", Usage: "read SST files with O_DIRECT: the block cache is the only cache"},
@@ -141,11 +141,15 @@ func cobbledServe(c *cli.Context) error {
 		addr = c.String("listen")
 	}
 
-	objs, err := objstore.Open(ctx, c.String("objstore"), &objstore.Options{Logger: log})
+	objs, err := openObjstore(c, "objstore", c.String("objstore"))
 	if err != nil {
 		return err
 	}
-	cc, err := control.Dial(c.String("control"), &control.ClientOptions{Token: c.String("control-token")})
+	tok, err := controlToken(c)
+	if err != nil {
+		return err
+	}
+	cc, err := control.Dial(c.String("control"), &control.ClientOptions{Token: tok})
 	if err != nil {
 		return err
 	}
