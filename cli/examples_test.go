@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -135,4 +136,75 @@ func TestHelpExamplesParse(t *testing.T) {
 		t.Errorf("found %d examples; the extractor is broken", n)
 	}
 	t.Logf("%d help examples parse", n)
+}
+
+// readmeCommands returns the command lines of the README's "The `pillar`
+// command" section, continuation lines joined, comments cut and optional
+// parts ([--flag]) included.
+func readmeCommands(t *testing.T) []string {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "## The `pillar` command")
+	if i < 0 {
+		t.Fatal("README.md has no \"## The `pillar` command\" section")
+	}
+	s = s[i:]
+	if j := strings.Index(s[3:], "\n## "); j >= 0 {
+		s = s[:j+3]
+	}
+	var out []string
+	lines := strings.Split(s, "\n")
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		if !strings.HasPrefix(l, "pillar ") {
+			continue
+		}
+		for strings.HasSuffix(strings.TrimSpace(strings.SplitN(l, " #", 2)[0]), `\`) && i+1 < len(lines) {
+			l = strings.TrimSuffix(strings.TrimSpace(strings.SplitN(l, " #", 2)[0]), `\`) + " " + strings.TrimSpace(lines[i+1])
+			i++
+		}
+		if j := strings.Index(l, " #"); j >= 0 {
+			l = l[:j]
+		}
+		out = append(out, strings.NewReplacer("[", "", "]", "").Replace(strings.TrimSpace(l)))
+	}
+	return out
+}
+
+// TestREADMECommandsParse checks the README's command section against the
+// command tree: every line parses as the binary would parse it, and every
+// top-level command appears.
+func TestREADMECommandsParse(t *testing.T) {
+	cmds := readmeCommands(t)
+	if len(cmds) < 20 {
+		t.Fatalf("found %d README command lines; the extractor is broken", len(cmds))
+	}
+	shown := map[string]bool{}
+	for _, ex := range cmds {
+		app := newApp()
+		var ran, args []string
+		parseOnly("", app.Commands, &ran, &args)
+		var stderr bytes.Buffer
+		app.Writer, app.ErrWriter = io.Discard, &stderr
+		app.ExitErrHandler = func(*cli.Context, error) {}
+		err := app.RunContext(context.Background(), normalizeArgs(app, shellWords(ex), &stderr))
+		switch {
+		case err != nil:
+			t.Errorf("README %q: %v", ex, err)
+		case len(ran) != 1:
+			t.Errorf("README %q ran no command: %s", ex, stderr.String())
+		case stderr.Len() > 0:
+			t.Errorf("README %q warns: %s", ex, stderr.String())
+		default:
+			shown[strings.Fields(ran[0])[0]] = true
+		}
+	}
+	for _, c := range newApp().Commands {
+		if !c.Hidden && !shown[c.Name] {
+			t.Errorf("README.md, \"The `pillar` command\": no line for pillar %s (%s)", c.Name, c.Usage)
+		}
+	}
 }
