@@ -488,15 +488,15 @@ func printStatus(c *cli.Context, cl *control.Client) (int64, error) {
 		return 0, err
 	}
 	type row struct {
-		Partition  int     `json:"partition"`
-		NewestSeq  int64   `json:"newest_seq"`
-		Node       string  `json:"node,omitempty"`
-		Zone       string  `json:"zone,omitempty"`
-		State      string  `json:"state,omitempty"`
-		AppliedSeq int64   `json:"applied_seq"`
-		LagBatches int64   `json:"lag_batches"`
-		LagSeconds float64 `json:"lag_seconds"`
-		Fault      string  `json:"fault,omitempty"`
+		Partition  int           `json:"partition"`
+		NewestSeq  int64         `json:"newest_seq"`
+		Node       string        `json:"node,omitempty"`
+		Zone       string        `json:"zone,omitempty"`
+		State      string        `json:"state,omitempty"`
+		AppliedSeq int64         `json:"applied_seq"`
+		LagBatches int64         `json:"lag_batches"`
+		Lag        time.Duration `json:"lag"` // lag_ms in JSON
+		Fault      string        `json:"fault,omitempty"`
 	}
 	var rows []row
 	for p := 0; p < r.Partitions; p++ {
@@ -510,14 +510,22 @@ func printStatus(c *cli.Context, cl *control.Client) (int64, error) {
 			if c.Bool("lagging") && rep.LagBatches == 0 && rep.State == control.StateUp && rep.Fault == "" {
 				continue
 			}
-			rows = append(rows, row{p, r.NewestSeq[p], rep.NodeID, rep.Zone, rep.State, rep.AppliedSeq, rep.LagBatches, rep.Lag.Seconds(), rep.Fault})
+			rows = append(rows, row{p, r.NewestSeq[p], rep.NodeID, rep.Zone, rep.State, rep.AppliedSeq, rep.LagBatches, rep.Lag, rep.Fault})
 		}
 	}
 	if c.Bool("json") {
-		enc := json.NewEncoder(c.App.Writer)
-		enc.SetIndent("", "  ")
-		return r.Version, enc.Encode(map[string]any{"backend": info.Backend, "partitions": r.Partitions, "routing_version": r.Version,
-			"nodes": nodes, "replicas": rows})
+		return r.Version, printJSON(c.App.Writer, map[string]any{"backend": info.Backend, "partitions": r.Partitions, "routing_version": r.Version,
+			"nodes": nodes, "replicas": rows}) // jsonshape.go: snake_case, _ms, RFC 3339
+	}
+	if c.Bool("lagging") && len(rows) == 0 {
+		unassigned := 0
+		for p := 0; p < r.Partitions; p++ {
+			if len(r.Replicas[p]) == 0 {
+				unassigned++
+			}
+		}
+		fmt.Fprintf(c.App.Writer, "every replica is current: none behind, down or faulty (%d partitions, %d unassigned, routing version %d)\n", r.Partitions, unassigned, r.Version)
+		return r.Version, nil
 	}
 	states := map[string]int{}
 	for _, n := range nodes {
@@ -530,7 +538,7 @@ func printStatus(c *cli.Context, cl *control.Client) (int64, error) {
 	for _, rw := range rows {
 		lag := "-"
 		if rw.LagBatches > 0 {
-			d := time.Duration(rw.LagSeconds * float64(time.Second))
+			d := rw.Lag
 			if d < 10*time.Second {
 				lag = d.Round(10 * time.Millisecond).String()
 			} else {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -194,9 +193,7 @@ Examples:
 				}
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				_ = enc.Encode(res)
+				_ = printJSON(c.App.Writer, res) // jsonshape.go: snake_case, _ms, RFC 3339
 			} else {
 				s := res.Stats
 				fmt.Fprintf(c.App.Writer, "lorry: drained %d partitions in %s: %d batches, %d records, %d keys (%d tombstones), %s uploaded, %d retries\n",

@@ -186,9 +186,7 @@ func runSSTBuild(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("json") {
-		enc := json.NewEncoder(c.App.Writer)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return printJSON(c.App.Writer, res) // jsonshape.go: snake_case, _ms, RFC 3339
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PARTITION\tBATCH\tSTATUS\tKEYS\tDELETES\tFILES\tBYTES\tSEQ")
