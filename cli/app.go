@@ -46,16 +46,10 @@ Examples:
    pillar ingest --store data/store --from /usr/share/doc/postgresql-doc-15/html
    pillar tables --store data/store`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: []string{"PILLAR_LOG_LEVEL"}},
+			logLevelFlag, logFormatFlag, // logging.go
 		},
-		Before: func(c *cli.Context) error {
-			var lvl slog.Level
-			if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-				return fmt.Errorf("--log-level %q: %w", c.String("log-level"), err)
-			}
-			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})))
-			return nil
-		},
+		Before: setupLogging, // logging.go
+
 		Commands:             commands(),
 		EnableBashCompletion: true,
 	}
@@ -66,7 +60,8 @@ func logger() *slog.Logger { return slog.Default() }
 
 func main() {
 	ctx, stop := signalContext() // signals.go: SIGINT/SIGTERM cancel ctx, then exit
-	err := newApp().RunContext(ctx, os.Args)
+	app := newApp()
+	err := app.RunContext(ctx, normalizeArgs(app, os.Args, os.Stderr)) // args.go: flags after arguments, old spellings
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pillar:", err)

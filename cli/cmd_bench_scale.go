@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/internal/scalebench"
 )
 
@@ -27,13 +28,13 @@ child's own (ru_maxrss). Writes results.md (table and targets), results.json and
 
 Examples:
    pillar bench scale --out bench-out/scale
-   pillar bench scale --out /tmp/scale --n 2000,8000 --sizes 4KB      # quick look
+   pillar bench scale --out /tmp/scale --n 2000,8000 --sizes 4KiB     # quick look
    pillar bench scale --out bench-out/scale --big`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: "bench-out/scale", Usage: "folder for results.md, results.json and the plots"},
 			&cli.StringFlag{Name: "data", Usage: "working folder for corpora and stores (default: a temporary folder, removed afterwards)"},
 			&cli.StringFlag{Name: "n", Value: "10000,40000,160000", Usage: "comma-separated corpus sizes"},
-			&cli.StringFlag{Name: "sizes", Value: "4KB,20KB", Usage: "comma-separated page sizes (bytes of HTML)"},
+			&cli.StringFlag{Name: "sizes", Value: "4KiB,20KiB", Usage: "comma-separated page sizes (bytes of HTML)"},
 			&cli.BoolFlag{Name: "big", Usage: "also run N = 1,000,000 with the smallest page size"},
 			&cli.StringFlag{Name: "memory-limit", Value: "64MiB", Usage: "--memory-limit of every step"},
 			&cli.Float64Flag{Name: "edit-fraction", Value: 0.001, Usage: "fraction of the pages edited in the incremental round"},
@@ -56,8 +57,8 @@ Examples:
 			}
 			opts := scalebench.Options{Data: c.String("data"), MemoryLimit: c.String("memory-limit"),
 				EditFraction: c.Float64("edit-fraction"), Workers: c.Int("workers"), Partitions: c.Int("partitions"), Log: os.Stderr, Keep: c.Bool("keep")}
-			if _, err := parseBytes(opts.MemoryLimit); err != nil {
-				return fmt.Errorf("--memory-limit: %w", err)
+			if _, err := bytesize.ParseFlag("memory-limit", opts.MemoryLimit); err != nil {
+				return err
 			}
 			for _, f := range strings.Split(c.String("n"), ",") {
 				n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -67,7 +68,7 @@ Examples:
 				opts.Ns = append(opts.Ns, n)
 			}
 			for _, f := range strings.Split(c.String("sizes"), ",") {
-				b, err := parseBytes(strings.NewReplacer("KB", "KiB", "MB", "MiB").Replace(strings.TrimSpace(f)))
+				b, err := bytesize.Parse(f)
 				if err != nil || b < 512 {
 					return fmt.Errorf("--sizes: %q is not a page size of at least 512 bytes", f)
 				}

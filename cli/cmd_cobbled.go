@@ -24,7 +24,7 @@ import (
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/cobbled/servepb"
-	"github.com/pillarkit/pillar/internal/objstore"
+	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/internal/record"
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -70,9 +70,10 @@ Examples:
 				&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7101", Usage: "gRPC listen address for BatchGet"},
 				&cli.StringFlag{Name: "addr", Usage: "address readers dial, as registered (default: --listen)"},
 				&cli.StringFlag{Name: "http", Usage: "listen address for /metrics and /healthz (default: --listen's host, port + 1000)"},
-				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true},
-				&cli.StringFlag{Name: "control-token", Usage: "bearer token for the control plane", EnvVars: []string{"PILLAR_CONTROL_TOKEN"}},
-				&cli.StringFlag{Name: "objstore", Usage: "object store holding the batches: a directory, file:///abs/dir or s3://bucket/prefix", Required: true},
+				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true, EnvVars: []string{envControl}},
+				controlTokenFileFlag, hiddenControlTokenFlag(),
+				&cli.StringFlag{Name: "objstore", Usage: "object store holding the batches: a directory, file:///abs/dir or s3://bucket/prefix", Required: true, EnvVars: []string{envObjstore}},
+				s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 				&cli.StringFlag{Name: "cache", Value: "1GiB", Usage: "block cache size shared by all partitions (e.g. 512MiB, 2GiB)"},
 				&cli.IntFlag{Name: "partitions", Usage: "expected partition count (default: learn from the control plane)"},
 				&cli.BoolFlag{Name: "direct-reads", Usage: "read SST files with O_DIRECT: the block cache is the only cache"},
@@ -121,13 +122,13 @@ func cobbledServe(c *cli.Context) error {
 	allowStop(c.Duration("drain")) // signals.go: the drain may outlast the stop grace
 	ctx := c.Context
 	log := logger().With("node", c.String("id"))
-	cacheBytes, err := cobbledParseSize(c.String("cache"))
+	cacheBytes, err := bytesize.ParseFlag("cache", c.String("cache"))
 	if err != nil {
-		return fmt.Errorf("--cache: %w", err)
+		return err
 	}
-	maxResp, err := cobbledParseSize(c.String("max-response"))
+	maxResp, err := bytesize.ParseFlag("max-response", c.String("max-response"))
 	if err != nil {
-		return fmt.Errorf("--max-response: %w", err)
+		return err
 	}
 	var fault cobbled.FaultDelay
 	if s := c.String("fault-slow"); s != "" {
@@ -147,11 +148,15 @@ func cobbledServe(c *cli.Context) error {
 		addr = c.String("listen")
 	}
 
-	objs, err := objstore.Open(ctx, c.String("objstore"), &objstore.Options{Logger: log})
+	objs, err := openObjstore(c, "objstore", c.String("objstore"))
 	if err != nil {
 		return err
 	}
-	cc, err := control.Dial(c.String("control"), &control.ClientOptions{Token: c.String("control-token")})
+	tok, err := controlToken(c)
+	if err != nil {
+		return err
+	}
+	cc, err := control.Dial(c.String("control"), &control.ClientOptions{Token: tok})
 	if err != nil {
 		return err
 	}
@@ -343,28 +348,6 @@ func cobbledParseKeyArg(a string) (pillar.Key, string, error) {
 		return k, a, fmt.Errorf("get: %q is neither a 32-hex-character key nor a URL: %w", a, err)
 	}
 	return k, a, nil
-}
-
-// cobbledParseSize parses "2GiB", "512MiB", "64MB", "1048576".
-func cobbledParseSize(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
-	t := strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range units {
-		if strings.HasSuffix(strings.ToUpper(t), strings.ToUpper(u.suffix)) && (u.suffix != "B" || len(t) > 1) {
-			t, mult = strings.TrimSpace(t[:len(t)-len(u.suffix)]), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("size %q: want a number with an optional unit (KiB, MiB, GiB, KB, MB, GB)", s)
-	}
-	return int64(v * float64(mult)), nil
 }
 
 // cobbledParseFault parses FRACTION:DELAY, e.g. "0.05:50ms".

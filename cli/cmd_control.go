@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -30,10 +29,10 @@ import (
 
 // Flags shared by the control-plane client commands.
 var (
-	controlAddrFlag = &cli.StringFlag{Name: "control", Value: "127.0.0.1:7000", EnvVars: []string{"PILLAR_CONTROL"},
+	controlAddrFlag = &cli.StringFlag{Name: "control", Value: "127.0.0.1:7000", EnvVars: []string{envControl},
 		Usage: "control-plane address host:port"}
-	controlTokenFileFlag = &cli.StringFlag{Name: "token-file", EnvVars: []string{"PILLAR_CONTROL_TOKEN_FILE"},
-		Usage: "file holding the bearer token (needed by mutating calls)"}
+	controlTokenFileFlag = &cli.StringFlag{Name: "token-file", EnvVars: []string{envControlTokenFile},
+		Usage: "file holding the bearer token, needed by mutating calls (default: $" + envControlToken + ")"}
 	controlTLSCAFlag = &cli.StringFlag{Name: "tls-ca", Usage: "PEM CA bundle: connect with TLS and verify the server against it"}
 	controlJSONFlag  = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
 )
@@ -42,25 +41,8 @@ func controlClientFlags(extra ...cli.Flag) []cli.Flag {
 	return append([]cli.Flag{controlAddrFlag, controlTokenFileFlag, controlTLSCAFlag}, extra...)
 }
 
-// readControlToken reads --token-file (surrounding white space trimmed).
-func readControlToken(c *cli.Context) (string, error) {
-	path := c.String("token-file")
-	if path == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("--token-file %s is empty", path)
-	}
-	return tok, nil
-}
-
 func dialControl(c *cli.Context) (*control.Client, error) {
-	tok, err := readControlToken(c)
+	tok, err := controlToken(c)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +87,7 @@ func controlServeCommand() *cli.Command {
 Prometheus metrics (/metrics) and a health check (/healthz) on --http. The partition
 count is fixed at the first start (--partitions) and recorded in the database; a later
 start with a different count is refused. Mutating calls need the bearer token from
---token-file. With --objects, batches every replica has moved past (they precede a
+--token-file. With --objstore, batches every replica has moved past (they precede a
 snapshot all replicas applied) are garbage-collected, objects included.
 
 Keep database passwords out of the URL (it shows in ps): pgx reads PGPASSWORD and
@@ -115,7 +97,7 @@ database (long polls hear of each other's writes through LISTEN/NOTIFY).
 Examples:
    pillar control serve --db sqlite:data/control.db --listen 127.0.0.1:7000 --partitions 64 --token-file control.token
    pillar control serve --db postgres://postgres@127.0.0.1:5432/control --partitions 64 \
-       --token-file control.token --objects file:///srv/pillar/objects --http 127.0.0.1:7001
+       --token-file control.token --objstore file:///srv/pillar/objects --http 127.0.0.1:7001
    pillar control serve --db postgres://control@db.internal/control --listen 0.0.0.0:7000 \
        --tls-cert server.pem --tls-key server.key --token-file /etc/pillar/control.token`,
 		Flags: []cli.Flag{
@@ -123,12 +105,13 @@ Examples:
 				Usage: "database: sqlite:PATH (embedded, one file) or postgres://user@host:port/db"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7000", Usage: "gRPC listen address"},
 			&cli.IntFlag{Name: "partitions", Usage: "partition count P (required on a new database; must match afterwards)"},
-			&cli.StringFlag{Name: "token-file", EnvVars: []string{"PILLAR_CONTROL_TOKEN_FILE"}, Usage: "file holding the bearer token mutating calls must present"},
+			&cli.StringFlag{Name: "token-file", EnvVars: []string{envControlTokenFile}, Usage: "file holding the bearer token mutating calls must present (default: $" + envControlToken + ")"},
 			&cli.BoolFlag{Name: "no-auth", Usage: "accept mutating calls without a token (only with a loopback --listen)"},
 			&cli.StringFlag{Name: "http", Value: "127.0.0.1:7001", Usage: "address for /metrics and /healthz (empty: none)"},
 			&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate: serve gRPC over TLS"},
 			&cli.StringFlag{Name: "tls-key", Usage: "PEM private key for --tls-cert"},
-			&cli.StringFlag{Name: "objects", Usage: "object store URL (file:///dir, a path, or s3://bucket/prefix); enables garbage collection"},
+			&cli.StringFlag{Name: "objstore", EnvVars: []string{envObjstore}, Usage: "object store URL (file:///dir, a path, or s3://bucket/prefix); enables garbage collection"},
+			s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 			&cli.DurationFlag{Name: "gc-interval", Value: time.Minute, Usage: "how often garbage collection runs"},
 			&cli.IntFlag{Name: "replicas", Value: 3, Usage: "replicas per partition"},
 			&cli.DurationFlag{Name: "down-after", Value: 10 * time.Second, Usage: "missed heartbeats before a node is marked down (not routed to)"},
@@ -142,7 +125,7 @@ func runControlServe(c *cli.Context) error {
 	allowStop(7 * time.Second) // signals.go: GracefulStop (5 s) and the HTTP shutdown (2 s)
 	ctx := c.Context
 	log := slog.Default()
-	token, err := readControlToken(c)
+	token, err := controlToken(c)
 	if err != nil {
 		return err
 	}
@@ -164,10 +147,10 @@ func runControlServe(c *cli.Context) error {
 	opts := &control.Options{Store: store, Token: token, NoAuth: c.Bool("no-auth"), Replicas: c.Int("replicas"),
 		DownAfter: c.Duration("down-after"), ReassignAfter: c.Duration("reassign-after"),
 		GCInterval: c.Duration("gc-interval"), Logger: log, Metrics: metrics}
-	if u := c.String("objects"); u != "" {
-		objs, err := objstore.Open(ctx, u, nil)
+	if u := c.String("objstore"); u != "" {
+		objs, err := openObjstore(c, "objstore", u)
 		if err != nil {
-			return fmt.Errorf("control serve: --objects: %w", err)
+			return fmt.Errorf("control serve: %w", err)
 		}
 		opts.Objects = objs
 	}
@@ -328,12 +311,13 @@ sequence number. Registering the same manifest again prints the same number.
 
 Examples:
    pillar control register --token-file control.token --manifest out/batches/p00003/b-0001/manifest.json
-   pillar control register --token-file control.token --objects file:///srv/pillar/objects --partition 3 --id b-0001`,
+   pillar control register --token-file control.token --objstore file:///srv/pillar/objects --partition 3 --id b-0001`,
 		Flags: controlClientFlags(
 			&cli.StringFlag{Name: "manifest", Usage: "manifest.json file ('-' for stdin)"},
-			&cli.StringFlag{Name: "objects", Usage: "object store URL to read the manifest from (with --partition and --id)"},
-			&cli.IntFlag{Name: "partition", Usage: "partition of the batch (with --objects)"},
-			&cli.StringFlag{Name: "id", Usage: "batch id (with --objects)"},
+			&cli.StringFlag{Name: "objstore", EnvVars: []string{envObjstore}, Usage: "object store URL to read the manifest from (with --partition and --id)"},
+			s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
+			&cli.IntFlag{Name: "partition", Usage: "partition of the batch (with --objstore)"},
+			&cli.StringFlag{Name: "id", Usage: "batch id (with --objstore)"},
 		),
 		Action: func(c *cli.Context) error {
 			var raw []byte
@@ -343,13 +327,13 @@ Examples:
 				raw, err = io.ReadAll(os.Stdin)
 			case c.String("manifest") != "":
 				raw, err = os.ReadFile(c.String("manifest"))
-			case c.String("objects") != "" && c.String("id") != "":
+			case c.String("objstore") != "" && c.String("id") != "":
 				var st objstore.Store
-				if st, err = objstore.Open(c.Context, c.String("objects"), nil); err == nil {
+				if st, err = openObjstore(c, "objstore", c.String("objstore")); err == nil {
 					raw, err = objstore.ReadAll(c.Context, st, batch.ManifestKey(c.Int("partition"), c.String("id")))
 				}
 			default:
-				return errors.New("control register: give --manifest FILE, or --objects URL with --partition and --id")
+				return errors.New("control register: give --manifest FILE, or --objstore URL with --partition and --id")
 			}
 			if err != nil {
 				return fmt.Errorf("control register: %w", err)
@@ -504,15 +488,15 @@ func printStatus(c *cli.Context, cl *control.Client) (int64, error) {
 		return 0, err
 	}
 	type row struct {
-		Partition  int     `json:"partition"`
-		NewestSeq  int64   `json:"newest_seq"`
-		Node       string  `json:"node,omitempty"`
-		Zone       string  `json:"zone,omitempty"`
-		State      string  `json:"state,omitempty"`
-		AppliedSeq int64   `json:"applied_seq"`
-		LagBatches int64   `json:"lag_batches"`
-		LagSeconds float64 `json:"lag_seconds"`
-		Fault      string  `json:"fault,omitempty"`
+		Partition  int           `json:"partition"`
+		NewestSeq  int64         `json:"newest_seq"`
+		Node       string        `json:"node,omitempty"`
+		Zone       string        `json:"zone,omitempty"`
+		State      string        `json:"state,omitempty"`
+		AppliedSeq int64         `json:"applied_seq"`
+		LagBatches int64         `json:"lag_batches"`
+		Lag        time.Duration `json:"lag"` // lag_ms in JSON
+		Fault      string        `json:"fault,omitempty"`
 	}
 	var rows []row
 	for p := 0; p < r.Partitions; p++ {
@@ -526,14 +510,22 @@ func printStatus(c *cli.Context, cl *control.Client) (int64, error) {
 			if c.Bool("lagging") && rep.LagBatches == 0 && rep.State == control.StateUp && rep.Fault == "" {
 				continue
 			}
-			rows = append(rows, row{p, r.NewestSeq[p], rep.NodeID, rep.Zone, rep.State, rep.AppliedSeq, rep.LagBatches, rep.Lag.Seconds(), rep.Fault})
+			rows = append(rows, row{p, r.NewestSeq[p], rep.NodeID, rep.Zone, rep.State, rep.AppliedSeq, rep.LagBatches, rep.Lag, rep.Fault})
 		}
 	}
 	if c.Bool("json") {
-		enc := json.NewEncoder(c.App.Writer)
-		enc.SetIndent("", "  ")
-		return r.Version, enc.Encode(map[string]any{"backend": info.Backend, "partitions": r.Partitions, "routing_version": r.Version,
-			"nodes": nodes, "replicas": rows})
+		return r.Version, printJSON(c.App.Writer, map[string]any{"backend": info.Backend, "partitions": r.Partitions, "routing_version": r.Version,
+			"nodes": nodes, "replicas": rows}) // jsonshape.go: snake_case, _ms, RFC 3339
+	}
+	if c.Bool("lagging") && len(rows) == 0 {
+		unassigned := 0
+		for p := 0; p < r.Partitions; p++ {
+			if len(r.Replicas[p]) == 0 {
+				unassigned++
+			}
+		}
+		fmt.Fprintf(c.App.Writer, "every replica is current: none behind, down or faulty (%d partitions, %d unassigned, routing version %d)\n", r.Partitions, unassigned, r.Version)
+		return r.Version, nil
 	}
 	states := map[string]int{}
 	for _, n := range nodes {
@@ -546,7 +538,7 @@ func printStatus(c *cli.Context, cl *control.Client) (int64, error) {
 	for _, rw := range rows {
 		lag := "-"
 		if rw.LagBatches > 0 {
-			d := time.Duration(rw.LagSeconds * float64(time.Second))
+			d := rw.Lag
 			if d < 10*time.Second {
 				lag = d.Round(10 * time.Millisecond).String()
 			} else {

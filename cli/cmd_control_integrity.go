@@ -24,7 +24,7 @@ A retracted snapshot is never a garbage-collection floor. The reason is recorded
 control plane and next to the batch in the object store (so a rebuilt log keeps it).
 
 Then register a replacement: a new snapshot of the partition (pillar export, then
-pillar sst build --register), or a re-built delta under a new id. Nothing else of the
+pillar sst build --control), or a re-built delta under a new id. Nothing else of the
 partition is lost. 'pillar status' shows each replica's fault until it has moved on.
 
 Examples:
@@ -82,7 +82,7 @@ Examples:
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "db", Required: true, Usage: "the new database: sqlite:PATH or postgres://…"},
 			&cli.StringFlag{Name: "from-objstore", Required: true, Usage: "object store holding batches/ (a path, file:///dir or s3://bucket/prefix)"},
-			sstS3EndpointFlag,
+			s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 			&cli.IntFlag{Name: "partitions", Usage: "partition count P (required for a new database)"},
 			controlJSONFlag,
 		},

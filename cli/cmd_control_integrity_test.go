@@ -37,7 +37,7 @@ func TestControlRetractStatusRebuildCLI(t *testing.T) {
 		served := make(chan error, 1)
 		go func() {
 			_, err := runControlCLI(t, sctx, "control", "serve", "--db", dsn, "--listen", addr, "--http", "",
-				"--partitions", "2", "--no-auth", "--objects", objects)
+				"--partitions", "2", "--no-auth", "--objstore", objects)
 			served <- err
 		}()
 		cl, err := control.Dial(addr, nil)

@@ -115,6 +115,10 @@ func TestControlServeCLI(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// Nothing registered yet: --lagging says every replica is current.
+			if out, err := runControlCLI(t, ctx, "status", "--control", addr, "--lagging"); err != nil || !strings.Contains(out, "every replica is current") {
+				t.Fatalf("status --lagging with nothing behind: %v\n%s", err, out)
+			}
 			sum := sha256.Sum256([]byte("x"))
 			for i := 1; i <= 3; i++ {
 				m := &batch.Manifest{Format: 1, ID: fmt.Sprintf("cli-%d", i), Partition: 2, Partitions: 4, Kind: batch.KindDelta,
@@ -147,6 +151,18 @@ func TestControlServeCLI(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("status:\n%s", out)
+			if out, err := runControlCLI(t, ctx, "status", "--control", addr, "--lagging"); err != nil || strings.Contains(out, "every replica is current") || !strings.Contains(out, "node1") {
+				t.Fatalf("status --lagging with node1 behind: %v\n%s", err, out)
+			}
+			js, err := runControlCLI(t, ctx, "status", "--control", addr, "--json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := decodeJSON(t, "status --json", js)
+			checkJSONShape(t, "status --json", st)
+			if reps, _ := st["replicas"].([]any); len(reps) == 0 || reps[0].(map[string]any)["lag_ms"] == nil {
+				t.Errorf("status --json: no replicas with lag_ms:\n%s", js)
+			}
 			for _, want := range []string{"3 up", "node0", "node1", "node2", name} {
 				if !strings.Contains(out, want) {
 					t.Fatalf("status lacks %q:\n%s", want, out)

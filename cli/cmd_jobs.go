@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"go.ytsaurus.tech/yt/go/yt"
 	"go.ytsaurus.tech/yt/go/yt/ythttp"
 
+	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/jobs"
 )
 
@@ -171,9 +171,9 @@ Examples:
 
 // jobOp builds the Op from the flags.
 func jobOp(c *cli.Context, k jobs.Kind) (*jobs.Op, error) {
-	mem, err := parseBytes(c.String("memory-limit"))
+	mem, err := bytesize.ParseFlag("memory-limit", c.String("memory-limit"))
 	if err != nil {
-		return nil, fmt.Errorf("--memory-limit: %w", err)
+		return nil, err
 	}
 	op := &jobs.Op{Title: c.String("title"), Inputs: c.StringSlice("input"), Workers: c.Int("workers"), MemoryLimit: mem,
 		MapperOutputs: c.Int("mapper-outputs"), Logger: logger()}
@@ -248,24 +248,4 @@ func runJobOp(c *cli.Context, k jobs.Kind, run func(jobs.Runner, *jobs.Op) error
 	}
 	fmt.Fprintln(c.App.Writer)
 	return nil
-}
-
-// parseBytes reads "512MiB", "2GiB", "64M", "1048576".
-func parseBytes(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		m      int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSuffix(s, u.suffix), u.m
-			break
-		}
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%q is not a size (e.g. 512MiB)", s)
-	}
-	return n * mult, nil
 }

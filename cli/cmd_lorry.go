@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -69,7 +68,7 @@ Examples:
 		Flags: controlClientFlags(
 			storeFlag,
 			&cli.StringFlag{Name: "objstore", Required: true, EnvVars: []string{"PILLAR_OBJSTORE"}, Usage: "object store: a directory, file:///abs/dir or s3://bucket/prefix"},
-			sstS3EndpointFlag,
+			s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 			&cli.BoolFlag{Name: "once", Usage: "drain what is queued now, then exit"},
 			&cli.DurationFlag{Name: "wait-leases", Usage: "with --once: how long to wait for partitions leased by another (possibly dead) worker to lapse before failing (default: one --lease-ttl)"},
 			&cli.StringFlag{Name: "id", Usage: "worker id in leases (default: host-pid-random); a restart with the same id takes its leases back at once — never run two workers with one id"},
@@ -85,7 +84,7 @@ Examples:
 			&cli.DurationFlag{Name: "cleanup-interval", Value: 10 * time.Minute, Usage: "how often the held partitions' orphans are cleaned (0: never)"},
 			&cli.StringFlag{Name: "tmp", Usage: "directory for SST files being built (default: under $TMPDIR)"},
 			&cli.BoolFlag{Name: "json", Usage: "with --once: print the result as JSON"},
-			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:7201 (default: none)"},
+			&cli.StringFlag{Name: "http", Usage: "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:7201 (default: none)"},
 			&cli.Float64Flag{Name: "bulk-min-share", Value: 0.25, Usage: "share of a partition's delivery time bulk batches keep while fresh ones are waiting too (0-1]"},
 			&cli.BoolFlag{Name: "fresh-alone", Usage: "send due fresh records in batches of their own ahead of a ready bulk batch while bulk keeps --bulk-min-share of the delivery time (default: they ride along with the bulk batch)"},
 			&cli.Int64Flag{Name: "max-replica-lag", Value: 8, Usage: "pause a partition's bulk batches while a replica is this many batches behind (fresh ones continue; -1: never)"},
@@ -121,7 +120,7 @@ Examples:
 				cleanup = -1
 			}
 			metrics := lorry.NewMetrics()
-			if addr := c.String("metrics"); addr != "" {
+			if addr := c.String("http"); addr != "" {
 				reg := prometheus.NewRegistry()
 				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 				reg.MustRegister(metrics.Collectors()...)
@@ -130,7 +129,7 @@ Examples:
 				mux.HandleFunc("/healthz", lorryHealth(st))
 				lis, err := net.Listen("tcp", addr)
 				if err != nil {
-					return fmt.Errorf("--metrics %s: %w", addr, err)
+					return fmt.Errorf("--http %s: %w", addr, err)
 				}
 				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 				go func() {
@@ -195,9 +194,7 @@ Examples:
 				}
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				_ = enc.Encode(res)
+				_ = printJSON(c.App.Writer, res) // jsonshape.go: snake_case, _ms, RFC 3339
 			} else {
 				s := res.Stats
 				fmt.Fprintf(c.App.Writer, "lorry: drained %d partitions in %s: %d batches, %d records, %d keys (%d tombstones), %s uploaded, %d retries\n",
@@ -226,7 +223,7 @@ Examples:
 		Flags: []cli.Flag{
 			storeFlag,
 			&cli.StringFlag{Name: "objstore", Required: true, EnvVars: []string{"PILLAR_OBJSTORE"}, Usage: "object store: a directory, file:///abs/dir or s3://bucket/prefix"},
-			sstS3EndpointFlag,
+			s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 			&cli.DurationFlag{Name: "grace", Value: 15 * time.Minute, Usage: "only remove objects older than this"},
 			&cli.StringFlag{Name: "partitions", Usage: "only these partitions, e.g. 0-7,12 (default: all)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "list what would be removed, remove nothing"},

@@ -135,7 +135,7 @@ Examples:
 		Flags: controlClientFlags(
 			storeFlag,
 			&cli.StringFlag{Name: "objstore", Required: true, EnvVars: []string{"PILLAR_OBJSTORE"}, Usage: "object store: a directory, file:///abs/dir or s3://bucket/prefix"},
-			sstS3EndpointFlag,
+			s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 			&cli.IntFlag{Name: "partition", Required: true, Usage: "partition to replay"},
 			&cli.Int64Flag{Name: "from", Required: true, Usage: "first queue offset"},
 			&cli.Int64Flag{Name: "to", Value: -1, Usage: "last queue offset, inclusive (default: the last delivered)"},

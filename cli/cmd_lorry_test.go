@@ -86,6 +86,9 @@ func TestLorryCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &before); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, out)
 	}
+	var shape any
+	_ = json.Unmarshal([]byte(out), &shape)
+	checkJSONShape(t, "lorry status --json", shape)
 	for p, s := range before.Partitions {
 		if s.Depth != queued[p] || s.FreshBacklog != queued[p] || s.BulkBacklog != 0 || s.Committed != 0 {
 			t.Fatalf("status before: partition %d %+v, want depth %d, all fresh", p, s, queued[p])
@@ -98,10 +101,16 @@ func TestLorryCLI(t *testing.T) {
 	}
 
 	out = runLorryCLI(t, ctx, "lorry", "run", "--store", store, "--objstore", objs, "--control", addr, "--once", "--json")
-	var res lorry.DrainResult
+	var res struct {
+		Delivered, Skipped []int
+		Stats              struct{ Records, Deletes int64 }
+	}
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("run --once --json: %v\n%s", err, out)
 	}
+	shape = nil
+	_ = json.Unmarshal([]byte(out), &shape)
+	checkJSONShape(t, "lorry run --once --json", shape)
 	if res.Stats.Records != 12 || res.Stats.Deletes != 3 || len(res.Delivered) != parts || len(res.Skipped) != 0 {
 		t.Fatalf("run --once: %+v", res)
 	}

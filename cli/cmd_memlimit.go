@@ -1,9 +1,10 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"runtime/debug"
+
+	"github.com/pillarkit/pillar/internal/bytesize"
 
 	"github.com/urfave/cli/v2"
 )
@@ -43,9 +44,5 @@ func memoryLimit(c *cli.Context) (int64, error) {
 	if !c.IsSet("memory-limit") || c.String("memory-limit") == "" {
 		return 0, nil
 	}
-	n, err := parseBytes(c.String("memory-limit"))
-	if err != nil {
-		return 0, fmt.Errorf("--memory-limit: %w", err)
-	}
-	return n, nil
+	return bytesize.ParseFlag("memory-limit", c.String("memory-limit"))
 }

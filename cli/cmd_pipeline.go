@@ -124,7 +124,7 @@ pages that left every exported subset disappear from the serving tier.
 
 Examples:
    pillar export --store data/store --partitions 64 --out data/exports/exp1
-   pillar sst build --export data/exports/exp1 --objstore file://$PWD/data/objects --register 127.0.0.1:7000`,
+   pillar sst build --export data/exports/exp1 --objstore file://$PWD/data/objects --control 127.0.0.1:7000`,
 		Flags: append([]cli.Flag{storeFlag,
 			&cli.IntFlag{Name: "partitions", Usage: "the deployment's partition count (must equal the store's)"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "export directory (must not exist or be empty)"},
@@ -191,7 +191,7 @@ Examples:
 						"  delivered yet: run `pillar lorry run --once` BEFORE registering this export's batches.\n", behind)
 				}
 			}
-			fmt.Printf("  next: pillar sst build --export %s --objstore <url> --register <control addr>\n", out)
+			fmt.Printf("  next: pillar sst build --export %s --objstore <url> --control <control addr>\n", out)
 			return nil
 		},
 	}

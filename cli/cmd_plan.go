@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/plan"
 )
 
@@ -78,9 +79,9 @@ Examples:
 }
 
 func planRun(c *cli.Context) error {
-	item, err := sstParseSize(c.String("item-size"))
+	item, err := bytesize.ParseFlag("item-size", c.String("item-size"))
 	if err != nil {
-		return fmt.Errorf("--item-size: %w", err)
+		return err
 	}
 	w := plan.Workload{
 		RPS: c.Float64("rps"), KeysPerRequest: c.Float64("keys-per-request"), ItemBytes: float64(item),

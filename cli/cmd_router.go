@@ -103,8 +103,8 @@ Examples:
    pillar router serve --control cp.internal:7000 --listen :7400 --http :8400 --hedge-budget 0.02
    pillar router serve --control 127.0.0.1:7000 --no-hedge   # compare tails without hedging`,
 			Flags: append([]cli.Flag{
-				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true},
-				&cli.StringFlag{Name: "control-token", Usage: "bearer token for the control plane (read-only use needs none)", EnvVars: []string{"PILLAR_CONTROL_TOKEN"}},
+				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true, EnvVars: []string{envControl}},
+				controlTokenFileFlag, hiddenControlTokenFlag(),
 				&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", Usage: "gRPC listen address for BatchGet"},
 				&cli.StringFlag{Name: "http", Value: "127.0.0.1:8400", Usage: "listen address for /metrics and /healthz"},
 				&cli.DurationFlag{Name: "drain", Value: 10 * time.Second, Usage: "how long shutdown waits for in-flight requests"},
@@ -121,7 +121,11 @@ func routerServe(c *cli.Context) error {
 		return fmt.Errorf("--max-lag 0: use 1 or more, or -1 for no limit")
 	}
 	log := logger().With("component", "router")
-	cc, err := control.Dial(c.String("control"), &control.ClientOptions{Token: c.String("control-token")})
+	tok, err := controlToken(c)
+	if err != nil {
+		return err
+	}
+	cc, err := control.Dial(c.String("control"), &control.ClientOptions{Token: tok})
 	if err != nil {
 		return err
 	}

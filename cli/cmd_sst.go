@@ -18,6 +18,7 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/internal/progress"
 	"github.com/pillarkit/pillar/internal/record"
@@ -38,34 +39,32 @@ Examples:
    pillar sst synth-export --out data/exports/synth1 --partitions 8 --pages 2000
    pillar sst build --export data/exports/synth1 --objstore file:///srv/pillar/objects
    pillar sst build --export data/exports/synth1 --objstore s3://pillar-batches/prod \
-       --register 127.0.0.1:7000 --token-file control.token
+       --control 127.0.0.1:7000 --token-file control.token
    pillar sst ls file:///srv/pillar/objects
    pillar sst inspect file:///srv/pillar/objects/batches/p00007/synth1-p00007`,
 		Subcommands: []*cli.Command{sstBuildCommand(), sstLsCommand(), sstInspectCommand(), sstSynthCommand(), sstUploadExportCommand()},
 	}
 }
 
-var sstS3EndpointFlag = &cli.StringFlag{Name: "s3-endpoint", EnvVars: []string{"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"},
-	Usage: "S3 endpoint for s3:// stores (credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the AWS config)"}
-
+// sstOpenStore opens an object-store URL with the command's S3 flags.
 func sstOpenStore(c *cli.Context, url string) (objstore.Store, error) {
-	return objstore.Open(c.Context, url, &objstore.Options{S3Endpoint: c.String("s3-endpoint"), Logger: logger()})
+	return openObjstore(c, "", url)
 }
 
 func sstBuildCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "build",
 		Usage:     "build, upload and register one batch per partition of an export",
-		UsageText: "pillar sst build --export DIR --objstore URL [--register HOST:PORT] [options]",
+		UsageText: "pillar sst build --export DIR --objstore URL [--control HOST:PORT] [options]",
 		Description: `Builds each partition of the export into SST files (rolling at --target-file-size),
 checks the row order (an out-of-order key is an error naming the partition and key;
 of several versions of one key only the newest is written), uploads the files and
 then manifest.json (conditional creates: a batch is never overwritten), and registers
-the batch with the control plane at --register (without it nothing is registered,
+the batch with the control plane at --control (without it nothing is registered,
 and the log says so). A snapshot is registered only after the deltas it supersedes
 (the export's queue ends): until Lorry has delivered them the control plane refuses
 it (retryable; rerun the command after ` + "`pillar lorry run --once`" + `). The partition count must match the deployment's: --partitions,
-or the control plane's when --register is given.
+or the control plane's when --control is given.
 
 Resumable: a partition whose batch is already in the object store from the same
 input (checksum in the manifest's source), or which an earlier run built from it
@@ -74,21 +73,21 @@ input (checksum in the manifest's source), or which an earlier run built from it
 Examples:
    pillar sst build --export data/exports/e1 --objstore file:///srv/pillar/objects
    pillar sst build --export data/exports/e1 --objstore s3://pillar-batches/prod \
-       --s3-endpoint http://127.0.0.1:7070 --register 127.0.0.1:7000 --token-file control.token
+       --s3-endpoint http://127.0.0.1:7070 --control 127.0.0.1:7000 --token-file control.token
    pillar sst build --export data/exports/e1 --objstore data/objects --partition 3 --partition 7 --compression zstd
    pillar sst build --export s3://pillar-exports/e1 --objstore s3://pillar-batches/prod`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "export", Required: true, Usage: "export: a directory holding export.json, or an object-store URL (s3://bucket/exports/e1)"},
 			&cli.StringFlag{Name: "objstore", Required: true, EnvVars: []string{"PILLAR_OBJSTORE"}, Usage: "object store: a directory, file:///abs/dir or s3://bucket/prefix"},
-			sstS3EndpointFlag,
-			&cli.StringFlag{Name: "register", Usage: "control-plane address host:port to register batches with (default: do not register)"},
+			s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
+			&cli.StringFlag{Name: "control", EnvVars: []string{envControl}, Usage: "control-plane address host:port to register batches with (default: do not register)"},
 			// Kept so existing scripts still parse: the control plane now
 			// enforces the delivery order for every caller.
-			&cli.DurationFlag{Name: "wait-delivered", Usage: "with --register: keep retrying a snapshot the control plane refuses because Lorry has not delivered the older queue records yet, up to this long (default: fail at once)"},
+			&cli.DurationFlag{Name: "wait-delivered", Usage: "with --control: keep retrying a snapshot the control plane refuses because Lorry has not delivered the older queue records yet, up to this long (default: fail at once)"},
 			&cli.StringFlag{Name: "store", Hidden: true, Usage: "ignored (the control plane refuses a snapshot registered before the deltas it supersedes)"},
 			controlTokenFileFlag,
 			controlTLSCAFlag,
-			&cli.IntFlag{Name: "partitions", Usage: "the deployment's partition count (default: the control plane's with --register, else the export's)"},
+			&cli.IntFlag{Name: "partitions", Usage: "the deployment's partition count (default: the control plane's with --control, else the export's)"},
 			&cli.IntSliceFlag{Name: "partition", Usage: "build only this partition (repeatable)"},
 			&cli.StringFlag{Name: "work-dir", Usage: "local directory for SST files and resume state (default <export>/.sst-build, or $TMPDIR/pillar-sst-<export-id> for a remote export)"},
 			&cli.StringFlag{Name: "compression", Value: "lz4", Usage: "SST block compression: lz4, zstd or none (must match what the serving nodes expect to read fast)"},
@@ -111,21 +110,21 @@ func runSSTBuild(c *cli.Context) error {
 	var err error
 	table.Compression = c.String("compression")
 	table.BloomBitsPerKey = c.Float64("bloom-bits")
-	bs, err := sstParseSize(c.String("block-size"))
+	bs, err := bytesize.ParseFlag("block-size", c.String("block-size"))
 	if err != nil {
-		return fmt.Errorf("--block-size: %w", err)
+		return err
 	}
 	table.BlockSize = int(bs)
 	if err := table.Validate(); err != nil {
 		return err
 	}
-	target, err := sstParseSize(c.String("target-file-size"))
+	target, err := bytesize.ParseFlag("target-file-size", c.String("target-file-size"))
 	if err != nil {
-		return fmt.Errorf("--target-file-size: %w", err)
+		return err
 	}
-	maxVal, err := sstParseSize(c.String("max-value-size"))
+	maxVal, err := bytesize.ParseFlag("max-value-size", c.String("max-value-size"))
 	if err != nil {
-		return fmt.Errorf("--max-value-size: %w", err)
+		return err
 	}
 	// Credentials and buckets are checked here, before any work.
 	exportDir, exportStore, err := sstOpenExport(c, c.String("export"))
@@ -147,7 +146,7 @@ func runSSTBuild(c *cli.Context) error {
 	}
 	partitions := c.Int("partitions")
 	var reg sstbuilder.Registerer = sstbuilder.NopRegisterer{Logger: log}
-	if addr := c.String("register"); addr != "" {
+	if addr := c.String("control"); addr != "" {
 		client, err := sstDialControl(c, addr)
 		if err != nil {
 			return err
@@ -155,7 +154,7 @@ func runSSTBuild(c *cli.Context) error {
 		defer client.Close()
 		cp, err := client.Partitions(ctx)
 		if err != nil {
-			return fmt.Errorf("--register %s: %w", addr, err)
+			return fmt.Errorf("--control %s: %w", addr, err)
 		}
 		if partitions != 0 && partitions != cp {
 			return fmt.Errorf("--partitions %d, but the control plane at %s has %d: %w", partitions, addr, cp, sstbuilder.ErrPartitions)
@@ -187,9 +186,7 @@ func runSSTBuild(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("json") {
-		enc := json.NewEncoder(c.App.Writer)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return printJSON(c.App.Writer, res) // jsonshape.go: snake_case, _ms, RFC 3339
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PARTITION\tBATCH\tSTATUS\tKEYS\tDELETES\tFILES\tBYTES\tSEQ")
@@ -212,8 +209,8 @@ func runSSTBuild(c *cli.Context) error {
 	}
 	tw.Flush()
 	fmt.Fprintf(c.App.Writer, "%d batches, %d SST bytes, %s\n", len(res.Partitions), bytes, res.Elapsed.Round(time.Millisecond))
-	if c.String("register") == "" {
-		fmt.Fprintln(c.App.Writer, "not registered (no --register given)")
+	if c.String("control") == "" {
+		fmt.Fprintln(c.App.Writer, "not registered (no --control given)")
 	}
 	return nil
 }
@@ -235,7 +232,7 @@ func sstOpenExport(c *cli.Context, u string) (string, objstore.Store, error) {
 }
 
 func sstDialControl(c *cli.Context, addr string) (*control.Client, error) {
-	tok, err := readControlToken(c)
+	tok, err := controlToken(c)
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +265,7 @@ Examples:
    pillar sst inspect --samples 10 data/objects/batches/p00000/e1-p00000
    pillar sst inspect --json s3://pillar-batches/prod/batches/p00007/e1-p00007`,
 		Flags: []cli.Flag{
-			sstS3EndpointFlag,
+			s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 			&cli.IntFlag{Name: "samples", Value: 5, Usage: "number of keys to decode"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		},
@@ -366,26 +363,6 @@ func baseName(p string) string {
 	return p
 }
 
-// sstParseSize parses "16KiB", "256MiB", "1GiB", "4096", "1.5MB".
-func sstParseSize(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		m      int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.m
-			break
-		}
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f < 0 {
-		return 0, fmt.Errorf("size %q: want a number with an optional KiB/MiB/GiB suffix", s)
-	}
-	return int64(f * float64(mult)), nil
-}
-
 func sstUploadExportCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "upload-export",
@@ -397,7 +374,7 @@ func sstUploadExportCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "export", Required: true, Usage: "local export directory"},
 			&cli.StringFlag{Name: "to", Required: true, Usage: "object-store URL the export goes to"},
-			sstS3EndpointFlag,
+			s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 		},
 		Action: func(c *cli.Context) error {
 			st, err := sstOpenStore(c, c.String("to"))
@@ -422,7 +399,7 @@ func sstLsCommand() *cli.Command {
    pillar sst ls file:///srv/pillar/objects
    pillar sst ls --partition 7 s3://pillar-batches/prod`,
 		Flags: []cli.Flag{
-			sstS3EndpointFlag,
+			s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 			&cli.IntFlag{Name: "partition", Value: -1, Usage: "only this partition (default: all)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the manifests as JSON"},
 		},

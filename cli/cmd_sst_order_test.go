@@ -20,7 +20,7 @@ import (
 )
 
 // TestExportOrderEnforcedByControlPlane: a bulk export records the queue
-// ends it supersedes; `pillar sst build --register` of its snapshots is
+// ends it supersedes; `pillar sst build --control` of its snapshots is
 // refused by the control plane (no CLI-side check, no --store needed)
 // while Lorry has not delivered the older queue records, and accepted after
 // `pillar lorry run --once`. The manifests carry the typed fields.
@@ -90,7 +90,7 @@ func TestExportOrderEnforcedByControlPlane(t *testing.T) {
 		app := newApp()
 		var out bytes.Buffer
 		app.Writer, app.ErrWriter, app.Before = &out, &out, nil
-		return app.RunContext(ctx, append([]string{"pillar", "sst", "build", "--export", exp, "--objstore", objs, "--register", addr}, extra...))
+		return app.RunContext(ctx, append([]string{"pillar", "sst", "build", "--export", exp, "--objstore", objs, "--control", addr}, extra...))
 	}
 	err = build()
 	if !errors.Is(err, control.ErrNotDelivered) || !strings.Contains(err.Error(), "run Lorry") {

@@ -35,6 +35,18 @@ func TestSSTBuildInspect(t *testing.T) {
 	if err != nil || strings.Count(out, " uploaded ") != 2 {
 		t.Fatalf("rebuild: %v\n%s", err, out)
 	}
+	out, err = runSST(t, "sst", "build", "--export", exp, "--objstore", objs, "--json")
+	if err != nil {
+		t.Fatalf("build --json: %v\n%s", err, out)
+	}
+	res := decodeJSON(t, "sst build --json", out)
+	checkJSONShape(t, "sst build --json", res)
+	if _, ok := res["elapsed_ms"].(float64); !ok || len(res["partitions"].([]any)) != 2 {
+		t.Fatalf("sst build --json: no elapsed_ms or not 2 partitions:\n%s", out)
+	}
+	if p := res["partitions"].([]any)[0].(map[string]any); p["batch_id"] != "exp1-p00000" || p["status"] == nil {
+		t.Fatalf("sst build --json partition: %v", p)
+	}
 	if _, err = runSST(t, "sst", "build", "--export", exp, "--objstore", objs, "--partitions", "3"); err == nil || !strings.Contains(err.Error(), "partition count mismatch") {
 		t.Fatalf("wrong partition count: %v", err)
 	}
@@ -54,17 +66,6 @@ func TestSSTBuildInspect(t *testing.T) {
 	out, err = runSST(t, "sst", "build", "--export", "s3x://nope", "--objstore", objs)
 	if err == nil {
 		t.Fatalf("bad export URL accepted:\n%s", out)
-	}
-}
-
-func TestSSTParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"16KiB": 16 << 10, "256MiB": 256 << 20, "1GiB": 1 << 30, "4096": 4096, "1.5MB": 1500000} {
-		if got, err := sstParseSize(in); err != nil || got != want {
-			t.Errorf("sstParseSize(%q) = %d, %v", in, got, err)
-		}
-	}
-	if _, err := sstParseSize("lots"); err == nil {
-		t.Error("accepted lots")
 	}
 }
 

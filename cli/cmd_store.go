@@ -135,10 +135,16 @@ func tablesCommand() *cli.Command {
 		Usage: "list every table with rows, size and schema, and the store's attributes",
 		Description: `Examples:
    pillar tables --store data/store
-   pillar tables --store data/store --schema`,
+   pillar tables --store data/store --schema
+   pillar tables --store data/store --json
+   pillar tables --store data/store --files        # TABLE<TAB>PATH per Parquet file
+   duckdb -c "SELECT count(*) FROM read_parquet($(pillar tables --store data/store --files --json |
+       jq -c '[.tables[] | select(.name == "docs") | .paths[]]' | tr '"' "'"))"`,
 		Flags: []cli.Flag{
 			storeFlag,
 			&cli.BoolFlag{Name: "schema", Usage: "print each table's columns"},
+			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON (snake_case keys; with --files, each table's paths)"},
+			&cli.BoolFlag{Name: "files", Usage: "list each table's current Parquet files (TABLE<TAB>PATH), for DuckDB's read_parquet([...]); embedded store only"},
 		},
 		Action: func(c *cli.Context) error {
 			sn, done, err := openSnapshot(c)
@@ -146,6 +152,9 @@ func tablesCommand() *cli.Command {
 				return err
 			}
 			defer done()
+			if c.Bool("json") || c.Bool("files") {
+				return tablesMachine(c, sn) // cmd_tables_json.go
+			}
 			info := sn.Info()
 			fmt.Printf("store %s (%s backend), %d partitions, generation %d\n\n", info.Root, info.Backend, info.Partitions, info.Generation)
 			tables, err := sn.Tables(c.Context)

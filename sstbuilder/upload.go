@@ -27,7 +27,7 @@ type NopRegisterer struct{ Logger *slog.Logger }
 // RegisterBatch implements Registerer.
 func (n NopRegisterer) RegisterBatch(ctx context.Context, m *batch.Manifest) (int64, error) {
 	if n.Logger != nil {
-		n.Logger.Info("sstbuilder: no control plane given: batch uploaded, not registered", "batch", m.ID, "partition", m.Partition)
+		n.Logger.Debug("sstbuilder: no control plane given: batch uploaded, not registered", "batch", m.ID, "partition", m.Partition)
 	}
 	return 0, nil
 }

@@ -152,7 +152,7 @@ func startCluster(ctx context.Context, bin, dir, objects string, partitions int)
 	}
 	p, err := c.start("control", "control", "serve", "--db", "sqlite:"+filepath.Join(dir, "control.db"),
 		"--listen", grpcAddr, "--http", httpAddr, "--partitions", fmt.Sprint(partitions), "--no-auth",
-		"--objects", objects)
+		"--objstore", objects)
 	if err != nil {
 		return nil, err
 	}

@@ -73,7 +73,14 @@ func openS3(ctx context.Context, bucket, prefix string, o *Options) (*S3, error)
 		// we verify our own SHA-256 on download, and S3-compatible servers
 		// differ in their support for trailing checksums.
 		so.Logger = logging.LoggerFunc(func(c logging.Classification, format string, v ...any) {
-			o.Logger.Warn("objstore: s3: "+fmt.Sprintf(format, v...), "bucket", bucket)
+			msg := fmt.Sprintf(format, v...)
+			if strings.Contains(msg, "unretryable error") {
+				// The caller gets this error and decides: a 404 on a probe
+				// (is the batch there yet?) is expected, not a warning.
+				o.Logger.Debug("objstore: s3: "+msg, "bucket", bucket)
+				return
+			}
+			o.Logger.Warn("objstore: s3: "+msg, "bucket", bucket)
 		})
 		so.ClientLogMode = aws.LogRetries
 		so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
