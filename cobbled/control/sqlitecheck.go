@@ -143,22 +143,26 @@ func walChecksum(order binary.ByteOrder, b []byte, s0, s1 uint32) (uint32, uint3
 // with its findings.
 func quickCheck(ctx context.Context, db *sql.DB, target string) error {
 	rows, err := db.QueryContext(ctx, `PRAGMA quick_check(20)`)
+	if err != nil && ctx.Err() != nil {
+		// Canceled or timed out: nothing is known about the file.
+		return fmt.Errorf("control: %s: quick_check: %w", target, err)
+	}
 	if err != nil {
-		return fmt.Errorf("%w: %s: quick_check: %v", ErrDamaged, target, err)
+		return fmt.Errorf("%w: %s: quick_check: %w", ErrDamaged, target, err)
 	}
 	defer rows.Close()
 	var found []string
 	for rows.Next() {
 		var line string
 		if err := rows.Scan(&line); err != nil {
-			return fmt.Errorf("%w: %s: quick_check: %v", ErrDamaged, target, err)
+			return fmt.Errorf("%w: %s: quick_check: %w", ErrDamaged, target, err)
 		}
 		if line != "ok" {
 			found = append(found, line)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("%w: %s: quick_check: %v", ErrDamaged, target, err)
+		return fmt.Errorf("%w: %s: quick_check: %w", ErrDamaged, target, err)
 	}
 	if len(found) > 0 {
 		return fmt.Errorf("%w: %s: quick_check: %s", ErrDamaged, target, strings.Join(found, "; "))

@@ -27,9 +27,9 @@ var ErrCorrupt = errors.New("sst corrupt")
 
 // Verify opens the SST at path and verifies every block checksum. It
 // returns the table's entry count (from its properties block). A failure
-// wraps ErrCorrupt and carries RocksDB's reason, e.g. "Corruption: block
-// checksum mismatch: stored = 1, computed = 2 ... in x.sst offset 0 size
-// 4109".
+// wraps ErrCorrupt and names path and RocksDB's reason, e.g. "x.sst:
+// Corruption: block checksum mismatch: stored = 1, computed = 2 ... in x.sst
+// offset 0 size 4109" (RocksDB names the file only in some of its reasons).
 func Verify(path string) (entries uint64, err error) {
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
@@ -42,7 +42,7 @@ func Verify(path string) (entries uint64, err error) {
 			// Not the file's content: the disk or the path.
 			return 0, fmt.Errorf("sstverify: %s: %s", path, reason)
 		}
-		return 0, fmt.Errorf("%w: %s", ErrCorrupt, reason)
+		return 0, fmt.Errorf("%w: %s: %s", ErrCorrupt, path, reason)
 	}
 	return uint64(n), nil
 }

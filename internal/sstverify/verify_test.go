@@ -54,7 +54,7 @@ func TestVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := Verify(p)
-		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "Corruption") {
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "Corruption") || !strings.Contains(err.Error(), p) {
 			t.Errorf("%s: %v", name, err)
 		}
 		t.Logf("%s: %v", name, err)
