@@ -9,6 +9,7 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/ingestbench"
+	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/internal/pace"
 	"github.com/pillarkit/pillar/internal/rocks"
 )
@@ -97,13 +98,13 @@ Examples:
 }
 
 func benchIngest(c *cli.Context) error {
-	snap, err := cobbledParseSize(c.String("snapshot"))
+	snap, err := bytesize.ParseFlag("snapshot", c.String("snapshot"))
 	if err != nil {
-		return fmt.Errorf("--snapshot: %w", err)
+		return err
 	}
-	cache, err := cobbledParseSize(c.String("cache"))
+	cache, err := bytesize.ParseFlag("cache", c.String("cache"))
 	if err != nil {
-		return fmt.Errorf("--cache: %w", err)
+		return err
 	}
 	if c.Float64("compaction-rate") < 0 || c.Float64("min-rate") < 0 {
 		return fmt.Errorf("--compaction-rate and --min-rate must not be negative")
