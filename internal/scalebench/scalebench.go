@@ -167,7 +167,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return rep, nil
 }
 
-func sizeName(size int) string { return fmt.Sprintf("%dKB", size>>10) }
+func sizeName(size int) string { return fmt.Sprintf("%dKB", (size+512)>>10) }
 
 func uptime() string {
 	b, err := os.ReadFile("/proc/loadavg")
@@ -407,7 +407,7 @@ var words = func() []string {
 // per folder), and an edited copy of every 1/fraction-th page under edits
 // (same relative path, so the same URL). It returns the number of edits.
 func generate(corpus, edits string, size, n int, fraction float64, seed uint64) (int, error) {
-	every := max(1, int(1/fraction))
+	every := min(max(1, int(1/fraction)), n) // at least one edit
 	edited := 0
 	rng := rand.New(rand.NewPCG(seed, uint64(size)))
 	var b strings.Builder

@@ -40,6 +40,17 @@ func TestGenerate(t *testing.T) {
 	}
 }
 
+func TestGenerateSmallCorpusHasAnEdit(t *testing.T) {
+	dir := t.TempDir()
+	n, err := generate(filepath.Join(dir, "c"), filepath.Join(dir, "e"), 1024, 300, 0.001, 1)
+	if err != nil || n != 1 {
+		t.Fatalf("300 pages at 0.1%%: %d edits (%v), want 1", n, err)
+	}
+	if sizeName(4000) != "4KB" || sizeName(20480) != "20KB" {
+		t.Fatalf("size names %s, %s", sizeName(4000), sizeName(20480))
+	}
+}
+
 func TestEvaluate(t *testing.T) {
 	r := &Report{Options: Options{Sizes: []int{4096}}}
 	add := func(n int, round, name string, secs float64, rss, bytes int64) {
