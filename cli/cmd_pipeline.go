@@ -296,11 +296,13 @@ Examples:
 			Usage: "the pages that entered and left a subset in its last recompute",
 			Description: `Examples:
    pillar subsets diff --store data/store --subset fresh
-   pillar subsets diff --store data/store --subset long-pages --all`,
+   pillar subsets diff --store data/store --subset long-pages --all
+   pillar subsets diff --store data/store --subset fresh --limit 0 --json`,
 			Flags: []cli.Flag{storeFlag,
 				&cli.StringFlag{Name: "subset", Required: true, Usage: "subset name"},
 				&cli.BoolFlag{Name: "all", Usage: "also list pages that stayed"},
 				&cli.IntFlag{Name: "limit", Value: 50, Usage: "list at most this many pages per kind (0: all)"},
+				&cli.BoolFlag{Name: "json", Usage: "print the counts and the listed pages (key, URL, scores) as JSON"},
 			},
 			Action: func(c *cli.Context) error {
 				sn, done, err := openSnapshot(c)
@@ -316,9 +318,9 @@ Examples:
 				for _, ch := range changes {
 					count[ch.Kind]++
 				}
-				fmt.Printf("subset %s, generation %d (as of %s): %d entered, %d left, %d stayed\n", meta.Name, meta.Generation,
-					meta.AsOf.Format(time.RFC3339), count[subsets.Enter], count[subsets.Leave], count[subsets.Stay])
 				shown := map[subsets.ChangeKind]int{}
+				var list []subsets.Change
+				var keys []string
 				for _, ch := range changes {
 					if ch.Kind == subsets.Stay && !c.Bool("all") {
 						continue
@@ -327,7 +329,19 @@ Examples:
 						continue
 					}
 					shown[ch.Kind]++
-					fmt.Printf("  %-5s %s\n", ch.Kind, ch.PageKey)
+					list, keys = append(list, ch), append(keys, ch.PageKey)
+				}
+				urls, err := pageURLs(c.Context, sn, keys) // cmd_subsets_final.go
+				if err != nil {
+					return fmt.Errorf("subsets diff: %w", err)
+				}
+				if c.Bool("json") {
+					return printSubsetDiffJSON(c, meta, count, list, urls)
+				}
+				fmt.Fprintf(c.App.Writer, "subset %s, generation %d (as of %s): %d entered, %d left, %d stayed\n", meta.Name, meta.Generation,
+					meta.AsOf.Format(time.RFC3339), count[subsets.Enter], count[subsets.Leave], count[subsets.Stay])
+				for _, ch := range list {
+					fmt.Fprintf(c.App.Writer, "  %-5s %s %s\n", ch.Kind, ch.PageKey, urls[ch.PageKey])
 				}
 				return nil
 			},

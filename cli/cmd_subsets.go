@@ -222,21 +222,56 @@ Examples:
 				return err
 			}
 			verdicts := set.Explain(page, asOf)
+			// The final answer for top-K candidates: did the last recompute
+			// keep the page (cmd_subsets_final.go)?
+			finals := map[string]topKFinal{}
+			var exportedIn []string
+			for _, v := range verdicts {
+				if v.Result == "candidate" {
+					f, err := finalTopK(c.Context, sn, v.Subset, page.Key)
+					if err != nil {
+						return err
+					}
+					finals[v.Subset] = f
+				}
+				if set.Exported(v.Subset) && (v.Result == "member" || finals[v.Subset].Final == "in") {
+					exportedIn = append(exportedIn, v.Subset)
+				}
+			}
 			if c.Bool("json") {
 				type row struct {
 					Subset   string `json:"subset"`
 					Exported bool   `json:"exported"`
 					Result   string `json:"result"`
-					Why      string `json:"why"`
+					// Final is "in" or "out" after top-K ("not computed"
+					// before the first recompute); the predicate's answer
+					// otherwise ("unknown" when a value is missing).
+					Final string     `json:"final"`
+					Why   string     `json:"why"`
+					TopK  *topKFinal `json:"top_k,omitempty"`
 				}
 				out := struct {
-					PageKey string    `json:"page_key"`
-					URL     string    `json:"url"`
-					AsOf    time.Time `json:"as_of"`
-					Verdict []row     `json:"verdicts"`
-				}{PageKey: page.Key, URL: page.URL, AsOf: asOf.UTC()}
+					PageKey    string    `json:"page_key"`
+					URL        string    `json:"url"`
+					AsOf       time.Time `json:"as_of"`
+					Exported   bool      `json:"exported"`
+					ExportedIn []string  `json:"exported_in"`
+					Verdict    []row     `json:"verdicts"`
+				}{PageKey: page.Key, URL: page.URL, AsOf: asOf.UTC(), Exported: len(exportedIn) > 0, ExportedIn: append([]string{}, exportedIn...)}
 				for _, v := range verdicts {
-					out.Verdict = append(out.Verdict, row{v.Subset, set.Exported(v.Subset), v.Result, v.Why})
+					r := row{Subset: v.Subset, Exported: set.Exported(v.Subset), Result: v.Result, Why: v.Why}
+					switch v.Result {
+					case "member":
+						r.Final = "in"
+					case "no":
+						r.Final = "out"
+					case "candidate":
+						f := finals[v.Subset]
+						r.Final, r.TopK = f.Final, &f
+					default:
+						r.Final = v.Result
+					}
+					out.Verdict = append(out.Verdict, r)
 				}
 				enc := json.NewEncoder(c.App.Writer)
 				enc.SetIndent("", "  ")
@@ -247,12 +282,9 @@ Examples:
 			fmt.Fprintf(w, "page %s %s, as of %s\n\n", page.Key, page.URL, asOf.UTC().Format(time.RFC3339))
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SUBSET\tEXPORTED\tRESULT\tWHY")
-			var members, candidates []string
+			var candidates []string
 			for _, v := range verdicts {
 				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\n", v.Subset, set.Exported(v.Subset), v.Result, v.Why)
-				if set.Exported(v.Subset) && v.Result == "member" {
-					members = append(members, v.Subset)
-				}
 				if set.Exported(v.Subset) && v.Result == "candidate" {
 					candidates = append(candidates, v.Subset)
 				}
@@ -260,13 +292,22 @@ Examples:
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			switch {
-			case len(members) > 0:
-				fmt.Fprintf(w, "\nexported: a member of %s\n", strings.Join(members, ", "))
-			case len(candidates) > 0:
-				fmt.Fprintf(w, "\nexported only if top-K keeps it in %s (see pillar subsets diff)\n", strings.Join(candidates, ", "))
-			default:
-				fmt.Fprintln(w, "\nnot exported: in no exported subset")
+			fmt.Fprintln(w)
+			for _, s := range candidates {
+				f := finals[s]
+				switch f.Final {
+				case "in":
+					fmt.Fprintf(w, "%s: in after top-K (score %g; recompute generation %d as of %s kept %d pages)\n", s, f.Score, f.Generation, f.AsOf, f.Size)
+				case "out":
+					fmt.Fprintf(w, "%s: out after top-K (recompute generation %d as of %s kept %d pages with higher scores)\n", s, f.Generation, f.AsOf, f.Size)
+				default:
+					fmt.Fprintf(w, "%s: passes the predicate; top-K not computed yet (run pillar subsets recompute)\n", s)
+				}
+			}
+			if len(exportedIn) > 0 {
+				fmt.Fprintf(w, "exported: a member of %s\n", strings.Join(exportedIn, ", "))
+			} else {
+				fmt.Fprintln(w, "not exported: in no exported subset")
 			}
 			return nil
 		},

@@ -5,6 +5,7 @@ package main
 // it. vocab_test.go walks the command tree and fails on a second spelling.
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -58,7 +59,12 @@ func openObjstore(c *cli.Context, flag, url string) (objstore.Store, error) {
 	if hasFlag(c, "s3-path-style") {
 		opts.S3PathStyle = c.Bool("s3-path-style")
 	}
-	st, err := objstore.Open(c.Context, url, opts)
+	return openObjstoreWith(c.Context, flag, url, opts)
+}
+
+// openObjstoreWith is openObjstore with the options already made.
+func openObjstoreWith(ctx context.Context, flag, url string, opts *objstore.Options) (objstore.Store, error) {
+	st, err := objstore.Open(ctx, url, opts)
 	if err != nil {
 		if strings.HasPrefix(url, "s3://") {
 			return nil, fmt.Errorf("%s %s: %w (endpoint: %s; set --s3-endpoint or AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, region --s3-region or AWS_REGION, credentials AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the AWS config)",
