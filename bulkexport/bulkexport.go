@@ -72,9 +72,10 @@ type Options struct {
 	MaxValueSize   int
 	Parallelism    int
 	KeepFiles      bool
-	// Progress counts input rows while building. The default value shows
-	// nothing.
-	Progress sstbuilder.Progress
+	// Progress, when set, is called once the export is known with its
+	// total row count and returns what counts the rows built (the
+	// internal/progress Bar). The default value shows nothing.
+	Progress func(rows int64, exportID string) sstbuilder.Progress
 	// Logger. The default value discards.
 	Logger *slog.Logger
 }
@@ -170,10 +171,21 @@ func Run(ctx context.Context, opts *Options) (*Result, error) {
 		return nil, err
 	}
 
+	var bar sstbuilder.Progress
+	if o.Progress != nil {
+		if meta, err = sstbuilder.ReadExportMeta(o.Dir); err != nil {
+			return nil, err
+		}
+		var rows int64
+		for _, f := range meta.Files {
+			rows += f.Rows
+		}
+		bar = o.Progress(rows, meta.ID)
+	}
 	reg := &waiting{r: o.Control, o: &o}
 	res.Build, err = sstbuilder.BuildExport(ctx, &sstbuilder.ExportBuildOptions{
 		Export: o.Dir, Store: o.Objects, Partitions: parts, Registerer: reg, Table: o.Table, TargetFileSize: o.TargetFileSize,
-		MaxValueSize: o.MaxValueSize, Parallelism: o.Parallelism, KeepFiles: o.KeepFiles, Progress: o.Progress, Logger: o.Logger,
+		MaxValueSize: o.MaxValueSize, Parallelism: o.Parallelism, KeepFiles: o.KeepFiles, Progress: bar, Logger: o.Logger,
 		Now: o.Clock.Now,
 	})
 	if err != nil {
