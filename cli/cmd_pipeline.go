@@ -124,7 +124,8 @@ pages that left every exported subset disappear from the serving tier.
 
 Examples:
    pillar export --store data/store --partitions 64 --out data/exports/exp1
-   pillar sst build --export data/exports/exp1 --objstore file://$PWD/data/objects --control 127.0.0.1:7000`,
+   pillar sst build --export data/exports/exp1 --objstore file://$PWD/data/objects --control 127.0.0.1:7000
+` + exportPublishHelp,
 		Flags: append([]cli.Flag{storeFlag,
 			&cli.IntFlag{Name: "partitions", Usage: "the deployment's partition count (must equal the store's)"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "export directory (must not exist or be empty)"},
@@ -133,8 +134,11 @@ Examples:
 			&cli.IntFlag{Name: "workers", Usage: "parallel jobs (default: number of CPUs)"},
 			memoryLimitFlag,
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
-		}, ytRunFlags...), // --pool, --job-binary for yt:// stores
+		}, append(append([]cli.Flag{}, ytRunFlags...), exportPublishFlags...)...), // --pool, --job-binary for yt:// stores
 		Action: func(c *cli.Context) error {
+			if c.String("objstore") != "" {
+				return runExportPublish(c) // the whole protocol: bulkexport.Run
+			}
 			st, err := openStore(c, false, 0)
 			if err != nil {
 				return err

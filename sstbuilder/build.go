@@ -38,6 +38,10 @@ var (
 	ErrCorruptExport = errors.New("corrupt export")
 	// ErrBatchExists: the batch id is taken by a batch of different content.
 	ErrBatchExists = errors.New("batch id exists with different content")
+	// ErrNoSupersedes: a snapshot export does not state the export-queue end
+	// per partition that its snapshots supersede (export.json queue_ends),
+	// so its snapshots would escape the control plane's ordering check.
+	ErrNoSupersedes = errors.New("snapshot export without queue ends")
 )
 
 // Row is one input row of a partition: a put (Value) or a delete of a page key.

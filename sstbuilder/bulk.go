@@ -154,6 +154,13 @@ func BuildExport(ctx context.Context, opts *ExportBuildOptions) (*ExportBuildRes
 	if o.Partitions != 0 && meta.Partitions != o.Partitions {
 		return nil, fmt.Errorf("sstbuilder: export %s has %d partitions, the deployment has %d: %w", meta.ID, meta.Partitions, o.Partitions, ErrPartitions)
 	}
+	// A snapshot replaces its partition, so it must say which queued
+	// records it supersedes; zero per partition is stated explicitly (a
+	// partition whose queue held nothing, or a synthetic export).
+	if meta.Kind == batch.KindSnapshot && len(meta.QueueEnds) != meta.Partitions {
+		return nil, fmt.Errorf("sstbuilder: export %s is a snapshot export without queue_ends in %s: its snapshots could land before "+
+			"older deltas they replace; export it with `pillar export` (pipeline.Export), or with bulkexport.Run: %w", meta.ID, ExportMetaName, ErrNoSupersedes)
+	}
 	var parts []int
 	if len(o.Only) == 0 {
 		for p := range meta.Partitions {
@@ -375,8 +382,8 @@ func (eb *exportBuild) partition(ctx context.Context, p int) (PartitionResult, e
 			rows = &stableCountingRows{countingRows{Rows: r, p: o.Progress}}
 		}
 		var supersedes int64
-		if meta.Kind == batch.KindSnapshot && p < len(meta.QueueEnds) {
-			supersedes = meta.QueueEnds[p]
+		if meta.Kind == batch.KindSnapshot {
+			supersedes = meta.QueueEnds[p] // present: checked above
 		}
 		m, paths, res.Stats, err = buildPartition(ctx, rows, &BuildOptions{
 			Dir: dir, Partition: p, Partitions: meta.Partitions, Kind: meta.Kind, BatchID: bid, Source: source, Supersedes: supersedes,

@@ -407,6 +407,7 @@ func TestBuildExportResumeEdges(t *testing.T) {
 	// A different export under the same id.
 	exp2 := t.TempDir()
 	w, _ := NewExportWriter(exp2, 2, batch.KindSnapshot, &ExportOptions{ID: "exp-test"})
+	w.SetQueueEnds([]int64{0, 0})
 	k := pageKeys(1, 0, 2)[0]
 	w.Write(ExportRow{PageKey: hexKey(k), Op: "put", Value: []byte("other")})
 	if _, err := w.Close(); err != nil {
@@ -469,4 +470,34 @@ func TestBuildExportLostResponses(t *testing.T) {
 		t.Fatalf("%d registered", reg.registered())
 	}
 	checkBatches(t, store, res, newest)
+}
+
+// A snapshot export that does not state its queue ends is refused before
+// anything is built or uploaded: its snapshots would escape ordering.
+func TestBuildExportRefusesSnapshotWithoutQueueEnds(t *testing.T) {
+	ctx := context.Background()
+	exp := t.TempDir()
+	w, err := NewExportWriter(exp, 2, batch.KindSnapshot, &ExportOptions{ID: "noq"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := pageKeys(1, 0, 2)[0]
+	if err := w.Write(ExportRow{PageKey: hexKey(k), Op: "put", Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	store, err := objstore.Open(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = BuildExport(ctx, &ExportBuildOptions{Export: exp, Store: store})
+	if !errors.Is(err, ErrNoSupersedes) || !strings.Contains(err.Error(), "noq") || !strings.Contains(err.Error(), "queue_ends") {
+		t.Fatalf("snapshot export without queue ends: %v", err)
+	}
+	keys, err := store.List(ctx, "")
+	if err != nil || len(keys) != 0 {
+		t.Fatalf("refused export left objects: %v %v", keys, err)
+	}
 }

@@ -25,6 +25,9 @@ func writeExport(t testing.TB, dir string, parts, n int, kind string, empty map[
 	if err != nil {
 		t.Fatal(err)
 	}
+	if kind == batch.KindSnapshot {
+		w.SetQueueEnds(make([]int64, parts))
+	}
 	newest := map[string]ExportRow{}
 	for p := range parts {
 		if empty[p] {

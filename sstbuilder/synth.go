@@ -123,6 +123,9 @@ func SynthExport(dir string, opts *SynthOptions) (*ExportMeta, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Kind == batch.KindSnapshot {
+		w.SetQueueEnds(make([]int64, o.Partitions)) // synthetic: no queue, supersedes nothing
+	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	for i, pg := range pages {
 		hk := hex.EncodeToString(pg.key[:])

@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarkit/pillar/bulkexport"
 	"github.com/pillarkit/pillar/cobbled/router"
-	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/internal/record"
 	"github.com/pillarkit/pillar/jobs/pipeline"
@@ -23,7 +23,6 @@ import (
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/pillar/ingest"
 	"github.com/pillarkit/pillar/pillar/local"
-	"github.com/pillarkit/pillar/sstbuilder"
 	"github.com/pillarkit/pillar/subsets"
 )
 
@@ -418,43 +417,30 @@ func (d *demo) policiesName() string {
 	return d.o.Policies
 }
 
-// bulkExport exports, builds SST batches and registers them.
+// bulkExport exports, builds SST batches and registers them: one call,
+// bulkexport.Run, which owns the protocol's steps and its ordering.
 func (d *demo) bulkExport(id string) error {
 	dir := filepath.Join(d.o.Out, "exports", id)
 	_ = os.RemoveAll(dir)
-	w, err := sstbuilder.NewExportWriter(dir, d.o.Partitions, batch.KindSnapshot, &sstbuilder.ExportOptions{ID: id, Source: "demo"})
-	if err != nil {
-		return err
-	}
-	res, pending, err := pipeline.Export(d.ctx, d.st, w, pipeline.Options{Logger: d.o.Logger})
-	if err != nil {
-		w.Abort()
-		return err
-	}
-	meta, err := w.Close()
-	if err != nil {
-		pending.Abort()
-		return err
-	}
-	if err := pending.Commit(meta.ID, dir); err != nil {
-		return err
-	}
-	d.rep.Exported = int(res.Pages)
-	d.rep.RecordBytes = res.Bytes
-	d.say("    export %s: %d pages, %.1f MB of records (%d member pages skipped)", id, res.Pages, float64(res.Bytes)/1e6, res.Skipped)
 	// Records queued before the export must be delivered before its
-	// snapshots are registered: drain Lorry first.
+	// snapshots are registered (the control plane refuses them until then):
+	// drain Lorry first. Nothing is queued between here and the export.
 	drained, err := d.drainLorry()
 	if err != nil {
 		return err
 	}
 	d.say("    Lorry drained first: %d delta batches queued before the export delivered", drained)
-	br, err := sstbuilder.BuildExport(d.ctx, &sstbuilder.ExportBuildOptions{
-		Export: dir, Store: d.objs, Partitions: d.o.Partitions, Registerer: d.cl.client, Logger: d.o.Logger,
+	r, err := bulkexport.Run(d.ctx, &bulkexport.Options{
+		Store: d.st, Pipeline: pipeline.Options{Logger: d.o.Logger}, Dir: dir, ID: id, Source: "demo",
+		Objects: d.objs, Control: d.cl.client, Partitions: d.o.Partitions, Logger: d.o.Logger,
 	})
 	if err != nil {
 		return err
 	}
+	res, br := r.Export, r.Build
+	d.rep.Exported = int(res.Pages)
+	d.rep.RecordBytes = res.Bytes
+	d.say("    export %s: %d pages, %.1f MB of records (%d member pages skipped)", id, res.Pages, float64(res.Bytes)/1e6, res.Skipped)
 	var bytes int64
 	files := 0
 	for _, p := range br.Partitions {

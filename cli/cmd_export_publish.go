@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/pillarkit/pillar/bulkexport"
+	"github.com/pillarkit/pillar/internal/progress"
+	"github.com/pillarkit/pillar/internal/rocks"
+	"github.com/pillarkit/pillar/pillar"
+	"github.com/pillarkit/pillar/sstbuilder"
+)
+
+// exportPublishFlags turn `pillar export` into the whole bulk-export
+// protocol (bulkexport.Run) when --objstore is given.
+var exportPublishFlags = []cli.Flag{
+	&cli.StringFlag{Name: "objstore", EnvVars: []string{"PILLAR_OBJSTORE"}, Usage: "with --control: also build the SST batches, upload them here (a directory, file:///abs/dir or s3://bucket/prefix) and register them"},
+	s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
+	&cli.StringFlag{Name: "control", EnvVars: []string{envControl}, Usage: "control-plane address host:port to register the batches with (required with --objstore)"},
+	&cli.DurationFlag{Name: "wait-delivered", Usage: "with --control: keep retrying a snapshot the control plane refuses until Lorry has delivered the older queue records, up to this long (default: fail at once; rerun the same command after `pillar lorry run --once`)"},
+	controlTokenFileFlag,
+	controlTLSCAFlag,
+	&cli.StringFlag{Name: "compression", Value: "lz4", Usage: "with --objstore: SST block compression: lz4, zstd or none"},
+	&cli.IntFlag{Name: "parallel", Value: 2, Usage: "with --objstore: partitions built at once"},
+}
+
+const exportPublishHelp = `
+With --objstore and --control it is the whole bulk-export protocol in one command: export,
+build the snapshot SST batches, upload them and register them with the control plane. Each
+snapshot carries the queue end it supersedes; the control plane refuses it until Lorry has
+delivered the older records (--wait-delivered waits that out). Rerun the same command after
+any failure or crash: a committed export is not redone, batches are not duplicated.
+
+   pillar export --store data/store --out data/exports/exp2 --objstore data/objects \
+       --control 127.0.0.1:7000 --token-file control.token --wait-delivered 10m`
+
+// runExportPublish is `pillar export --objstore … --control …`.
+func runExportPublish(c *cli.Context) error {
+	if c.String("control") == "" {
+		return fmt.Errorf("export: --objstore needs --control (to upload without registering, run `pillar export` then `pillar sst build`)")
+	}
+	st, err := openStore(c, false, 0)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	p := st.Info().Partitions
+	if c.IsSet("partitions") && c.Int("partitions") != p {
+		return fmt.Errorf("export: --partitions %d, but the store has %d partitions: %w", c.Int("partitions"), p, pillar.ErrPartitions)
+	}
+	objs, err := sstOpenStore(c, c.String("objstore"))
+	if err != nil {
+		return fmt.Errorf("--objstore: %w", err)
+	}
+	addr := c.String("control")
+	client, err := sstDialControl(c, addr)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	cp, err := client.Partitions(c.Context)
+	if err != nil {
+		return fmt.Errorf("--control %s: %w", addr, err)
+	}
+	out := c.String("out")
+	id := c.String("id")
+	if id == "" {
+		id = strings.ToLower(filepath.Base(out))
+	}
+	opts := pipelineOptions(c)
+	opts.Encoding = c.String("encoding")
+	log := logger()
+	var bar *progress.Bar
+	res, err := bulkexport.Run(c.Context, &bulkexport.Options{
+		Store: st, Pipeline: opts, Dir: out, ID: id, Objects: objs, Control: client, Partitions: cp,
+		WaitDelivered: c.Duration("wait-delivered"), Table: rocks.TableConfig{Compression: c.String("compression")},
+		Parallelism: c.Int("parallel"), Logger: log,
+		Progress: func(rows int64, id string) sstbuilder.Progress {
+			bar = progress.New(rows, "sst build "+id, &progress.Options{Logger: log})
+			return bar
+		},
+	})
+	if bar != nil {
+		bar.Done()
+	}
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	if res.Resumed {
+		fmt.Printf("export %s was committed by an earlier run; completed its batches\n", id)
+	} else {
+		fmt.Printf("exported %d pages (%s of records, %d member pages skipped) in %s to %s\n",
+			res.Export.Pages, humanBytes(res.Export.Bytes), res.Export.Skipped, res.Export.Duration, out)
+	}
+	var bytes, files int64
+	for _, pr := range res.Build.Partitions {
+		if pr.Manifest != nil {
+			for _, f := range pr.Manifest.Files {
+				bytes += f.Size
+				files++
+			}
+		}
+	}
+	fmt.Printf("  %d snapshot batches (%d SST files, %s) uploaded to %s and registered with %s in %s\n",
+		len(res.Build.Partitions), files, humanBytes(bytes), c.String("objstore"), addr, res.Build.Elapsed.Round(1e6))
+	return nil
+}
