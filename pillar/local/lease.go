@@ -75,6 +75,9 @@ func (s *Store) acquire(ctx context.Context) (*manifest, *lease, error) {
 	if m, err = s.current(); err != nil { // CURRENT cannot move now
 		return nil, nil, err
 	}
+	if testHookLeaseWindow != nil {
+		testHookLeaseWindow(s)
+	}
 	s.leaseMu.Lock()
 	defer s.leaseMu.Unlock()
 	if l := s.leases[m.Generation]; l != nil {
@@ -97,6 +100,10 @@ func (s *Store) acquire(ctx context.Context) (*manifest, *lease, error) {
 	s.leases[m.Generation] = l
 	return m, l, nil
 }
+
+// testHookLeaseWindow, set only by tests, runs in acquire between reading
+// CURRENT and taking the lease: the window the shared LOCK closes.
+var testHookLeaseWindow func(*Store)
 
 func readOnly(err error) bool {
 	return errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)

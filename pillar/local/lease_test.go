@@ -2,6 +2,7 @@ package local
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -266,6 +267,45 @@ func leaseChild() {
 		fmt.Printf("rows %d\n", n)
 	}
 	select {} // hold the lease until killed
+}
+
+// The window between reading CURRENT and locking the lease file is under
+// the shared LOCK, so no commit or cleanup (exclusive LOCK, any process)
+// can run in it: the deterministic counterpart of TestSnapshotsRaceCleanup,
+// which catches a missing lock only when the race happens to hit.
+func TestLeaseWindowHoldsSharedLock(t *testing.T) {
+	s, _, dir := leaseStore(t, 5)
+	checked := 0
+	testHookLeaseWindow = func(*Store) {
+		checked++
+		f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer f.Close()
+		switch err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); {
+		case err == nil:
+			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			t.Error("the commit lock could be taken exclusively between reading CURRENT and taking the lease: a cleanup there removes the files of the generation being leased")
+		case !errors.Is(err, syscall.EWOULDBLOCK):
+			t.Errorf("flock LOCK: %v", err)
+		}
+	}
+	defer func() { testHookLeaseWindow = nil }()
+	sn, err := s.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn.Release()
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.Abort()
+	if checked != 2 {
+		t.Fatalf("the lease window ran %d times for a snapshot and a Tx, want 2", checked)
+	}
 }
 
 // Snapshots taken and read in a loop by another process while this one
