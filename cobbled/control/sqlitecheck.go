@@ -33,7 +33,9 @@ var ErrDamaged = errors.New("control: database damaged")
 //     a frame leaves it; that transaction was not yet committed).
 //
 // A log truncated exactly at a frame boundary is indistinguishable from one
-// that was never longer and is not detected. Stale frames of an older
+// that was never longer and is not detected; nor is damage confined to the
+// last frame of the live log (nothing of the same generation follows it,
+// and a frame torn by a crash looks the same). Stale frames of an older
 // generation (other salts) after the live ones are normal: SQLite reuses
 // the file after a checkpoint.
 func checkWAL(path string) error {

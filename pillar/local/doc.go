@@ -56,7 +56,12 @@
 //     such files as "no checksum"; the next commit, whatever it writes,
 //     computes the checksums of every file its base manifest names without
 //     one (before taking the commit lock) and records them. The format
-//     number does not change: older binaries ignore the field.
+//     number does not change: older binaries ignore the field. That first
+//     commit therefore reads every such file once, so it takes as long as a
+//     full scan of the store, and the checksums it records are those of the
+//     bytes as they are then: damage already on disk is not found later.
+//     Run `pillar verify` (it checks footers and row counts) before the
+//     first commit of a new binary on an old store.
 //
 // Snapshot lifetime. Every Snapshot, and every Tx (for its Begin state),
 // holds a lease on its generation from Snapshot/Begin to Release/Commit/
