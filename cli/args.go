@@ -64,7 +64,7 @@ func normalizeArgs(app *cli.App, args []string, warn io.Writer) []string {
 		return append(out, rest...)
 	}
 	cmd := strings.Join(path, " ")
-	var fl, pos []string
+	var global, fl, pos []string
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
 		if a == "--" {
@@ -76,11 +76,20 @@ func normalizeArgs(app *cli.App, args []string, warn io.Writer) []string {
 			continue
 		}
 		a = renameDeprecated(cmd, a, warn)
-		fl = append(fl, a)
-		if takesValue(flags, a) && !strings.Contains(a, "=") && i+1 < len(rest) {
-			fl = append(fl, rest[i+1])
+		dst, from := &fl, flags
+		if leaf != nil && !hasFlagName(flags, a) && hasFlagName(app.Flags, a) {
+			// A global flag (--log-level, --log-format) after the command:
+			// urfave/cli wants it before the command name.
+			dst, from = &global, app.Flags
+		}
+		*dst = append(*dst, a)
+		if takesValue(from, a) && !strings.Contains(a, "=") && i+1 < len(rest) {
+			*dst = append(*dst, rest[i+1])
 			i++
 		}
+	}
+	if len(global) > 0 {
+		out = append(append([]string{out[0]}, global...), out[1:]...)
 	}
 	out = append(out, fl...)
 	return append(out, pos...)
@@ -106,6 +115,18 @@ func takesValue(flags []cli.Flag, a string) bool {
 				if v, ok := f.(interface{ TakesValue() bool }); ok {
 					return v.TakesValue()
 				}
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hasFlagName(flags []cli.Flag, a string) bool {
+	name := flagName(a)
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
 				return true
 			}
 		}
