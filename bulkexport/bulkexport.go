@@ -112,15 +112,9 @@ func Run(ctx context.Context, opts *Options) (*Result, error) {
 	if o.Store == nil || o.Dir == "" || o.Objects == nil || o.Control == nil {
 		return nil, fmt.Errorf("bulkexport: Options.Store, Dir, Objects and Control are required")
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o.ensureWaitDefaults()
 	if o.Pipeline.Logger == nil {
 		o.Pipeline.Logger = o.Logger
-	}
-	o.Clock = clock.Or(o.Clock)
-	if o.RetryInterval <= 0 {
-		o.RetryInterval = 200 * time.Millisecond
 	}
 	if o.ID == "" {
 		o.ID = strings.ToLower(filepath.Base(filepath.Clean(o.Dir)))
@@ -254,6 +248,31 @@ func discard(dir string, meta *sstbuilder.ExportMeta) error {
 		return fmt.Errorf("bulkexport: discard: %w", err)
 	}
 	return nil
+}
+
+// WaitDelivered wraps r so that a registration the control plane refuses
+// with the retryable control.ErrNotDelivered is retried, every
+// o.RetryInterval doubling up to 5 s, until o.WaitDelivered has passed since
+// the first refusal (on o.Clock), then returned. It reads only those fields
+// and o.Logger, with Run's defaults. Run uses it; `pillar sst build
+// --wait-delivered` (which builds an export it did not make) too.
+func WaitDelivered(r sstbuilder.Registerer, o *Options) sstbuilder.Registerer {
+	w := &waiting{r: r, o: &Options{}}
+	if o != nil {
+		w.o.WaitDelivered, w.o.RetryInterval, w.o.Clock, w.o.Logger = o.WaitDelivered, o.RetryInterval, o.Clock, o.Logger
+	}
+	w.o.ensureWaitDefaults()
+	return w
+}
+
+func (o *Options) ensureWaitDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	o.Clock = clock.Or(o.Clock)
+	if o.RetryInterval <= 0 {
+		o.RetryInterval = 200 * time.Millisecond
+	}
 }
 
 // waiting retries registrations refused with control.ErrNotDelivered until

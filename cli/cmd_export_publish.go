@@ -18,8 +18,10 @@ import (
 
 // exportPublishFlags turn `pillar export` into the whole bulk-export
 // protocol (bulkexport.Run) when --objstore is given.
+// --objstore takes no environment variable: PILLAR_OBJSTORE set for other
+// commands must not turn a plain `pillar export` into a registration.
 var exportPublishFlags = []cli.Flag{
-	&cli.StringFlag{Name: "objstore", EnvVars: []string{"PILLAR_OBJSTORE"}, Usage: "with --control: also build the SST batches, upload them here (a directory, file:///abs/dir or s3://bucket/prefix) and register them"},
+	&cli.StringFlag{Name: "objstore", Usage: "with --control: also build the SST batches, upload them here (a directory, file:///abs/dir or s3://bucket/prefix) and register them"},
 	s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 	&cli.StringFlag{Name: "control", EnvVars: []string{envControl}, Usage: "control-plane address host:port to register the batches with (required with --objstore)"},
 	&cli.DurationFlag{Name: "wait-delivered", Usage: "with --control: keep retrying a snapshot the control plane refuses until Lorry has delivered the older queue records, up to this long (default: fail at once; rerun the same command after `pillar lorry run --once`)"},

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pillarkit/pillar/bulkexport"
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/bytesize"
@@ -162,7 +161,7 @@ func runSSTBuild(c *cli.Context) error {
 		partitions = cp
 		reg = client
 		if d := c.Duration("wait-delivered"); d > 0 {
-			reg = &waitDelivered{Registerer: client, until: time.Now().Add(d), log: log}
+			reg = bulkexport.WaitDelivered(client, &bulkexport.Options{WaitDelivered: d, Logger: log})
 		}
 	}
 	only := map[int]bool{}
@@ -432,28 +431,5 @@ func sstLsCommand() *cli.Command {
 			}
 			return tw.Flush()
 		},
-	}
-}
-
-// waitDelivered retries registrations the control plane refuses with the
-// retryable control.ErrNotDelivered until a deadline.
-type waitDelivered struct {
-	sstbuilder.Registerer
-	until time.Time
-	log   *slog.Logger
-}
-
-func (w *waitDelivered) RegisterBatch(ctx context.Context, m *batch.Manifest) (int64, error) {
-	for backoff := 200 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-		seq, err := w.Registerer.RegisterBatch(ctx, m)
-		if !errors.Is(err, control.ErrNotDelivered) || time.Now().Add(backoff).After(w.until) {
-			return seq, err
-		}
-		w.log.Info("sst build: waiting for Lorry to deliver the records this snapshot supersedes", "batch", m.ID, "retry_in", backoff)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
 	}
 }

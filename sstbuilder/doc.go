@@ -21,6 +21,7 @@
 //	  "kind": "snapshot" | "delta",
 //	  "source": "embeddings/recursive-1a2b/minilm@42",   // free text for people
 //	  "created_at_ms": 1764460800000,
+//	  "queue_ends": [40, 0, 12, ...],     // snapshot: required, one per partition (below)
 //	  "files": [                          // sorted by partition, one per file present
 //	    {"partition": 7, "name": "p00007.parquet", "rows": 1234,
 //	     "bytes": 56789012, "sha256": "<64 hex>"}
@@ -43,6 +44,16 @@
 // export.json once every task has succeeded). Parquet files are
 // snappy-compressed; a row group holds at most 256 rows or 4 MiB of values
 // by default, which bounds the writer's memory per partition.
+//
+// A snapshot export must carry queue_ends: per partition, the export-queue
+// end when the export was taken, which its snapshots supersede
+// (batch.Manifest.Supersedes; the control plane refuses a snapshot until
+// the deltas before it are delivered). BuildExport refuses a snapshot export
+// without them (ErrNoSupersedes), so no bulk snapshot escapes ordering; 0 is
+// stated explicitly for a partition whose queue held nothing (Synth writes
+// zeros: a synthetic export has no queue). pipeline.Export records them;
+// bulkexport.Run is the whole protocol (export, build, upload, register) in
+// one call.
 //
 // An export may also live in an object store under a prefix (same layout;
 // UploadExport copies a local one there, export.json last). BuildExport then
