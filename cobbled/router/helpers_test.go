@@ -22,6 +22,16 @@ func startCluster(t testing.TB, mutate func(*cluster.Options)) *cluster.Cluster 
 	if mutate != nil {
 		mutate(&o)
 	}
+	// The nodes' ingest pacers run a control-window ticker; keep it on the
+	// wall clock, so the fake-clock tests count only the timers of the read
+	// path (refresh, timeouts, hedges, fault delays).
+	node := o.Node
+	o.Node = func(no *cobbled.Options) {
+		no.Pace.Clock = clock.Real{}
+		if node != nil {
+			node(no)
+		}
+	}
 	c, err := cluster.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
