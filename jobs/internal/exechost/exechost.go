@@ -31,6 +31,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"go.ytsaurus.tech/yt/go/yson"
 
@@ -109,7 +110,7 @@ func Run(ctx context.Context, dir string, j *Job) (*Result, error) {
 		if f.Executable {
 			mode = 0o755
 		}
-		if err := os.WriteFile(filepath.Join(dir, n), f.Data, mode); err != nil {
+		if err := writeSandboxFile(filepath.Join(dir, n), f.Data, mode, f.Executable); err != nil {
 			return nil, fmt.Errorf("exechost: sandbox file %s: %w", n, err)
 		}
 	}
@@ -299,4 +300,18 @@ func SortAndGroup(rows []Row, sortBy, reduceBy []string) ([][]Row, error) {
 		groups[len(groups)-1] = append(groups[len(groups)-1], k.row)
 	}
 	return groups, nil
+}
+
+// writeSandboxFile writes a sandbox file. An executable is written while
+// holding syscall.ForkLock for reading: a process forked by a concurrent job
+// in this process would otherwise inherit the write descriptor until it
+// execs, and this job's exec of the file would fail with ETXTBSY ("Text file
+// busy"; golang.org/issue/22315). os/exec takes the lock for writing around
+// fork, so no fork happens while the descriptor is open.
+func writeSandboxFile(path string, data []byte, mode os.FileMode, executable bool) error {
+	if executable {
+		syscall.ForkLock.RLock()
+		defer syscall.ForkLock.RUnlock()
+	}
+	return os.WriteFile(path, data, mode)
 }
