@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -38,6 +39,57 @@ type cluster struct {
 type nodeInfo struct {
 	id, zone, addr, http string
 	proc                 *proc
+}
+
+// startListening starts a server child on two free ports (its listen and
+// its --http address) and waits until it accepts connections. A port picked
+// by freePort can be taken by another process before the child binds it
+// (tests run demos side by side); a child that exits saying so is started
+// again on new ports, a few times.
+func (c *cluster) startListening(ctx context.Context, name string, args func(addr, http string) []string) (p *proc, addr, http string, err error) {
+	const attempts = 5
+	for i := 0; ; i++ {
+		if addr, err = freePort(); err != nil {
+			return nil, "", "", err
+		}
+		if http, err = freePort(); err != nil {
+			return nil, "", "", err
+		}
+		logged := logSize(filepath.Join(c.dir, "logs", name+".log"))
+		if p, err = c.start(name, args(addr, http)...); err != nil {
+			return nil, "", "", err
+		}
+		err = waitTCP(ctx, addr, p)
+		if err == nil {
+			return p, addr, http, nil
+		}
+		if i+1 == attempts || !exitedOnTakenPort(p, logged) {
+			return nil, "", "", err
+		}
+	}
+}
+
+// exitedOnTakenPort reports whether p has exited and what it logged after
+// offset says its address was already in use.
+func exitedOnTakenPort(p *proc, offset int64) bool {
+	select {
+	case <-p.done:
+	default:
+		return false
+	}
+	b, err := os.ReadFile(p.log)
+	if err != nil || int64(len(b)) < offset {
+		return false
+	}
+	return strings.Contains(string(b[offset:]), "address already in use")
+}
+
+func logSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
 }
 
 func freePort() (string, error) {
@@ -142,21 +194,12 @@ func startCluster(ctx context.Context, bin, dir, objects string, partitions int)
 			c.stop()
 		}
 	}()
-	grpcAddr, err := freePort()
+	_, grpcAddr, _, err := c.startListening(ctx, "control", func(addr, http string) []string {
+		return []string{"control", "serve", "--db", "sqlite:" + filepath.Join(dir, "control.db"),
+			"--listen", addr, "--http", http, "--partitions", fmt.Sprint(partitions), "--no-auth",
+			"--objstore", objects}
+	})
 	if err != nil {
-		return nil, err
-	}
-	httpAddr, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	p, err := c.start("control", "control", "serve", "--db", "sqlite:"+filepath.Join(dir, "control.db"),
-		"--listen", grpcAddr, "--http", httpAddr, "--partitions", fmt.Sprint(partitions), "--no-auth",
-		"--objstore", objects)
-	if err != nil {
-		return nil, err
-	}
-	if err := waitTCP(ctx, grpcAddr, p); err != nil {
 		return nil, err
 	}
 	c.control = grpcAddr
@@ -165,27 +208,16 @@ func startCluster(ctx context.Context, bin, dir, objects string, partitions int)
 		return nil, err
 	}
 	for i, zone := range []string{"a", "b", "c"} {
-		addr, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		hp, err := freePort()
-		if err != nil {
-			return nil, err
-		}
 		id := fmt.Sprintf("n%d", i+1)
-		p, err := c.start(id, "cobbled", "serve", "--id", id, "--zone", zone, "--data", filepath.Join(dir, id),
-			"--listen", addr, "--http", hp, "--control", grpcAddr, "--objstore", objects, "--cache", "256MiB",
-			"--partitions", fmt.Sprint(partitions))
+		p, addr, hp, err := c.startListening(ctx, id, func(addr, http string) []string {
+			return []string{"cobbled", "serve", "--id", id, "--zone", zone, "--data", filepath.Join(dir, id),
+				"--listen", addr, "--http", http, "--control", grpcAddr, "--objstore", objects, "--cache", "256MiB",
+				"--partitions", fmt.Sprint(partitions)}
+		})
 		if err != nil {
 			return nil, err
 		}
 		c.nodes = append(c.nodes, nodeInfo{id: id, zone: zone, addr: addr, http: hp, proc: p})
-	}
-	for _, n := range c.nodes {
-		if err := waitTCP(ctx, n.addr, n.proc); err != nil {
-			return nil, err
-		}
 	}
 	ok = true
 	return c, nil
