@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/pillarkit/pillar/cobbled"
-	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/internal/record"
@@ -71,7 +70,7 @@ Examples:
 				&cli.StringFlag{Name: "addr", Usage: "address readers dial, as registered (default: --listen)"},
 				&cli.StringFlag{Name: "http", Usage: "listen address for /metrics and /healthz (default: --listen's host, port + 1000)"},
 				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true, EnvVars: []string{envControl}},
-				controlTokenFileFlag, hiddenControlTokenFlag(),
+				controlTokenFileFlag, hiddenControlTokenFlag(), controlTLSCAFlag,
 				&cli.StringFlag{Name: "objstore", Usage: "object store holding the batches: a directory, file:///abs/dir or s3://bucket/prefix", Required: true, EnvVars: []string{envObjstore}},
 				s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 				&cli.StringFlag{Name: "cache", Value: "1GiB", Usage: "block cache size shared by all partitions (e.g. 512MiB, 2GiB)"},
@@ -152,11 +151,7 @@ func cobbledServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	tok, err := controlToken(c)
-	if err != nil {
-		return err
-	}
-	cc, err := control.Dial(c.String("control"), &control.ClientOptions{Token: tok})
+	cc, err := dialControl(c) // cmd_control.go: --token-file, --tls-ca
 	if err != nil {
 		return err
 	}

@@ -376,9 +376,7 @@ func controlNodesCommand() *cli.Command {
 				return err
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(nodes)
+				return printJSON(c.App.Writer, nodes) // jsonshape.go: as in status --json
 			}
 			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "NODE\tADDR\tZONE\tSTATE\tREPLICAS\tLAST HEARTBEAT")

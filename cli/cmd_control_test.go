@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -189,6 +190,15 @@ func TestControlServeCLI(t *testing.T) {
 					t.Fatalf("GET %s: %d, want %q in:\n%.2000s", path, resp.StatusCode, want, body)
 				}
 			}
+			js, err = runControlCLI(t, ctx, "control", "nodes", "--control", addr, "--json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var nodesJSON []any
+			if err := json.Unmarshal([]byte(js), &nodesJSON); err != nil || len(nodesJSON) != 3 {
+				t.Fatalf("control nodes --json: %v\n%s", err, js)
+			}
+			checkJSONShape(t, "control nodes --json", nodesJSON)
 			out, err = runControlCLI(t, ctx, "control", "nodes", "--control", addr)
 			if err != nil || strings.Count(out, " up ") != 3 {
 				t.Fatalf("nodes: %v\n%s", err, out)

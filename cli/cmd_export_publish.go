@@ -60,7 +60,7 @@ func runExportPublish(c *cli.Context) error {
 		return fmt.Errorf("--objstore: %w", err)
 	}
 	addr := c.String("control")
-	client, err := sstDialControl(c, addr)
+	client, err := dialControl(c)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 
-	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/cobbled/readbench"
 	"github.com/pillarkit/pillar/cobbled/router"
 )
@@ -104,7 +103,7 @@ Examples:
    pillar router serve --control 127.0.0.1:7000 --no-hedge   # compare tails without hedging`,
 			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true, EnvVars: []string{envControl}},
-				controlTokenFileFlag, hiddenControlTokenFlag(),
+				controlTokenFileFlag, hiddenControlTokenFlag(), controlTLSCAFlag,
 				&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", Usage: "gRPC listen address for BatchGet"},
 				&cli.StringFlag{Name: "http", Value: "127.0.0.1:8400", Usage: "listen address for /metrics and /healthz"},
 				&cli.DurationFlag{Name: "drain", Value: 10 * time.Second, Usage: "how long shutdown waits for in-flight requests"},
@@ -121,11 +120,7 @@ func routerServe(c *cli.Context) error {
 		return fmt.Errorf("--max-lag 0: use 1 or more, or -1 for no limit")
 	}
 	log := logger().With("component", "router")
-	tok, err := controlToken(c)
-	if err != nil {
-		return err
-	}
-	cc, err := control.Dial(c.String("control"), &control.ClientOptions{Token: tok})
+	cc, err := dialControl(c) // cmd_control.go: --token-file, --tls-ca
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -15,7 +12,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pillarkit/pillar/bulkexport"
-	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/internal/objstore"
@@ -146,7 +142,7 @@ func runSSTBuild(c *cli.Context) error {
 	partitions := c.Int("partitions")
 	var reg sstbuilder.Registerer = sstbuilder.NopRegisterer{Logger: log}
 	if addr := c.String("control"); addr != "" {
-		client, err := sstDialControl(c, addr)
+		client, err := dialControl(c)
 		if err != nil {
 			return err
 		}
@@ -228,26 +224,6 @@ func sstOpenExport(c *cli.Context, u string) (string, objstore.Store, error) {
 		return "", nil, fmt.Errorf("--export: %w", err)
 	}
 	return "", st, nil
-}
-
-func sstDialControl(c *cli.Context, addr string) (*control.Client, error) {
-	tok, err := controlToken(c)
-	if err != nil {
-		return nil, err
-	}
-	opts := &control.ClientOptions{Token: tok}
-	if ca := c.String("tls-ca"); ca != "" {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-ca %s: no PEM certificates", ca)
-		}
-		opts.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	}
-	return control.Dial(addr, opts)
 }
 
 func sstInspectCommand() *cli.Command {
