@@ -376,3 +376,23 @@ func TestRunS3OutageAndRetry(t *testing.T) {
 		}
 	}
 }
+
+// An export a newer one has replaced is not made again under its old id
+// (that would give two exports one set of batch ids).
+func TestRunRefusesReplacedExport(t *testing.T) {
+	ctx := context.Background()
+	wd := newWorld(t)
+	wd.deliver(t)
+	if _, err := Run(ctx, wd.opts()); err != nil {
+		t.Fatal(err)
+	}
+	o2 := wd.opts()
+	o2.Dir = filepath.Join(wd.dir, "exports", "bulk2")
+	if _, err := Run(ctx, o2); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Run(ctx, wd.opts())
+	if !errors.Is(err, ErrIDUsed) || !strings.Contains(err.Error(), "bulk1") {
+		t.Fatalf("rerun of a replaced export: %v", err)
+	}
+}
