@@ -148,6 +148,11 @@ func Run(ctx context.Context, opts *Options) (*Result, error) {
 		o.Logger.Info("bulkexport: export already committed by an earlier run; building it", "export", o.ID)
 	case committed:
 		return nil, fmt.Errorf("bulkexport: export %q was committed to the store, but %s holds no %s: use a new id: %w", o.ID, o.Dir, sstbuilder.ExportMetaName, ErrIDUsed)
+	case haveFiles && buildStarted(o.Dir):
+		// The build starts only after the commit, so this export was
+		// committed once and a newer export has replaced it since.
+		return nil, fmt.Errorf("bulkexport: export %q in %s was committed and its build started, but the store's last export is now another one: "+
+			"finish it with `pillar sst build --export %s`, or export again under a new id: %w", o.ID, o.Dir, o.Dir, ErrIDUsed)
 	default:
 		if haveFiles {
 			// Written but never committed: the store recorded nothing, so
@@ -232,6 +237,12 @@ func exported(ctx context.Context, st pillar.Store, id string) (bool, error) {
 		return false, fmt.Errorf("bulkexport: read %s: %w", pipeline.AttrLastExport, err)
 	}
 	return last.ID == id, nil
+}
+
+// buildStarted reports whether BuildExport has run on the export in dir.
+func buildStarted(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, ".sst-build", "state.json"))
+	return err == nil
 }
 
 // discard removes an uncommitted export's files (nothing else in dir).

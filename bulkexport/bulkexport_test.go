@@ -15,6 +15,7 @@ import (
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/internal/objstore"
+	"github.com/pillarkit/pillar/internal/s3test"
 	"github.com/pillarkit/pillar/jobs/pipeline"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/pillar/local"
@@ -332,5 +333,66 @@ func TestRunRefusesBadInput(t *testing.T) {
 	o.ID = "Bad ID"
 	if _, err := Run(ctx, o); err == nil || !strings.Contains(err.Error(), "Bad ID") {
 		t.Fatalf("bad id: %v", err)
+	}
+}
+
+// Against S3 (versitygw): the object store fails every upload during the
+// first run; once it heals, the same call completes with one snapshot per
+// partition.
+func TestRunS3OutageAndRetry(t *testing.T) {
+	ctx := context.Background()
+	wd := newWorld(t)
+	wd.deliver(t) // its deltas go to the local store; the snapshots to S3
+	srv := s3test.Start(t)
+	proxy := s3test.NewFaultProxy(t, srv.Endpoint)
+	s3, err := objstore.Open(ctx, srv.URL("pillar"), &objstore.Options{
+		S3Endpoint: proxy.Endpoint, S3AccessKeyID: s3test.AccessKey, S3SecretAccessKey: s3test.SecretKey,
+		S3MaxAttempts: 2, S3MaxBackoff: 10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := wd.opts()
+	o.Objects = s3
+	proxy.FailAll(503, "PUT")
+	if _, err := Run(ctx, o); err == nil {
+		t.Fatal("run during an S3 outage succeeded")
+	}
+	if n := len(wd.snapshots(t)); n != 0 {
+		t.Fatalf("%d snapshots registered during the outage", n)
+	}
+	proxy.Heal()
+	res, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Resumed {
+		t.Fatal("the committed export was made again")
+	}
+	wd.checkDone(t, res)
+	for p := range parts {
+		if _, err := sstbuilder.ReadManifest(ctx, s3, p, sstbuilder.BatchID("bulk1", p)); err != nil {
+			t.Fatalf("partition %d manifest on S3: %v", p, err)
+		}
+	}
+}
+
+// An export a newer one has replaced is not made again under its old id
+// (that would give two exports one set of batch ids).
+func TestRunRefusesReplacedExport(t *testing.T) {
+	ctx := context.Background()
+	wd := newWorld(t)
+	wd.deliver(t)
+	if _, err := Run(ctx, wd.opts()); err != nil {
+		t.Fatal(err)
+	}
+	o2 := wd.opts()
+	o2.Dir = filepath.Join(wd.dir, "exports", "bulk2")
+	if _, err := Run(ctx, o2); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Run(ctx, wd.opts())
+	if !errors.Is(err, ErrIDUsed) || !strings.Contains(err.Error(), "bulk1") {
+		t.Fatalf("rerun of a replaced export: %v", err)
 	}
 }
