@@ -17,6 +17,7 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -201,47 +202,81 @@ func TestPerKeyOrderAcrossLanes(t *testing.T) {
 	}
 }
 
-// TestBulkMinimumShare: under a steady stream of fresh records, bulk
-// batches keep being delivered (the fresh records ride along with them,
-// within 1-BulkMinShare of a batch's bytes), and the fresh records are not
-// held back by the backlog either.
+// TestBulkMinimumShare: while fresh records wait behind a bulk backlog,
+// every bulk batch carries some of them along (they are not held back by
+// the backlog) but never more than 1-BulkMinShare of its bytes (the backlog
+// keeps moving). The worker runs on a fixed FAKE clock and Drain delivers
+// step by step, so the assertions are about the batches' order and
+// proportions, not about what happens in some wall time.
 func TestBulkMinimumShare(t *testing.T) {
 	t.Parallel()
-	const parts = 2
+	const parts, nBulk, nFresh, size = 2, 60, 30, 2000
 	e := newEnv(t, parts)
-	ks := keysIn(300, 0, parts)
+	ks := keysIn(nBulk+nFresh, 0, parts)
 	var rs []rec
-	for i, k := range ks {
-		rs = append(rs, rec{key: k, val: val(i, 2000), pri: pillar.PriorityBulk})
+	for i, k := range ks[:nBulk] {
+		rs = append(rs, rec{key: k, val: val(i, size), pri: pillar.PriorityBulk})
+	}
+	e.enqueue(rs...)
+	rs = rs[:0]
+	for i, k := range ks[nBulk:] {
+		rs = append(rs, rec{key: k, val: val(1000+i, size), pri: pillar.PriorityFresh})
 	}
 	e.enqueue(rs...)
 	o := e.opts("w")
-	o.MaxBatchRecords, o.MaxBatchAge, o.PollInterval = 10, 20*time.Millisecond, 10*time.Millisecond
-	o.BulkMinShare = 0.5
-	w := e.worker(o)
-	stop := runWorker(t, w)
-	defer stop()
-	fk := keysIn(20, 0, parts)
-	deadline := time.Now().Add(3 * time.Second)
-	var lastOff int64
-	for i := 0; time.Now().Before(deadline); i++ {
-		e.enqueue(rec{key: fk[i%len(fk)], val: val(1000+i, 100), pri: pillar.PriorityFresh})
-		lastOff = int64(len(ks) + i)
-		time.Sleep(5 * time.Millisecond)
-	}
-	waitFor(t, "the fresh records delivered", 5*time.Second, func() bool { return e.state(0).FreshOffset() > lastOff })
-	st := w.Stats()
-	if st.BulkBatches < 5 {
-		t.Fatalf("in 3s of steady fresh traffic: %d bulk batches; want the backlog to keep moving", st.BulkBatches)
-	}
-	carried := 0
-	for _, b := range e.registered(0) {
-		if regexp.MustCompile(`-f[0-9]+$`).MatchString(b.Manifest.ID) && !strings.Contains(b.Manifest.Source, ":fresh:") {
-			carried++
+	// A fixed clock: no batch comes of age, leases never run out; batches
+	// close on MaxBatchRecords only.
+	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
+	o.MaxBatchRecords, o.MaxBatchAge, o.BulkMinShare = 10, time.Hour, 0.75
+	_, err := e.worker(o).Drain(context.Background())
+	must(t, err)
+	e.laneChain(0, nBulk+nFresh)
+
+	// Every record has the same size: byte shares are record shares.
+	// Bulk records are [0,nBulk), fresh ones [nBulk,nBulk+nFresh).
+	combined := regexp.MustCompile(`^lorry-.*-p00000-(\d+)-(\d+)(?:-f(\d+))?$`)
+	freshNext := int64(nBulk)
+	bulkBatches, bulkRecs, freshRecs := 0, int64(0), int64(0)
+	for i, b := range e.registered(0) {
+		m := combined.FindStringSubmatch(b.Manifest.ID)
+		var first, last int64
+		if m != nil {
+			first, _ = strconv.ParseInt(m[1], 10, 64)
+			last, _ = strconv.ParseInt(m[2], 10, 64)
 		}
+		if m == nil || first >= nBulk {
+			continue // a fresh-lane or refresh batch, after the backlog
+		}
+		if i != bulkBatches {
+			t.Fatalf("batch %d (%s) is the first to hold bulk records [%d,%d]: fresh batches went ahead of a ready backlog", i, b.Manifest.ID, first, last)
+		}
+		bulkBatches++
+		nb, nf := min(last, nBulk-1)-first+1, int64(0)
+		if m[3] != "" {
+			fl, _ := strconv.ParseInt(m[3], 10, 64)
+			nf, freshNext = fl+1-freshNext, fl+1
+		}
+		if float64(nb)/float64(nb+nf) < o.BulkMinShare {
+			t.Fatalf("batch %s: %d bulk and %d fresh records: bulk below its %.2f share", b.Manifest.ID, nb, nf, o.BulkMinShare)
+		}
+		if nf == 0 && freshNext < nBulk+nFresh {
+			t.Fatalf("batch %s: no fresh record rode along while %d waited behind the backlog", b.Manifest.ID, nBulk+nFresh-freshNext)
+		}
+		bulkRecs, freshRecs = bulkRecs+nb, freshRecs+nf
 	}
-	if carried == 0 {
-		t.Fatal("no bulk batch carried fresh records")
+	// 10 bulk records a batch carry 3 fresh ones (3 x 2064 B <= 1/3 of 10 x 2064 B).
+	if bulkBatches != nBulk/10 || bulkRecs != nBulk || freshRecs != 3*nBulk/10 {
+		t.Fatalf("%d bulk batches with %d bulk and %d fresh records; want %d with %d and %d", bulkBatches, bulkRecs, freshRecs, nBulk/10, nBulk, 3*nBulk/10)
+	}
+	got := e.checkOrder(0, ks)
+	for i, k := range ks {
+		want := i
+		if i >= nBulk {
+			want = 1000 + i - nBulk
+		}
+		if counter(got[k]) != want {
+			t.Fatalf("key %d: update %d, want %d", i, counter(got[k]), want)
+		}
 	}
 }
 
