@@ -464,7 +464,10 @@ func TestReplicaLagPausesBulk(t *testing.T) {
 }
 
 // TestStatusByPriority: Status counts the backlog by priority from the
-// store, and Report adds the live workers' latencies and loss counter.
+// store, and Report adds the live workers' latencies and loss counter. The
+// worker runs on a FAKE clock one second after the commits, Drain delivers,
+// and the heartbeat Run would write is written at that instant: exact
+// counts and ages, no wall-clock wait.
 func TestStatusByPriority(t *testing.T) {
 	t.Parallel()
 	const parts = 2
@@ -478,27 +481,32 @@ func TestStatusByPriority(t *testing.T) {
 		rs = append(rs, rec{key: k, val: val(10+i, 100), pri: pillar.PriorityFresh})
 	}
 	e.enqueue(rs...)
-	time.Sleep(20 * time.Millisecond)
+	fc := clock.NewFake(time.Now().Add(time.Second))
 	ctx := context.Background()
-	r, err := Report(ctx, e.store, time.Now())
+	r, err := Report(ctx, e.store, fc.Now())
 	must(t, err)
 	s := r.Partitions[0]
-	if s.BulkBacklog != 5 || s.FreshBacklog != 3 || s.Depth != 8 || s.BulkOldestMS <= 0 || s.FreshOldestMS <= 0 || r.BulkBacklog != 5 || len(r.Workers) != 0 {
+	if s.BulkBacklog != 5 || s.FreshBacklog != 3 || s.Depth != 8 || s.BulkOldestMS < 1000 || s.FreshOldestMS < 1000 || r.BulkBacklog != 5 || len(r.Workers) != 0 {
 		t.Fatalf("before delivery: %+v (report %+v)", s, r)
 	}
-	w := e.worker(e.opts("w"))
-	stop := runWorker(t, w)
-	waitFor(t, "delivered and reported", 10*time.Second, func() bool {
-		r, err = Report(ctx, e.store, time.Now())
-		// (Depth reaches 0 before Committed reaches 8: the fresh records
-		// ride along with the first bulk batch, a refresh covers [5,7].)
-		return err == nil && r.Depth == 0 && r.Partitions[0].Committed == 8 && r.Partitions[0].Pending == nil &&
-			len(r.Workers) == 1 && r.Workers[0].Latency[pillar.PriorityFresh].Samples == 3 &&
-			r.Workers[0].Latency[pillar.PriorityBulk].Samples == 5
-	})
-	stop()
-	if r.Lost != 0 || r.Partitions[0].Committed != 8 || r.Partitions[0].FreshOffset != 8 {
+	o := e.opts("w")
+	o.Now = fc.Now
+	w := e.worker(o)
+	_, err = w.Drain(ctx)
+	must(t, err)
+	must(t, w.heartbeat(ctx, fc.Now()))
+	r, err = Report(ctx, e.store, fc.Now())
+	must(t, err)
+	// (The fresh records ride along with the first bulk batch, a refresh
+	// covers [5,7].)
+	if r.Depth != 0 || r.Lost != 0 || r.Partitions[0].Committed != 8 || r.Partitions[0].FreshOffset != 8 || r.Partitions[0].Pending != nil || len(r.Workers) != 1 {
 		t.Fatalf("after delivery: %+v", r)
+	}
+	for pr, n := range map[string]int{pillar.PriorityFresh: 3, pillar.PriorityBulk: 5} {
+		l := r.Workers[0].Latency[pr]
+		if l.Samples != n || l.RegisteredP50 < 1000 || l.RegisteredMax < l.RegisteredP50 {
+			t.Fatalf("%s latency %+v: want %d samples, each at least the 1s the fake clock stands after the commits", pr, l, n)
+		}
 	}
 }
 
