@@ -138,8 +138,9 @@ func TestFreshAheadOfBulk(t *testing.T) {
 		want[k] = val(100+i, 100)
 	}
 	e.enqueue(rs...)
-	time.Sleep(60 * time.Millisecond)
 	o := e.opts("w")
+	// Every record is past MaxBatchAge on this FAKE clock (no sleep).
+	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
 	o.MaxBatchRecords, o.MaxBatchAge = 4, 50*time.Millisecond
 	res, err := e.worker(o).Drain(context.Background())
 	must(t, err)
@@ -184,8 +185,9 @@ func TestPerKeyOrderAcrossLanes(t *testing.T) {
 		rec{key: C, del: true, pri: fresh},
 	)
 	e.enqueue(rs...)
-	time.Sleep(60 * time.Millisecond)
 	o := e.opts("w")
+	// Every record is past MaxBatchAge on this FAKE clock (no sleep).
+	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
 	o.MaxBatchRecords, o.MaxBatchAge = 3, 50*time.Millisecond
 	_, err := e.worker(o).Drain(context.Background())
 	must(t, err)
@@ -440,7 +442,9 @@ func TestReplicaLagPausesBulk(t *testing.T) {
 	w := e.worker(o)
 	stop := runWorker(t, w)
 	defer stop()
-	time.Sleep(300 * time.Millisecond) // the watcher has read the lag
+	// Enqueue only once the watcher has read the lag (a fixed sleep was a
+	// guess that a loaded machine can miss).
+	waitFor(t, "the watcher read the lag", 10*time.Second, func() bool { return w.bulkPaused(0) })
 	e.enqueue(rs...)
 	fk := keysIn(3, 0, parts)
 	for i, k := range fk {
@@ -564,8 +568,9 @@ func TestFreshAlone(t *testing.T) {
 		rs = append(rs, rec{key: k, val: val(100+i, 50), pri: pillar.PriorityFresh})
 	}
 	e.enqueue(rs...)
-	time.Sleep(60 * time.Millisecond)
 	o := e.opts("w")
+	// Every record is past MaxBatchAge on this FAKE clock (no sleep).
+	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
 	o.MaxBatchRecords, o.MaxBatchAge, o.FreshAlone, o.BulkMinShare = 4, 50*time.Millisecond, true, 0.5
 	_, err := e.worker(o).Drain(context.Background())
 	must(t, err)
