@@ -22,7 +22,7 @@ func TestBackpressureObjectStoreDown(t *testing.T) {
 	o.LeaseTTL = 1500 * time.Millisecond
 	w := e.worker(o)
 	runWorker(t, w)
-	waitFor(t, "worker holds both partitions", 5*time.Second, func() bool { return len(w.Stats().Held) == parts })
+	waitFor(t, "worker holds both partitions", 20*time.Second, func() bool { return len(w.Stats().Held) == parts })
 
 	var universe []string
 	want := map[string]string{}

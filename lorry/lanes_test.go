@@ -336,7 +336,7 @@ func TestCrashMidBacklogWithFreshTraffic(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		done := make(chan struct{})
 		go func() { defer close(done); _ = w.Run(ctx) }()
-		waitFor(t, "the worker crashes or runs", 5*time.Second, func() bool {
+		waitFor(t, "the worker crashes or runs", 20*time.Second, func() bool {
 			st := w.Stats()
 			return strings.Contains(st.LastError, "injected crash") || ctx.Err() != nil
 		})
