@@ -183,10 +183,10 @@ func TestLeaseTakeover(t *testing.T) {
 	}
 	a := e.worker(oa)
 	runWorker(t, a)
-	waitFor(t, "a holds every partition", 5*time.Second, func() bool { return len(a.Stats().Held) == parts })
+	waitFor(t, "a holds every partition", 20*time.Second, func() bool { return len(a.Stats().Held) == parts })
 	b := e.worker(e.opts("b"))
 	runWorker(t, b)
-	waitFor(t, "a and b hold two partitions each", 5*time.Second, func() bool {
+	waitFor(t, "a and b hold two partitions each", 20*time.Second, func() bool {
 		return len(a.Stats().Held) == 2 && len(b.Stats().Held) == 2
 	})
 	var universe []string

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -137,8 +138,9 @@ func TestFreshAheadOfBulk(t *testing.T) {
 		want[k] = val(100+i, 100)
 	}
 	e.enqueue(rs...)
-	time.Sleep(60 * time.Millisecond)
 	o := e.opts("w")
+	// Every record is past MaxBatchAge on this FAKE clock (no sleep).
+	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
 	o.MaxBatchRecords, o.MaxBatchAge = 4, 50*time.Millisecond
 	res, err := e.worker(o).Drain(context.Background())
 	must(t, err)
@@ -183,8 +185,9 @@ func TestPerKeyOrderAcrossLanes(t *testing.T) {
 		rec{key: C, del: true, pri: fresh},
 	)
 	e.enqueue(rs...)
-	time.Sleep(60 * time.Millisecond)
 	o := e.opts("w")
+	// Every record is past MaxBatchAge on this FAKE clock (no sleep).
+	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
 	o.MaxBatchRecords, o.MaxBatchAge = 3, 50*time.Millisecond
 	_, err := e.worker(o).Drain(context.Background())
 	must(t, err)
@@ -201,47 +204,81 @@ func TestPerKeyOrderAcrossLanes(t *testing.T) {
 	}
 }
 
-// TestBulkMinimumShare: under a steady stream of fresh records, bulk
-// batches keep being delivered (the fresh records ride along with them,
-// within 1-BulkMinShare of a batch's bytes), and the fresh records are not
-// held back by the backlog either.
+// TestBulkMinimumShare: while fresh records wait behind a bulk backlog,
+// every bulk batch carries some of them along (they are not held back by
+// the backlog) but never more than 1-BulkMinShare of its bytes (the backlog
+// keeps moving). The worker runs on a fixed FAKE clock and Drain delivers
+// step by step, so the assertions are about the batches' order and
+// proportions, not about what happens in some wall time.
 func TestBulkMinimumShare(t *testing.T) {
 	t.Parallel()
-	const parts = 2
+	const parts, nBulk, nFresh, size = 2, 60, 30, 2000
 	e := newEnv(t, parts)
-	ks := keysIn(300, 0, parts)
+	ks := keysIn(nBulk+nFresh, 0, parts)
 	var rs []rec
-	for i, k := range ks {
-		rs = append(rs, rec{key: k, val: val(i, 2000), pri: pillar.PriorityBulk})
+	for i, k := range ks[:nBulk] {
+		rs = append(rs, rec{key: k, val: val(i, size), pri: pillar.PriorityBulk})
+	}
+	e.enqueue(rs...)
+	rs = rs[:0]
+	for i, k := range ks[nBulk:] {
+		rs = append(rs, rec{key: k, val: val(1000+i, size), pri: pillar.PriorityFresh})
 	}
 	e.enqueue(rs...)
 	o := e.opts("w")
-	o.MaxBatchRecords, o.MaxBatchAge, o.PollInterval = 10, 20*time.Millisecond, 10*time.Millisecond
-	o.BulkMinShare = 0.5
-	w := e.worker(o)
-	stop := runWorker(t, w)
-	defer stop()
-	fk := keysIn(20, 0, parts)
-	deadline := time.Now().Add(3 * time.Second)
-	var lastOff int64
-	for i := 0; time.Now().Before(deadline); i++ {
-		e.enqueue(rec{key: fk[i%len(fk)], val: val(1000+i, 100), pri: pillar.PriorityFresh})
-		lastOff = int64(len(ks) + i)
-		time.Sleep(5 * time.Millisecond)
-	}
-	waitFor(t, "the fresh records delivered", 5*time.Second, func() bool { return e.state(0).FreshOffset() > lastOff })
-	st := w.Stats()
-	if st.BulkBatches < 5 {
-		t.Fatalf("in 3s of steady fresh traffic: %d bulk batches; want the backlog to keep moving", st.BulkBatches)
-	}
-	carried := 0
-	for _, b := range e.registered(0) {
-		if regexp.MustCompile(`-f[0-9]+$`).MatchString(b.Manifest.ID) && !strings.Contains(b.Manifest.Source, ":fresh:") {
-			carried++
+	// A fixed clock: no batch comes of age, leases never run out; batches
+	// close on MaxBatchRecords only.
+	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
+	o.MaxBatchRecords, o.MaxBatchAge, o.BulkMinShare = 10, time.Hour, 0.75
+	_, err := e.worker(o).Drain(context.Background())
+	must(t, err)
+	e.laneChain(0, nBulk+nFresh)
+
+	// Every record has the same size: byte shares are record shares.
+	// Bulk records are [0,nBulk), fresh ones [nBulk,nBulk+nFresh).
+	combined := regexp.MustCompile(`^lorry-.*-p00000-(\d+)-(\d+)(?:-f(\d+))?$`)
+	freshNext := int64(nBulk)
+	bulkBatches, bulkRecs, freshRecs := 0, int64(0), int64(0)
+	for i, b := range e.registered(0) {
+		m := combined.FindStringSubmatch(b.Manifest.ID)
+		var first, last int64
+		if m != nil {
+			first, _ = strconv.ParseInt(m[1], 10, 64)
+			last, _ = strconv.ParseInt(m[2], 10, 64)
 		}
+		if m == nil || first >= nBulk {
+			continue // a fresh-lane or refresh batch, after the backlog
+		}
+		if i != bulkBatches {
+			t.Fatalf("batch %d (%s) is the first to hold bulk records [%d,%d]: fresh batches went ahead of a ready backlog", i, b.Manifest.ID, first, last)
+		}
+		bulkBatches++
+		nb, nf := min(last, nBulk-1)-first+1, int64(0)
+		if m[3] != "" {
+			fl, _ := strconv.ParseInt(m[3], 10, 64)
+			nf, freshNext = fl+1-freshNext, fl+1
+		}
+		if float64(nb)/float64(nb+nf) < o.BulkMinShare {
+			t.Fatalf("batch %s: %d bulk and %d fresh records: bulk below its %.2f share", b.Manifest.ID, nb, nf, o.BulkMinShare)
+		}
+		if nf == 0 && freshNext < nBulk+nFresh {
+			t.Fatalf("batch %s: no fresh record rode along while %d waited behind the backlog", b.Manifest.ID, nBulk+nFresh-freshNext)
+		}
+		bulkRecs, freshRecs = bulkRecs+nb, freshRecs+nf
 	}
-	if carried == 0 {
-		t.Fatal("no bulk batch carried fresh records")
+	// 10 bulk records a batch carry 3 fresh ones (3 x 2064 B <= 1/3 of 10 x 2064 B).
+	if bulkBatches != nBulk/10 || bulkRecs != nBulk || freshRecs != 3*nBulk/10 {
+		t.Fatalf("%d bulk batches with %d bulk and %d fresh records; want %d with %d and %d", bulkBatches, bulkRecs, freshRecs, nBulk/10, nBulk, 3*nBulk/10)
+	}
+	got := e.checkOrder(0, ks)
+	for i, k := range ks {
+		want := i
+		if i >= nBulk {
+			want = 1000 + i - nBulk
+		}
+		if counter(got[k]) != want {
+			t.Fatalf("key %d: update %d, want %d", i, counter(got[k]), want)
+		}
 	}
 }
 
@@ -299,7 +336,7 @@ func TestCrashMidBacklogWithFreshTraffic(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		done := make(chan struct{})
 		go func() { defer close(done); _ = w.Run(ctx) }()
-		waitFor(t, "the worker crashes or runs", 5*time.Second, func() bool {
+		waitFor(t, "the worker crashes or runs", 20*time.Second, func() bool {
 			st := w.Stats()
 			return strings.Contains(st.LastError, "injected crash") || ctx.Err() != nil
 		})
@@ -405,7 +442,9 @@ func TestReplicaLagPausesBulk(t *testing.T) {
 	w := e.worker(o)
 	stop := runWorker(t, w)
 	defer stop()
-	time.Sleep(300 * time.Millisecond) // the watcher has read the lag
+	// Enqueue only once the watcher has read the lag (a fixed sleep was a
+	// guess that a loaded machine can miss).
+	waitFor(t, "the watcher read the lag", 10*time.Second, func() bool { return w.bulkPaused(0) })
 	e.enqueue(rs...)
 	fk := keysIn(3, 0, parts)
 	for i, k := range fk {
@@ -429,7 +468,10 @@ func TestReplicaLagPausesBulk(t *testing.T) {
 }
 
 // TestStatusByPriority: Status counts the backlog by priority from the
-// store, and Report adds the live workers' latencies and loss counter.
+// store, and Report adds the live workers' latencies and loss counter. The
+// worker runs on a FAKE clock one second after the commits, Drain delivers,
+// and the heartbeat Run would write is written at that instant: exact
+// counts and ages, no wall-clock wait.
 func TestStatusByPriority(t *testing.T) {
 	t.Parallel()
 	const parts = 2
@@ -443,27 +485,32 @@ func TestStatusByPriority(t *testing.T) {
 		rs = append(rs, rec{key: k, val: val(10+i, 100), pri: pillar.PriorityFresh})
 	}
 	e.enqueue(rs...)
-	time.Sleep(20 * time.Millisecond)
+	fc := clock.NewFake(time.Now().Add(time.Second))
 	ctx := context.Background()
-	r, err := Report(ctx, e.store, time.Now())
+	r, err := Report(ctx, e.store, fc.Now())
 	must(t, err)
 	s := r.Partitions[0]
-	if s.BulkBacklog != 5 || s.FreshBacklog != 3 || s.Depth != 8 || s.BulkOldestMS <= 0 || s.FreshOldestMS <= 0 || r.BulkBacklog != 5 || len(r.Workers) != 0 {
+	if s.BulkBacklog != 5 || s.FreshBacklog != 3 || s.Depth != 8 || s.BulkOldestMS < 1000 || s.FreshOldestMS < 1000 || r.BulkBacklog != 5 || len(r.Workers) != 0 {
 		t.Fatalf("before delivery: %+v (report %+v)", s, r)
 	}
-	w := e.worker(e.opts("w"))
-	stop := runWorker(t, w)
-	waitFor(t, "delivered and reported", 10*time.Second, func() bool {
-		r, err = Report(ctx, e.store, time.Now())
-		// (Depth reaches 0 before Committed reaches 8: the fresh records
-		// ride along with the first bulk batch, a refresh covers [5,7].)
-		return err == nil && r.Depth == 0 && r.Partitions[0].Committed == 8 && r.Partitions[0].Pending == nil &&
-			len(r.Workers) == 1 && r.Workers[0].Latency[pillar.PriorityFresh].Samples == 3 &&
-			r.Workers[0].Latency[pillar.PriorityBulk].Samples == 5
-	})
-	stop()
-	if r.Lost != 0 || r.Partitions[0].Committed != 8 || r.Partitions[0].FreshOffset != 8 {
+	o := e.opts("w")
+	o.Now = fc.Now
+	w := e.worker(o)
+	_, err = w.Drain(ctx)
+	must(t, err)
+	must(t, w.heartbeat(ctx, fc.Now()))
+	r, err = Report(ctx, e.store, fc.Now())
+	must(t, err)
+	// (The fresh records ride along with the first bulk batch, a refresh
+	// covers [5,7].)
+	if r.Depth != 0 || r.Lost != 0 || r.Partitions[0].Committed != 8 || r.Partitions[0].FreshOffset != 8 || r.Partitions[0].Pending != nil || len(r.Workers) != 1 {
 		t.Fatalf("after delivery: %+v", r)
+	}
+	for pr, n := range map[string]int{pillar.PriorityFresh: 3, pillar.PriorityBulk: 5} {
+		l := r.Workers[0].Latency[pr]
+		if l.Samples != n || l.RegisteredP50 < 1000 || l.RegisteredMax < l.RegisteredP50 {
+			t.Fatalf("%s latency %+v: want %d samples, each at least the 1s the fake clock stands after the commits", pr, l, n)
+		}
 	}
 }
 
@@ -521,8 +568,9 @@ func TestFreshAlone(t *testing.T) {
 		rs = append(rs, rec{key: k, val: val(100+i, 50), pri: pillar.PriorityFresh})
 	}
 	e.enqueue(rs...)
-	time.Sleep(60 * time.Millisecond)
 	o := e.opts("w")
+	// Every record is past MaxBatchAge on this FAKE clock (no sleep).
+	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
 	o.MaxBatchRecords, o.MaxBatchAge, o.FreshAlone, o.BulkMinShare = 4, 50*time.Millisecond, true, 0.5
 	_, err := e.worker(o).Drain(context.Background())
 	must(t, err)

@@ -51,10 +51,12 @@ func TestS3Outage(t *testing.T) {
 	proxy.FailAll(503, "PUT")
 	put(1)
 	put(2)
-	time.Sleep(700 * time.Millisecond)
-	if _, injected := proxy.Counts(); injected == 0 {
-		t.Fatal("no PUT reached the failing proxy")
-	}
+	// Wait for PUTs to fail (a fixed sleep is a guess a loaded machine
+	// can miss), then check that nothing was committed past them.
+	waitFor(t, "PUTs refused by the failing proxy", 20*time.Second, func() bool {
+		_, injected := proxy.Counts()
+		return injected >= 2
+	})
 	if e.state(0).Offset != 3 || e.state(1).Offset != 3 {
 		t.Fatalf("committed during the S3 outage: %+v %+v", e.state(0), e.state(1))
 	}
