@@ -3,6 +3,7 @@ package lorry
 import (
 	"context"
 	"fmt"
+	"github.com/pillarkit/pillar/internal/clock"
 	"strings"
 	"testing"
 	"time"
@@ -54,24 +55,43 @@ func TestBatchBySize(t *testing.T) {
 }
 
 // TestBatchByAge: a batch below the size threshold closes once its oldest
-// record is MaxBatchAge old, not before.
+// record is MaxBatchAge old, not before. The worker's clock is FAKE and
+// moves only when the test moves it, so "not before" is checked a minute
+// short of the age, whatever the machine's load.
 func TestBatchByAge(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
+	start := time.Now() // before every commit below
+	fc := clock.NewFake(start)
 	o := e.opts("w1")
-	o.MaxBatchAge = 300 * time.Millisecond
+	o.MaxBatchAge, o.Now = time.Hour, fc.Now
 	w := e.worker(o)
 	runWorker(t, w)
 	keys := keysIn(3, 0, 1)
-	start := time.Now()
 	e.enqueue(rec{key: keys[0], val: "a"}, rec{key: keys[1], val: "b"})
-	time.Sleep(100 * time.Millisecond)
+	fc.Advance(100 * time.Millisecond)
 	e.enqueue(rec{key: keys[2], val: "c"})
-	waitFor(t, "the batch committed", 10*time.Second, func() bool { return e.state(0).Offset == 3 })
-	took := time.Since(start)
-	if took < 300*time.Millisecond {
-		t.Fatalf("batch closed after %v, before its age of 300ms", took)
+	// The worker shares a store snapshot for PollInterval/2 of its clock:
+	// move the clock on in small steps until it has read c.
+	waitFor(t, "the three records read", 20*time.Second, func() bool {
+		fc.Advance(o.PollInterval / 2)
+		return w.Stats().Buffered == 3*(1+64)
+	})
+	notYet := func(at string) {
+		t.Helper()
+		// Some poll cycles at this time: nothing may be delivered. (A slow
+		// machine runs fewer cycles here, which can only let a broken
+		// worker pass, never fail a correct one.)
+		time.Sleep(20 * o.PollInterval)
+		if st := e.state(0); st.Offset != 0 || st.Pending != nil {
+			t.Fatalf("a batch closed %s, before its age of %v: %+v", at, o.MaxBatchAge, st)
+		}
 	}
+	notYet("at once")
+	fc.Advance(start.Add(o.MaxBatchAge - time.Minute).Sub(fc.Now()))
+	notYet("a minute early")
+	fc.Advance(2 * time.Minute)
+	waitFor(t, "the batch committed", 20*time.Second, func() bool { return e.state(0).Offset == 3 })
 	if r := e.checkChain(0, 3); len(r) != 1 {
 		t.Fatalf("batches %v, want one", r)
 	}
