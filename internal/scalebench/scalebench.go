@@ -237,6 +237,9 @@ func runRound(ctx context.Context, o *Options, rep *Report, dir string, size, n 
 			}
 		}
 	}
+	if err := r.checkFull(ctx, cv); err != nil {
+		return err
+	}
 	os.RemoveAll(r.export) // the SST build would consume it; not measured here
 	incr := [][]string{
 		{"ingest", "--store", r.store, "--from", edits, "--base-url", "https://corpus.test/"},
@@ -265,6 +268,50 @@ func runRound(ctx context.Context, o *Options, rep *Report, dir string, size, n 
 				return fmt.Errorf("incremental publish queued %d puts (bulk %v) for %d edited pages", res.Export.Puts, res.Export.Bulk, edited)
 			}
 		}
+	}
+	return nil
+}
+
+// checkFull fails the run when the full round's steps did not cover the
+// corpus, so a step that did nothing cannot pass as a fast one: docs must
+// hold every page, chunks/<cv> at least one chunk per page (every synthetic
+// page has text), embeddings/<cv>/… one vector per chunk, and the export
+// folder must hold files.
+func (r *round) checkFull(ctx context.Context, cv string) error {
+	out, err := exec.CommandContext(ctx, r.o.Pillar, "--log-level", "warn", "tables", "--store", r.store, "--json").Output()
+	if err != nil {
+		return fmt.Errorf("full round check: pillar tables: %w", err)
+	}
+	var sum struct {
+		Tables []struct {
+			Name string `json:"name"`
+			Rows int64  `json:"rows"`
+		} `json:"tables"`
+	}
+	if err := json.Unmarshal(out, &sum); err != nil {
+		return fmt.Errorf("full round check: pillar tables --json: %w", err)
+	}
+	var docs, chunks, vectors int64 = -1, -1, -1
+	for _, t := range sum.Tables {
+		switch {
+		case t.Name == "docs":
+			docs = t.Rows
+		case t.Name == "chunks/"+cv:
+			chunks = t.Rows
+		case strings.HasPrefix(t.Name, "embeddings/"+cv+"/"):
+			vectors = t.Rows
+		}
+	}
+	switch {
+	case docs != int64(r.n):
+		return fmt.Errorf("full round check: docs holds %d rows, want the %d generated pages", docs, r.n)
+	case chunks < int64(r.n):
+		return fmt.Errorf("full round check: chunks/%s holds %d rows for %d pages", cv, chunks, r.n)
+	case vectors != chunks:
+		return fmt.Errorf("full round check: %d vectors for %d chunks of chunks/%s", vectors, chunks, cv)
+	}
+	if files := len(listing(r.export)); files == 0 {
+		return fmt.Errorf("full round check: the export wrote no files under %s", r.export)
 	}
 	return nil
 }
