@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,23 +57,7 @@ func TestExportPublishCLI(t *testing.T) {
 	must("subsets", "recompute", "--store", store, "--policies", pol, "--as-of", "2026-11-30T00:00:00Z")
 	must("publish", "--store", store, "--chunks", ch.ID(), "--model", "hash:dim=8")
 
-	db, err := control.OpenStore(ctx, "sqlite:"+filepath.Join(dir, "control.db"), &control.StoreOptions{Partitions: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	srv, err := control.NewServer(&control.Options{Store: db, NoAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := srv.GRPCServer()
-	go g.Serve(lis)
-	defer g.Stop()
-	addr := lis.Addr().String()
+	addr := startControlPlane(t, ctx, dir, 3)
 
 	exp := filepath.Join(dir, "exports", "bulk1")
 	publish := []string{"export", "--store", store, "--out", exp, "--objstore", objs, "--control", addr}

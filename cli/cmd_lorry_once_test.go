@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/lorry"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/pillar/local"
@@ -47,23 +45,7 @@ func TestLorryOnceAfterDeadWorker(t *testing.T) {
 		}
 	}
 	lease(30 * time.Second)
-	db, err := control.OpenStore(ctx, "sqlite:"+filepath.Join(dir, "control.db"), &control.StoreOptions{Partitions: parts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	srv, err := control.NewServer(&control.Options{Store: db, NoAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := srv.GRPCServer()
-	go g.Serve(lis)
-	defer g.Stop()
-	addr := lis.Addr().String()
+	addr := startControlPlane(t, ctx, dir, parts)
 	run := func(args ...string) (string, error) {
 		app := newApp()
 		var out bytes.Buffer

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -62,23 +61,7 @@ func TestLorryCLI(t *testing.T) {
 	}
 	st.Close()
 
-	db, err := control.OpenStore(ctx, "sqlite:"+filepath.Join(dir, "control.db"), &control.StoreOptions{Partitions: parts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	srv, err := control.NewServer(&control.Options{Store: db, NoAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := srv.GRPCServer()
-	go g.Serve(lis)
-	defer g.Stop()
-	addr := lis.Addr().String()
+	addr := startControlPlane(t, ctx, dir, parts)
 
 	store, objs := filepath.Join(dir, "store"), filepath.Join(dir, "objects")
 	out := runLorryCLI(t, ctx, "lorry", "status", "--store", store, "--json")

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"net"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -68,23 +67,7 @@ func TestExportOrderEnforcedByControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	db, err := control.OpenStore(ctx, "sqlite:"+filepath.Join(dir, "control.db"), &control.StoreOptions{Partitions: parts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	srv, err := control.NewServer(&control.Options{Store: db, NoAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := srv.GRPCServer()
-	go g.Serve(lis)
-	defer g.Stop()
-	addr := lis.Addr().String()
+	addr := startControlPlane(t, ctx, dir, parts)
 
 	build := func(extra ...string) error {
 		app := newApp()
