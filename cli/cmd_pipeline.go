@@ -314,26 +314,27 @@ Examples:
 					return err
 				}
 				defer done()
-				meta, changes, err := pipeline.SubsetDiff(c.Context, sn, c.String("subset"))
-				if err != nil {
-					return err
-				}
+				// One streaming pass: count every change, keep only those
+				// listed (at most --limit per kind), so memory follows the
+				// output, not the subset.
 				count := map[subsets.ChangeKind]int{}
-				for _, ch := range changes {
-					count[ch.Kind]++
-				}
 				shown := map[subsets.ChangeKind]int{}
 				var list []subsets.Change
 				var keys []string
-				for _, ch := range changes {
+				meta, err := pipeline.EachSubsetChange(c.Context, sn, c.String("subset"), func(ch subsets.Change) error {
+					count[ch.Kind]++
 					if ch.Kind == subsets.Stay && !c.Bool("all") {
-						continue
+						return nil
 					}
 					if l := c.Int("limit"); l > 0 && shown[ch.Kind] >= l {
-						continue
+						return nil
 					}
 					shown[ch.Kind]++
 					list, keys = append(list, ch), append(keys, ch.PageKey)
+					return nil
+				})
+				if err != nil {
+					return err
 				}
 				urls, err := pageURLs(c.Context, sn, keys) // cmd_subsets_final.go
 				if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"sort"
 	"strings"
 	"time"
@@ -618,15 +619,6 @@ func copyMembers(ctx context.Context, tx pillar.Tx, opts Options, from, to strin
 	return nil
 }
 
-func readMembers(ctx context.Context, sn pillar.Snapshot, table string) ([]pillar.SubsetMember, error) {
-	var out []pillar.SubsetMember
-	err := eachRow(ctx, sn, table, true, func(m *pillar.SubsetMember) error {
-		out = append(out, *m)
-		return nil
-	})
-	return out, err
-}
-
 // SubsetInfo is what `subsets show` prints.
 func SubsetInfo(ctx context.Context, sn pillar.Snapshot) ([]SubsetMeta, error) {
 	attrs, err := sn.Attrs(ctx)
@@ -648,27 +640,78 @@ func SubsetInfo(ctx context.Context, sn pillar.Snapshot) ([]SubsetMeta, error) {
 	return out, nil
 }
 
-// SubsetDiff returns the changes of a subset's last recompute (its current
-// generation against the one before).
-func SubsetDiff(ctx context.Context, sn pillar.Snapshot, name string) (*SubsetMeta, []subsets.Change, error) {
+// EachSubsetChange calls fn with each change of a subset's last recompute
+// (its current generation against the one before), in page-key order, Stay
+// included: a merge join of the two sorted member tables (subsets.DiffSeq)
+// that holds no generation in memory. A missing table is an empty
+// generation. It stops at the first error, fn's included.
+func EachSubsetChange(ctx context.Context, sn pillar.Snapshot, name string, fn func(subsets.Change) error) (*SubsetMeta, error) {
 	var meta SubsetMeta
 	if err := sn.Attr(ctx, AttrSubsetPrefix+name, &meta); err != nil {
 		if errors.Is(err, pillar.ErrNotFound) {
-			return nil, nil, fmt.Errorf("subsets diff: unknown subset %q (see `pillar subsets show`): %w", name, subsets.ErrUnknownSubset)
+			return nil, fmt.Errorf("subsets diff: unknown subset %q (see `pillar subsets show`): %w", name, subsets.ErrUnknownSubset)
 		}
-		return nil, nil, err
+		return nil, err
 	}
-	cur, err := readMembers(ctx, sn, meta.Table)
+	cur, curErr, err := openMembers(ctx, sn, meta.Table)
+	if err != nil {
+		return nil, err
+	}
+	defer cur.Close()
+	old, oldErr := noMembers()
+	if len(meta.History) >= 2 {
+		if old, oldErr, err = openMembers(ctx, sn, meta.History[len(meta.History)-2].Table); err != nil {
+			return nil, err
+		}
+		defer old.Close()
+	}
+	for ch, err := range subsets.DiffSeq(name, old.seq, cur.seq) {
+		// A read error ends its side early: check before fn sees a change
+		// that only the truncation made.
+		if err == nil {
+			err = errors.Join(oldErr(), curErr())
+		}
+		if err == nil {
+			err = fn(ch)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := errors.Join(oldErr(), curErr()); err != nil {
+		return nil, err
+	}
+	return &meta, nil
+}
+
+// memberReader is an open member table as a sequence (rr nil: empty).
+type memberReader struct {
+	rr  pillar.RowReader
+	seq iter.Seq[pillar.SubsetMember]
+}
+
+func (m *memberReader) Close() {
+	if m.rr != nil {
+		m.rr.Close()
+	}
+}
+
+func noMembers() (*memberReader, func() error) {
+	return &memberReader{seq: func(func(pillar.SubsetMember) bool) {}}, func() error { return nil }
+}
+
+// openMembers opens a subsets/<name> table (sorted by page_key) for
+// subsets.DiffSeq; a missing table reads as empty. errFn reports a read
+// error that ended the sequence early.
+func openMembers(ctx context.Context, sn pillar.Snapshot, table string) (m *memberReader, errFn func() error, err error) {
+	rr, err := sn.ReadTable(ctx, table, nil)
+	if errors.Is(err, pillar.ErrNotFound) {
+		m, errFn := noMembers()
+		return m, errFn, nil
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	var old []pillar.SubsetMember
-	if len(meta.History) >= 2 {
-		old, err = readMembers(ctx, sn, meta.History[len(meta.History)-2].Table)
-		if err != nil {
-			return nil, nil, err
-		}
-	}
-	ch, err := subsets.Diff(name, old, cur)
-	return &meta, ch, err
+	seq, errFn := subsets.ReadMembers(rr)
+	return &memberReader{rr: rr, seq: seq}, errFn, nil
 }
