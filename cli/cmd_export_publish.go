@@ -12,7 +12,6 @@ import (
 	"github.com/pillarkit/pillar/bulkexport"
 	"github.com/pillarkit/pillar/internal/progress"
 	"github.com/pillarkit/pillar/internal/rocks"
-	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/sstbuilder"
 )
 
@@ -46,15 +45,11 @@ func runExportPublish(c *cli.Context) error {
 	if c.String("control") == "" {
 		return fmt.Errorf("export: --objstore needs --control (to upload without registering, run `pillar export` then `pillar sst build`)")
 	}
-	st, err := openStore(c, false, 0)
+	st, err := openExportStore(c)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	p := st.Info().Partitions
-	if c.IsSet("partitions") && c.Int("partitions") != p {
-		return fmt.Errorf("export: --partitions %d, but the store has %d partitions: %w", c.Int("partitions"), p, pillar.ErrPartitions)
-	}
 	objs, err := sstOpenStore(c, c.String("objstore"))
 	if err != nil {
 		return fmt.Errorf("--objstore: %w", err)

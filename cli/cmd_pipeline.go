@@ -139,15 +139,12 @@ Examples:
 			if c.String("objstore") != "" {
 				return runExportPublish(c) // the whole protocol: bulkexport.Run
 			}
-			st, err := openStore(c, false, 0)
+			st, err := openExportStore(c)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
 			p := st.Info().Partitions
-			if c.IsSet("partitions") && c.Int("partitions") != p {
-				return fmt.Errorf("export: --partitions %d, but the store has %d partitions: %w", c.Int("partitions"), p, pillar.ErrPartitions)
-			}
 			out := c.String("out")
 			id := c.String("id")
 			if id == "" {
@@ -579,4 +576,18 @@ func importSignals(c *cli.Context, st pillar.Store, path string) (int, int, erro
 		return 0, 0, err
 	}
 	return n, unknown, tx.Commit(ctx)
+}
+
+// openExportStore opens --store for `pillar export` and, when --partitions
+// is set, checks it against the store's partition count.
+func openExportStore(c *cli.Context) (pillar.Store, error) {
+	st, err := openStore(c, false, 0)
+	if err != nil {
+		return nil, err
+	}
+	if p := st.Info().Partitions; c.IsSet("partitions") && c.Int("partitions") != p {
+		st.Close()
+		return nil, fmt.Errorf("export: --partitions %d, but the store has %d partitions: %w", c.Int("partitions"), p, pillar.ErrPartitions)
+	}
+	return st, nil
 }

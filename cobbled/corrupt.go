@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/linxGnu/grocksdb"
+
+	"github.com/pillarkit/pillar/internal/clock"
 )
 
 // Corruption handling.
@@ -79,7 +81,7 @@ func (n *Node) rebuild(ctx context.Context, p *partition) bool {
 			break
 		}
 		n.opts.Logger.Warn("cobbled: report corrupt replica", "partition", p.id, "err", err)
-		if !sleep(ctx, backoff) {
+		if !clock.Sleep(ctx, n.opts.Clock, backoff) {
 			return false
 		}
 		backoff = min(2*backoff, n.opts.RetryBackoffMax)
@@ -94,19 +96,19 @@ func (n *Node) rebuild(ctx context.Context, p *partition) bool {
 	path := filepath.Join(p.dir, name)
 	if err := os.RemoveAll(path); err != nil {
 		n.opts.Logger.Error("cobbled: rebuild", "partition", p.id, "err", err)
-		return sleep(ctx, n.opts.RetryBackoffMax)
+		return clock.Sleep(ctx, n.opts.Clock, n.opts.RetryBackoffMax)
 	}
 	db, err := grocksdb.OpenDb(n.dbOpts, path)
 	if err != nil {
 		n.opts.Logger.Error("cobbled: rebuild: create generation", "partition", p.id, "dir", name, "err", err)
-		return sleep(ctx, n.opts.RetryBackoffMax)
+		return clock.Sleep(ctx, n.opts.Clock, n.opts.RetryBackoffMax)
 	}
 	st := partState{DB: name}
 	if err := writeState(p.dir, st); err != nil {
 		closeDB(db)
 		os.RemoveAll(path)
 		n.opts.Logger.Error("cobbled: rebuild: record generation", "partition", p.id, "err", err)
-		return sleep(ctx, n.opts.RetryBackoffMax)
+		return clock.Sleep(ctx, n.opts.Clock, n.opts.RetryBackoffMax)
 	}
 	old, oldName := p.swap(db), p.st.DB
 	if old != nil {

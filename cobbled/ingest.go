@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/internal/clock"
 )
 
 // Run registers the node with the control plane and runs until ctx ends:
@@ -34,7 +35,7 @@ func (n *Node) Run(ctx context.Context) error {
 			return fmt.Errorf("cobbled: node %s: the control plane refused its token (check --token-file): %w", n.opts.ID, err)
 		}
 		n.opts.Logger.Warn("cobbled: register node", "err", err)
-		if !sleep(ctx, backoff) {
+		if !clock.Sleep(ctx, n.opts.Clock, backoff) {
 			return nil
 		}
 		backoff = min(2*backoff, n.opts.RetryBackoffMax)
@@ -181,7 +182,7 @@ func (n *Node) worker(ctx context.Context, p *partition) {
 				return
 			}
 			log.Warn("cobbled: list batches", "err", err)
-			sleep(ctx, backoff)
+			clock.Sleep(ctx, n.opts.Clock, backoff)
 			backoff = min(2*backoff, n.opts.RetryBackoffMax)
 			continue
 		}
@@ -240,7 +241,7 @@ func (n *Node) ingestRetrying(ctx context.Context, p *partition, b *Batch) bool 
 		} else {
 			log.Warn("cobbled: batch attempt failed", "attempt", attempt, "err", err)
 		}
-		if !sleep(ctx, backoff) {
+		if !clock.Sleep(ctx, n.opts.Clock, backoff) {
 			return false
 		}
 		backoff = min(2*backoff, n.opts.RetryBackoffMax)
@@ -285,15 +286,4 @@ func errReason(err error) string {
 		return "out_of_order"
 	}
 	return "other"
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

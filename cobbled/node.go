@@ -20,6 +20,7 @@ import (
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/internal/sstverify"
 )
 
@@ -190,7 +191,7 @@ func (n *Node) learnPartitions(ctx context.Context) error {
 				break
 			}
 			n.opts.Logger.Warn("cobbled: waiting for the control plane to learn the partition count", "err", err)
-			if !sleep(ctx, backoff) {
+			if !clock.Sleep(ctx, n.opts.Clock, backoff) {
 				return fmt.Errorf("cobbled: learn partition count from control plane: %w", err)
 			}
 			backoff = min(2*backoff, n.opts.RetryBackoffMax)

@@ -97,8 +97,8 @@ type Options struct {
 	// default value is no fault.
 	FaultDelay FaultDelay
 
-	// Clock is the time source of the read path's waits (FaultDelay) and
-	// measurements. The default value is the wall clock (clock.Real); tests
+	// Clock is the time source of the read path's waits (FaultDelay), the
+	// ingest, rebuild and discovery retry backoffs, and measurements. The default value is the wall clock (clock.Real); tests
 	// pass a *clock.Fake.
 	Clock clock.Clock
 

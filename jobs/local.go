@@ -975,16 +975,5 @@ func (r *run) diskFull(title string, err error) error {
 		outs = append(outs, strconv.Quote(o.Table))
 	}
 	return fmt.Errorf("jobs: %s: disk full writing table %s: it needs about %s free for its outputs (the size of its inputs) and %s for sort runs in %s; nothing was committed: %w",
-		title, strings.Join(outs, ", "), humanSize(in), humanSize(sorted), r.dir, err)
-}
-
-func humanSize(b int64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
-	default:
-		return fmt.Sprintf("%d KiB", (b+1023)>>10)
-	}
+		title, strings.Join(outs, ", "), extsort.HumanBytes(in), extsort.HumanBytes(sorted), r.dir, err)
 }

@@ -84,18 +84,11 @@ func (lp *loop) F() int64 { return lp.l.st.FreshOffset() }
 // readHeads reads up to limit heads of partition p from offset from (never
 // at or beyond drainTo when set), with the queue's end.
 func (w *Worker) readHeads(ctx context.Context, p int, from, drainTo int64, limit int) ([]pillar.ExportRecord, int64, error) {
-	sn, release, err := w.snapshot(ctx, false)
+	sn, release, end, err := w.queueView(ctx, p, drainTo, false)
 	if err != nil {
-		return nil, from, fmt.Errorf("lorry: partition %d: snapshot: %w", p, err)
+		return nil, from, err
 	}
 	defer release()
-	end, err := sn.QueueEnd(ctx, p)
-	if err != nil {
-		return nil, from, fmt.Errorf("lorry: partition %d: queue end: %w", p, err)
-	}
-	if drainTo >= 0 {
-		end = min(end, drainTo)
-	}
 	n := min(int64(limit), end-from)
 	if n <= 0 {
 		return nil, end, nil

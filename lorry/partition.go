@@ -89,23 +89,35 @@ func (l *lease) release() {
 	}
 }
 
+// queueView takes a snapshot (see snapshot; fresh as there) and reads
+// partition p's queue end in it, never beyond drainTo when that is set
+// (>= 0). Unless it fails, the caller calls release when done with sn.
+func (w *Worker) queueView(ctx context.Context, p int, drainTo int64, fresh bool) (sn pillar.Snapshot, release func(), end int64, err error) {
+	sn, release, err = w.snapshot(ctx, fresh)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("lorry: partition %d: snapshot: %w", p, err)
+	}
+	end, err = sn.QueueEnd(ctx, p)
+	if err != nil {
+		release()
+		return nil, nil, 0, fmt.Errorf("lorry: partition %d: queue end: %w", p, err)
+	}
+	if drainTo >= 0 {
+		end = min(end, drainTo)
+	}
+	return sn, release, end, nil
+}
+
 // read returns up to limit records of partition p from offset from on (at
 // most ReadChunk, never at or beyond drainTo when that is set), and the
 // queue's end as the snapshot saw it. Unless fresh, the snapshot may be one
 // the worker's partitions share (at most PollInterval/2 old).
 func (w *Worker) read(ctx context.Context, p int, from, drainTo int64, limit int, fresh bool) ([]pillar.ExportRecord, int64, error) {
-	sn, release, err := w.snapshot(ctx, fresh)
+	sn, release, end, err := w.queueView(ctx, p, drainTo, fresh)
 	if err != nil {
-		return nil, from, fmt.Errorf("lorry: partition %d: snapshot: %w", p, err)
+		return nil, from, err
 	}
 	defer release()
-	end, err := sn.QueueEnd(ctx, p)
-	if err != nil {
-		return nil, from, fmt.Errorf("lorry: partition %d: queue end: %w", p, err)
-	}
-	if drainTo >= 0 {
-		end = min(end, drainTo)
-	}
 	n := min(int64(limit), int64(w.o.ReadChunk), end-from)
 	if n <= 0 {
 		return nil, end, nil

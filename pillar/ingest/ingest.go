@@ -670,7 +670,7 @@ func diskFull(st pillar.Store, what string, need int64, err error) error {
 	}
 	dir := st.Info().Root
 	return fmt.Errorf("ingest: disk full during the %s: it needs about %s free in %s (%s free now); nothing was committed, the store is as it was: %w",
-		what, humanBytes(need), dir, freeSpace(dir), err)
+		what, extsort.HumanBytes(need), dir, freeSpace(dir), err)
 }
 
 // diskFullSpill is diskFull for the spill of cleaned pages to dir: a sorted
@@ -680,7 +680,7 @@ func diskFullSpill(dir string, limit int64, err error) error {
 		return err
 	}
 	return fmt.Errorf("ingest: disk full spilling cleaned pages: each sorted run needs up to %s free in %s (%s free now; the runs of all pages need about their clean text's size; set --memory-limit or TMPDIR): %w",
-		humanBytes(limit), dir, freeSpace(dir), err)
+		extsort.HumanBytes(limit), dir, freeSpace(dir), err)
 }
 
 func freeSpace(dir string) string {
@@ -688,18 +688,7 @@ func freeSpace(dir string) string {
 	if err := syscall.Statfs(dir, &fs); err != nil {
 		return "unknown"
 	}
-	return humanBytes(int64(fs.Bavail) * int64(fs.Bsize))
-}
-
-func humanBytes(b int64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
-	default:
-		return fmt.Sprintf("%d KiB", (b+1023)>>10)
-	}
+	return extsort.HumanBytes(int64(fs.Bavail) * int64(fs.Bsize))
 }
 
 // removeStaleSpills removes the spill folders (pillar-ingest-<pid>-*) under
