@@ -26,7 +26,7 @@ $(BIN)/versitygw:
 	GOBIN=$(BIN) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
 
 build: deps
-	$(GO) build -o $(BIN)/pillar ./cli
+	$(GO) build -o $(BIN)/pillar ./cmd/pillar
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/pillar-job ./jobs/cmd/pillar-job
 
 ## test: every package, several at a time (go test's default -p, one per core). Packages

@@ -177,12 +177,12 @@ func cliRun(t *testing.T, args ...string) error {
 			return
 		}
 		pillarBin = filepath.Join(dir, "pillar")
-		if out, err := exec.Command("go", "build", "-o", pillarBin, "../cli").CombinedOutput(); err != nil {
+		if out, err := exec.Command("go", "build", "-o", pillarBin, "../cmd/pillar").CombinedOutput(); err != nil {
 			pillarErr = errors.New(string(out))
 		}
 	})
 	if pillarErr != nil {
-		t.Fatalf("go build ../cli: %v", pillarErr)
+		t.Fatalf("go build ../cmd/pillar: %v", pillarErr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

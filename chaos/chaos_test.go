@@ -52,7 +52,7 @@ func TestChaos(t *testing.T) {
 func buildPillar(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "pillar")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cli").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/pillar").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin

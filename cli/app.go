@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -58,7 +58,10 @@ Examples:
 // logger returns the process logger (stderr, level from --log-level).
 func logger() *slog.Logger { return slog.Default() }
 
-func main() {
+// Main runs the pillar command line with os.Args and exits the process with
+// its status on failure: 1 on an error, 128+signal when interrupted; on success it returns.
+// cmd/pillar's main calls it and nothing else.
+func Main() {
 	ctx, stop := signalContext() // signals.go: SIGINT/SIGTERM cancel ctx, then exit
 	app := newApp()
 	err := app.RunContext(ctx, normalizeArgs(app, os.Args, os.Stderr)) // args.go: flags after arguments, old spellings

@@ -1,4 +1,4 @@
-package main
+package cli
 
 // The flag vocabulary of the pillar command (README, "Flag vocabulary"): one
 // name and one environment variable per concept, on every command that has

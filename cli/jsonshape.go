@@ -1,4 +1,4 @@
-package main
+package cli
 
 // The one JSON shape of every --json output (README, "JSON output"):
 // snake_case keys, durations as milliseconds under a key ending in _ms,

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ func TestCLIChild(t *testing.T) {
 		t.Skip("only runs as a child process of another test")
 	}
 	os.Args = append([]string{"pillar"}, strings.Split(args, "\n")...)
-	main()
+	Main()
 }
 
 // startCLI starts the pillar CLI as a child process.
@@ -91,11 +91,19 @@ func TestSIGTERMMidIngest(t *testing.T) {
 		t.Fatal(err)
 	}
 	gen0, rows0 := docsState(t, store)
-	const big = 4000
+	// Big enough that an idle machine does not finish it in the time the
+	// child takes to start and open its transaction.
+	const big = 12000
 	writeCorpus(t, filepath.Join(root, "b"), big, "b")
 
 	cmd, out, done := startCLI(t, "ingest", "--store", store, "--from", filepath.Join(root, "b"), "--workers", "1")
-	time.Sleep(300 * time.Millisecond)
+	// Signal once the ingest is under way: its transaction's staging exists
+	// (or, at the latest, after 300 ms).
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if ents, _ := os.ReadDir(filepath.Join(store, "tx")); len(ents) > 0 {
+			break
+		}
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("ingest of %d pages finished before the signal (%v); the test needs a bigger corpus\n%s", big, err, out)

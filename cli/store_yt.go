@@ -1,4 +1,4 @@
-package main
+package cli
 
 // The YTsaurus store and runner: --store yt://<cypress path> (or
 // PILLAR_STORE=yt://…) opens pillar/ytstore on the cluster at YT_PROXY with

@@ -25,7 +25,7 @@ func buildPillar(t *testing.T) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "pillar")
-	build := exec.Command("go", "build", "-o", bin, "../../cli")
+	build := exec.Command("go", "build", "-o", bin, "../../cmd/pillar")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

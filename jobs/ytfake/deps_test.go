@@ -12,7 +12,7 @@ func TestNotLinkedIntoBinaries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: runs go list")
 	}
-	out, err := exec.Command("go", "list", "-deps", "github.com/pillarkit/pillar/cli", "github.com/pillarkit/pillar/jobs/cmd/pillar-job").CombinedOutput()
+	out, err := exec.Command("go", "list", "-deps", "github.com/pillarkit/pillar/cmd/pillar", "github.com/pillarkit/pillar/jobs/cmd/pillar-job").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
