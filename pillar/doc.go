@@ -13,7 +13,9 @@
 //     deployment; components refuse another P (ErrPartitions).
 //   - Tables: docs, signals, chunks/<cv>, embeddings/<cv>/<model>,
 //     subsets/<name>, each typed by a row struct of rows.go (yson and parquet
-//     tags name the same columns). A page with no text has one chunk (and
+//     tags name the same columns, except that no Parquet column is an SQL
+//     reserved word: start_offset, end_offset, queue_offset; Parquet times
+//     are TIMESTAMP(MILLIS)). A page with no text has one chunk (and
 //     embedding) row with chunk_no -1, meaning "processed, no chunks".
 //   - Versions: one registry attribute per version ("versions/<id>"); a
 //     chunk or embedding version never overwrites another; exactly one pair

@@ -3,9 +3,17 @@ package pillar
 import "fmt"
 
 // Row types of the Pillar tables. Every type carries yson tags (YTsaurus and
-// the MapReduce job protocol) and parquet tags (the embedded store); the
-// column names are the same in both. Page keys are stored as 32 lower-case hex
-// characters: they sort like the raw bytes and a person can read them.
+// the MapReduce job protocol) and parquet tags (the embedded store). Page keys
+// are stored as 32 lower-case hex characters: they sort like the raw bytes and
+// a person can read them.
+//
+// The Parquet files are read by outside tools (DuckDB, pyarrow), so their
+// columns follow SQL's habits: times are TIMESTAMP(MILLIS) (the Go field
+// stays unix milliseconds in an int64), and no column is an SQL reserved word
+// (start_offset, end_offset and queue_offset, where the yson names are start,
+// end and offset; YTsaurus tables keep the yson names). Files written before
+// the rename carry the old names; LegacyParquetColumn says which, and the
+// embedded store reads an old file's column under its old name.
 
 // Table names (logical paths under the store root).
 const (
@@ -31,7 +39,7 @@ type Doc struct {
 	PageKey     string `yson:"page_key" parquet:"page_key"`
 	URL         string `yson:"url" parquet:"url"`
 	Host        string `yson:"host" parquet:"host"`
-	FetchedAt   int64  `yson:"fetched_at" parquet:"fetched_at"` // unix milliseconds
+	FetchedAt   int64  `yson:"fetched_at" parquet:"fetched_at,timestamp(millisecond)"` // unix milliseconds
 	ContentHash string `yson:"content_hash" parquet:"content_hash"`
 	Title       string `yson:"title" parquet:"title"`
 	Text        string `yson:"text" parquet:"text"`
@@ -40,7 +48,7 @@ type Doc struct {
 	OutLinks    int64  `yson:"out_links" parquet:"out_links"`
 	HTMLBytes   int64  `yson:"html_bytes" parquet:"html_bytes"`
 	Version     int64  `yson:"version" parquet:"version"`
-	UpdatedAt   int64  `yson:"updated_at" parquet:"updated_at"` // unix milliseconds
+	UpdatedAt   int64  `yson:"updated_at" parquet:"updated_at,timestamp(millisecond)"` // unix milliseconds
 }
 
 // Signal is one named per-page signal (e.g. a quality score) imported from
@@ -61,8 +69,8 @@ type Chunk struct {
 	ChunkNo     int32  `yson:"chunk_no" parquet:"chunk_no"`
 	ContentHash string `yson:"content_hash" parquet:"content_hash"`
 	Text        string `yson:"text" parquet:"text"`
-	Start       int32  `yson:"start" parquet:"start"`
-	End         int32  `yson:"end" parquet:"end"`
+	Start       int32  `yson:"start" parquet:"start_offset"`
+	End         int32  `yson:"end" parquet:"end_offset"`
 	Tokens      int32  `yson:"tokens" parquet:"tokens"`
 }
 
@@ -81,6 +89,21 @@ type SubsetMember struct {
 	Reason  string  `yson:"reason" parquet:"reason"`
 }
 
+// LegacyParquetColumn returns the name a Parquet column had in files
+// written before it was renamed away from an SQL reserved word, and whether
+// it was renamed.
+func LegacyParquetColumn(column string) (old string, ok bool) {
+	switch column {
+	case "start_offset":
+		return "start", true
+	case "end_offset":
+		return "end", true
+	case "queue_offset":
+		return "offset", true
+	}
+	return "", false
+}
+
 // Export operations.
 const (
 	OpPut    = "put"
@@ -91,13 +114,13 @@ const (
 // are assigned at commit: dense and increasing within a partition.
 type ExportRecord struct {
 	Partition int32  `yson:"partition" parquet:"partition"`
-	Offset    int64  `yson:"offset" parquet:"offset"`
+	Offset    int64  `yson:"offset" parquet:"queue_offset"`
 	PageKey   string `yson:"page_key" parquet:"page_key"`
 	Op        string `yson:"op" parquet:"op"`
 	Value     []byte `yson:"value" parquet:"value"`
 	Cause     string `yson:"cause" parquet:"cause"`
 	// CommittedAt is the commit time in unix milliseconds (set by the store).
-	CommittedAt int64 `yson:"committed_at" parquet:"committed_at"`
+	CommittedAt int64 `yson:"committed_at" parquet:"committed_at,timestamp(millisecond)"`
 	// Priority is PriorityFresh or PriorityBulk, set by the operation that
 	// enqueues. "" (records of older queues) is delivered as fresh.
 	Priority string `yson:"priority,omitempty" parquet:"priority,optional"`

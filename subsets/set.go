@@ -45,7 +45,7 @@ type Match struct {
 	PageKey string `yson:"page_key" parquet:"page_key"`
 	// Group is the value of the policy's top.per ("" without top or per,
 	// and when the page lacks the value).
-	Group string `yson:"group" parquet:"group"`
+	Group string `yson:"group" parquet:"group_key"` // "group" is an SQL reserved word
 	// Score is the value of top.by (times in unix seconds, durations in
 	// seconds), or 1 for a policy without top.
 	Score float64 `yson:"score" parquet:"score"`

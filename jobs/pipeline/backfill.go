@@ -137,8 +137,8 @@ type (
 	}
 	chunkHead struct {
 		PageKey string `yson:"page_key" parquet:"page_key"`
-		Start   int32  `yson:"start" parquet:"start"`
-		End     int32  `yson:"end" parquet:"end"`
+		Start   int32  `yson:"start" parquet:"start_offset"`
+		End     int32  `yson:"end" parquet:"end_offset"`
 	}
 )
 

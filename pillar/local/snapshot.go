@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -119,10 +120,10 @@ func (sn *snapshot) ReadQueue(ctx context.Context, partition int, from int64, li
 // decodes neither the value column nor the cause.
 type queueHead struct {
 	Partition   int32  `parquet:"partition"`
-	Offset      int64  `parquet:"offset"`
+	Offset      int64  `parquet:"queue_offset"`
 	PageKey     string `parquet:"page_key"`
 	Op          string `parquet:"op"`
-	CommittedAt int64  `parquet:"committed_at"`
+	CommittedAt int64  `parquet:"committed_at,timestamp(millisecond)"`
 	Priority    string `parquet:"priority,optional"`
 }
 
@@ -253,8 +254,10 @@ type rowReader struct {
 	curIdx  int   // index into files of cur
 	curBase int64 // table row index of cur's first row
 	last    int64 // row index within cur of the last row read (-1: none)
-	pending bool  // Next returned true and Scan has not consumed the row
-	row     int64 // table row index of the pending row
+	curCols map[string]bool
+	views   map[reflect.Type]reflect.Type // row type -> legacy view for cur (nil: none needed)
+	pending bool                          // Next returned true and Scan has not consumed the row
+	row     int64                         // table row index of the pending row
 	err     error
 }
 
@@ -295,6 +298,7 @@ func (r *rowReader) open(idx int64) error {
 					return fmt.Errorf("file %s: %w", f.Name, err)
 				}
 				r.cur, r.curFile, r.curIdx, r.curBase, r.last = parquet.NewReader(pf), fh, i, base, -1
+				r.curCols, r.views = fileColumns(pf), nil
 			}
 			return nil
 		}
@@ -330,7 +334,7 @@ func (r *rowReader) Scan(dst any) error {
 			return r.err
 		}
 	}
-	if err := r.cur.Read(dst); err != nil {
+	if err := r.read(dst); err != nil {
 		r.err = fmt.Errorf("local store: table %q row %d: %w", r.table, idx, err)
 		if strings.Contains(err.Error(), "cannot read parquet row into go value") {
 			r.err = fmt.Errorf("local store: table %q row %d: row type %T does not match the table: %w", r.table, idx, dst, err)
@@ -338,6 +342,33 @@ func (r *rowReader) Scan(dst any) error {
 		return r.err
 	}
 	r.last = local
+	return nil
+}
+
+// read decodes the next row of cur into dst, through a legacy view when cur
+// names a column the old way (legacy.go).
+func (r *rowReader) read(dst any) error {
+	pv := reflect.ValueOf(dst)
+	if pv.Kind() != reflect.Pointer || pv.IsNil() {
+		return r.cur.Read(dst)
+	}
+	rt := pv.Type().Elem()
+	view, ok := r.views[rt]
+	if !ok {
+		view, _ = legacyView(rt, r.curCols)
+		if r.views == nil {
+			r.views = map[reflect.Type]reflect.Type{}
+		}
+		r.views[rt] = view
+	}
+	if view == nil {
+		return r.cur.Read(dst)
+	}
+	v := reflect.New(view)
+	if err := r.cur.Read(v.Interface()); err != nil {
+		return err
+	}
+	pv.Elem().Set(v.Elem().Convert(rt))
 	return nil
 }
 
