@@ -84,7 +84,7 @@ func controlServeCommand() *cli.Command {
 		Name:  "serve",
 		Usage: "run the control-plane gRPC service",
 		Description: `Serves the control plane's gRPC API on --listen (loopback unless told otherwise) and
-Prometheus metrics (/metrics) and a health check (/healthz) on --http. The partition
+Prometheus metrics (/metrics) and health checks (/healthz, /readyz) on --http. The partition
 count is fixed at the first start (--partitions) and recorded in the database; a later
 start with a different count is refused. Mutating calls need the bearer token from
 --token-file. With --objstore, batches every replica has moved past (they precede a
@@ -107,7 +107,7 @@ Examples:
 			&cli.IntFlag{Name: "partitions", Usage: "partition count P (required on a new database; must match afterwards)"},
 			&cli.StringFlag{Name: "token-file", EnvVars: []string{envControlTokenFile}, Usage: "file holding the bearer token mutating calls must present (default: $" + envControlToken + ")"},
 			&cli.BoolFlag{Name: "no-auth", Usage: "accept mutating calls without a token (only with a loopback --listen)"},
-			&cli.StringFlag{Name: "http", Value: "127.0.0.1:7001", Usage: "address for /metrics and /healthz (empty: none)"},
+			&cli.StringFlag{Name: "http", Value: "127.0.0.1:7001", Usage: "address for /metrics, /healthz and /readyz (empty: none)"},
 			&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate: serve gRPC over TLS"},
 			&cli.StringFlag{Name: "tls-key", Usage: "PEM private key for --tls-cert"},
 			&cli.StringFlag{Name: "objstore", EnvVars: []string{envObjstore}, Usage: "object store URL (file:///dir, a path, or s3://bucket/prefix); enables garbage collection"},
@@ -177,7 +177,7 @@ func runControlServe(c *cli.Context) error {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), metrics, srv.LagCollector())
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.Handle("/healthz", srv.Healthz())
+		srv.HealthHandler().Register(mux) // /healthz, /readyz (internal/health)
 		hl, err := net.Listen("tcp", addr)
 		if err != nil {
 			lis.Close()

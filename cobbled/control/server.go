@@ -6,7 +6,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -579,19 +578,6 @@ func (s *Server) gcLoop(ctx context.Context) {
 			s.o.Logger.Info("control: gc", "marked", st.Marked, "deleted", st.Deleted, "objects", st.Objects)
 		}
 	}
-}
-
-// Healthz answers 200 when the database answers, 503 otherwise.
-func (s *Server) Healthz() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := s.store.Ping(ctx); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintf(w, "ok %s partitions=%d\n", s.store.Backend(), s.store.Partitions())
-	})
 }
 
 // notifier wakes long pollers: one channel per partition (closed and
