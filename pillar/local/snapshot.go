@@ -49,13 +49,30 @@ func (sn *snapshot) tableInfo(name string, t *tableEntry) pillar.TableInfo {
 func (sn *snapshot) Tables(ctx context.Context) ([]pillar.TableInfo, error) {
 	out := make([]pillar.TableInfo, 0, len(sn.m.Tables))
 	for name, t := range sn.m.Tables {
+		if ls := pillar.LayersOf(sn, name); ls != nil {
+			ti, err := pillar.MergedTableInfo(ctx, sn, name, ls)
+			if err != nil {
+				return nil, fmt.Errorf("local store %s: %w", sn.s.dir, err)
+			}
+			out = append(out, ti)
+			continue
+		}
 		out = append(out, sn.tableInfo(name, t))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
+// Table describes a table; a layered table (pillar's layers.go) as its
+// readers see it, merged.
 func (sn *snapshot) Table(ctx context.Context, name string) (pillar.TableInfo, error) {
+	if ls := pillar.LayersOf(sn, name); ls != nil {
+		ti, err := pillar.MergedTableInfo(ctx, sn, name, ls)
+		if err != nil {
+			return pillar.TableInfo{}, fmt.Errorf("local store %s: %w", sn.s.dir, err)
+		}
+		return ti, nil
+	}
 	t, ok := sn.m.Tables[name]
 	if !ok {
 		return pillar.TableInfo{}, fmt.Errorf("local store %s: table %q: %w", sn.s.dir, name, pillar.ErrNotFound)
@@ -63,7 +80,48 @@ func (sn *snapshot) Table(ctx context.Context, name string) (pillar.TableInfo, e
 	return sn.tableInfo(name, t), nil
 }
 
+// ReadTable reads a table's rows; a layered table's as one sorted merged
+// stream (r selects merged rows).
 func (sn *snapshot) ReadTable(ctx context.Context, name string, r *pillar.Range) (pillar.RowReader, error) {
+	if ls := pillar.LayersOf(sn, name); ls != nil {
+		rr, err := pillar.OpenMerged(ctx, sn, name, ls, r)
+		if err != nil {
+			return nil, fmt.Errorf("local store %s: %w", sn.s.dir, err)
+		}
+		return rr, nil
+	}
+	return sn.RawRead(ctx, name, r)
+}
+
+// RawTable implements pillar.LayerSource.
+func (sn *snapshot) RawTable(name string) (pillar.TableInfo, bool) {
+	t, ok := sn.m.Tables[name]
+	if !ok {
+		return pillar.TableInfo{}, false
+	}
+	return sn.tableInfo(name, t), true
+}
+
+// RawTablesUnder implements pillar.LayerSource.
+func (sn *snapshot) RawTablesUnder(prefix string) []string {
+	var out []string
+	for name := range sn.m.Tables {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// RawReadKeys implements pillar.LayerSource: Parquet decodes the page_key
+// column into pillar.DeletedKey.
+func (sn *snapshot) RawReadKeys(ctx context.Context, name string, r *pillar.Range) (pillar.RowReader, error) {
+	return sn.RawRead(ctx, name, r)
+}
+
+// RawRead implements pillar.LayerSource: the table as stored.
+func (sn *snapshot) RawRead(ctx context.Context, name string, r *pillar.Range) (pillar.RowReader, error) {
 	t, ok := sn.m.Tables[name]
 	if !ok {
 		return nil, fmt.Errorf("local store %s: table %q: %w", sn.s.dir, name, pillar.ErrNotFound)

@@ -331,14 +331,31 @@ func (t *tableMeta) info() pillar.TableInfo {
 
 func (sn *snapshot) Tables(ctx context.Context) ([]pillar.TableInfo, error) {
 	out := make([]pillar.TableInfo, 0, len(sn.st.tables))
-	for _, t := range sn.st.tables {
+	for name, t := range sn.st.tables {
+		if ls := pillar.LayersOf(sn, name); ls != nil {
+			ti, err := pillar.MergedTableInfo(ctx, sn, name, ls)
+			if err != nil {
+				return nil, fmt.Errorf("ytstore %s: %w", sn.s.root, err)
+			}
+			out = append(out, ti)
+			continue
+		}
 		out = append(out, t.info())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
+// Table describes a table; a layered table (pillar's layers.go) as its
+// readers see it, merged.
 func (sn *snapshot) Table(ctx context.Context, name string) (pillar.TableInfo, error) {
+	if ls := pillar.LayersOf(sn, name); ls != nil {
+		ti, err := pillar.MergedTableInfo(ctx, sn, name, ls)
+		if err != nil {
+			return pillar.TableInfo{}, fmt.Errorf("ytstore %s: %w", sn.s.root, err)
+		}
+		return ti, nil
+	}
 	t, ok := sn.st.tables[name]
 	if !ok {
 		return pillar.TableInfo{}, fmt.Errorf("ytstore %s: table %q: %w", sn.s.root, name, pillar.ErrNotFound)
@@ -348,7 +365,48 @@ func (sn *snapshot) Table(ctx context.Context, name string) (pillar.TableInfo, e
 
 // ReadTable reads the pinned table by node id, inside the snapshot
 // transaction, so a table replaced or dropped since still reads as it was.
+// A layered table reads as one sorted merged stream of its pinned layers
+// (r selects merged rows).
 func (sn *snapshot) ReadTable(ctx context.Context, name string, r *pillar.Range) (pillar.RowReader, error) {
+	if ls := pillar.LayersOf(sn, name); ls != nil {
+		rr, err := pillar.OpenMerged(ctx, sn, name, ls, r)
+		if err != nil {
+			return nil, fmt.Errorf("ytstore %s: %w", sn.s.root, err)
+		}
+		return rr, nil
+	}
+	return sn.RawRead(ctx, name, r)
+}
+
+// RawTable implements pillar.LayerSource.
+func (sn *snapshot) RawTable(name string) (pillar.TableInfo, bool) {
+	t, ok := sn.st.tables[name]
+	if !ok {
+		return pillar.TableInfo{}, false
+	}
+	return t.info(), true
+}
+
+// RawTablesUnder implements pillar.LayerSource.
+func (sn *snapshot) RawTablesUnder(prefix string) []string {
+	var out []string
+	for name := range sn.st.tables {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// RawReadKeys implements pillar.LayerSource: the rows decode into
+// pillar.DeletedKey (YSON skips the other columns).
+func (sn *snapshot) RawReadKeys(ctx context.Context, name string, r *pillar.Range) (pillar.RowReader, error) {
+	return sn.RawRead(ctx, name, r)
+}
+
+// RawRead implements pillar.LayerSource: the table as stored.
+func (sn *snapshot) RawRead(ctx context.Context, name string, r *pillar.Range) (pillar.RowReader, error) {
 	t, ok := sn.st.tables[name]
 	if !ok {
 		return nil, fmt.Errorf("ytstore %s: table %q: %w", sn.s.root, name, pillar.ErrNotFound)

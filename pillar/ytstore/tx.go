@@ -60,6 +60,9 @@ func (t *tx) WriteTable(ctx context.Context, name string, rowType any, opts *pil
 	if err != nil {
 		return nil, t.errf("%w", err)
 	}
+	if err := t.replaceLayers(ctx, name, opts); err != nil {
+		return nil, err
+	}
 	var sortedBy []string
 	if opts != nil {
 		sortedBy = opts.SortedBy
@@ -143,7 +146,28 @@ func (w *rowWriter) Close() error {
 	return nil
 }
 
+// replaceLayers: a Replace of a layered table drops its delta layers with
+// it (the rows written are the whole table); an Append onto one is
+// refused (its rows would sit under the deltas).
+func (t *tx) replaceLayers(ctx context.Context, name string, opts *pillar.WriteOptions) error {
+	if opts != nil && opts.Mode == pillar.Append {
+		if pillar.LayersOf(t.snapshot, name) != nil && !t.ws.Touches(name) {
+			return t.errf("table %q has delta layers: append is not supported on a layered table (write a delta, or replace it)", name)
+		}
+		return nil
+	}
+	_, err := pillar.DropLayers(ctx, t.snapshot, name, t.dropRaw, func(a string) error { return t.ExpectAttr(ctx, a) })
+	return err
+}
+
 func (t *tx) DropTable(ctx context.Context, name string) error {
+	if _, err := pillar.DropLayers(ctx, t.snapshot, name, t.dropRaw, func(a string) error { return t.ExpectAttr(ctx, a) }); err != nil {
+		return err
+	}
+	return t.dropRaw(name)
+}
+
+func (t *tx) dropRaw(name string) error {
 	_, existed := t.st.tables[name]
 	return t.wrap(t.ws.Drop(name, existed))
 }
