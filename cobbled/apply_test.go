@@ -125,7 +125,10 @@ func TestReapplyDeltaHarmless(t *testing.T) {
 	// the meta key were not consulted, then apply it again.
 	pt := n.part(p)
 	pt.applyMu.Lock()
-	pt.st.Seq, pt.st.Batch, pt.metaID = 2, bs[1].Manifest.ID, bs[1].Manifest.ID
+	pt.st.Seq, pt.st.Batch, pt.meta[""] = 2, bs[1].Manifest.ID, bs[1].Manifest.ID
+	ps := pt.st.Pubs[""]
+	ps.Batch = bs[1].Manifest.ID
+	pt.st.Pubs[""] = ps
 	pt.applyMu.Unlock()
 	must(t, n.Apply(ctx, bs[2]))
 	checkModel(t, n, p, universe, models[3])

@@ -40,9 +40,11 @@ type BatchLister interface {
 	ListBatches(ctx context.Context, partition int, afterSeq int64, limit int, wait time.Duration) ([]Batch, error)
 }
 
-// ProgressReporter records a replica's applied sequence number.
+// ProgressReporter records a replica's applied sequence number and the
+// bytes of each publication's database on it (key "" = the legacy
+// publication).
 type ProgressReporter interface {
-	ReportApplied(ctx context.Context, nodeID string, partition int, seq int64) error
+	ReportApplied(ctx context.Context, nodeID string, partition int, seq int64, publicationBytes map[string]int64) error
 }
 
 // RoutingSource returns the current partition → replicas assignment.
@@ -67,6 +69,25 @@ type Routing struct {
 	Replicas [][]Replica
 	// NewestSeq[p] is the newest registered sequence number of partition p.
 	NewestSeq []int64
+	// Publications are the publications the control plane keeps (none
+	// from a control plane before publications: everything is then the
+	// legacy "" publication); Live is the live one's id.
+	Publications []Publication
+	Live         string
+}
+
+// Publication roles (as in package cobbled/control).
+const (
+	RoleCandidate = "candidate"
+	RoleLive      = "live"
+	RolePrevious  = "previous"
+	RoleRetired   = "retired"
+)
+
+// Publication is a publication as the node sees it in routing.
+type Publication struct {
+	ID   string
+	Role string
 }
 
 // Replica is one replica of a partition.

@@ -24,7 +24,18 @@ func (a controlClient) ListBatches(ctx context.Context, partition int, afterSeq 
 	return out, nil
 }
 
-func (a controlClient) ReportApplied(ctx context.Context, nodeID string, partition int, seq int64) error {
+// bytesReporter is the control client's ReportApplied with the bytes of
+// each publication's database (the #18 contract; see
+// /work/notes/h18-contract.md). Found by assertion so that a client
+// without it still works (it then reports the seq only).
+type bytesReporter interface {
+	ReportAppliedBytes(ctx context.Context, nodeID string, partition int, seq int64, publicationBytes map[string]int64) error
+}
+
+func (a controlClient) ReportApplied(ctx context.Context, nodeID string, partition int, seq int64, pubBytes map[string]int64) error {
+	if br, ok := any(a.c).(bytesReporter); ok {
+		return br.ReportAppliedBytes(ctx, nodeID, partition, seq, pubBytes)
+	}
 	return a.c.ReportApplied(ctx, nodeID, partition, seq)
 }
 
@@ -33,7 +44,10 @@ func (a controlClient) GetRouting(ctx context.Context) (*Routing, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Routing{Version: r.Version, Partitions: r.Partitions, NewestSeq: r.NewestSeq, Replicas: make([][]Replica, len(r.Replicas))}
+	out := &Routing{Version: r.Version, Partitions: r.Partitions, NewestSeq: r.NewestSeq, Replicas: make([][]Replica, len(r.Replicas)), Live: r.Live}
+	for _, pub := range r.Publications {
+		out.Publications = append(out.Publications, Publication{ID: pub.ID, Role: pub.Role})
+	}
 	for p, reps := range r.Replicas {
 		for _, rep := range reps {
 			out.Replicas[p] = append(out.Replicas[p], Replica{NodeID: rep.NodeID, State: rep.State, AppliedSeq: rep.AppliedSeq})

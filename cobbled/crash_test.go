@@ -97,7 +97,7 @@ func TestKill9DuringIngest(t *testing.T) {
 		{"delta-after-ingest", 5, 7, true},   // delta seq 8, after two swaps
 		{"snapshot-built", 2, 3, false},      // snapshot seq 4 built, not recorded
 		{"snapshot-recorded", 2, 4, false},   // seq 4 recorded, old generation still open
-		{"snapshot-old-closed", 3, 7, false}, // seq 7 swapped in, old generation not deleted
+		{"snapshot-old-closed", 2, 7, false}, // seq 7 swapped in, old generation not deleted (seq 1 had none to close)
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s-%d", c.point, c.hit), func(t *testing.T) {
@@ -138,8 +138,8 @@ func TestKill9DuringIngest(t *testing.T) {
 			want := models[c.at]
 			if c.reconciled {
 				want = models[c.at+1]
-				if pt.metaID != bs[c.at].Manifest.ID {
-					t.Fatalf("meta key %q, want batch %q", pt.metaID, bs[c.at].Manifest.ID)
+				if pt.meta[""] != bs[c.at].Manifest.ID {
+					t.Fatalf("meta key %q, want batch %q", pt.meta[""], bs[c.at].Manifest.ID)
 				}
 			}
 			checkModel(t, n, p, universe, want)

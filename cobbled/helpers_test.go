@@ -238,7 +238,7 @@ func (f *fakeControl) ListBatches(ctx context.Context, p int, after int64, limit
 	}
 }
 
-func (f *fakeControl) ReportApplied(ctx context.Context, node string, p int, seq int64) error {
+func (f *fakeControl) ReportApplied(ctx context.Context, node string, p int, seq int64, pubBytes map[string]int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reports = append(f.reports, fmt.Sprintf("%s/%d/%d", node, p, seq))
@@ -252,7 +252,7 @@ func (f *fakeControl) ReportApplied(ctx context.Context, node string, p int, seq
 
 // setApplied records progress of another (simulated) replica.
 func (f *fakeControl) setApplied(node string, p int, seq int64) {
-	f.ReportApplied(context.Background(), node, p, seq)
+	f.ReportApplied(context.Background(), node, p, seq, nil)
 }
 
 func (f *fakeControl) GetRouting(ctx context.Context) (*Routing, error) {

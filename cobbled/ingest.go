@@ -83,6 +83,7 @@ func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup) error {
 	if r.Partitions != n.p {
 		return fmt.Errorf("cobbled: control plane has %d partitions, node has %d: %w", r.Partitions, n.p, ErrPartitions)
 	}
+	n.observePublications(ctx, r)
 	for id := 0; id < n.p && id < len(r.Replicas); id++ {
 		mine, reported := false, int64(-1)
 		for _, rep := range r.Replicas[id] {
@@ -105,7 +106,7 @@ func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup) error {
 			n.startWorker(ctx, wg, np)
 		case mine && reported < p.applied.Load():
 			// A lost report (or a restart) left the control plane behind.
-			if err := ctl.ReportApplied(ctx, n.opts.ID, id, p.applied.Load()); err != nil {
+			if err := ctl.ReportApplied(ctx, n.opts.ID, id, p.applied.Load(), p.pubBytes()); err != nil {
 				n.opts.Logger.Warn("cobbled: report applied", "partition", id, "err", err)
 			}
 		case !mine && p != nil && ownersCaughtUp(r, id):
@@ -216,7 +217,7 @@ func (n *Node) ingestRetrying(ctx context.Context, p *partition, b *Batch) bool 
 				log.Info("cobbled: batch applied", "kind", b.Manifest.Kind, "keys", b.Manifest.Keys)
 			}
 			n.afterApplied(ctx, p)
-			if err := n.opts.Control.ReportApplied(ctx, n.opts.ID, p.id, p.applied.Load()); err != nil && ctx.Err() == nil {
+			if err := n.opts.Control.ReportApplied(ctx, n.opts.ID, p.id, p.applied.Load(), p.pubBytes()); err != nil && ctx.Err() == nil {
 				// The next tick re-reports from the routing table.
 				log.Warn("cobbled: report applied", "err", err)
 			}
@@ -255,20 +256,9 @@ func (n *Node) ingestRetrying(ctx context.Context, p *partition, b *Batch) bool 
 	}
 }
 
-// afterApplied clears a batch fault once the replica moves on, and puts a
-// rebuilt replica back into service once it is where it was.
+// afterApplied clears a batch fault once the replica moves on.
 func (n *Node) afterApplied(ctx context.Context, p *partition) {
-	p.applyMu.Lock()
-	back := n.rebuiltEnough(p)
-	if back {
-		p.rebuilding.Store(false)
-		p.serving.Store(true)
-	}
-	p.applyMu.Unlock()
-	if back {
-		n.opts.Logger.Warn("cobbled: partition rebuilt; serving again", "partition", p.id, "seq", p.applied.Load())
-	}
-	if p.fault.Load() != nil && !p.rebuilding.Load() && !p.rebuildReq.Load() {
+	if p.fault.Load() != nil && !p.rebuildReq.Load() {
 		p.setFault("", "")
 		n.reportFault(ctx, p, "", "")
 	}

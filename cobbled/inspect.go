@@ -3,7 +3,6 @@ package cobbled
 import (
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -18,12 +17,26 @@ type DirInfo struct {
 
 // ReplicaInfo is one partition replica's recorded state.
 type ReplicaInfo struct {
-	Partition  int      `json:"partition"`
-	AppliedSeq int64    `json:"applied_seq"`
-	Batch      string   `json:"batch"`               // id of the batch at AppliedSeq
-	Generation string   `json:"generation"`          // live database directory
-	Bytes      int64    `json:"bytes"`               // files of the live generation
-	Leftovers  []string `json:"leftovers,omitempty"` // removed on next open
+	Partition  int    `json:"partition"`
+	AppliedSeq int64  `json:"applied_seq"`
+	Batch      string `json:"batch"` // id of the last batch applied at or before AppliedSeq
+	// Generation is the legacy "" publication's database directory ("" if
+	// it has none); Publications lists every publication's.
+	Generation   string            `json:"generation"`
+	Bytes        int64             `json:"bytes"` // files of every publication's database
+	Publications []PublicationInfo `json:"publications"`
+	Retired      []string          `json:"retired,omitempty"`   // publications dropped here
+	Leftovers    []string          `json:"leftovers,omitempty"` // removed on next open
+}
+
+// PublicationInfo is one publication's database on a replica.
+type PublicationInfo struct {
+	ID         string `json:"id"` // "" = the legacy unnamed publication
+	Generation string `json:"generation"`
+	Batch      string `json:"batch"` // last batch ingested into it
+	Bytes      int64  `json:"bytes"`
+	// RebuildUntil > 0: being rebuilt after corruption (not serving).
+	RebuildUntil int64 `json:"rebuild_until,omitempty"`
 }
 
 // InspectDir reads a data directory's recorded state without opening any
@@ -50,29 +63,28 @@ func InspectDir(dir string) (*DirInfo, error) {
 		}
 		pdir := filepath.Join(dir, e.Name())
 		r := ReplicaInfo{Partition: id}
-		var st partState
-		b, err := os.ReadFile(filepath.Join(pdir, stateFile))
+		st, err := readState(pdir)
 		if err != nil {
 			return nil, fmt.Errorf("cobbled: inspect partition %d: %w", id, err)
 		}
-		if err := json.Unmarshal(b, &st); err != nil {
-			return nil, fmt.Errorf("cobbled: inspect partition %d: %s: %w", id, stateFile, err)
+		r.AppliedSeq, r.Batch, r.Retired = st.Seq, st.Batch, st.Retired
+		keep := map[string]bool{stateFile: true}
+		for pub, ps := range st.Pubs {
+			keep[ps.DB] = true
+			pi := PublicationInfo{ID: pub, Generation: ps.DB, Batch: ps.Batch, Bytes: dirBytes(filepath.Join(pdir, ps.DB)), RebuildUntil: ps.RebuildUntil}
+			r.Bytes += pi.Bytes
+			r.Publications = append(r.Publications, pi)
+			if pub == "" {
+				r.Generation = ps.DB
+			}
 		}
-		r.AppliedSeq, r.Batch, r.Generation = st.Seq, st.Batch, st.DB
+		sort.Slice(r.Publications, func(i, j int) bool { return r.Publications[i].ID < r.Publications[j].ID })
 		subs, _ := os.ReadDir(pdir)
 		for _, s := range subs {
-			if s.Name() != stateFile && s.Name() != st.DB {
+			if !keep[s.Name()] {
 				r.Leftovers = append(r.Leftovers, s.Name())
 			}
 		}
-		filepath.WalkDir(filepath.Join(pdir, st.DB), func(_ string, d fs.DirEntry, err error) error {
-			if err == nil && !d.IsDir() {
-				if fi, err := d.Info(); err == nil {
-					r.Bytes += fi.Size()
-				}
-			}
-			return nil
-		})
 		info.Replicas = append(info.Replicas, r)
 	}
 	sort.Slice(info.Replicas, func(i, j int) bool { return info.Replicas[i].Partition < info.Replicas[j].Partition })

@@ -189,7 +189,7 @@ func liveSSTs(t *testing.T, n *Node, p int) []string {
 	t.Helper()
 	pp := n.part(p)
 	pp.applyMu.Lock()
-	db := pp.st.DB
+	db := pp.st.Pubs[""].DB
 	pp.applyMu.Unlock()
 	files, err := filepath.Glob(filepath.Join(pp.dir, db, "*.sst"))
 	must(t, err)

@@ -27,6 +27,10 @@ type Metrics struct {
 	corruptReads     prometheus.Counter
 	rebuilds         prometheus.Counter
 	retracted        prometheus.Counter
+	passed           prometheus.Counter
+	pubBytes         *prometheus.GaugeVec
+	pubsDropped      prometheus.Counter
+	versionReads     *prometheus.CounterVec
 
 	node atomic.Pointer[Node] // set by Open, for the cache gauges
 }
@@ -89,6 +93,18 @@ func NewMetrics() *Metrics {
 		retracted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cobbled_ingest_retracted_skipped_total", Help: "Retracted batches skipped.",
 		}),
+		passed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cobbled_ingest_passed_total", Help: "Batches recorded as passed without applying them: their publication is retired, or a delta of a publication without a database on the replica (its later snapshot supersedes it).",
+		}),
+		pubBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cobbled_publication_bytes", Help: "Bytes on disk of each publication's database, per held partition (publication \"\" is the legacy unnamed one).",
+		}, []string{"partition", "publication"}),
+		pubsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cobbled_publication_drops_total", Help: "Publication databases dropped after their publication was retired for RetireGrace.",
+		}),
+		versionReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cobbled_batchget_version_requests_total", Help: "BatchGet requests by the publication they read (after resolving \"\" to the live one).",
+		}, []string{"publication"}),
 	}
 }
 
@@ -108,6 +124,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		m.requestDuration, m.inflight, m.requests, m.keys, m.bytes, m.appliedSeq, m.lag,
 		m.ingestDuration, m.downloadDuration, m.downloadBytes, m.ingestErrors,
 		m.batchesApplied, m.reconciled, m.fault, m.corruptReads, m.rebuilds, m.retracted,
+		m.passed, m.pubBytes, m.pubsDropped, m.versionReads,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cobbled_block_cache_hit_ratio", Help: "Block cache hits / (hits + misses) since start, all partitions.",
 		}, cache(func(s Stats) float64 {

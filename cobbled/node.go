@@ -63,6 +63,7 @@ type Node struct {
 	closeOnce sync.Once
 	lifeMu    sync.RWMutex // Stats holds it shared; Close exclusively while freeing handles
 	pacing                 // ingest pacing (pace.go)
+	pubs                   // publications as the node last saw routing (publications.go)
 }
 
 type stagedFile interface {
@@ -250,7 +251,7 @@ func (n *Node) addPartition(id int) (*partition, error) {
 	ps[id] = p
 	n.parts.Store(&ps)
 	n.opts.Metrics.appliedSeq.WithLabelValues(strconv.Itoa(id)).Set(float64(p.applied.Load()))
-	n.opts.Logger.Info("cobbled: partition opened", "partition", id, "seq", p.st.Seq, "batch", p.st.Batch, "db", p.st.DB)
+	n.opts.Logger.Info("cobbled: partition opened", "partition", id, "seq", p.st.Seq, "batch", p.st.Batch, "publications", len(p.st.Pubs))
 	return p, nil
 }
 
@@ -272,7 +273,8 @@ func (n *Node) dropPartition(id int) {
 	ps[id] = nil
 	n.parts.Store(&ps)
 	n.partsMu.Unlock()
-	p.close()
+	p.closeAll()
+	pubs := p.st.Pubs
 	p.applyMu.Unlock()
 	if err := os.RemoveAll(p.dir); err != nil {
 		n.opts.Logger.Warn("cobbled: remove dropped partition", "partition", id, "err", err)
@@ -280,6 +282,9 @@ func (n *Node) dropPartition(id int) {
 	lbl := strconv.Itoa(id)
 	n.opts.Metrics.appliedSeq.DeleteLabelValues(lbl)
 	n.opts.Metrics.lag.DeleteLabelValues(lbl)
+	for pub := range pubs {
+		n.opts.Metrics.pubBytes.DeleteLabelValues(lbl, pub)
+	}
 	n.opts.Logger.Info("cobbled: partition dropped", "partition", id)
 }
 
@@ -305,7 +310,7 @@ func (n *Node) Close() error {
 				}
 				p.applyMu.Lock()
 				p.dropping = true
-				p.close()
+				p.closeAll()
 				p.applyMu.Unlock()
 			}
 		}
@@ -322,25 +327,35 @@ func (n *Node) Close() error {
 	return nil
 }
 
-// MultiGet reads keys of one partition with a single RocksDB MultiGet and
-// calls fn for each key in order; value is valid only during the call. It is
-// safe for concurrent use, also with ingestion and snapshot swaps.
+// MultiGet reads keys of one partition from the live publication (as the
+// node last saw routing; see MultiGetVersion).
 func (n *Node) MultiGet(partition int, keys [][]byte, fn func(i int, value []byte, found bool)) error {
+	return n.MultiGetVersion(partition, "", keys, fn)
+}
+
+// MultiGetVersion reads keys of one partition from publication version
+// ("" = the live one as the node last saw routing) with a single RocksDB
+// MultiGet and calls fn for each key in order; value is valid only during
+// the call. It is safe for concurrent use, also with ingestion and
+// snapshot swaps.
+func (n *Node) MultiGetVersion(partition int, version string, keys [][]byte, fn func(i int, value []byte, found bool)) error {
 	p := n.part(partition)
 	if p == nil {
 		return fmt.Errorf("cobbled: partition %d: %w", partition, ErrNotServed)
 	}
+	version = n.resolve(version)
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if p.db == nil || !p.serving.Load() {
-		return fmt.Errorf("cobbled: partition %d: %w", partition, ErrNotServed)
+	db, _ := p.db(version)
+	if db == nil {
+		return fmt.Errorf("cobbled: partition %d: publication %q: %w", partition, version, ErrNotServed)
 	}
-	vals, err := p.db.MultiGet(n.ro, keys...)
+	vals, err := db.MultiGet(n.ro, keys...)
 	if err != nil {
 		if isCorruption(err) {
-			n.markCorrupt(p, err)
+			n.markCorrupt(p, version, err)
 		}
-		return fmt.Errorf("cobbled: partition %d: multiget: %w", partition, err)
+		return fmt.Errorf("cobbled: partition %d: publication %q: multiget: %w", partition, version, err)
 	}
 	defer vals.Destroy()
 	for i, v := range vals {
@@ -404,10 +419,14 @@ func (n *Node) fetchAndApply(ctx context.Context, p *partition, b *Batch) error 
 	if err := n.checkManifest(p.id, m); err != nil {
 		return err
 	}
-	if b.Seq == p.st.Seq+1 && p.metaID == m.ID && p.metaID != p.st.Batch {
+	pub := m.Publication
+	if ps, ok := p.st.Pubs[pub]; ok && b.Seq == p.st.Seq+1 && p.meta[pub] == m.ID && ps.Batch != m.ID {
 		// Ingested before a crash (or a failed state write) but not recorded:
 		// the meta key, ingested atomically with the data, proves it.
-		st := partState{DB: p.st.DB, Seq: b.Seq, Batch: m.ID}
+		st := p.st.clone()
+		st.Seq, st.Batch = b.Seq, m.ID
+		ps.Batch = m.ID
+		st.Pubs[pub] = ps
 		if err := writeState(p.dir, st); err != nil {
 			return fmt.Errorf("cobbled: partition %d: record reconciled batch %s: %w", p.id, m.ID, err)
 		}
@@ -427,6 +446,9 @@ func (n *Node) fetchAndApply(ctx context.Context, p *partition, b *Batch) error 
 			return fmt.Errorf("cobbled: partition %d: retracted batch %s seq %d, replica is at seq %d: %w", p.id, m.ID, b.Seq, p.st.Seq, ErrOutOfOrder)
 		}
 		return p.skipRetracted(b)
+	}
+	if p.passes(m) {
+		return p.pass(b)
 	}
 	paths, err := n.download(ctx, p, b)
 	if err != nil {
@@ -526,14 +548,27 @@ type PartitionStats struct {
 	// (refused; the previous data serves) or "corrupt replica: <reason>"
 	// (not serving; rebuilding). Empty when healthy.
 	Fault string `json:"fault,omitempty"`
-	// Serving is false while the replica's own data is corrupt or being
-	// rebuilt.
+	// Serving is false while some publication's own data is corrupt or
+	// being rebuilt (see Publications).
 	Serving bool `json:"serving"`
+	// Publications lists the replica's publication databases.
+	Publications []PublicationStats `json:"publications"`
+}
+
+// PublicationStats is one publication's database on a replica.
+type PublicationStats struct {
+	ID         string `json:"id"` // "" = the legacy unnamed publication
+	Generation string `json:"generation"`
+	Bytes      int64  `json:"bytes"`
+	Serving    bool   `json:"serving"` // false while its data is corrupt or being rebuilt
 }
 
 // Stats is a snapshot of the node.
 type Stats struct {
-	Partitions    int              `json:"partitions"`
+	Partitions int `json:"partitions"`
+	// Live is the live publication as the node last saw routing (what a
+	// BatchGet without a version reads).
+	Live          string           `json:"live"`
 	Held          []PartitionStats `json:"held"`
 	CacheUsage    uint64           `json:"cache_usage_bytes"`
 	CacheCapacity uint64           `json:"cache_capacity_bytes"`
@@ -543,7 +578,7 @@ type Stats struct {
 
 // Stats returns a snapshot of the node's replicas and block cache.
 func (n *Node) Stats() Stats {
-	s := Stats{Partitions: n.p}
+	s := Stats{Partitions: n.p, Live: n.resolve("")}
 	n.lifeMu.RLock()
 	defer n.lifeMu.RUnlock()
 	if n.closed.Load() {
@@ -560,7 +595,14 @@ func (n *Node) Stats() Stats {
 		if f := p.fault.Load(); f != nil {
 			ps.Fault = *f
 		}
-		ps.Serving = p.serving.Load() && !p.rebuildReq.Load()
+		ps.Serving = !p.rebuildReq.Load()
+		p.mu.RLock()
+		for pub, d := range p.dbs {
+			ps.Publications = append(ps.Publications, PublicationStats{ID: pub, Generation: d.gen, Bytes: d.bytes.Load(), Serving: d.serving.Load()})
+			ps.Serving = ps.Serving && d.serving.Load()
+		}
+		p.mu.RUnlock()
+		sort.Slice(ps.Publications, func(i, j int) bool { return ps.Publications[i].ID < ps.Publications[j].ID })
 		if t := p.lastApply.Load(); t != 0 {
 			ps.LastApply = time.Unix(0, t)
 		}

@@ -84,6 +84,12 @@ type Options struct {
 	// Heartbeat is the interval of heartbeats and routing refreshes. The
 	// default value is 2s.
 	Heartbeat time.Duration
+	// RetireGrace is how long a publication stays on disk after the node
+	// first sees it retired in routing, so that routers still reading it
+	// from an older table finish; then its databases are dropped (never a
+	// live, previous or candidate publication's). The default value is 10
+	// minutes (the zero value means it); a negative value is refused.
+	RetireGrace time.Duration
 
 	// MaxKeys is the largest BatchGet request, in keys. The default value is
 	// 1024.
@@ -143,6 +149,9 @@ func (o *Options) ensureDefaults() {
 	if o.Heartbeat == 0 {
 		o.Heartbeat = 2 * time.Second
 	}
+	if o.RetireGrace == 0 {
+		o.RetireGrace = 10 * time.Minute
+	}
 	if o.MaxKeys == 0 {
 		o.MaxKeys = 1024
 	}
@@ -191,6 +200,9 @@ func (o Options) Validate() error {
 	}
 	if o.FaultDelay.Fraction < 0 || o.FaultDelay.Fraction > 1 || o.FaultDelay.Delay < 0 {
 		fail("FaultDelay %+v: fraction must be in [0,1] and delay non-negative", o.FaultDelay)
+	}
+	if o.RetireGrace < 0 {
+		fail("RetireGrace %v is negative", o.RetireGrace)
 	}
 	if o.SnapshotConcurrency < 1 {
 		fail("SnapshotConcurrency %d must be positive", o.SnapshotConcurrency)

@@ -60,7 +60,7 @@ func TestInspectDir(t *testing.T) {
 		t.Fatalf("%+v", info)
 	}
 	r := info.Replicas[0]
-	if r.Partition != 2 || r.AppliedSeq != 2 || r.Batch != "i-02" || r.Generation != "db-000002" || r.Bytes == 0 {
+	if r.Partition != 2 || r.AppliedSeq != 2 || r.Batch != "i-02" || r.Generation != "db-000001" || len(r.Publications) != 1 || r.Publications[0].Bytes != r.Bytes || r.Bytes == 0 {
 		t.Fatalf("%+v", r)
 	}
 }

@@ -119,8 +119,8 @@ func (n *Node) CompactionStats() CompactionStats {
 	if n.closed.Load() {
 		return s
 	}
-	prop := func(p *partition, name string) uint64 {
-		v, _ := strconv.ParseUint(p.db.GetProperty(name), 10, 64)
+	prop := func(d *pubDB, name string) uint64 {
+		v, _ := strconv.ParseUint(d.db.GetProperty(name), 10, 64)
 		return v
 	}
 	for _, p := range *n.parts.Load() {
@@ -128,10 +128,10 @@ func (n *Node) CompactionStats() CompactionStats {
 			continue
 		}
 		p.mu.RLock()
-		if p.db != nil {
-			s.PendingBytes += prop(p, "rocksdb.estimate-pending-compaction-bytes")
-			s.L0Files += prop(p, "rocksdb.num-files-at-level0")
-			s.Running += prop(p, "rocksdb.num-running-compactions")
+		for _, d := range p.dbs {
+			s.PendingBytes += prop(d, "rocksdb.estimate-pending-compaction-bytes")
+			s.L0Files += prop(d, "rocksdb.num-files-at-level0")
+			s.Running += prop(d, "rocksdb.num-running-compactions")
 		}
 		p.mu.RUnlock()
 	}

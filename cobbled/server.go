@@ -97,6 +97,9 @@ func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
 func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
 func (c serverCodec) Name() string                                { return proto.Name }
 
+// maxVersionLen bounds a request's version (publication ids are short).
+const maxVersionLen = 512
+
 // respPool holds wire buffers; they are fully overwritten, so not zeroed.
 var respPool = new(servepb.BufferPool)
 
@@ -165,6 +168,9 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 			return nil, status.Errorf(codes.InvalidArgument, "cobbled: BatchGet: key %d (%s): %d bytes, want %d", i, shortKey(k), len(k), pillar.KeySize)
 		}
 	}
+	if len(req.Version) > maxVersionLen {
+		return nil, status.Errorf(codes.InvalidArgument, "cobbled: BatchGet: version of %d bytes, over the limit of %d", len(req.Version), maxVersionLen)
+	}
 	if n.closed.Load() {
 		return nil, status.Error(codes.Unavailable, "cobbled: BatchGet: node is shutting down")
 	}
@@ -194,6 +200,8 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 		}
 		return a - b
 	})
+	version := n.resolve(req.Version) // one publication for every key
+	m.versionReads.WithLabelValues(version).Inc()
 	parts := *n.parts.Load()
 	var found, missing, notServed, failed int
 	for lo := 0; lo < len(s.order); {
@@ -209,10 +217,20 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 			p.mu.RLock() // increasing partition order: see the comment at the top
 			s.held = append(s.held, p)
 		}
-		if p == nil || p.db == nil || !p.serving.Load() {
-			msg := fmt.Sprintf("partition %d not served by node %s", q, n.opts.ID)
-			if p != nil && p.db != nil {
-				msg += " (its data is corrupt; rebuilding)"
+		var db *grocksdb.DB
+		var corrupt bool
+		if p != nil && p.dbs != nil {
+			db, corrupt = p.db(version)
+		}
+		if db == nil {
+			var msg string
+			switch {
+			case p == nil || p.dbs == nil:
+				msg = fmt.Sprintf("partition %d not served by node %s", q, n.opts.ID)
+			case corrupt:
+				msg = fmt.Sprintf("partition %d: version %q on node %s: its data is corrupt; rebuilding", q, version, n.opts.ID)
+			default:
+				msg = fmt.Sprintf("partition %d: version %q not held by node %s", q, version, n.opts.ID)
 			}
 			for _, i := range run {
 				s.status[i], s.msg[i] = servepb.KeyStatus_KEY_NOT_SERVED, msg
@@ -224,11 +242,11 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 		for _, i := range run {
 			s.pkeys = append(s.pkeys, keys[i])
 		}
-		vals, err := p.db.MultiGet(n.ro, s.pkeys...)
+		vals, err := db.MultiGet(n.ro, s.pkeys...)
 		if err != nil {
 			// One bad key fails the whole MultiGet: read the keys one by
 			// one, so only those that fail get an error.
-			failed += n.getEach(p, q, keys, run, s, err)
+			failed += n.getEach(p, db, version, q, keys, run, s, err)
 			continue
 		}
 		s.res = append(s.res, vals)
@@ -241,6 +259,9 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 	total := 0
 	for i := range keys {
 		total += resultSize(s, i)
+	}
+	if version != "" {
+		total += 1 + protowire.SizeBytes(len(version))
 	}
 	if total > n.opts.MaxResponseBytes {
 		return nil, status.Errorf(codes.ResourceExhausted, "cobbled: BatchGet: response of %d keys would be %d bytes, over the limit of %d; ask for fewer keys", len(keys), total, n.opts.MaxResponseBytes)
@@ -270,6 +291,10 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 			b = protowire.AppendString(b, s.msg[i])
 		}
 	}
+	if version != "" {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendString(b, version)
+	}
 	if len(b) != total {
 		respPool.Put(bufp)
 		return nil, status.Errorf(codes.Internal, "cobbled: BatchGet: encoded %d bytes, sized %d", len(b), total)
@@ -287,11 +312,11 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 // MultiGet failed with mgErr, filling s; it returns how many keys failed.
 // Corruption takes the partition out of service (markCorrupt) after this
 // request, which is still answered for the keys that read fine.
-func (n *Node) getEach(p *partition, q int, keys [][]byte, run []int, s *getScratch, mgErr error) int {
+func (n *Node) getEach(p *partition, db *grocksdb.DB, version string, q int, keys [][]byte, run []int, s *getScratch, mgErr error) int {
 	failed := 0
 	corrupt := isCorruption(mgErr)
 	for _, i := range run {
-		v, err := p.db.Get(n.ro, keys[i])
+		v, err := db.Get(n.ro, keys[i])
 		if err != nil {
 			corrupt = corrupt || isCorruption(err)
 			s.status[i], s.msg[i] = servepb.KeyStatus_KEY_ERROR, fmt.Sprintf("partition %d: key %s: %v", q, shortKey(keys[i]), err)
@@ -302,7 +327,7 @@ func (n *Node) getEach(p *partition, q int, keys [][]byte, run []int, s *getScra
 		s.vals[i] = v
 	}
 	if corrupt {
-		n.markCorrupt(p, fmt.Errorf("partition %d: read: %w", q, mgErr))
+		n.markCorrupt(p, version, fmt.Errorf("partition %d: read: %w", q, mgErr))
 	}
 	return failed
 }

@@ -59,6 +59,32 @@ type Routing struct {
 	// when it has none).
 	NewestAt    []time.Time
 	GeneratedAt time.Time
+	// Publications lists the retained publications (and retired ones not
+	// yet collected); Live is the live publication's id. A replica HOLDS
+	// publication P on partition p iff P is not retired, P.BaseSeq[p] > 0
+	// and the replica's AppliedSeq >= P.BaseSeq[p]; routers use exactly
+	// this rule.
+	Publications []Publication
+	Live         string
+}
+
+// Publication roles.
+const (
+	RoleCandidate = "candidate"
+	RoleLive      = "live"
+	RolePrevious  = "previous"
+	RoleRetired   = "retired"
+)
+
+// Publication is one (chunk version, model) pair made servable.
+type Publication struct {
+	ID      string  // pillar.EmbedVersionID(chunk version, model); "" = legacy
+	Role    string  // RoleCandidate, RoleLive, RolePrevious or RoleRetired
+	BaseSeq []int64 // index = partition: seq of its newest snapshot batch (0 = none yet)
+	// Ready: every assigned replica of every partition has AppliedSeq >=
+	// BaseSeq[p] (and BaseSeq[p] > 0).
+	Ready             bool
+	CreatedAt, RoleAt time.Time
 }
 
 // NodeStatus is a node as the control plane sees it.

@@ -92,9 +92,19 @@ func DecodeBatchGetResponse(b []byte, resp *BatchGetResponse) error {
 	}
 	results := make([]Result, n)
 	resp.Results = make([]*Result, 0, n)
+	resp.Version = ""
 	for len(b) > 0 {
 		num, typ, l := protowire.ConsumeTag(b)
 		b = b[l:]
+		if num == 2 && typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return protowire.ParseError(m)
+			}
+			resp.Version = string(v)
+			b = b[m:]
+			continue
+		}
 		if num != 1 || typ != protowire.BytesType {
 			m := protowire.ConsumeFieldValue(num, typ, b)
 			b = b[m:]

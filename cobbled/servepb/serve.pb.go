@@ -79,7 +79,20 @@ func (KeyStatus) EnumDescriptor() ([]byte, []int) {
 type BatchGetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Raw page keys, 16 bytes each.
-	Keys          [][]byte `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	Keys [][]byte `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// The publication to read (pillar.EmbedVersionID: "<chunk version>/<model>").
+	// Every key of one request is read from this one publication. A node:
+	// "" = the live publication as the node last saw routing; a publication
+	// the node does not hold gives each of its keys KEY_NOT_SERVED naming the
+	// version. A router (pillar router serve) also takes "live", "candidate"
+	// and "previous", resolves the version once per request to a concrete id
+	// (its --version default and --candidate-fraction A/B split apply when
+	// this is "") and sends that id to every node.
+	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// A caller id for the router's A/B split by caller (a hash of it picks
+	// the candidate for --candidate-fraction of callers); nodes ignore it.
+	// The gRPC metadata "x-pillar-caller" works too.
+	CallerId      string `protobuf:"bytes,3,opt,name=caller_id,json=callerId,proto3" json:"caller_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -119,6 +132,20 @@ func (x *BatchGetRequest) GetKeys() [][]byte {
 		return x.Keys
 	}
 	return nil
+}
+
+func (x *BatchGetRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *BatchGetRequest) GetCallerId() string {
+	if x != nil {
+		return x.CallerId
+	}
+	return ""
 }
 
 type Result struct {
@@ -194,7 +221,10 @@ func (x *Result) GetError() string {
 type BatchGetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One per request key, in request order.
-	Results       []*Result `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*Result `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// The concrete publication id every key was read from ("" = the legacy
+	// unnamed publication, or a node from before publications).
+	Version       string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -236,20 +266,30 @@ func (x *BatchGetResponse) GetResults() []*Result {
 	return nil
 }
 
+func (x *BatchGetResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 var File_serve_proto protoreflect.FileDescriptor
 
 const file_serve_proto_rawDesc = "" +
 	"\n" +
-	"\vserve.proto\x12\x0fpillar.serve.v1\"%\n" +
+	"\vserve.proto\x12\x0fpillar.serve.v1\"\\\n" +
 	"\x0fBatchGetRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\fR\x04keys\"~\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1b\n" +
+	"\tcaller_id\x18\x03 \x01(\tR\bcallerId\"~\n" +
 	"\x06Result\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x122\n" +
 	"\x06status\x18\x03 \x01(\x0e2\x1a.pillar.serve.v1.KeyStatusR\x06status\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"E\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"_\n" +
 	"\x10BatchGetResponse\x121\n" +
-	"\aresults\x18\x01 \x03(\v2\x17.pillar.serve.v1.ResultR\aresults*:\n" +
+	"\aresults\x18\x01 \x03(\v2\x17.pillar.serve.v1.ResultR\aresults\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion*:\n" +
 	"\tKeyStatus\x12\n" +
 	"\n" +
 	"\x06KEY_OK\x10\x00\x12\x12\n" +

@@ -61,6 +61,11 @@ type Manifest struct {
 	// registers the snapshot only after deltas covering the queue up to
 	// Supersedes are registered (see cobbled/control). Zero: nothing.
 	Supersedes int64 `json:"supersedes,omitempty"`
+	// Publication is the publication the batch belongs to
+	// (pillar.EmbedVersionID(chunk version, model)); "" is the legacy
+	// unnamed publication. A serving node applies the batch only to that
+	// publication's database.
+	Publication string `json:"publication,omitempty"`
 
 	// Seq and Parent are assigned by the control plane at registration:
 	// the batch's position in its partition's log and the id of the batch
