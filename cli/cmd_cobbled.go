@@ -68,7 +68,7 @@ Examples:
 				&cli.StringFlag{Name: "data", Usage: "data directory (one subdirectory per partition replica)", Required: true},
 				&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7101", Usage: "gRPC listen address for BatchGet"},
 				&cli.StringFlag{Name: "addr", Usage: "address readers dial, as registered (default: --listen)"},
-				&cli.StringFlag{Name: "http", Usage: "listen address for /metrics and /healthz (default: --listen's host, port + 1000)"},
+				&cli.StringFlag{Name: "http", Usage: "listen address for /metrics, /healthz and /readyz (default: --listen's host, port + 1000)"},
 				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true, EnvVars: []string{envControl}},
 				controlTokenFileFlag, hiddenControlTokenFlag(), controlTLSCAFlag,
 				&cli.StringFlag{Name: "objstore", Usage: "object store holding the batches: a directory, file:///abs/dir or s3://bucket/prefix", Required: true, EnvVars: []string{envObjstore}},
@@ -179,7 +179,7 @@ func cobbledServe(c *cli.Context) error {
 	reg.MustRegister(metrics.Collectors()...)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/healthz", node.HealthHandler())
+	node.HealthHandler().Register(mux) // /healthz, /readyz (internal/health)
 	hlis, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		return fmt.Errorf("cobbled: http listen: %w", err)

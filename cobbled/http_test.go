@@ -10,6 +10,7 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/health"
 )
 
 func TestHealthzAndMetrics(t *testing.T) {
@@ -25,13 +26,18 @@ func TestHealthzAndMetrics(t *testing.T) {
 
 	rec := httptest.NewRecorder()
 	n.HealthHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
-	var body struct {
-		Status string
-		Held   []PartitionStats
-	}
-	must(t, json.Unmarshal(rec.Body.Bytes(), &body))
-	if rec.Code != 200 || body.Status != "ok" || len(body.Held) != 1 || body.Held[0].AppliedSeq != 1 {
+	rep, err := health.DecodeBody(rec.Body.Bytes()) // the one shape (internal/health)
+	must(t, err)
+	var detail HealthDetail
+	b, _ := json.Marshal(rep.Detail)
+	must(t, json.Unmarshal(b, &detail))
+	if rec.Code != 200 || rep.Component != "cobbled" || rep.Status != "ok" || detail.Held != 1 || detail.Serving != 1 || detail.Partitions != parts {
 		t.Fatalf("healthz %d: %s", rec.Code, rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	n.HealthHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if rec.Code != 200 {
+		t.Fatalf("readyz %d: %s", rec.Code, rec.Body)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -76,7 +82,7 @@ func TestHealthzAndMetrics(t *testing.T) {
 	n.Close()
 	rec = httptest.NewRecorder()
 	n.HealthHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
-	if rec.Code != 503 {
-		t.Fatalf("healthz after close: %d", rec.Code)
+	if rep, err := health.DecodeBody(rec.Body.Bytes()); rec.Code != 503 || err != nil || rep.Status != "closing" {
+		t.Fatalf("healthz after close: %d %s (%v)", rec.Code, rec.Body, err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -144,6 +145,16 @@ func (h *Handler) Healthz() http.Handler {
 // Readyz serves readiness: 200 only for OK and Degraded.
 func (h *Handler) Readyz() http.Handler {
 	return h.serve(Report.Ready)
+}
+
+// ServeHTTP serves /readyz for a path ending in /readyz and /healthz for
+// any other, so a Handler can be mounted where one http.Handler is wanted.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, "/readyz") {
+		h.Readyz().ServeHTTP(w, r)
+		return
+	}
+	h.Healthz().ServeHTTP(w, r)
 }
 
 // Register mounts /healthz and /readyz on mux.
