@@ -105,7 +105,7 @@ Examples:
 				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true, EnvVars: []string{envControl}},
 				controlTokenFileFlag, hiddenControlTokenFlag(), controlTLSCAFlag,
 				&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", Usage: "gRPC listen address for BatchGet"},
-				&cli.StringFlag{Name: "http", Value: "127.0.0.1:8400", Usage: "listen address for /metrics and /healthz"},
+				&cli.StringFlag{Name: "http", Value: "127.0.0.1:8400", Usage: "listen address for /metrics, /healthz and /readyz"},
 				&cli.DurationFlag{Name: "drain", Value: 10 * time.Second, Usage: "how long shutdown waits for in-flight requests"},
 			}, routerFlags()...),
 			Action: routerServe,
@@ -139,10 +139,7 @@ func routerServe(c *cli.Context) error {
 	reg.MustRegister(metrics.Collectors()...)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		s := r.Stats()
-		fmt.Fprintf(w, "ok routing_version=%d routing_errors=%d nodes=%d\n", s.RoutingVersion, s.RoutingErrors, len(s.Nodes))
-	})
+	r.HealthHandler().Register(mux) // /healthz, /readyz (internal/health)
 	hlis, err := net.Listen("tcp", c.String("http"))
 	if err != nil {
 		return fmt.Errorf("router: http listen: %w", err)
