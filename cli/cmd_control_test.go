@@ -20,6 +20,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/internal/health"
 	"github.com/pillarkit/pillar/internal/batch"
 )
 
@@ -179,7 +180,7 @@ func TestControlServeCLI(t *testing.T) {
 			if got := strings.Join(behind, " "); !strings.Contains(got, "node0=0") || !strings.Contains(got, "node1=2") || !strings.Contains(got, "node2=3") {
 				t.Fatalf("per-replica lag %q:\n%s", got, out)
 			}
-			for path, want := range map[string]string{"/healthz": "ok " + name, "/metrics": "pillar_control_max_replica_lag_batches 3"} {
+			for path, want := range map[string]string{"/healthz": `"database": "` + name + `"`, "/readyz": `"status": "ok"`, "/metrics": "pillar_control_max_replica_lag_batches 3"} {
 				resp, err := http.Get("http://" + httpAddr + path)
 				if err != nil {
 					t.Fatal(err)
@@ -188,6 +189,11 @@ func TestControlServeCLI(t *testing.T) {
 				resp.Body.Close()
 				if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
 					t.Fatalf("GET %s: %d, want %q in:\n%.2000s", path, resp.StatusCode, want, body)
+				}
+				if path != "/metrics" {
+					if _, err := health.DecodeBody(body); err != nil {
+						t.Fatalf("GET %s: %v", path, err)
+					}
 				}
 			}
 			js, err = runControlCLI(t, ctx, "control", "nodes", "--control", addr, "--json")
