@@ -20,8 +20,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pillarkit/pillar/cobbled/control"
-	"github.com/pillarkit/pillar/internal/health"
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/health"
 )
 
 func runControlCLI(t *testing.T, ctx context.Context, args ...string) (string, error) {

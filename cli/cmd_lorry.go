@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 
+	"github.com/pillarkit/pillar/internal/health"
 	"github.com/pillarkit/pillar/lorry"
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -84,7 +86,7 @@ Examples:
 			&cli.DurationFlag{Name: "cleanup-interval", Value: 10 * time.Minute, Usage: "how often the held partitions' orphans are cleaned (0: never)"},
 			&cli.StringFlag{Name: "tmp", Usage: "directory for SST files being built (default: under $TMPDIR)"},
 			&cli.BoolFlag{Name: "json", Usage: "with --once: print the result as JSON"},
-			&cli.StringFlag{Name: "http", Usage: "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:7201 (default: none)"},
+			&cli.StringFlag{Name: "http", Usage: "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:7201 (default: none)"},
 			&cli.Float64Flag{Name: "bulk-min-share", Value: 0.25, Usage: "share of a partition's delivery time bulk batches keep while fresh ones are waiting too (0-1]"},
 			&cli.BoolFlag{Name: "fresh-alone", Usage: "send due fresh records in batches of their own ahead of a ready bulk batch while bulk keeps --bulk-min-share of the delivery time (default: they ride along with the bulk batch)"},
 			&cli.Int64Flag{Name: "max-replica-lag", Value: 8, Usage: "pause a partition's bulk batches while a replica is this many batches behind (fresh ones continue; -1: never)"},
@@ -120,13 +122,14 @@ Examples:
 				cleanup = -1
 			}
 			metrics := lorry.NewMetrics()
+			var worker atomic.Pointer[lorry.Worker] // the worker /healthz reports on
 			if addr := c.String("http"); addr != "" {
 				reg := prometheus.NewRegistry()
 				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 				reg.MustRegister(metrics.Collectors()...)
 				mux := http.NewServeMux()
 				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-				mux.HandleFunc("/healthz", lorryHealth(st))
+				health.New(health.Options{Component: "lorry"}, lorryHealth(&worker)).Register(mux) // /healthz, /readyz
 				lis, err := net.Listen("tcp", addr)
 				if err != nil {
 					return fmt.Errorf("--http %s: %w", addr, err)
@@ -140,7 +143,7 @@ Examples:
 				defer srv.Close()
 			}
 			newWorker := func() (*lorry.Worker, error) {
-				return lorry.New(lorry.Options{
+				w, err := lorry.New(lorry.Options{
 					Store: st, Objects: objs, Registry: ctl, ID: c.String("id"), Partitions: parts,
 					MaxBatchBytes: c.Int64("max-batch-bytes"), MaxBatchRecords: c.Int("max-batch-records"),
 					MaxBufferedBytes: c.Int64("max-buffered-bytes"),
@@ -151,6 +154,10 @@ Examples:
 					LossAfter: c.Duration("loss-after"), BulkLossAfter: c.Duration("bulk-loss-after"),
 					Logger: logger(), Metrics: metrics,
 				})
+				if err == nil {
+					worker.Store(w)
+				}
+				return w, err
 			}
 			w, err := newWorker()
 			if err != nil {

@@ -1,42 +1,31 @@
 package cli
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
-	"strings"
+	"sync/atomic"
 	"testing"
 
-	"github.com/pillarkit/pillar/pillar"
-	"github.com/pillarkit/pillar/pillar/local"
+	"github.com/pillarkit/pillar/internal/health"
+	"github.com/pillarkit/pillar/lorry"
 )
 
-// brokenStore is a FAKE store whose snapshots fail (an unreadable store).
-type brokenStore struct{ pillar.Store }
-
-func (brokenStore) Snapshot(ctx context.Context) (pillar.Snapshot, error) {
-	return nil, errors.New("disk gone")
-}
-
-// TestLorryHealthz: /healthz answers 200 "ok" while the store is readable
-// and 503 with the error once it is not.
+// TestLorryHealthz: lorry run's /healthz and /readyz answer the one health
+// shape; before its worker exists it is starting (alive, not ready). The
+// worker's own check (store readable or not) is tested in package lorry.
 func TestLorryHealthz(t *testing.T) {
-	st, err := local.Create(filepath.Join(t.TempDir(), "store"), &local.Options{Partitions: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := lorryHealth(st)
-	rec := httptest.NewRecorder()
-	h(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
-	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != "ok" {
-		t.Fatalf("healthy: %d %q", rec.Code, rec.Body.String())
-	}
-	defer st.Close()
-	rec = httptest.NewRecorder()
-	lorryHealth(brokenStore{st})(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
-	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "store: disk gone") {
-		t.Fatalf("closed store: %d %q", rec.Code, rec.Body.String())
+	var w atomic.Pointer[lorry.Worker]
+	mux := http.NewServeMux()
+	health.New(health.Options{Component: "lorry"}, lorryHealth(&w)).Register(mux)
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 503} {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		r, err := health.DecodeBody(rec.Body.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Code != want || r.Component != "lorry" || r.Status != health.Starting || len(r.WaitingOn) != 1 {
+			t.Fatalf("%s: %d %s", path, rec.Code, rec.Body)
+		}
 	}
 }

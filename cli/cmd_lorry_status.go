@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
+	"github.com/pillarkit/pillar/internal/health"
 	"github.com/pillarkit/pillar/lorry"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/urfave/cli/v2"
@@ -102,19 +103,14 @@ Examples:
 	}
 }
 
-// lorryHealth answers /healthz: 200 while the store is readable, 503 (with
-// the error) otherwise.
-func lorryHealth(st pillar.Store) http.HandlerFunc {
-	return func(rw http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		defer cancel()
-		sn, err := st.Snapshot(ctx)
-		if err != nil {
-			http.Error(rw, "store: "+err.Error(), http.StatusServiceUnavailable)
-			return
+// lorryHealth is lorry run's health check (internal/health): the
+// worker's, or Starting before there is one.
+func lorryHealth(w *atomic.Pointer[lorry.Worker]) health.Check {
+	return func(ctx context.Context) health.Status {
+		if wk := w.Load(); wk != nil {
+			return wk.Health(ctx)
 		}
-		sn.Release()
-		fmt.Fprintln(rw, "ok")
+		return health.Status{Status: health.Starting, WaitingOn: []string{"worker start"}}
 	}
 }
 
