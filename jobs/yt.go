@@ -354,9 +354,16 @@ func (y *YT) run(ctx context.Context, k Kind, op *Op, jobsOf []any, start startF
 	if err := y.createOutputs(ctx, tx, op); err != nil {
 		return fmt.Errorf("jobs: %s: %w", title, err)
 	}
-	var temps []ypath.Path
+	// Layered inputs are resolved to their merged rows first (layers.go).
+	// (Temporary tables are made in tx: a failed operation's go with it.)
+	temps, err := y.resolveLayers(ctx, mr, tx, s, op, log)
+	if err != nil {
+		return fmt.Errorf("jobs: %s: %w", title, err)
+	}
 	if k == KindReduce {
-		if temps, err = y.sortInputs(ctx, mr, tx, s, log); err != nil {
+		sorted, err := y.sortInputs(ctx, mr, tx, s, log)
+		temps = append(temps, sorted...)
+		if err != nil {
 			return fmt.Errorf("jobs: %s: %w", title, err)
 		}
 	}

@@ -616,6 +616,15 @@ func (w *DeltaWriter) Delete(ctx context.Context, key string) error {
 	return w.dels.Write(DeletedKey{PageKey: key})
 }
 
+// SetRows records the merged row count after the delta, once its writer
+// knows it (e.g. at the end of a merge); -1 means unknown.
+func (w *DeltaWriter) SetRows(ctx context.Context, rows int64) error {
+	if w.d.Base {
+		return nil
+	}
+	return w.tx.SetAttr(ctx, AttrLayerPrefix+w.d.Table, LayerMeta{NextSeq: w.d.Seq + 1, Rows: rows})
+}
+
 // Counts returns the rows put and the keys deleted so far.
 func (w *DeltaWriter) Counts() (puts, deletes int64) { return w.puts, w.deletes }
 

@@ -223,7 +223,7 @@ func TestIngestDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantBefore := storeDocs(t, st)
-	ffs.budget.Store(20 << 10) // 20 KiB left: less than the new docs table
+	ffs.budget.Store(1 << 10) // 1 KiB left: less than the delta of docs
 	_, err = Run(context.Background(), st, Options{From: update, Now: fixedNow})
 	if err == nil || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("ingest onto a full disk: %v, want ENOSPC", err)

@@ -68,6 +68,16 @@ type Options struct {
 	// value is os.TempDir().
 	TempDir string
 
+	// Rewrite writes the whole docs table (a new base, folding its delta
+	// layers) instead of a delta of the new and changed pages. The default
+	// value (false) writes a delta: an ingest of k changed pages writes k
+	// rows.
+	Rewrite bool
+	// Compact is the automatic compaction of docs after a delta commits
+	// (pillar.AutoCompact): its zero value compacts once docs has more than
+	// pillar.DefaultMaxLayers deltas; MaxLayers < 0 turns it off.
+	Compact pillar.CompactOptions
+
 	// crashAt, in tests, is called at each named point of the run (see
 	// TestIngestCrashPoints); a test kills the process there.
 	crashAt func(point string)
@@ -130,7 +140,15 @@ type Stats struct {
 	HTMLBytes        int64 `json:"html_bytes"`        // bytes of the files read
 	TextBytes        int64 `json:"text_bytes"`        // bytes of clean text
 	Generation       int64 `json:"generation"`        // store generation committed (0: nothing changed)
-	DurationMS       int64 `json:"duration_ms"`       // wall time
+	// RowsWritten is the rows written to docs: the new and changed pages
+	// for a delta, every row for a rewrite.
+	RowsWritten int64 `json:"rows_written"`
+	// Delta is true when the change went to docs as a delta layer.
+	Delta bool `json:"delta"`
+	// Compacted is the number of delta layers the automatic compaction
+	// after the ingest folded (0: none).
+	Compacted  int   `json:"compacted"`
+	DurationMS int64 `json:"duration_ms"` // wall time
 	// Rejected names the files rejected as too large.
 	Rejected []string `json:"rejected,omitempty"`
 	// Outcomes is the end-of-run summary: files by outcome, with a few
@@ -202,26 +220,42 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 		return stats, fmt.Errorf("ingest: %w", err)
 	}
 	defer tx.Abort()
-	old, err := openDocs(ctx, tx)
+	old, oldRows, err := openDocs(ctx, tx)
 	if err != nil {
 		return stats, err
 	}
 	defer old.Close()
-	w, err := tx.WriteTable(ctx, pillar.TableDocs, pillar.Doc{}, &pillar.WriteOptions{SortedBy: []string{"page_key"}})
+	// The change goes to docs as one delta layer (only the new and changed
+	// pages), or, with Rewrite (or into a store without docs), as the whole
+	// table.
+	var w pillar.RowWriter
+	var dw *pillar.DeltaWriter
+	if opts.Rewrite {
+		w, err = tx.WriteTable(ctx, pillar.TableDocs, pillar.Doc{}, &pillar.WriteOptions{SortedBy: []string{"page_key"}})
+	} else if dw, err = pillar.WriteDelta(ctx, tx, pillar.TableDocs, pillar.Doc{}, -1); err == nil {
+		w = deltaRows{dw}
+		stats.Delta = !dw.Delta().Base
+	}
 	if err != nil {
 		return stats, fmt.Errorf("ingest: %w", err)
 	}
 	defer w.Close()
-	if err := merge(ctx, &opts, &stats, sorted, old, w); err != nil {
-		return stats, diskFull(st, "merge into table docs", tableBytes(ctx, tx)+stats.TextBytes, err)
+	full := dw == nil || dw.Delta().Base
+	if err := merge(ctx, &opts, &stats, sorted, old, w, full); err != nil {
+		return stats, diskFull(st, "merge into table docs", writeNeed(ctx, tx, full, &stats), err)
 	}
 	opts.point("merged")
-	if stats.ChangedPages() == 0 {
+	if stats.ChangedPages() == 0 && !opts.Rewrite {
 		stats.DurationMS = time.Since(start).Milliseconds()
 		return stats, nil // the deferred Abort drops what was written
 	}
+	if dw != nil {
+		if err := dw.SetRows(ctx, oldRows+int64(stats.New)); err != nil {
+			return stats, err
+		}
+	}
 	if err := w.Close(); err != nil {
-		return stats, diskFull(st, "write table docs", tableBytes(ctx, tx)+stats.TextBytes, fmt.Errorf("ingest: write docs: %w", err))
+		return stats, diskFull(st, "write table docs", writeNeed(ctx, tx, full, &stats), fmt.Errorf("ingest: write docs: %w", err))
 	}
 	opts.point("closed")
 	stats.DurationMS = time.Since(start).Milliseconds()
@@ -233,7 +267,35 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 	}
 	opts.point("committed")
 	stats.Generation = st.Info().Generation
+	// Fold the deltas once there are too many (a transaction of its own:
+	// the ingest is committed whatever it does).
+	if stats.Delta && opts.Compact.MaxLayers >= 0 {
+		cs, err := pillar.AutoCompact(ctx, st, pillar.TableDocs, &opts.Compact)
+		if err != nil {
+			return stats, fmt.Errorf("ingest: committed (generation %d), but the compaction of docs after it failed: %w", stats.Generation, err)
+		}
+		if cs != nil {
+			stats.Compacted = cs.Layers
+			stats.Generation = st.Info().Generation
+		}
+	}
+	stats.DurationMS = time.Since(start).Milliseconds()
 	return stats, nil
+}
+
+// deltaRows is a delta's Put as a RowWriter.
+type deltaRows struct{ w *pillar.DeltaWriter }
+
+func (d deltaRows) Write(row any) error { return d.w.Put(row) }
+func (d deltaRows) Close() error        { return d.w.Close() }
+
+// writeNeed is about the space the write of docs needs: the whole table and
+// the new text for a rewrite, the new text for a delta.
+func writeNeed(ctx context.Context, tx pillar.Tx, full bool, stats *Stats) int64 {
+	if full {
+		return tableBytes(ctx, tx) + stats.TextBytes
+	}
+	return stats.TextBytes
 }
 
 // readAll walks opts.From in lexical order, cleans the candidate files with
@@ -394,24 +456,25 @@ func (s *sortedPages) close() {
 }
 
 // openDocs opens the docs table in key order (an empty reader when there is
-// none yet). A docs table not sorted by page_key is an error: every writer
-// of it sorts.
-func openDocs(ctx context.Context, tx pillar.Tx) (pillar.RowReader, error) {
+// none yet) — a layered docs table reads as its merged rows — and returns
+// its row count. A docs table not sorted by page_key is an error: every
+// writer of it sorts.
+func openDocs(ctx context.Context, tx pillar.Tx) (pillar.RowReader, int64, error) {
 	ti, err := tx.Table(ctx, pillar.TableDocs)
 	if errors.Is(err, pillar.ErrNotFound) {
-		return emptyReader{}, nil
+		return emptyReader{}, 0, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("ingest: read docs: %w", err)
+		return nil, 0, fmt.Errorf("ingest: read docs: %w", err)
 	}
 	if len(ti.SortedBy) == 0 || ti.SortedBy[0] != "page_key" {
-		return nil, fmt.Errorf("ingest: the docs table is not sorted by page_key (sorted by %v); it cannot be merged", ti.SortedBy)
+		return nil, 0, fmt.Errorf("ingest: the docs table is not sorted by page_key (sorted by %v); it cannot be merged", ti.SortedBy)
 	}
 	rr, err := tx.ReadTable(ctx, pillar.TableDocs, nil)
 	if err != nil {
-		return nil, fmt.Errorf("ingest: read docs: %w", err)
+		return nil, 0, fmt.Errorf("ingest: read docs: %w", err)
 	}
-	return rr, nil
+	return rr, ti.Rows, nil
 }
 
 type emptyReader struct{}
@@ -423,8 +486,9 @@ func (emptyReader) Close() error   { return nil }
 
 // merge writes the union of the new pages and the old docs to w in key
 // order: a new page replaces an old row of another content hash (version+1),
-// keeps an old row of the same hash, and is version 1 when it is new.
-func merge(ctx context.Context, opts *Options, stats *Stats, pages *sortedPages, old pillar.RowReader, w pillar.RowWriter) error {
+// keeps an old row of the same hash, and is version 1 when it is new. With
+// full false it writes only the new and changed pages (a delta).
+func merge(ctx context.Context, opts *Options, stats *Stats, pages *sortedPages, old pillar.RowReader, w pillar.RowWriter, full bool) error {
 	nowMS := opts.Now().UnixMilli()
 	var (
 		cur     *pillar.Doc
@@ -459,10 +523,23 @@ func merge(ctx context.Context, opts *Options, stats *Stats, pages *sortedPages,
 		if n == 100 {
 			opts.point("merging")
 		}
+		stats.RowsWritten++
 		if err := w.Write(d); err != nil {
 			return fmt.Errorf("ingest: write docs: %w", err)
 		}
 		return nil
+	}
+	keep := func(d *pillar.Doc) error {
+		if !full {
+			if n++; n&1023 == 0 && ctx.Err() != nil {
+				return fmt.Errorf("ingest: %w", ctx.Err())
+			}
+			if n == 100 {
+				opts.point("merging")
+			}
+			return nil
+		}
+		return write(d)
 	}
 	if err := advanceOld(); err != nil {
 		return err
@@ -472,9 +549,12 @@ func merge(ctx context.Context, opts *Options, stats *Stats, pages *sortedPages,
 		return err
 	}
 	for cur != nil || haveOld {
+		if cur == nil && !full {
+			break // a delta: the rest of docs stays as it is
+		}
 		switch {
 		case cur == nil || (haveOld && od.PageKey < cur.PageKey):
-			if err := write(&od); err != nil {
+			if err := keep(&od); err != nil {
 				return err
 			}
 			if err := advanceOld(); err != nil {
@@ -499,7 +579,7 @@ func merge(ctx context.Context, opts *Options, stats *Stats, pages *sortedPages,
 			} else {
 				stats.Unchanged++
 				stats.count(OutcomeUnchanged, relPath(opts, curPath), "")
-				if err := write(&od); err != nil {
+				if err := keep(&od); err != nil {
 					return err
 				}
 			}

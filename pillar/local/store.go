@@ -306,6 +306,14 @@ func (s *Store) Cleanup(ctx context.Context) (CleanupStats, error) {
 	return s.cleanupLocked()
 }
 
+// CollectGarbage is the cleanup pillar.Compact runs after its commit: the
+// files of the layers it folded go once no retained manifest names them
+// (a live snapshot's lease keeps its manifest, see Cleanup).
+func (s *Store) CollectGarbage(ctx context.Context) error {
+	_, err := s.Cleanup(ctx)
+	return err
+}
+
 func (s *Store) cleanupLocked() (CleanupStats, error) {
 	var cs CleanupStats
 	fs := s.opts.FS
