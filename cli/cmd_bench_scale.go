@@ -12,6 +12,14 @@ import (
 	"github.com/pillarkit/pillar/internal/scalebench"
 )
 
+// A benchmark step (a child of `pillar bench scale`) records its heap peaks
+// for the report.
+func init() {
+	if p := os.Getenv(scalebench.HeapEnv); p != "" {
+		go scalebench.SampleHeap(p)
+	}
+}
+
 func benchScaleCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "scale",
@@ -24,28 +32,33 @@ re-ingest them, rechunk, embed and publish (the queue is then ready for Lorry).
 Every step is a child process of this binary at --memory-limit, so its peak RSS is the
 child's own (ru_maxrss). Writes results.md (table and targets), results.json and plots
 (rss-<size>.png, rate-<size>.png, bytes-<size>.png) to --out, and prints the table.
---big adds N = 1,000,000 with the smallest page size.
+--big adds N = 1,000,000 with the first page size. Every target is printed as met or
+missed; a target whose measurements are missing (a step that did not run, a single N, an
+unfinished --big run) is missed.
 
 Examples:
    pillar bench scale --out bench-out/scale
    pillar bench scale --out /tmp/scale --n 2000,8000 --sizes 4KiB     # quick look
-   pillar bench scale --out bench-out/scale --big`,
+   pillar bench scale --out bench-out/scale --big
+   pillar bench scale --out bench-out/big --sizes 4KiB --big-only
+   pillar bench scale --out bench-out/all --from-json bench-out/scale/results.json,bench-out/big/results.json`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: "bench-out/scale", Usage: "folder for results.md, results.json and the plots"},
 			&cli.StringFlag{Name: "data", Usage: "working folder for corpora and stores (default: a temporary folder, removed afterwards)"},
 			&cli.StringFlag{Name: "n", Value: "10000,40000,160000", Usage: "comma-separated corpus sizes"},
 			&cli.StringFlag{Name: "sizes", Value: "4KiB,20KiB", Usage: "comma-separated page sizes (bytes of HTML)"},
-			&cli.BoolFlag{Name: "big", Usage: "also run N = 1,000,000 with the smallest page size"},
+			&cli.BoolFlag{Name: "big", Usage: "also run N = 1,000,000 with the first page size of --sizes"},
+			&cli.BoolFlag{Name: "big-only", Usage: "run only the N = 1,000,000 round (merge its results.json with another run's through --from-json)"},
 			&cli.StringFlag{Name: "memory-limit", Value: "64MiB", Usage: "--memory-limit of every step"},
 			&cli.Float64Flag{Name: "edit-fraction", Value: 0.001, Usage: "fraction of the pages edited in the incremental round"},
 			&cli.IntFlag{Name: "workers", Usage: "--workers of every step (default: all CPUs)"},
 			&cli.IntFlag{Name: "partitions", Value: 16, Usage: "partitions of the stores"},
 			&cli.BoolFlag{Name: "keep", Usage: "keep each round's corpus and store under --data"},
-			&cli.StringFlag{Name: "from-json", Usage: "run nothing: redraw the table and plots of a saved results.json into --out"},
+			&cli.StringFlag{Name: "from-json", Usage: "run nothing: redraw the table and plots of saved results.json files (comma-separated: merged, e.g. a --big-only run with the main one) into --out"},
 		},
 		Action: func(c *cli.Context) error {
 			if f := c.String("from-json"); f != "" {
-				rep, err := scalebench.Load(f)
+				rep, err := scalebench.Load(strings.Split(f, ",")...)
 				if err != nil {
 					return err
 				}
@@ -74,16 +87,28 @@ Examples:
 				}
 				opts.Sizes = append(opts.Sizes, int(b))
 			}
-			rep, err := scalebench.Run(c.Context, opts)
-			if c.Bool("big") && err == nil {
-				big := opts
-				big.Ns, big.Sizes = []int{1_000_000}, opts.Sizes[:1]
-				var more *scalebench.Report
-				more, err = scalebench.Run(c.Context, big)
-				if more != nil {
-					rep.Steps = append(rep.Steps, more.Steps...)
-					rep.Load = append(rep.Load, more.Load...)
+			var rep *scalebench.Report
+			var err error
+			if !c.Bool("big-only") {
+				rep, err = scalebench.Run(c.Context, opts)
+			} else {
+				rep = &scalebench.Report{Options: opts}
+			}
+			if c.Bool("big") || c.Bool("big-only") {
+				if err == nil {
+					big := opts
+					big.Ns, big.Sizes = []int{1_000_000}, opts.Sizes[:1]
+					var more *scalebench.Report
+					more, err = scalebench.Run(c.Context, big)
+					if more != nil {
+						rep.Steps = append(rep.Steps, more.Steps...)
+						rep.Load = append(rep.Load, more.Load...)
+						if rep.Started.IsZero() {
+							rep.Started = more.Started
+						}
+					}
 				}
+				rep.BigN = 1_000_000 // missed unless every step of it ran
 				rep.Reevaluate()
 			}
 			if rep != nil && len(rep.Steps) > 0 {

@@ -278,7 +278,10 @@ func NewPartitionWriter(dir string, partition, partitions int, opts *PartitionWr
 	}
 	w := &PartitionWriter{dir: dir, partition: partition, partitions: partitions, f: f, h: sha256.New(), groupMax: o.RowGroupBytes}
 	w.cw = &countWriter{w: io.MultiWriter(f, w.h)}
-	w.pw = parquet.NewGenericWriter[ExportRow](w.cw, parquet.Compression(codec), parquet.MaxRowsPerRowGroup(int64(o.RowGroupRows)))
+	// No page bounds for the records: the writer would hold every page's
+	// untruncated min/max record until Close, memory growing with the file.
+	w.pw = parquet.NewGenericWriter[ExportRow](w.cw, parquet.Compression(codec), parquet.MaxRowsPerRowGroup(int64(o.RowGroupRows)),
+		parquet.SkipPageBounds("value"))
 	return w, nil
 }
 

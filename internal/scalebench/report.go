@@ -67,15 +67,36 @@ func (r *Report) stepNames(round string) []string {
 	return out
 }
 
+// fullSteps and incrementalSteps are the steps a round must measure.
+var (
+	fullSteps        = []string{"ingest", "rechunk", "embed", "subsets recompute", "publish", "export"}
+	incrementalSteps = []string{"ingest", "rechunk", "embed", "publish"}
+)
+
+// evaluate checks the targets. A target whose measurements are missing (a
+// step that did not run at some N, a single N, a --big run that did not
+// finish) is reported as missed, never skipped: a run that measured
+// nothing cannot pass.
 func (r *Report) evaluate() {
 	r.Checks = nil
 	add := func(target, value string, pass bool) { r.Checks = append(r.Checks, Check{target, value, pass}) }
+	if len(r.Steps) == 0 {
+		add("the benchmark measured something", "no step ran", false)
+	}
 	for _, size := range r.Options.Sizes {
-		ns := r.ns(size)
-		if len(ns) == 0 {
-			continue
+		var ns []int
+		for _, n := range r.ns(size) {
+			if n != r.BigN {
+				ns = append(ns, n)
+			}
 		}
 		sz := sizeName(size)
+		if len(ns) == 0 {
+			if r.BigN == 0 || size != r.Options.Sizes[0] {
+				add(fmt.Sprintf("%s: the rounds ran", sz), "no step measured", false)
+			}
+			continue
+		}
 		worst, where := int64(0), ""
 		for _, s := range r.Steps {
 			if s.Size == size && s.MaxRSS > worst {
@@ -85,24 +106,46 @@ func (r *Report) evaluate() {
 		add(fmt.Sprintf("%s: peak RSS of every step ≤ 300 MB at every N", sz), fmt.Sprintf("worst %d MB (%s)", worst>>20, where), worst <= maxRSS)
 		lo, hi := ns[0], ns[len(ns)-1]
 		if lo == hi {
-			continue
-		}
-		for _, name := range r.stepNames("full") {
-			a, b := r.find(size, lo, "full", name), r.find(size, hi, "full", name)
-			if a == nil || b == nil {
-				continue
+			add(fmt.Sprintf("%s: peak RSS and pages/s compared between two N", sz), fmt.Sprintf("only N=%d ran", lo), false)
+		} else {
+			for _, name := range fullSteps {
+				a, b := r.find(size, lo, "full", name), r.find(size, hi, "full", name)
+				if a == nil || b == nil {
+					add(fmt.Sprintf("%s %s: measured at N=%d and N=%d", sz, name, lo, hi), "missing", false)
+					continue
+				}
+				g := float64(b.MaxRSS) / float64(max(a.MaxRSS, 1))
+				add(fmt.Sprintf("%s %s: peak RSS at N=%d ≤ 1.2 × at N=%d", sz, name, hi, lo), fmt.Sprintf("%d vs %d MB (%.2f×)", b.MaxRSS>>20, a.MaxRSS>>20, g), g <= rssGrowth)
+				k := b.PagesPerSec() / max(a.PagesPerSec(), 1e-9)
+				add(fmt.Sprintf("%s %s: pages/s at N=%d ≥ 0.8 × at N=%d", sz, name, hi, lo), fmt.Sprintf("%.0f vs %.0f (%.2f×)", b.PagesPerSec(), a.PagesPerSec(), k), k >= rateKeep)
 			}
-			g := float64(b.MaxRSS) / float64(max(a.MaxRSS, 1))
-			add(fmt.Sprintf("%s %s: peak RSS at N=%d ≤ 1.2 × at N=%d", sz, name, hi, lo), fmt.Sprintf("%d vs %d MB (%.2f×)", b.MaxRSS>>20, a.MaxRSS>>20, g), g <= rssGrowth)
-			k := b.PagesPerSec() / max(a.PagesPerSec(), 1e-9)
-			add(fmt.Sprintf("%s %s: pages/s at N=%d ≥ 0.8 × at N=%d", sz, name, hi, lo), fmt.Sprintf("%.0f vs %.0f (%.2f×)", b.PagesPerSec(), a.PagesPerSec(), k), k >= rateKeep)
+		}
+		missing := 0
+		for _, name := range incrementalSteps {
+			if r.find(size, hi, "incremental", name) == nil {
+				missing++
+			}
 		}
 		fs, fb, ok1 := r.roundTotals(size, hi, "full")
 		is, ib, ok2 := r.roundTotals(size, hi, "incremental")
-		if ok1 && ok2 {
-			add(fmt.Sprintf("%s N=%d: incremental round time ≤ 5%% of the full round", sz, hi), fmt.Sprintf("%.1f s of %.1f s (%.1f%%)", is, fs, 100*is/fs), is <= incrTimeShare*fs)
-			add(fmt.Sprintf("%s N=%d: incremental round bytes written ≤ 2%% of the full round", sz, hi), fmt.Sprintf("%s of %s (%.1f%%)", human(ib), human(fb), 100*float64(ib)/float64(max(fb, 1))), float64(ib) <= incrBytesShare*float64(fb))
+		if !ok1 || !ok2 || missing > 0 {
+			add(fmt.Sprintf("%s N=%d: incremental round measured against the full round", sz, hi), fmt.Sprintf("%d of %d incremental steps missing", missing, len(incrementalSteps)), false)
+			continue
 		}
+		add(fmt.Sprintf("%s N=%d: incremental round time ≤ 5%% of the full round", sz, hi), fmt.Sprintf("%.1f s of %.1f s (%.1f%%)", is, fs, 100*is/fs), is <= incrTimeShare*fs)
+		add(fmt.Sprintf("%s N=%d: incremental round bytes written ≤ 2%% of the full round", sz, hi), fmt.Sprintf("%s of %s (%.1f%%)", human(ib), human(fb), 100*float64(ib)/float64(max(fb, 1))), float64(ib) <= incrBytesShare*float64(fb))
+	}
+	if r.BigN > 0 && len(r.Options.Sizes) > 0 {
+		size := r.Options.Sizes[0]
+		done, worst := 0, int64(0)
+		for _, s := range r.Steps {
+			if s.Size == size && s.N == r.BigN {
+				done++
+				worst = max(worst, s.MaxRSS)
+			}
+		}
+		want := len(fullSteps) + len(incrementalSteps)
+		add(fmt.Sprintf("%s N=%d: the run completes (every step ≤ 300 MB)", sizeName(size), r.BigN), fmt.Sprintf("%d of %d steps, worst %d MB", done, want, worst>>20), done == want && worst <= maxRSS)
 	}
 }
 
@@ -113,9 +156,13 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "# pillar bench scale\n\nEvery step a child process at `--memory-limit %s`; chunker `%s`, model `%s`, %d partitions, %.1f%% of the pages edited in the incremental round. Started %s.\n\n",
 		o.MemoryLimit, o.Chunker, o.Model, o.Partitions, 100*o.EditFraction, r.Started.Format("2006-01-02 15:04 UTC"))
 	b.WriteString("Machine load before each round: " + strings.Join(r.Load, "; ") + ".\n\n")
-	b.WriteString("| pages | N | round | step | pages | seconds | pages/s | peak RSS MB | store bytes written | I/O written |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| pages | N | round | step | pages | seconds | pages/s | peak RSS MB | peak live heap MB | store bytes written | I/O written |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Steps {
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %d | %.1f | %.0f | %d | %s | %s |\n", sizeName(s.Size), s.N, s.Round, s.Name, s.Pages, s.Seconds, s.PagesPerSec(), s.MaxRSS>>20, human(s.StoreBytes), human(s.IOBytes))
+		live := "–"
+		if s.LiveHeap > 0 {
+			live = fmt.Sprint(s.LiveHeap >> 20)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %d | %.1f | %.0f | %d | %s | %s | %s |\n", sizeName(s.Size), s.N, s.Round, s.Name, s.Pages, s.Seconds, s.PagesPerSec(), s.MaxRSS>>20, live, human(s.StoreBytes), human(s.IOBytes))
 	}
 	b.WriteString("\n| target | measured | holds |\n|---|---|---|\n")
 	for _, c := range r.Checks {
@@ -138,7 +185,7 @@ func (r *Report) Write(dir string) error {
 		return fmt.Errorf("scalebench: %w", err)
 	}
 	js, err := json.MarshalIndent(savedReport{r.Options.MemoryLimit, r.Options.Chunker, r.Options.Model, r.Options.Partitions,
-		r.Options.EditFraction, r.Started, r.Steps, r.Load, r.Checks}, "", "  ")
+		r.Options.EditFraction, r.Started, r.Steps, r.Load, r.Checks, r.BigN}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("scalebench: %w", err)
 	}
@@ -220,25 +267,42 @@ type savedReport struct {
 	Steps        []Step
 	Load         []string
 	Checks       []Check
+	BigN         int `json:",omitempty"`
 }
 
-// Load reads a results.json written by Write (to redraw it, e.g. after a
-// change of the plots); the checks are evaluated again.
-func Load(path string) (*Report, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("scalebench: %w", err)
-	}
-	var sr savedReport
-	if err := json.Unmarshal(b, &sr); err != nil {
-		return nil, fmt.Errorf("scalebench: %s: %w", path, err)
-	}
-	r := &Report{Steps: sr.Steps, Load: sr.Load, Started: sr.Started, Options: Options{MemoryLimit: sr.MemoryLimit,
-		Chunker: sr.Chunker, Model: sr.Model, Partitions: sr.Partitions, EditFraction: sr.EditFraction}}
-	for _, s := range sr.Steps {
-		if !slices.Contains(r.Options.Sizes, s.Size) {
-			r.Options.Sizes = append(r.Options.Sizes, s.Size)
+// Load reads results.json files written by Write (to redraw them, e.g.
+// after a change of the plots, or to merge a --big-only run with the main
+// one: steps and loads are appended in order); the checks are evaluated
+// again.
+func Load(paths ...string) (*Report, error) {
+	var r *Report
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("scalebench: %w", err)
 		}
+		var sr savedReport
+		if err := json.Unmarshal(b, &sr); err != nil {
+			return nil, fmt.Errorf("scalebench: %s: %w", path, err)
+		}
+		if r == nil {
+			r = &Report{Started: sr.Started, Options: Options{MemoryLimit: sr.MemoryLimit,
+				Chunker: sr.Chunker, Model: sr.Model, Partitions: sr.Partitions, EditFraction: sr.EditFraction}}
+		} else if sr.MemoryLimit != r.Options.MemoryLimit || sr.Chunker != r.Options.Chunker || sr.Model != r.Options.Model ||
+			sr.Partitions != r.Options.Partitions || sr.EditFraction != r.Options.EditFraction {
+			return nil, fmt.Errorf("scalebench: %s: ran with other settings than %s (memory limit, chunker, model, partitions or edit fraction): not merged", path, paths[0])
+		}
+		r.Steps = append(r.Steps, sr.Steps...)
+		r.Load = append(r.Load, sr.Load...)
+		r.BigN = max(r.BigN, sr.BigN)
+		for _, s := range sr.Steps {
+			if !slices.Contains(r.Options.Sizes, s.Size) {
+				r.Options.Sizes = append(r.Options.Sizes, s.Size)
+			}
+		}
+	}
+	if r == nil {
+		return nil, fmt.Errorf("scalebench: no results.json to load")
 	}
 	r.evaluate()
 	return r, nil

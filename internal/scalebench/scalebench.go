@@ -108,6 +108,11 @@ type Step struct {
 	// IOBytes is what the child wrote to the file system (ru_oublock × 512),
 	// spill files included.
 	IOBytes int64 `json:"io_bytes"`
+	// LiveHeap is the child's peak live Go heap (HeapPeaks.Live), GoMapped
+	// its peak of memory mapped by the Go runtime (HeapPeaks.Mapped); 0 when
+	// the child did not report them.
+	LiveHeap int64 `json:"live_heap,omitempty"`
+	GoMapped int64 `json:"go_mapped,omitempty"`
 }
 
 // PagesPerSec is Pages over the wall time.
@@ -125,6 +130,9 @@ type Report struct {
 	Load    []string `json:"load"` // uptime before each round
 	Checks  []Check  `json:"checks"`
 	Started time.Time
+	// BigN is the N of a --big run appended to the report (compared with
+	// nothing: its target is that it completes); 0 when none.
+	BigN int `json:"big_n,omitempty"`
 }
 
 // Check is one target and whether it holds.
@@ -326,6 +334,9 @@ func (r *round) step(ctx context.Context, roundName, name string, pages int, arg
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, r.o.Pillar, append([]string{"--log-level", "warn"}, args...)...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	heapFile := filepath.Join(filepath.Dir(r.store), "heap.json")
+	os.Remove(heapFile)
+	cmd.Env = append(os.Environ(), HeapEnv+"="+heapFile)
 	start := time.Now()
 	err := cmd.Run()
 	wall := time.Since(start)
@@ -338,10 +349,13 @@ func (r *round) step(ctx context.Context, roundName, name string, pages int, arg
 		s.MaxRSS = ru.Maxrss << 10 // kilobytes on Linux
 		s.IOBytes = ru.Oublock * 512
 	}
+	if h, ok := readHeap(heapFile); ok {
+		s.LiveHeap, s.GoMapped = h.Live, h.Mapped
+	}
 	s.StoreBytes = written(before, listing(r.store, r.export))
 	r.rep.Steps = append(r.rep.Steps, s)
-	fmt.Fprintf(r.o.Log, "  %-11s %-17s %7d pages %8.1fs %8.0f pages/s  peak RSS %4d MB  store +%s  io %s\n",
-		roundName, name, pages, s.Seconds, s.PagesPerSec(), s.MaxRSS>>20, human(s.StoreBytes), human(s.IOBytes))
+	fmt.Fprintf(r.o.Log, "  %-11s %-17s %7d pages %8.1fs %8.0f pages/s  peak RSS %4d MB (live heap %3d MB)  store +%s  io %s\n",
+		roundName, name, pages, s.Seconds, s.PagesPerSec(), s.MaxRSS>>20, s.LiveHeap>>20, human(s.StoreBytes), human(s.IOBytes))
 	return stdout.Bytes(), nil
 }
 

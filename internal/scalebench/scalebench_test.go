@@ -60,7 +60,9 @@ func TestEvaluate(t *testing.T) {
 	add(160, "full", "ingest", 20, 110, 16000) // rate 8 vs 10: holds; RSS 1.1×: holds
 	add(10, "full", "publish", 1, 100, 1000)
 	add(160, "full", "publish", 40, 400, 16000)   // rate 4 vs 10 and RSS 4×: fail
-	add(160, "incremental", "ingest", 1, 50, 100) // 1 s of 60 s, 100 of 32,000 bytes: holds
+	for _, name := range incrementalSteps { // 1 s of 60 s, 100 of 32,000 bytes: holds
+		add(160, "incremental", name, 0.25, 50, 25)
+	}
 	r.evaluate()
 	got := map[string]bool{}
 	for _, c := range r.Checks {
@@ -74,6 +76,9 @@ func TestEvaluate(t *testing.T) {
 		"4KB publish: pages/s at N=160 ≥ 0.8 × at N=10":                     false,
 		"4KB N=160: incremental round time ≤ 5% of the full round":          true,
 		"4KB N=160: incremental round bytes written ≤ 2% of the full round": true,
+		// rechunk, embed, subsets recompute and export did not run.
+		"4KB rechunk: measured at N=10 and N=160": false,
+		"4KB export: measured at N=10 and N=160":  false,
 	}
 	for k, v := range want {
 		if p, ok := got[k]; !ok || p != v {
@@ -92,5 +97,47 @@ func TestWritten(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "b"), []byte("123"), 0o644)
 	if n := written(before, listing(dir)); n != 3 {
 		t.Fatalf("written = %d, want 3 (the new file only)", n)
+	}
+}
+
+// A run that exercised nothing, or not enough to compare, misses its
+// targets instead of passing them vacuously.
+func TestEvaluateMissingMeasurementsFail(t *testing.T) {
+	failed := func(r *Report) []string {
+		r.evaluate()
+		var out []string
+		for _, c := range r.Checks {
+			if !c.Pass {
+				out = append(out, c.Target+": "+c.Value)
+			}
+		}
+		return out
+	}
+	if f := failed(&Report{Options: Options{Sizes: []int{4096}}}); len(f) == 0 {
+		t.Fatal("an empty run passed every target")
+	}
+	one := &Report{Options: Options{Sizes: []int{4096}}}
+	for _, name := range fullSteps {
+		one.Steps = append(one.Steps, Step{Size: 4096, N: 10, Round: "full", Name: name, Pages: 10, Seconds: 1, MaxRSS: 100 << 20})
+	}
+	for _, name := range incrementalSteps {
+		one.Steps = append(one.Steps, Step{Size: 4096, N: 10, Round: "incremental", Name: name, Pages: 1, Seconds: 0.01, MaxRSS: 100 << 20})
+	}
+	if f := failed(one); len(f) != 1 || !strings.Contains(f[0], "compared between two N") {
+		t.Fatalf("one N: failed %q, want the comparison missed", f)
+	}
+	one.BigN = 1_000_000 // --big was asked for and its round did not run
+	if f := failed(one); len(f) != 2 || !strings.Contains(f[1], "N=1000000: the run completes") {
+		t.Fatalf("unfinished --big: failed %q", f)
+	}
+	two := &Report{Options: Options{Sizes: []int{4096}}}
+	for _, n := range []int{10, 160} {
+		for _, name := range fullSteps {
+			two.Steps = append(two.Steps, Step{Size: 4096, N: n, Round: "full", Name: name, Pages: n, Seconds: float64(n) / 10, MaxRSS: 100 << 20, StoreBytes: 1 << 20})
+		}
+	}
+	f := failed(two)
+	if len(f) != 1 || !strings.Contains(f[0], "incremental round measured") {
+		t.Fatalf("no incremental round: failed %q", f)
 	}
 }

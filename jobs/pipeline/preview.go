@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"slices"
 	"sort"
 
 	"github.com/pillarkit/pillar/jobs/chunker"
@@ -82,31 +83,69 @@ func RunPreview(ctx context.Context, st pillar.Store, candidate, baseline string
 	if err != nil {
 		return nil, fmt.Errorf("preview: %w (run `pillar ingest` first)", err)
 	}
-	// A sorted sample of row indexes, so one pass reads them.
-	rng := rand.New(rand.NewSource(seed))
-	idx := rng.Perm(int(ti.Rows))
-	if n > 0 && n < len(idx) {
-		idx = idx[:n]
-	}
-	sort.Ints(idx)
-	want := map[int]bool{}
-	for _, i := range idx {
-		want[i] = true
+	// A sorted sample of n row indexes (Floyd's algorithm: O(n) memory,
+	// not a permutation of the corpus), each read on its own; n = 0 or n
+	// beyond the table reads every page in one pass.
+	rows := ti.Rows
+	var idx []int64
+	if n > 0 && int64(n) < rows {
+		rng := rand.New(rand.NewSource(seed))
+		picked := make(map[int64]bool, n) // n sample positions, not pages
+		for j := rows - int64(n); j < rows; j++ {
+			t := rng.Int63n(j + 1)
+			if picked[t] {
+				t = j
+			}
+			picked[t] = true
+			idx = append(idx, t)
+		}
+		slices.Sort(idx)
 	}
 	p := &Preview{Candidate: cand.Spec(), Baseline: base.Spec(), CandidateID: cand.ID(), BaselineID: base.ID()}
 	var candTok, baseTok []int
-	rr, err := sn.ReadTable(ctx, pillar.TableDocs, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer rr.Close()
-	for row := 0; rr.Next(); row++ {
-		if !want[row] {
-			continue
-		}
-		var d pillar.Doc
-		if err := rr.Scan(&d); err != nil {
+	var next func() (*pillar.Doc, error)
+	if idx == nil {
+		rr, err := sn.ReadTable(ctx, pillar.TableDocs, nil)
+		if err != nil {
 			return nil, err
+		}
+		defer rr.Close()
+		next = func() (*pillar.Doc, error) {
+			if !rr.Next() {
+				return nil, rr.Err()
+			}
+			var d pillar.Doc
+			return &d, rr.Scan(&d)
+		}
+	} else {
+		next = func() (*pillar.Doc, error) {
+			if len(idx) == 0 {
+				return nil, nil
+			}
+			i := idx[0]
+			idx = idx[1:]
+			rr, err := sn.ReadTable(ctx, pillar.TableDocs, &pillar.Range{Start: i, End: i + 1})
+			if err != nil {
+				return nil, err
+			}
+			defer rr.Close()
+			if !rr.Next() {
+				if err := rr.Err(); err != nil {
+					return nil, err
+				}
+				return nil, fmt.Errorf("preview: docs row %d: missing", i)
+			}
+			var d pillar.Doc
+			return &d, rr.Scan(&d)
+		}
+	}
+	for {
+		d, err := next()
+		if err != nil {
+			return nil, err
+		}
+		if d == nil {
+			break
 		}
 		p.Sample++
 		cc, bc := cand.Chunk(d.Text), base.Chunk(d.Text)
@@ -128,9 +167,6 @@ func RunPreview(ctx context.Context, st pillar.Store, candidate, baseline string
 		if p.Example == nil && len(cc) > 1 {
 			p.Example = &PreviewPage{URL: d.URL, Cand: cc, Base: bc}
 		}
-	}
-	if err := rr.Err(); err != nil {
-		return nil, err
 	}
 	p.Cand = stats(candTok, p.Sample, p.Cand.EmptyPages)
 	p.Base = stats(baseTok, p.Sample, p.Base.EmptyPages)

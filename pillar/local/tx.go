@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/pillarkit/pillar/internal/pqzstd"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/pillar/internal/writeset"
 )
@@ -111,8 +113,24 @@ func (t *tx) WriteTable(ctx context.Context, name string, rowType any, opts *pil
 	if err != nil {
 		return nil, t.errf("%w", err)
 	}
-	w := parquet.NewWriter(f, schema, parquet.Compression(&parquet.Zstd), parquet.MaxRowsPerRowGroup(8192))
+	w := parquet.NewWriter(f, append(pageBoundsOptions(schema, opts), schema, parquet.Compression(pqzstd.Default), parquet.MaxRowsPerRowGroup(8192))...)
 	return &rowWriter{t: t, table: name, f: f, w: w, rt: rt, part: part}, nil
+}
+
+// pageBoundsOptions keeps page min/max bounds (the column index) only for
+// the columns the rows are sorted by. The writer holds every page's
+// untruncated bounds of a column until the file is closed, so bounds of a
+// blob column (page text, export records, vectors) would make a writer's
+// memory grow with the file it writes; nothing reads them.
+func pageBoundsOptions(schema *parquet.Schema, opts *pillar.WriteOptions) []parquet.WriterOption {
+	var out []parquet.WriterOption
+	for _, path := range schema.Columns() {
+		if opts != nil && len(path) == 1 && slices.Contains(opts.SortedBy, path[0]) {
+			continue
+		}
+		out = append(out, parquet.SkipPageBounds(path...))
+	}
+	return out
 }
 
 // baseRowType is the row type of a table in the state the Tx began from.
@@ -504,7 +522,7 @@ func writeQueueFile(fs FS, path string, recs []pillar.ExportRecord) (int64, stri
 		return 0, "", err
 	}
 	f := &crcFile{File: raw}
-	w := parquet.NewGenericWriter[pillar.ExportRecord](f, parquet.Compression(&parquet.Zstd))
+	w := parquet.NewGenericWriter[pillar.ExportRecord](f, parquet.Compression(pqzstd.Default))
 	if _, err := w.Write(recs); err != nil {
 		f.Close()
 		return 0, "", err

@@ -1,0 +1,122 @@
+package pqzstd
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/parquet-go/parquet-go"
+)
+
+type row struct {
+	Key  string `parquet:"key"`
+	Text string `parquet:"text"`
+}
+
+// Files written with Codec read back with parquet-go's own ZSTD codec (the
+// registry's, chosen by the codec id in the file), row for row.
+func TestRoundTripThroughParquet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var rows []row
+	for i := range 3000 {
+		var b strings.Builder
+		for b.Len() < 100+rng.IntN(20000) {
+			fmt.Fprintf(&b, "word%d ", rng.IntN(500))
+		}
+		rows = append(rows, row{Key: fmt.Sprintf("k%06d", i), Text: b.String()})
+	}
+	var buf bytes.Buffer
+	w := parquet.NewGenericWriter[row](&buf, parquet.Compression(Default))
+	if _, err := w.Write(rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := parquet.NewGenericReader[row](bytes.NewReader(buf.Bytes()))
+	got := make([]row, len(rows)+1)
+	n, err := r.Read(got)
+	if err != nil && err != io.EOF {
+		t.Fatal(err)
+	}
+	if n != len(rows) {
+		t.Fatalf("read %d rows, wrote %d", n, len(rows))
+	}
+	for i := range rows {
+		if got[i] != rows[i] {
+			t.Fatalf("row %d differs", i)
+		}
+	}
+	if raw := len(rows) * 10000; buf.Len() > raw/2 {
+		t.Fatalf("file of %d bytes for ~%d bytes of text: not compressed", buf.Len(), raw)
+	}
+}
+
+// Encode and Decode are safe for concurrent use and round-trip inputs
+// larger than the window.
+func TestConcurrentAndLargerThanWindow(t *testing.T) {
+	c := &Codec{Window: 1 << 10}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			src := bytes.Repeat([]byte(fmt.Sprintf("goroutine %d says hello; ", g)), 4000)
+			for range 20 {
+				enc, err := c.Encode(nil, src)
+				if err != nil {
+					errs <- err
+					return
+				}
+				dec, err := c.Decode(nil, enc)
+				if err != nil || !bytes.Equal(dec, src) {
+					errs <- fmt.Errorf("round trip: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// The point of the package: an encoder's memory follows Window, not the
+// library's 8 MiB default.
+func TestEncoderMemory(t *testing.T) {
+	src := bytes.Repeat([]byte("some page text "), 16<<10)
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := heap()
+	var cs []*Codec
+	for range 8 {
+		c := &Codec{}
+		if _, err := c.Encode(nil, src); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	// Keep the pooled encoders alive across the GC.
+	var keep []any
+	for _, c := range cs {
+		keep = append(keep, c.encoders.Get())
+	}
+	grown := heap() - before
+	runtime.KeepAlive(keep)
+	if grown > 8*(4<<20) {
+		t.Fatalf("8 encoders hold %d MB", grown>>20)
+	}
+	t.Logf("8 encoders hold %.1f MB", float64(grown)/(1<<20))
+}
