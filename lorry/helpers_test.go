@@ -111,6 +111,7 @@ type rec struct {
 	val string
 	del bool
 	pri string // priority ("": fresh)
+	pub string // publication ("": the legacy one)
 }
 
 // enqueue commits recs in one transaction.
@@ -122,7 +123,7 @@ func (e *env) enqueue(recs ...rec) {
 	for _, r := range recs {
 		k, err := pillar.ParseKey(r.key)
 		must(e.t, err)
-		er := pillar.ExportRecord{Partition: int32(k.Partition(e.parts)), PageKey: r.key, Op: pillar.OpPut, Value: []byte(r.val), Cause: "test", Priority: r.pri}
+		er := pillar.ExportRecord{Partition: int32(k.Partition(e.parts)), PageKey: r.key, Op: pillar.OpPut, Value: []byte(r.val), Cause: "test", Priority: r.pri, Publication: r.pub}
 		if r.del {
 			er.Op, er.Value = pillar.OpDelete, nil
 		}

@@ -63,8 +63,12 @@ type loop struct {
 	fbytes int64
 	bbuf   []pillar.ExportRecord
 	bbytes int64
-	bnext  int64
-	bseen  time.Time // when bbuf's range got its first record
+	// bcut: bbuf ends where the next bulk record belongs to another
+	// publication; the bulk batch is complete (a batch carries one
+	// publication, see batch.Manifest.Publication).
+	bcut  bool
+	bnext int64
+	bseen time.Time // when bbuf's range got its first record
 
 	inflight  int64      // bytes of the batch being delivered
 	refresh   bool       // the last contents call made a refresh
@@ -166,7 +170,7 @@ func (lp *loop) bulkFull() bool {
 	if lp.w.now().Sub(lp.lastFresh) < 2*time.Second {
 		limit = lp.w.o.FreshBulkBatchBytes
 	}
-	return lp.bbytes >= limit || len(lp.bbuf) >= lp.w.o.MaxBatchRecords
+	return lp.bcut || lp.bbytes >= limit || len(lp.bbuf) >= lp.w.o.MaxBatchRecords
 }
 
 // budget reports whether the worker may buffer more bytes, added being
@@ -277,6 +281,10 @@ func (lp *loop) fillBulk(ctx context.Context) (bool, error) {
 			}
 			if lp.bseen.IsZero() {
 				lp.bseen = w.now()
+			}
+			if r.IsBulk() && len(lp.bbuf) > 0 && r.Publication != lp.bbuf[0].Publication {
+				lp.bcut = true
+				break
 			}
 			if r.IsBulk() {
 				lp.bbuf = append(lp.bbuf, r)
@@ -415,7 +423,7 @@ func (lp *loop) combinedPlan() *plan {
 	n := 0
 	for n < len(lp.fbuf) {
 		sz := int64(len(lp.fbuf[n].Value)) + 64
-		if n > 0 && used+sz > budget {
+		if n > 0 && used+sz > budget || pl.recs != nil && lp.fbuf[n].Publication != pl.recs[0].Publication {
 			break
 		}
 		used += sz
@@ -439,7 +447,7 @@ func (lp *loop) freshPlan() *plan {
 	n := len(lp.fbuf)
 	var bytes int64
 	for i, r := range lp.fbuf {
-		if i > 0 && lp.full(bytes, i) {
+		if i > 0 && (lp.full(bytes, i) || r.Publication != lp.fbuf[0].Publication) {
 			n = i
 			break
 		}
@@ -498,7 +506,7 @@ func (lp *loop) take(pl *plan) {
 		lp.fbuf = lp.fbuf[n:]
 	}
 	if pl.pend.Lane == LaneOrdinary && (!pl.fresh || pl.pend.FreshLast > 0) {
-		lp.bbuf, lp.bbytes, lp.bseen = nil, 0, time.Time{}
+		lp.bbuf, lp.bbytes, lp.bseen, lp.bcut = nil, 0, time.Time{}, false
 	}
 	lp.inflight = 0
 	for _, r := range pl.recs {

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -385,6 +386,19 @@ func (w *Worker) uploadFiles(ctx context.Context, p int, pend Pending, recs []pi
 		}
 		defer func() { <-w.sem }()
 	}
+	// A batch belongs to one publication: the lanes cut batches where the
+	// records' publication changes, so only a replay or refresh, which
+	// re-delivers the newest delivered record of each key of a range, can
+	// meet two; it keeps the newest record's publication (the others were
+	// delivered in their own publication's batches already).
+	pub := ""
+	if len(recs) > 0 {
+		pub = recs[len(recs)-1].Publication
+		if mixed := slices.ContainsFunc(recs, func(r pillar.ExportRecord) bool { return r.Publication != pub }); mixed {
+			w.o.Logger.Warn("lorry: batch range spans publications; delivering the newest one's records", "partition", p, "batch", pend.ID, "publication", pub)
+			recs = slices.DeleteFunc(slices.Clone(recs), func(r pillar.ExportRecord) bool { return r.Publication != pub })
+		}
+	}
 	rows, err := toRows(p, recs)
 	if err != nil {
 		return nil, err
@@ -401,7 +415,7 @@ func (w *Worker) uploadFiles(ctx context.Context, p int, pend Pending, recs []pi
 	built, paths, err := sstbuilder.BuildPartition(ctx, sstbuilder.SliceRows(rows), &sstbuilder.BuildOptions{
 		Dir: dir, Partition: p, Partitions: w.o.Store.Info().Partitions, Kind: batch.KindDelta,
 		BatchID: pend.ID, Source: batchSource(p, pend),
-		QueueFirst: queueFirst, QueueEnd: queueEnd,
+		QueueFirst: queueFirst, QueueEnd: queueEnd, Publication: pub,
 		Table: w.o.Table, Now: w.o.Now, Logger: w.o.Logger,
 	})
 	if err != nil {

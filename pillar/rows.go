@@ -124,6 +124,11 @@ type ExportRecord struct {
 	// Priority is PriorityFresh or PriorityBulk, set by the operation that
 	// enqueues. "" (records of older queues) is delivered as fresh.
 	Priority string `yson:"priority,omitempty" parquet:"priority,optional"`
+	// Publication is the serving publication the record was computed for
+	// (EmbedVersionID of the published pair); Lorry delivers it in a batch
+	// of that publication only. "" (records of older queues): the legacy
+	// unnamed publication.
+	Publication string `yson:"publication,omitempty" parquet:"publication,optional"`
 }
 
 // Export priorities. Lorry delivers a partition's fresh records ahead of its

@@ -101,6 +101,10 @@ type BuildOptions struct {
 	// (batch.Manifest.Supersedes); the control plane registers the snapshot
 	// only after the deltas before it. The default value is 0.
 	Supersedes int64
+	// Publication is the serving publication the batch belongs to
+	// (batch.Manifest.Publication). The default value "" is the legacy
+	// unnamed publication.
+	Publication string
 	// Table is the SST layout; it must match the serving nodes'. The default
 	// value is rocks.TableConfig{} (its documented defaults).
 	Table rocks.TableConfig
@@ -423,6 +427,7 @@ func (b *Builder) Finish() (*batch.Manifest, []string, error) {
 		Kind: b.o.Kind, Files: b.files, Keys: b.stats.Puts + b.stats.Deletes, Deletes: b.stats.Deletes,
 		Source: b.o.Source, CreatedAtMS: b.o.Now().UnixMilli(),
 		QueueFirst: b.o.QueueFirst, QueueEnd: b.o.QueueEnd, Supersedes: b.o.Supersedes,
+		Publication: b.o.Publication,
 	}
 	if b.smallest != nil {
 		m.Smallest, m.Largest = hex.EncodeToString(b.smallest), hex.EncodeToString(b.largest)

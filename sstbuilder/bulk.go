@@ -387,7 +387,8 @@ func (eb *exportBuild) partition(ctx context.Context, p int) (PartitionResult, e
 		}
 		m, paths, res.Stats, err = buildPartition(ctx, rows, &BuildOptions{
 			Dir: dir, Partition: p, Partitions: meta.Partitions, Kind: meta.Kind, BatchID: bid, Source: source, Supersedes: supersedes,
-			Table: o.Table, TargetFileSize: o.TargetFileSize, MaxValueSize: o.MaxValueSize, Now: o.Now, Logger: o.Logger,
+			Publication: meta.Publication,
+			Table:       o.Table, TargetFileSize: o.TargetFileSize, MaxValueSize: o.MaxValueSize, Now: o.Now, Logger: o.Logger,
 		})
 		r.Close()
 		if cr, ok := rows.(*stableCountingRows); ok {

@@ -501,3 +501,37 @@ func TestBuildExportRefusesSnapshotWithoutQueueEnds(t *testing.T) {
 		t.Fatalf("refused export left objects: %v %v", keys, err)
 	}
 }
+
+// TestBuildExportPublication: every batch built from an export carries the
+// export's publication; a bad publication id is refused naming it.
+func TestBuildExportPublication(t *testing.T) {
+	ctx := context.Background()
+	exp := t.TempDir()
+	const pub = "recursive-s512-o64-54906c2d/hash-d384-ea4b8133"
+	w, err := NewExportWriter(exp, 2, batch.KindSnapshot, &ExportOptions{ID: "exp-pub"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.SetQueueEnds([]int64{0, 0})
+	w.SetPublication(pub)
+	for _, k := range pageKeys(3, 0, 2) {
+		w.Write(ExportRow{PageKey: hexKey(k), Op: "put", Value: []byte("v")})
+	}
+	if _, err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	store, _ := objstore.Open(ctx, t.TempDir(), nil)
+	res, err := BuildExport(ctx, &ExportBuildOptions{Export: exp, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range res.Partitions {
+		if pr.Manifest == nil || pr.Manifest.Publication != pub {
+			t.Fatalf("partition %d: manifest %+v, want publication %s", pr.Partition, pr.Manifest, pub)
+		}
+	}
+	bad := ExportMeta{Format: ExportFormat, ID: "x", Partitions: 1, Kind: batch.KindSnapshot, Publication: "a b"}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `publication "a b"`) {
+		t.Fatalf("bad publication: %v", err)
+	}
+}

@@ -61,6 +61,10 @@ type ExportMeta struct {
 	// taken: each partition's snapshot supersedes the queue records before
 	// it (batch.Manifest.Supersedes). Empty: unknown (nothing superseded).
 	QueueEnds []int64 `json:"queue_ends,omitempty"`
+	// Publication is the serving publication the export's records were
+	// computed for (pillar.EmbedVersionID of the published pair); every
+	// batch built from the export carries it. "": the legacy publication.
+	Publication string `json:"publication,omitempty"`
 }
 
 // PartitionFileName returns the file name of partition p: "p00007.parquet".
@@ -85,6 +89,9 @@ func (m *ExportMeta) Validate() error {
 	}
 	if len(m.QueueEnds) != 0 && len(m.QueueEnds) != m.Partitions {
 		return fail("%d queue ends for %d partitions", len(m.QueueEnds), m.Partitions)
+	}
+	if err := batch.ValidPublication(m.Publication); err != nil {
+		return fail("%v", err)
 	}
 	for p, e := range m.QueueEnds {
 		if e < 0 {
@@ -449,6 +456,10 @@ func (w *ExportWriter) ID() string { return w.meta.ID }
 // SetQueueEnds records, per partition, the export-queue end the export
 // supersedes (pipeline.Export calls it); call it before Close.
 func (w *ExportWriter) SetQueueEnds(ends []int64) { w.meta.QueueEnds = append([]int64(nil), ends...) }
+
+// SetPublication records the publication the export's records were computed
+// for (pipeline.Export calls it); call it before Close.
+func (w *ExportWriter) SetPublication(id string) { w.meta.Publication = id }
 
 // WriteRecord writes a row with sequence number 0 (a snapshot export has
 // one row per key); it makes an ExportWriter a jobs/pipeline.ExportSink.

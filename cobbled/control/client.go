@@ -286,6 +286,10 @@ func (c *Client) WatchRouting(ctx context.Context, known int64, wait time.Durati
 				AppliedSeq: rep.AppliedSeq, LagBatches: rep.LagBatches, Lag: time.Duration(rep.LagMs) * time.Millisecond, Fault: rep.Fault})
 		}
 	}
+	for _, p := range r.Publications {
+		out.Publications = append(out.Publications, publicationFromPB(p))
+	}
+	out.Live = r.Live
 	return out, nil
 }
 

@@ -35,6 +35,13 @@ var (
 	// export-queue records whose deltas are not registered yet. Retry once
 	// they are (Lorry delivers them). gRPC FailedPrecondition.
 	ErrNotDelivered = errors.New("control: superseded deltas not delivered yet")
+	// ErrNotReady: Promote (or Rollback) of a publication that not every
+	// assigned replica holds yet, without force; the message names the
+	// lagging replicas. gRPC FailedPrecondition.
+	ErrNotReady = errors.New("control: publication not ready")
+	// ErrNoPrevious: Rollback with no previous publication retained; the
+	// message lists the retained ones. gRPC FailedPrecondition.
+	ErrNoPrevious = errors.New("control: no previous publication")
 	// ErrUnauthenticated: a mutating call without the right bearer token.
 	// gRPC Unauthenticated.
 	ErrUnauthenticated = errors.New("control: unauthenticated")

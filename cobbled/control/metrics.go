@@ -20,6 +20,7 @@ type Metrics struct {
 	version    prometheus.Gauge
 	nodes      *prometheus.GaugeVec
 	faults     *prometheus.CounterVec
+	switches   *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered collectors named pillar_control_*.
@@ -41,11 +42,13 @@ func NewMetrics() *Metrics {
 			Help: "Registered nodes by state."}, []string{"state"}),
 		faults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pillar_control_replica_faults_total",
 			Help: "Replica fault reports (kind: reported, cleared)."}, []string{"kind"}),
+		switches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pillar_control_publication_changes_total",
+			Help: "Publication changes (kind: register, promote, auto_promote, rollback, retire)."}, []string{"kind"}),
 	}
 }
 
 func (m *Metrics) all() []prometheus.Collector {
-	return []prometheus.Collector{m.rpcs, m.rpcSeconds, m.registered, m.collected, m.longPolls, m.version, m.nodes, m.faults}
+	return []prometheus.Collector{m.rpcs, m.rpcSeconds, m.registered, m.collected, m.longPolls, m.version, m.nodes, m.faults, m.switches}
 }
 
 // Describe implements prometheus.Collector.
@@ -87,6 +90,12 @@ func (m *Metrics) replicaFault(reported bool) {
 	m.faults.WithLabelValues(kind).Inc()
 }
 
+func (m *Metrics) publicationChange(kind string) {
+	if m != nil {
+		m.switches.WithLabelValues(kind).Inc()
+	}
+}
+
 func (m *Metrics) batchCollected() {
 	if m != nil {
 		m.collected.Inc()
@@ -121,9 +130,10 @@ func (m *Metrics) nodeStates(states map[string]string) {
 // lagCollector reads the routing table at scrape time and exports the
 // worst replica lag, so alerting needs no per-replica series.
 type lagCollector struct {
-	s                                *Server
-	maxBatches, maxSeconds, behind   *prometheus.Desc
-	downReplicas, unassigned, scrape *prometheus.Desc
+	s                                 *Server
+	maxBatches, maxSeconds, behind    *prometheus.Desc
+	downReplicas, unassigned, scrape  *prometheus.Desc
+	pubHolding, pubAssigned, pubReady *prometheus.Desc
 }
 
 // LagCollector returns a Prometheus collector that, at each scrape, reads
@@ -138,11 +148,14 @@ func (s *Server) LagCollector() prometheus.Collector {
 		downReplicas: prometheus.NewDesc("pillar_control_replicas_down", "Assigned replicas on nodes that are down.", nil, nil),
 		unassigned:   prometheus.NewDesc("pillar_control_partitions_without_replicas", "Partitions with no assigned replica.", nil, nil),
 		scrape:       prometheus.NewDesc("pillar_control_lag_scrape_ok", "1 when the lag figures could be read from the database.", nil, nil),
+		pubHolding:   prometheus.NewDesc("pillar_control_publication_replicas_holding", "Assigned replicas holding each retained publication.", []string{"publication", "role"}, nil),
+		pubAssigned:  prometheus.NewDesc("pillar_control_publication_replicas_assigned", "Assigned replicas (all partitions), per retained publication.", []string{"publication", "role"}, nil),
+		pubReady:     prometheus.NewDesc("pillar_control_publication_ready", "1 when every assigned replica holds the publication.", []string{"publication", "role"}, nil),
 	}
 }
 
 func (l *lagCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{l.maxBatches, l.maxSeconds, l.behind, l.downReplicas, l.unassigned, l.scrape} {
+	for _, d := range []*prometheus.Desc{l.maxBatches, l.maxSeconds, l.behind, l.downReplicas, l.unassigned, l.scrape, l.pubHolding, l.pubAssigned, l.pubReady} {
 		ch <- d
 	}
 }
@@ -179,4 +192,20 @@ func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(l.behind, prometheus.GaugeValue, float64(behind))
 	ch <- prometheus.MustNewConstMetric(l.downReplicas, prometheus.GaugeValue, float64(down))
 	ch <- prometheus.MustNewConstMetric(l.unassigned, prometheus.GaugeValue, float64(unassigned))
+	pubs, _, err := l.s.store.Publications(ctx)
+	if err != nil {
+		return
+	}
+	for _, p := range pubs {
+		if p.Role == RoleRetired {
+			continue
+		}
+		ready := 0.0
+		if p.Ready {
+			ready = 1
+		}
+		ch <- prometheus.MustNewConstMetric(l.pubHolding, prometheus.GaugeValue, float64(p.Holding), p.ID, p.Role)
+		ch <- prometheus.MustNewConstMetric(l.pubAssigned, prometheus.GaugeValue, float64(p.Assigned), p.ID, p.Role)
+		ch <- prometheus.MustNewConstMetric(l.pubReady, prometheus.GaugeValue, ready, p.ID, p.Role)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/pillarkit/pillar/internal/batch"
 )
@@ -90,6 +91,43 @@ var migrations = []migration{
 			at_ms BIGINT NOT NULL,
 			PRIMARY KEY (part, node_id))`,
 	}, backfillDelivered},
+	// Serving publications (issue 18).
+	//   batches.publication: the manifest's publication ('' = legacy).
+	//   publications: one row per registered publication with its role
+	//     (candidate, live, previous, retired); base seqs are derived from
+	//     the snapshot batches (batches_snapshots), not stored.
+	//   progress.publication_bytes: JSON {publication: bytes} as the node
+	//     last reported it.
+	// A database that already holds batches gets the legacy publication ''
+	// as live, so it goes on serving what it served.
+	{3, "serving publications", []string{
+		`ALTER TABLE batches ADD COLUMN publication TEXT NOT NULL DEFAULT ''`,
+		`CREATE INDEX batches_snapshots ON batches (publication, part, seq) WHERE kind = 'snapshot'`,
+		`CREATE INDEX batches_by_publication ON batches (publication, seq) WHERE gc_state = 0`,
+		`CREATE TABLE publications (
+			id TEXT PRIMARY KEY,
+			role TEXT NOT NULL,
+			promote_when_ready INTEGER NOT NULL DEFAULT 0,
+			created_at_ms BIGINT NOT NULL,
+			role_at_ms BIGINT NOT NULL)`,
+		`ALTER TABLE progress ADD COLUMN publication_bytes TEXT NOT NULL DEFAULT ''`,
+	}, legacyPublication},
+}
+
+// legacyPublication registers the legacy publication ” as live when the
+// database already holds batches (all of them are the legacy one's: their
+// manifests predate the publication field).
+func legacyPublication(ctx context.Context, tx *sql.Tx) error {
+	var n int64
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM batches`).Scan(&n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	now := time.Now().UnixMilli()
+	_, err := tx.ExecContext(ctx, fmt.Sprintf(`INSERT INTO publications (id, role, promote_when_ready, created_at_ms, role_at_ms) VALUES ('', 'live', 0, %d, %d)`, now, now))
+	return err
 }
 
 // backfillDelivered sets partitions.delivered_end for deltas registered

@@ -49,6 +49,11 @@ type Options struct {
 	// GCInterval is how often garbage collection runs. The default value is
 	// 1m.
 	GCInterval time.Duration
+	// RetireGrace is how long a retired publication's batches stay listed
+	// (and their objects kept) before garbage collection deletes them, so
+	// a publication retired by mistake can be registered again in the
+	// meantime. The default value is 10m.
+	RetireGrace time.Duration
 	// Now is the clock. The default value is time.Now.
 	Now func() time.Time
 	// Logger receives state changes and errors. The default value discards.
@@ -85,6 +90,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.GCInterval <= 0 {
 		o.GCInterval = time.Minute
+	}
+	if o.RetireGrace <= 0 {
+		o.RetireGrace = 10 * time.Minute
 	}
 	if o.Now == nil {
 		o.Now = time.Now

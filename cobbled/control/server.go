@@ -55,13 +55,17 @@ func (s *Server) GRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 
 // mutating names the methods that require the bearer token.
 var mutating = map[string]bool{
-	controlpb.Control_RegisterBatch_FullMethodName: true,
-	controlpb.Control_RegisterNode_FullMethodName:  true,
-	controlpb.Control_Heartbeat_FullMethodName:     true,
-	controlpb.Control_ReportApplied_FullMethodName: true,
-	controlpb.Control_RemoveNode_FullMethodName:    true,
-	controlpb.Control_RetractBatch_FullMethodName:  true,
-	controlpb.Control_ReportFault_FullMethodName:   true,
+	controlpb.Control_RegisterBatch_FullMethodName:       true,
+	controlpb.Control_RegisterNode_FullMethodName:        true,
+	controlpb.Control_Heartbeat_FullMethodName:           true,
+	controlpb.Control_ReportApplied_FullMethodName:       true,
+	controlpb.Control_RemoveNode_FullMethodName:          true,
+	controlpb.Control_RetractBatch_FullMethodName:        true,
+	controlpb.Control_ReportFault_FullMethodName:         true,
+	controlpb.Control_RegisterPublication_FullMethodName: true,
+	controlpb.Control_Promote_FullMethodName:             true,
+	controlpb.Control_Rollback_FullMethodName:            true,
+	controlpb.Control_Retire_FullMethodName:              true,
 }
 
 // longPoll names the methods that may wait up to MaxWait.
@@ -129,6 +133,8 @@ var sentinelReasons = []struct {
 	{ErrUnauthenticated, codes.Unauthenticated, "UNAUTHENTICATED"},
 	{ErrNodeUp, codes.FailedPrecondition, "NODE_UP"},
 	{ErrNotDelivered, codes.FailedPrecondition, "NOT_DELIVERED"},
+	{ErrNotReady, codes.FailedPrecondition, "NOT_READY"},
+	{ErrNoPrevious, codes.FailedPrecondition, "NO_PREVIOUS"},
 }
 
 const errorDomain = "control.pillar"
@@ -338,8 +344,15 @@ func (s *Server) RemoveNode(ctx context.Context, req *controlpb.RemoveNodeReques
 
 // ReportApplied records a replica's progress.
 func (s *Server) ReportApplied(ctx context.Context, req *controlpb.ReportAppliedRequest) (*controlpb.ReportAppliedResponse, error) {
-	if err := s.store.ReportApplied(ctx, req.NodeId, int(req.Partition), req.Seq, s.o.Now()); err != nil {
+	changed, err := s.store.ReportAppliedBytes(ctx, req.NodeId, int(req.Partition), req.Seq, req.PublicationBytes, s.o.Now())
+	if err != nil {
 		return nil, err
+	}
+	if changed {
+		// The replica may hold a publication now: routers re-read, and a
+		// candidate waiting to be promoted once ready may be.
+		s.notify.routing()
+		s.promoteReady(ctx)
 	}
 	return &controlpb.ReportAppliedResponse{}, nil
 }
@@ -389,6 +402,10 @@ func routingToPB(r *Routing) *controlpb.Routing {
 		}
 		out.Partition = append(out.Partition, pr)
 	}
+	for i := range r.Publications {
+		out.Publications = append(out.Publications, publicationToPB(&r.Publications[i]))
+	}
+	out.Live = r.Live
 	return out
 }
 
@@ -480,6 +497,18 @@ func (s *Server) CollectGarbage(ctx context.Context) (GCStats, error) {
 		return st, err
 	}
 	st.Marked = marked
+	// Retired publications' batches, once their grace period is over.
+	retired, err := s.store.MarkRetired(ctx, s.o.Now().Add(-s.o.RetireGrace))
+	if err != nil {
+		return st, err
+	}
+	if retired > 0 {
+		s.notify.routing()
+		for p := 0; p < s.store.Partitions(); p++ {
+			s.notify.batch(p)
+		}
+	}
+	st.Marked += retired
 	for {
 		pending, err := s.store.PendingCollections(ctx, 100)
 		if err != nil {
@@ -535,6 +564,7 @@ func (s *Server) Run(ctx context.Context) error {
 		if _, err := s.Reconcile(rctx); err != nil && ctx.Err() == nil {
 			s.o.Logger.Warn("control: reconcile failed", "err", err)
 		}
+		s.promoteReady(rctx)
 		cancel()
 		select {
 		case <-ctx.Done():

@@ -420,6 +420,25 @@ func (s *Store) RegisterBatch(ctx context.Context, m *batch.Manifest, now time.T
 				existed = ok
 				return err
 			}
+			// A snapshot (it moves its publication's base seqs) or a batch
+			// of an unregistered publication changes the routing: take the
+			// cluster lock first, in the same order as every other writer
+			// of the routing version (cluster, then partition rows).
+			touchesRouting := m.Kind == batch.KindSnapshot
+			if !touchesRouting {
+				var one int
+				err := tx.QueryRowContext(ctx, s.q(`SELECT 1 FROM publications WHERE id = ?`), m.Publication).Scan(&one)
+				if errors.Is(err, sql.ErrNoRows) {
+					touchesRouting = true
+				} else if err != nil {
+					return err
+				}
+			}
+			if touchesRouting {
+				if _, err := s.lockCluster(ctx, tx); err != nil {
+					return err
+				}
+			}
 			var delivered int64
 			if err := tx.QueryRowContext(ctx, s.q(`UPDATE partitions SET newest_seq = newest_seq + 1, newest_at_ms = ? WHERE part = ? RETURNING newest_seq, delivered_end`),
 				now.UnixMilli(), m.Partition).Scan(&seq, &delivered); err != nil {
@@ -450,9 +469,17 @@ func (s *Store) RegisterBatch(ctx context.Context, m *batch.Manifest, now time.T
 			// since the check above makes the insert fail with a unique
 			// violation; the retry below then finds it. The seq taken
 			// here rolls back with the insert, so no gap is left.
-			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO batches (part, seq, id, kind, manifest, registered_at_ms, parent) VALUES (?, ?, ?, ?, ?, ?, ?)`),
-				m.Partition, seq, m.ID, m.Kind, string(full), now.UnixMilli(), stamped.Parent); err != nil {
+			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO batches (part, seq, id, kind, manifest, registered_at_ms, parent, publication) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+				m.Partition, seq, m.ID, m.Kind, string(full), now.UnixMilli(), stamped.Parent, m.Publication); err != nil {
 				return err
+			}
+			if touchesRouting {
+				if _, err := s.ensurePublication(ctx, tx, m, now); err != nil {
+					return err
+				}
+				if _, err := s.bumpRouting(ctx, tx); err != nil {
+					return err
+				}
 			}
 			return s.notifyTx(ctx, tx, channelBatches, strconv.Itoa(m.Partition))
 		})
@@ -724,9 +751,34 @@ func (s *Store) Heartbeat(ctx context.Context, id string, now time.Time) (wasDow
 // The seq must exist (1..newest) and must not go below the recorded one;
 // reporting the same seq again is a no-op.
 func (s *Store) ReportApplied(ctx context.Context, node string, partition int, seq int64, now time.Time) error {
+	_, err := s.ReportAppliedBytes(ctx, node, partition, seq, nil, now)
+	return err
+}
+
+// ReportAppliedBytes is ReportApplied that also records the bytes of each
+// publication's database on the replica (nil: keep what was recorded). It
+// reports whether the replica passed a snapshot of a publication that is
+// not retired: it may hold a publication it did not hold before, so the
+// routing version was bumped (routers learn it without polling progress).
+func (s *Store) ReportAppliedBytes(ctx context.Context, node string, partition int, seq int64, pubBytes map[string]int64, now time.Time) (routingChanged bool, err error) {
 	if err := s.checkPartition(partition); err != nil {
-		return err
+		return false, err
 	}
+	err = s.reportApplied(ctx, node, partition, seq, pubBytes, now)
+	if errors.Is(err, errCrossed) {
+		err = s.tx(ctx, "report applied", func(tx *sql.Tx) error {
+			if _, err := s.lockCluster(ctx, tx); err != nil {
+				return err
+			}
+			_, err := s.bumpRouting(ctx, tx)
+			return err
+		})
+		return err == nil, err
+	}
+	return false, err
+}
+
+func (s *Store) reportApplied(ctx context.Context, node string, partition int, seq int64, pubBytes map[string]int64, now time.Time) error {
 	var one int
 	err := s.db.QueryRowContext(ctx, s.q(`SELECT 1 FROM nodes WHERE id = ?`), node).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -742,10 +794,23 @@ func (s *Store) ReportApplied(ctx context.Context, node string, partition int, s
 	if seq < 1 || seq > newest {
 		return errf(ErrNotFound, "report applied: node %q partition %d: seq %d does not exist (newest is %d)", node, partition, seq, newest)
 	}
+	var before int64
+	if err := s.db.QueryRowContext(ctx, s.q(`SELECT applied_seq FROM progress WHERE part = ? AND node_id = ?`), partition, node).Scan(&before); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return s.wrap("report applied", err)
+	}
+	bytesJSON := ""
+	if pubBytes != nil {
+		b, err := json.Marshal(pubBytes)
+		if err != nil {
+			return fmt.Errorf("control: report applied: publication bytes: %w", err)
+		}
+		bytesJSON = string(b)
+	}
 	unlock := s.lockWrites()
-	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO progress (part, node_id, applied_seq, applied_at_ms) VALUES (?, ?, ?, ?)
-		ON CONFLICT (part, node_id) DO UPDATE SET applied_seq = excluded.applied_seq, applied_at_ms = excluded.applied_at_ms
-		WHERE progress.applied_seq <= excluded.applied_seq`), partition, node, seq, now.UnixMilli())
+	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO progress (part, node_id, applied_seq, applied_at_ms, publication_bytes) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (part, node_id) DO UPDATE SET applied_seq = excluded.applied_seq, applied_at_ms = excluded.applied_at_ms,
+			publication_bytes = CASE WHEN excluded.publication_bytes = '' THEN progress.publication_bytes ELSE excluded.publication_bytes END
+		WHERE progress.applied_seq <= excluded.applied_seq`), partition, node, seq, now.UnixMilli(), bytesJSON)
 	unlock()
 	if err != nil {
 		return s.wrap("report applied", err)
@@ -755,8 +820,26 @@ func (s *Store) ReportApplied(ctx context.Context, node string, partition int, s
 		_ = s.db.QueryRowContext(ctx, s.q(`SELECT applied_seq FROM progress WHERE part = ? AND node_id = ?`), partition, node).Scan(&have)
 		return errf(ErrBackwards, "report applied: node %q partition %d: seq %d is below the recorded %d", node, partition, seq, have)
 	}
+	if seq > before {
+		// Passed a snapshot of a publication that is not retired: it may
+		// hold that publication now.
+		var one int
+		err := s.db.QueryRowContext(ctx, s.q(`SELECT 1 FROM batches b JOIN publications pu ON pu.id = b.publication
+			WHERE b.part = ? AND b.kind = 'snapshot' AND b.seq > ? AND b.seq <= ? AND b.gc_state = 0 AND b.retracted = '' AND pu.role <> ? LIMIT 1`),
+			partition, before, seq, RoleRetired).Scan(&one)
+		if err == nil {
+			return errCrossed
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return s.wrap("report applied", err)
+		}
+	}
 	return nil
 }
+
+// errCrossed is reportApplied's "recorded, and the replica passed a
+// snapshot" (ReportAppliedBytes turns it into a routing bump).
+var errCrossed = errors.New("crossed a snapshot")
 
 // RemoveNode deletes a node and its progress rows; unless force, only a
 // node that is not up. The caller reconciles afterwards.
@@ -1010,7 +1093,21 @@ func (s *Store) Routing(ctx context.Context, now time.Time) (*Routing, error) {
 			}
 			r.Replicas[p] = append(r.Replicas[p], rep)
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		pubs, err := s.publicationStatuses(ctx, tx, now.Add(-RetiredListed))
+		if err != nil {
+			return err
+		}
+		for _, p := range pubs {
+			r.Publications = append(r.Publications, p.Publication)
+			if p.Role == RoleLive {
+				r.Live = p.ID
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -1063,11 +1160,24 @@ func (s *Store) MarkCollectable(ctx context.Context) (int64, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
+		// The publications that are not retired keep their newest snapshot
+		// every replica applied (or their first batch) and all after it.
+		minApplied := map[int]int64{}
+		for _, f := range floors {
+			minApplied[f.part] = f.minApplied
+		}
+		retain, err := s.retentionFloors(ctx, tx, minApplied)
+		if err != nil {
+			return err
+		}
 		for _, f := range floors {
 			var snap sql.NullInt64
 			if err := tx.QueryRowContext(ctx, s.q(`SELECT MAX(seq) FROM batches WHERE part = ? AND kind = ? AND seq <= ? AND gc_state = 0 AND retracted = ''`),
 				f.part, batch.KindSnapshot, f.minApplied).Scan(&snap); err != nil {
 				return err
+			}
+			if keep, ok := retain[f.part]; ok && snap.Valid && keep < snap.Int64 {
+				snap.Int64 = keep
 			}
 			if !snap.Valid || snap.Int64 <= f.collected+1 {
 				continue

@@ -665,12 +665,15 @@ func (x *HeartbeatResponse) GetRoutingVersion() int64 {
 }
 
 type ReportAppliedRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	Seq           int64                  `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	NodeId    string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Seq       int64                  `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Bytes of each publication's database of this partition on the node
+	// (publication id -> bytes); absent: not reported (kept as before).
+	PublicationBytes map[string]int64 `protobuf:"bytes,4,rep,name=publication_bytes,json=publicationBytes,proto3" json:"publication_bytes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ReportAppliedRequest) Reset() {
@@ -722,6 +725,13 @@ func (x *ReportAppliedRequest) GetSeq() int64 {
 		return x.Seq
 	}
 	return 0
+}
+
+func (x *ReportAppliedRequest) GetPublicationBytes() map[string]int64 {
+	if x != nil {
+		return x.PublicationBytes
+	}
+	return nil
 }
 
 type ReportAppliedResponse struct {
@@ -984,6 +994,11 @@ type Routing struct {
 	Partitions    int32                  `protobuf:"varint,2,opt,name=partitions,proto3" json:"partitions,omitempty"`
 	Partition     []*PartitionReplicas   `protobuf:"bytes,3,rep,name=partition,proto3" json:"partition,omitempty"` // index = partition
 	GeneratedAtMs int64                  `protobuf:"varint,4,opt,name=generated_at_ms,json=generatedAtMs,proto3" json:"generated_at_ms,omitempty"`
+	// The publications that are not retired (and the retired ones still in
+	// their grace period), and the live one's id ("" = the legacy unnamed
+	// publication, also when none is registered).
+	Publications  []*Publication `protobuf:"bytes,5,rep,name=publications,proto3" json:"publications,omitempty"`
+	Live          string         `protobuf:"bytes,6,opt,name=live,proto3" json:"live,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1046,6 +1061,639 @@ func (x *Routing) GetGeneratedAtMs() int64 {
 	return 0
 }
 
+func (x *Routing) GetPublications() []*Publication {
+	if x != nil {
+		return x.Publications
+	}
+	return nil
+}
+
+func (x *Routing) GetLive() string {
+	if x != nil {
+		return x.Live
+	}
+	return ""
+}
+
+// Publication is a (chunk version, model) pair made servable; its id is
+// pillar.EmbedVersionID(chunk version, model).
+//
+// A replica HOLDS publication P on partition p iff P is not retired,
+// base_seq[p] > 0 and the replica's applied_seq >= base_seq[p].
+type Publication struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Role  string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"` // "candidate", "live", "previous" or "retired"
+	// index = partition: the seq of the publication's oldest retained
+	// snapshot batch (0 = none yet). A replica that applied it holds the
+	// publication: that snapshot plus the publication's later deltas.
+	BaseSeq []int64 `protobuf:"varint,3,rep,packed,name=base_seq,json=baseSeq,proto3" json:"base_seq,omitempty"`
+	// Every assigned replica of every partition holds it.
+	Ready       bool  `protobuf:"varint,4,opt,name=ready,proto3" json:"ready,omitempty"`
+	CreatedAtMs int64 `protobuf:"varint,5,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	RoleAtMs    int64 `protobuf:"varint,6,opt,name=role_at_ms,json=roleAtMs,proto3" json:"role_at_ms,omitempty"`
+	// A candidate that becomes live by itself once ready (pillar publish
+	// --serve --live; a publication first seen in a registered batch).
+	PromoteWhenReady bool `protobuf:"varint,7,opt,name=promote_when_ready,json=promoteWhenReady,proto3" json:"promote_when_ready,omitempty"`
+	// index = partition: the seq of the publication's newest snapshot batch.
+	NewestSnapshot []int64 `protobuf:"varint,8,rep,packed,name=newest_snapshot,json=newestSnapshot,proto3" json:"newest_snapshot,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Publication) Reset() {
+	*x = Publication{}
+	mi := &file_control_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Publication) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Publication) ProtoMessage() {}
+
+func (x *Publication) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Publication.ProtoReflect.Descriptor instead.
+func (*Publication) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Publication) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Publication) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *Publication) GetBaseSeq() []int64 {
+	if x != nil {
+		return x.BaseSeq
+	}
+	return nil
+}
+
+func (x *Publication) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *Publication) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *Publication) GetRoleAtMs() int64 {
+	if x != nil {
+		return x.RoleAtMs
+	}
+	return 0
+}
+
+func (x *Publication) GetPromoteWhenReady() bool {
+	if x != nil {
+		return x.PromoteWhenReady
+	}
+	return false
+}
+
+func (x *Publication) GetNewestSnapshot() []int64 {
+	if x != nil {
+		return x.NewestSnapshot
+	}
+	return nil
+}
+
+type RegisterPublicationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// true: become live once ready (at once when nothing is live); false: stay
+	// a candidate until Promote.
+	PromoteWhenReady bool `protobuf:"varint,2,opt,name=promote_when_ready,json=promoteWhenReady,proto3" json:"promote_when_ready,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RegisterPublicationRequest) Reset() {
+	*x = RegisterPublicationRequest{}
+	mi := &file_control_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterPublicationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterPublicationRequest) ProtoMessage() {}
+
+func (x *RegisterPublicationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterPublicationRequest.ProtoReflect.Descriptor instead.
+func (*RegisterPublicationRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RegisterPublicationRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RegisterPublicationRequest) GetPromoteWhenReady() bool {
+	if x != nil {
+		return x.PromoteWhenReady
+	}
+	return false
+}
+
+type PromoteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`        // "" = the candidate
+	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"` // promote even if not ready
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteRequest) Reset() {
+	*x = PromoteRequest{}
+	mi := &file_control_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteRequest) ProtoMessage() {}
+
+func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
+func (*PromoteRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PromoteRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PromoteRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type RollbackRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Force         bool                   `protobuf:"varint,1,opt,name=force,proto3" json:"force,omitempty"` // switch even if not every replica holds the previous one
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackRequest) Reset() {
+	*x = RollbackRequest{}
+	mi := &file_control_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackRequest) ProtoMessage() {}
+
+func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
+func (*RollbackRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RollbackRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type RetireRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetireRequest) Reset() {
+	*x = RetireRequest{}
+	mi := &file_control_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetireRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetireRequest) ProtoMessage() {}
+
+func (x *RetireRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetireRequest.ProtoReflect.Descriptor instead.
+func (*RetireRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RetireRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type PublicationResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Publication    *Publication           `protobuf:"bytes,1,opt,name=publication,proto3" json:"publication,omitempty"` // the publication acted on, as it is now
+	RoutingVersion int64                  `protobuf:"varint,2,opt,name=routing_version,json=routingVersion,proto3" json:"routing_version,omitempty"`
+	// The publication that was live before (Promote, Rollback).
+	WasLive string `protobuf:"bytes,3,opt,name=was_live,json=wasLive,proto3" json:"was_live,omitempty"`
+	// True when nothing changed (registering a known publication, promoting
+	// the live one).
+	Unchanged     bool `protobuf:"varint,4,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublicationResponse) Reset() {
+	*x = PublicationResponse{}
+	mi := &file_control_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublicationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublicationResponse) ProtoMessage() {}
+
+func (x *PublicationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublicationResponse.ProtoReflect.Descriptor instead.
+func (*PublicationResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PublicationResponse) GetPublication() *Publication {
+	if x != nil {
+		return x.Publication
+	}
+	return nil
+}
+
+func (x *PublicationResponse) GetRoutingVersion() int64 {
+	if x != nil {
+		return x.RoutingVersion
+	}
+	return 0
+}
+
+func (x *PublicationResponse) GetWasLive() string {
+	if x != nil {
+		return x.WasLive
+	}
+	return ""
+}
+
+func (x *PublicationResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
+}
+
+type ListPublicationsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPublicationsRequest) Reset() {
+	*x = ListPublicationsRequest{}
+	mi := &file_control_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPublicationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPublicationsRequest) ProtoMessage() {}
+
+func (x *ListPublicationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPublicationsRequest.ProtoReflect.Descriptor instead.
+func (*ListPublicationsRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{24}
+}
+
+// ReplicaPublication is one replica (node, partition) seen from one
+// publication.
+type ReplicaPublication struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	AppliedSeq    int64                  `protobuf:"varint,3,opt,name=applied_seq,json=appliedSeq,proto3" json:"applied_seq,omitempty"`
+	Holding       bool                   `protobuf:"varint,4,opt,name=holding,proto3" json:"holding,omitempty"`
+	Bytes         int64                  `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"` // as the node last reported; 0 = unknown
+	State         string                 `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`  // the replica's routing state
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaPublication) Reset() {
+	*x = ReplicaPublication{}
+	mi := &file_control_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaPublication) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaPublication) ProtoMessage() {}
+
+func (x *ReplicaPublication) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaPublication.ProtoReflect.Descriptor instead.
+func (*ReplicaPublication) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ReplicaPublication) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ReplicaPublication) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ReplicaPublication) GetAppliedSeq() int64 {
+	if x != nil {
+		return x.AppliedSeq
+	}
+	return 0
+}
+
+func (x *ReplicaPublication) GetHolding() bool {
+	if x != nil {
+		return x.Holding
+	}
+	return false
+}
+
+func (x *ReplicaPublication) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ReplicaPublication) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+type PublicationStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Publication   *Publication           `protobuf:"bytes,1,opt,name=publication,proto3" json:"publication,omitempty"`
+	Replicas      []*ReplicaPublication  `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Holding       int32                  `protobuf:"varint,3,opt,name=holding,proto3" json:"holding,omitempty"`   // replicas holding it
+	Assigned      int32                  `protobuf:"varint,4,opt,name=assigned,proto3" json:"assigned,omitempty"` // replicas assigned (all partitions)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublicationStatus) Reset() {
+	*x = PublicationStatus{}
+	mi := &file_control_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublicationStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublicationStatus) ProtoMessage() {}
+
+func (x *PublicationStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublicationStatus.ProtoReflect.Descriptor instead.
+func (*PublicationStatus) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *PublicationStatus) GetPublication() *Publication {
+	if x != nil {
+		return x.Publication
+	}
+	return nil
+}
+
+func (x *PublicationStatus) GetReplicas() []*ReplicaPublication {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *PublicationStatus) GetHolding() int32 {
+	if x != nil {
+		return x.Holding
+	}
+	return 0
+}
+
+func (x *PublicationStatus) GetAssigned() int32 {
+	if x != nil {
+		return x.Assigned
+	}
+	return 0
+}
+
+type ListPublicationsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Publications  []*PublicationStatus   `protobuf:"bytes,1,rep,name=publications,proto3" json:"publications,omitempty"`
+	Live          string                 `protobuf:"bytes,2,opt,name=live,proto3" json:"live,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPublicationsResponse) Reset() {
+	*x = ListPublicationsResponse{}
+	mi := &file_control_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPublicationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPublicationsResponse) ProtoMessage() {}
+
+func (x *ListPublicationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPublicationsResponse.ProtoReflect.Descriptor instead.
+func (*ListPublicationsResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListPublicationsResponse) GetPublications() []*PublicationStatus {
+	if x != nil {
+		return x.Publications
+	}
+	return nil
+}
+
+func (x *ListPublicationsResponse) GetLive() string {
+	if x != nil {
+		return x.Live
+	}
+	return ""
+}
+
 type ListNodesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1054,7 +1702,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1714,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1727,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 type NodeStatus struct {
@@ -1095,7 +1743,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1755,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1768,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NodeStatus) GetNode() *Node {
@@ -1167,7 +1815,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1827,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1840,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeStatus {
@@ -1214,7 +1862,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1874,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1887,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -1265,7 +1913,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1925,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1938,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RemoveNodeResponse) GetRoutingVersion() int64 {
@@ -1312,7 +1960,7 @@ type RetractBatchRequest struct {
 
 func (x *RetractBatchRequest) Reset() {
 	*x = RetractBatchRequest{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1972,7 @@ func (x *RetractBatchRequest) String() string {
 func (*RetractBatchRequest) ProtoMessage() {}
 
 func (x *RetractBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1985,7 @@ func (x *RetractBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetractBatchRequest.ProtoReflect.Descriptor instead.
 func (*RetractBatchRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RetractBatchRequest) GetBatchId() string {
@@ -1365,7 +2013,7 @@ type RetractBatchResponse struct {
 
 func (x *RetractBatchResponse) Reset() {
 	*x = RetractBatchResponse{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +2025,7 @@ func (x *RetractBatchResponse) String() string {
 func (*RetractBatchResponse) ProtoMessage() {}
 
 func (x *RetractBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +2038,7 @@ func (x *RetractBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetractBatchResponse.ProtoReflect.Descriptor instead.
 func (*RetractBatchResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RetractBatchResponse) GetPartition() int32 {
@@ -1430,7 +2078,7 @@ type ReportFaultRequest struct {
 
 func (x *ReportFaultRequest) Reset() {
 	*x = ReportFaultRequest{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +2090,7 @@ func (x *ReportFaultRequest) String() string {
 func (*ReportFaultRequest) ProtoMessage() {}
 
 func (x *ReportFaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +2103,7 @@ func (x *ReportFaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFaultRequest.ProtoReflect.Descriptor instead.
 func (*ReportFaultRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReportFaultRequest) GetNodeId() string {
@@ -1501,7 +2149,7 @@ type ReportFaultResponse struct {
 
 func (x *ReportFaultResponse) Reset() {
 	*x = ReportFaultResponse{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +2161,7 @@ func (x *ReportFaultResponse) String() string {
 func (*ReportFaultResponse) ProtoMessage() {}
 
 func (x *ReportFaultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +2174,7 @@ func (x *ReportFaultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFaultResponse.ProtoReflect.Descriptor instead.
 func (*ReportFaultResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{36}
 }
 
 var File_control_proto protoreflect.FileDescriptor
@@ -1574,11 +2222,15 @@ const file_control_proto_rawDesc = "" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"<\n" +
 	"\x11HeartbeatResponse\x12'\n" +
-	"\x0frouting_version\x18\x01 \x01(\x03R\x0eroutingVersion\"_\n" +
+	"\x0frouting_version\x18\x01 \x01(\x03R\x0eroutingVersion\"\x90\x02\n" +
 	"\x14ReportAppliedRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x03R\x03seq\"\x17\n" +
+	"\x03seq\x18\x03 \x01(\x03R\x03seq\x12j\n" +
+	"\x11publication_bytes\x18\x04 \x03(\v2=.pillar.control.v1.ReportAppliedRequest.PublicationBytesEntryR\x10publicationBytes\x1aC\n" +
+	"\x15PublicationBytesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x17\n" +
 	"\x15ReportAppliedResponse\"Q\n" +
 	"\x11GetRoutingRequest\x12#\n" +
 	"\rknown_version\x18\x01 \x01(\x03R\fknownVersion\x12\x17\n" +
@@ -1598,14 +2250,58 @@ const file_control_proto_rawDesc = "" +
 	"\breplicas\x18\x01 \x03(\v2\x1a.pillar.control.v1.ReplicaR\breplicas\x12\x1d\n" +
 	"\n" +
 	"newest_seq\x18\x02 \x01(\x03R\tnewestSeq\x125\n" +
-	"\x17newest_registered_at_ms\x18\x03 \x01(\x03R\x14newestRegisteredAtMs\"\xaf\x01\n" +
+	"\x17newest_registered_at_ms\x18\x03 \x01(\x03R\x14newestRegisteredAtMs\"\x87\x02\n" +
 	"\aRouting\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x02 \x01(\x05R\n" +
 	"partitions\x12B\n" +
 	"\tpartition\x18\x03 \x03(\v2$.pillar.control.v1.PartitionReplicasR\tpartition\x12&\n" +
-	"\x0fgenerated_at_ms\x18\x04 \x01(\x03R\rgeneratedAtMs\"\x12\n" +
+	"\x0fgenerated_at_ms\x18\x04 \x01(\x03R\rgeneratedAtMs\x12B\n" +
+	"\fpublications\x18\x05 \x03(\v2\x1e.pillar.control.v1.PublicationR\fpublications\x12\x12\n" +
+	"\x04live\x18\x06 \x01(\tR\x04live\"\xfb\x01\n" +
+	"\vPublication\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x19\n" +
+	"\bbase_seq\x18\x03 \x03(\x03R\abaseSeq\x12\x14\n" +
+	"\x05ready\x18\x04 \x01(\bR\x05ready\x12\"\n" +
+	"\rcreated_at_ms\x18\x05 \x01(\x03R\vcreatedAtMs\x12\x1c\n" +
+	"\n" +
+	"role_at_ms\x18\x06 \x01(\x03R\broleAtMs\x12,\n" +
+	"\x12promote_when_ready\x18\a \x01(\bR\x10promoteWhenReady\x12'\n" +
+	"\x0fnewest_snapshot\x18\b \x03(\x03R\x0enewestSnapshot\"Z\n" +
+	"\x1aRegisterPublicationRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12,\n" +
+	"\x12promote_when_ready\x18\x02 \x01(\bR\x10promoteWhenReady\"6\n" +
+	"\x0ePromoteRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"'\n" +
+	"\x0fRollbackRequest\x12\x14\n" +
+	"\x05force\x18\x01 \x01(\bR\x05force\"\x1f\n" +
+	"\rRetireRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xb9\x01\n" +
+	"\x13PublicationResponse\x12@\n" +
+	"\vpublication\x18\x01 \x01(\v2\x1e.pillar.control.v1.PublicationR\vpublication\x12'\n" +
+	"\x0frouting_version\x18\x02 \x01(\x03R\x0eroutingVersion\x12\x19\n" +
+	"\bwas_live\x18\x03 \x01(\tR\awasLive\x12\x1c\n" +
+	"\tunchanged\x18\x04 \x01(\bR\tunchanged\"\x19\n" +
+	"\x17ListPublicationsRequest\"\xb2\x01\n" +
+	"\x12ReplicaPublication\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1f\n" +
+	"\vapplied_seq\x18\x03 \x01(\x03R\n" +
+	"appliedSeq\x12\x18\n" +
+	"\aholding\x18\x04 \x01(\bR\aholding\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\"\xce\x01\n" +
+	"\x11PublicationStatus\x12@\n" +
+	"\vpublication\x18\x01 \x01(\v2\x1e.pillar.control.v1.PublicationR\vpublication\x12A\n" +
+	"\breplicas\x18\x02 \x03(\v2%.pillar.control.v1.ReplicaPublicationR\breplicas\x12\x18\n" +
+	"\aholding\x18\x03 \x01(\x05R\aholding\x12\x1a\n" +
+	"\bassigned\x18\x04 \x01(\x05R\bassigned\"x\n" +
+	"\x18ListPublicationsResponse\x12H\n" +
+	"\fpublications\x18\x01 \x03(\v2$.pillar.control.v1.PublicationStatusR\fpublications\x12\x12\n" +
+	"\x04live\x18\x02 \x01(\tR\x04live\"\x12\n" +
 	"\x10ListNodesRequest\"\xc1\x01\n" +
 	"\n" +
 	"NodeStatus\x12+\n" +
@@ -1634,7 +2330,7 @@ const file_control_proto_rawDesc = "" +
 	"\bbatch_id\x18\x03 \x01(\tR\abatchId\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x18\n" +
 	"\aserving\x18\x05 \x01(\bR\aserving\"\x15\n" +
-	"\x13ReportFaultResponse2\xf3\a\n" +
+	"\x13ReportFaultResponse2\xd0\v\n" +
 	"\aControl\x12G\n" +
 	"\x04Info\x12\x1e.pillar.control.v1.InfoRequest\x1a\x1f.pillar.control.v1.InfoResponse\x12b\n" +
 	"\rRegisterBatch\x12'.pillar.control.v1.RegisterBatchRequest\x1a(.pillar.control.v1.RegisterBatchResponse\x12\\\n" +
@@ -1648,7 +2344,12 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"RemoveNode\x12$.pillar.control.v1.RemoveNodeRequest\x1a%.pillar.control.v1.RemoveNodeResponse\x12_\n" +
 	"\fRetractBatch\x12&.pillar.control.v1.RetractBatchRequest\x1a'.pillar.control.v1.RetractBatchResponse\x12\\\n" +
-	"\vReportFault\x12%.pillar.control.v1.ReportFaultRequest\x1a&.pillar.control.v1.ReportFaultResponseB/Z-github.com/pillarkit/pillar/cobbled/controlpbb\x06proto3"
+	"\vReportFault\x12%.pillar.control.v1.ReportFaultRequest\x1a&.pillar.control.v1.ReportFaultResponse\x12l\n" +
+	"\x13RegisterPublication\x12-.pillar.control.v1.RegisterPublicationRequest\x1a&.pillar.control.v1.PublicationResponse\x12T\n" +
+	"\aPromote\x12!.pillar.control.v1.PromoteRequest\x1a&.pillar.control.v1.PublicationResponse\x12V\n" +
+	"\bRollback\x12\".pillar.control.v1.RollbackRequest\x1a&.pillar.control.v1.PublicationResponse\x12R\n" +
+	"\x06Retire\x12 .pillar.control.v1.RetireRequest\x1a&.pillar.control.v1.PublicationResponse\x12k\n" +
+	"\x10ListPublications\x12*.pillar.control.v1.ListPublicationsRequest\x1a+.pillar.control.v1.ListPublicationsResponseB/Z-github.com/pillarkit/pillar/cobbled/controlpbb\x06proto3"
 
 var (
 	file_control_proto_rawDescOnce sync.Once
@@ -1662,70 +2363,97 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_control_proto_goTypes = []any{
-	(*InfoRequest)(nil),           // 0: pillar.control.v1.InfoRequest
-	(*InfoResponse)(nil),          // 1: pillar.control.v1.InfoResponse
-	(*RegisterBatchRequest)(nil),  // 2: pillar.control.v1.RegisterBatchRequest
-	(*RegisterBatchResponse)(nil), // 3: pillar.control.v1.RegisterBatchResponse
-	(*ListBatchesRequest)(nil),    // 4: pillar.control.v1.ListBatchesRequest
-	(*BatchEntry)(nil),            // 5: pillar.control.v1.BatchEntry
-	(*ListBatchesResponse)(nil),   // 6: pillar.control.v1.ListBatchesResponse
-	(*Node)(nil),                  // 7: pillar.control.v1.Node
-	(*RegisterNodeRequest)(nil),   // 8: pillar.control.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),  // 9: pillar.control.v1.RegisterNodeResponse
-	(*HeartbeatRequest)(nil),      // 10: pillar.control.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 11: pillar.control.v1.HeartbeatResponse
-	(*ReportAppliedRequest)(nil),  // 12: pillar.control.v1.ReportAppliedRequest
-	(*ReportAppliedResponse)(nil), // 13: pillar.control.v1.ReportAppliedResponse
-	(*GetRoutingRequest)(nil),     // 14: pillar.control.v1.GetRoutingRequest
-	(*Replica)(nil),               // 15: pillar.control.v1.Replica
-	(*PartitionReplicas)(nil),     // 16: pillar.control.v1.PartitionReplicas
-	(*Routing)(nil),               // 17: pillar.control.v1.Routing
-	(*ListNodesRequest)(nil),      // 18: pillar.control.v1.ListNodesRequest
-	(*NodeStatus)(nil),            // 19: pillar.control.v1.NodeStatus
-	(*ListNodesResponse)(nil),     // 20: pillar.control.v1.ListNodesResponse
-	(*RemoveNodeRequest)(nil),     // 21: pillar.control.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),    // 22: pillar.control.v1.RemoveNodeResponse
-	(*RetractBatchRequest)(nil),   // 23: pillar.control.v1.RetractBatchRequest
-	(*RetractBatchResponse)(nil),  // 24: pillar.control.v1.RetractBatchResponse
-	(*ReportFaultRequest)(nil),    // 25: pillar.control.v1.ReportFaultRequest
-	(*ReportFaultResponse)(nil),   // 26: pillar.control.v1.ReportFaultResponse
+	(*InfoRequest)(nil),                // 0: pillar.control.v1.InfoRequest
+	(*InfoResponse)(nil),               // 1: pillar.control.v1.InfoResponse
+	(*RegisterBatchRequest)(nil),       // 2: pillar.control.v1.RegisterBatchRequest
+	(*RegisterBatchResponse)(nil),      // 3: pillar.control.v1.RegisterBatchResponse
+	(*ListBatchesRequest)(nil),         // 4: pillar.control.v1.ListBatchesRequest
+	(*BatchEntry)(nil),                 // 5: pillar.control.v1.BatchEntry
+	(*ListBatchesResponse)(nil),        // 6: pillar.control.v1.ListBatchesResponse
+	(*Node)(nil),                       // 7: pillar.control.v1.Node
+	(*RegisterNodeRequest)(nil),        // 8: pillar.control.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),       // 9: pillar.control.v1.RegisterNodeResponse
+	(*HeartbeatRequest)(nil),           // 10: pillar.control.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 11: pillar.control.v1.HeartbeatResponse
+	(*ReportAppliedRequest)(nil),       // 12: pillar.control.v1.ReportAppliedRequest
+	(*ReportAppliedResponse)(nil),      // 13: pillar.control.v1.ReportAppliedResponse
+	(*GetRoutingRequest)(nil),          // 14: pillar.control.v1.GetRoutingRequest
+	(*Replica)(nil),                    // 15: pillar.control.v1.Replica
+	(*PartitionReplicas)(nil),          // 16: pillar.control.v1.PartitionReplicas
+	(*Routing)(nil),                    // 17: pillar.control.v1.Routing
+	(*Publication)(nil),                // 18: pillar.control.v1.Publication
+	(*RegisterPublicationRequest)(nil), // 19: pillar.control.v1.RegisterPublicationRequest
+	(*PromoteRequest)(nil),             // 20: pillar.control.v1.PromoteRequest
+	(*RollbackRequest)(nil),            // 21: pillar.control.v1.RollbackRequest
+	(*RetireRequest)(nil),              // 22: pillar.control.v1.RetireRequest
+	(*PublicationResponse)(nil),        // 23: pillar.control.v1.PublicationResponse
+	(*ListPublicationsRequest)(nil),    // 24: pillar.control.v1.ListPublicationsRequest
+	(*ReplicaPublication)(nil),         // 25: pillar.control.v1.ReplicaPublication
+	(*PublicationStatus)(nil),          // 26: pillar.control.v1.PublicationStatus
+	(*ListPublicationsResponse)(nil),   // 27: pillar.control.v1.ListPublicationsResponse
+	(*ListNodesRequest)(nil),           // 28: pillar.control.v1.ListNodesRequest
+	(*NodeStatus)(nil),                 // 29: pillar.control.v1.NodeStatus
+	(*ListNodesResponse)(nil),          // 30: pillar.control.v1.ListNodesResponse
+	(*RemoveNodeRequest)(nil),          // 31: pillar.control.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 32: pillar.control.v1.RemoveNodeResponse
+	(*RetractBatchRequest)(nil),        // 33: pillar.control.v1.RetractBatchRequest
+	(*RetractBatchResponse)(nil),       // 34: pillar.control.v1.RetractBatchResponse
+	(*ReportFaultRequest)(nil),         // 35: pillar.control.v1.ReportFaultRequest
+	(*ReportFaultResponse)(nil),        // 36: pillar.control.v1.ReportFaultResponse
+	nil,                                // 37: pillar.control.v1.ReportAppliedRequest.PublicationBytesEntry
 }
 var file_control_proto_depIdxs = []int32{
 	5,  // 0: pillar.control.v1.ListBatchesResponse.batches:type_name -> pillar.control.v1.BatchEntry
 	7,  // 1: pillar.control.v1.RegisterNodeRequest.node:type_name -> pillar.control.v1.Node
-	15, // 2: pillar.control.v1.PartitionReplicas.replicas:type_name -> pillar.control.v1.Replica
-	16, // 3: pillar.control.v1.Routing.partition:type_name -> pillar.control.v1.PartitionReplicas
-	7,  // 4: pillar.control.v1.NodeStatus.node:type_name -> pillar.control.v1.Node
-	19, // 5: pillar.control.v1.ListNodesResponse.nodes:type_name -> pillar.control.v1.NodeStatus
-	0,  // 6: pillar.control.v1.Control.Info:input_type -> pillar.control.v1.InfoRequest
-	2,  // 7: pillar.control.v1.Control.RegisterBatch:input_type -> pillar.control.v1.RegisterBatchRequest
-	4,  // 8: pillar.control.v1.Control.ListBatches:input_type -> pillar.control.v1.ListBatchesRequest
-	8,  // 9: pillar.control.v1.Control.RegisterNode:input_type -> pillar.control.v1.RegisterNodeRequest
-	10, // 10: pillar.control.v1.Control.Heartbeat:input_type -> pillar.control.v1.HeartbeatRequest
-	12, // 11: pillar.control.v1.Control.ReportApplied:input_type -> pillar.control.v1.ReportAppliedRequest
-	14, // 12: pillar.control.v1.Control.GetRouting:input_type -> pillar.control.v1.GetRoutingRequest
-	18, // 13: pillar.control.v1.Control.ListNodes:input_type -> pillar.control.v1.ListNodesRequest
-	21, // 14: pillar.control.v1.Control.RemoveNode:input_type -> pillar.control.v1.RemoveNodeRequest
-	23, // 15: pillar.control.v1.Control.RetractBatch:input_type -> pillar.control.v1.RetractBatchRequest
-	25, // 16: pillar.control.v1.Control.ReportFault:input_type -> pillar.control.v1.ReportFaultRequest
-	1,  // 17: pillar.control.v1.Control.Info:output_type -> pillar.control.v1.InfoResponse
-	3,  // 18: pillar.control.v1.Control.RegisterBatch:output_type -> pillar.control.v1.RegisterBatchResponse
-	6,  // 19: pillar.control.v1.Control.ListBatches:output_type -> pillar.control.v1.ListBatchesResponse
-	9,  // 20: pillar.control.v1.Control.RegisterNode:output_type -> pillar.control.v1.RegisterNodeResponse
-	11, // 21: pillar.control.v1.Control.Heartbeat:output_type -> pillar.control.v1.HeartbeatResponse
-	13, // 22: pillar.control.v1.Control.ReportApplied:output_type -> pillar.control.v1.ReportAppliedResponse
-	17, // 23: pillar.control.v1.Control.GetRouting:output_type -> pillar.control.v1.Routing
-	20, // 24: pillar.control.v1.Control.ListNodes:output_type -> pillar.control.v1.ListNodesResponse
-	22, // 25: pillar.control.v1.Control.RemoveNode:output_type -> pillar.control.v1.RemoveNodeResponse
-	24, // 26: pillar.control.v1.Control.RetractBatch:output_type -> pillar.control.v1.RetractBatchResponse
-	26, // 27: pillar.control.v1.Control.ReportFault:output_type -> pillar.control.v1.ReportFaultResponse
-	17, // [17:28] is the sub-list for method output_type
-	6,  // [6:17] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	37, // 2: pillar.control.v1.ReportAppliedRequest.publication_bytes:type_name -> pillar.control.v1.ReportAppliedRequest.PublicationBytesEntry
+	15, // 3: pillar.control.v1.PartitionReplicas.replicas:type_name -> pillar.control.v1.Replica
+	16, // 4: pillar.control.v1.Routing.partition:type_name -> pillar.control.v1.PartitionReplicas
+	18, // 5: pillar.control.v1.Routing.publications:type_name -> pillar.control.v1.Publication
+	18, // 6: pillar.control.v1.PublicationResponse.publication:type_name -> pillar.control.v1.Publication
+	18, // 7: pillar.control.v1.PublicationStatus.publication:type_name -> pillar.control.v1.Publication
+	25, // 8: pillar.control.v1.PublicationStatus.replicas:type_name -> pillar.control.v1.ReplicaPublication
+	26, // 9: pillar.control.v1.ListPublicationsResponse.publications:type_name -> pillar.control.v1.PublicationStatus
+	7,  // 10: pillar.control.v1.NodeStatus.node:type_name -> pillar.control.v1.Node
+	29, // 11: pillar.control.v1.ListNodesResponse.nodes:type_name -> pillar.control.v1.NodeStatus
+	0,  // 12: pillar.control.v1.Control.Info:input_type -> pillar.control.v1.InfoRequest
+	2,  // 13: pillar.control.v1.Control.RegisterBatch:input_type -> pillar.control.v1.RegisterBatchRequest
+	4,  // 14: pillar.control.v1.Control.ListBatches:input_type -> pillar.control.v1.ListBatchesRequest
+	8,  // 15: pillar.control.v1.Control.RegisterNode:input_type -> pillar.control.v1.RegisterNodeRequest
+	10, // 16: pillar.control.v1.Control.Heartbeat:input_type -> pillar.control.v1.HeartbeatRequest
+	12, // 17: pillar.control.v1.Control.ReportApplied:input_type -> pillar.control.v1.ReportAppliedRequest
+	14, // 18: pillar.control.v1.Control.GetRouting:input_type -> pillar.control.v1.GetRoutingRequest
+	28, // 19: pillar.control.v1.Control.ListNodes:input_type -> pillar.control.v1.ListNodesRequest
+	31, // 20: pillar.control.v1.Control.RemoveNode:input_type -> pillar.control.v1.RemoveNodeRequest
+	33, // 21: pillar.control.v1.Control.RetractBatch:input_type -> pillar.control.v1.RetractBatchRequest
+	35, // 22: pillar.control.v1.Control.ReportFault:input_type -> pillar.control.v1.ReportFaultRequest
+	19, // 23: pillar.control.v1.Control.RegisterPublication:input_type -> pillar.control.v1.RegisterPublicationRequest
+	20, // 24: pillar.control.v1.Control.Promote:input_type -> pillar.control.v1.PromoteRequest
+	21, // 25: pillar.control.v1.Control.Rollback:input_type -> pillar.control.v1.RollbackRequest
+	22, // 26: pillar.control.v1.Control.Retire:input_type -> pillar.control.v1.RetireRequest
+	24, // 27: pillar.control.v1.Control.ListPublications:input_type -> pillar.control.v1.ListPublicationsRequest
+	1,  // 28: pillar.control.v1.Control.Info:output_type -> pillar.control.v1.InfoResponse
+	3,  // 29: pillar.control.v1.Control.RegisterBatch:output_type -> pillar.control.v1.RegisterBatchResponse
+	6,  // 30: pillar.control.v1.Control.ListBatches:output_type -> pillar.control.v1.ListBatchesResponse
+	9,  // 31: pillar.control.v1.Control.RegisterNode:output_type -> pillar.control.v1.RegisterNodeResponse
+	11, // 32: pillar.control.v1.Control.Heartbeat:output_type -> pillar.control.v1.HeartbeatResponse
+	13, // 33: pillar.control.v1.Control.ReportApplied:output_type -> pillar.control.v1.ReportAppliedResponse
+	17, // 34: pillar.control.v1.Control.GetRouting:output_type -> pillar.control.v1.Routing
+	30, // 35: pillar.control.v1.Control.ListNodes:output_type -> pillar.control.v1.ListNodesResponse
+	32, // 36: pillar.control.v1.Control.RemoveNode:output_type -> pillar.control.v1.RemoveNodeResponse
+	34, // 37: pillar.control.v1.Control.RetractBatch:output_type -> pillar.control.v1.RetractBatchResponse
+	36, // 38: pillar.control.v1.Control.ReportFault:output_type -> pillar.control.v1.ReportFaultResponse
+	23, // 39: pillar.control.v1.Control.RegisterPublication:output_type -> pillar.control.v1.PublicationResponse
+	23, // 40: pillar.control.v1.Control.Promote:output_type -> pillar.control.v1.PublicationResponse
+	23, // 41: pillar.control.v1.Control.Rollback:output_type -> pillar.control.v1.PublicationResponse
+	23, // 42: pillar.control.v1.Control.Retire:output_type -> pillar.control.v1.PublicationResponse
+	27, // 43: pillar.control.v1.Control.ListPublications:output_type -> pillar.control.v1.ListPublicationsResponse
+	28, // [28:44] is the sub-list for method output_type
+	12, // [12:28] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -1739,7 +2467,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

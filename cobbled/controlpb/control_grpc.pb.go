@@ -23,17 +23,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Control_Info_FullMethodName          = "/pillar.control.v1.Control/Info"
-	Control_RegisterBatch_FullMethodName = "/pillar.control.v1.Control/RegisterBatch"
-	Control_ListBatches_FullMethodName   = "/pillar.control.v1.Control/ListBatches"
-	Control_RegisterNode_FullMethodName  = "/pillar.control.v1.Control/RegisterNode"
-	Control_Heartbeat_FullMethodName     = "/pillar.control.v1.Control/Heartbeat"
-	Control_ReportApplied_FullMethodName = "/pillar.control.v1.Control/ReportApplied"
-	Control_GetRouting_FullMethodName    = "/pillar.control.v1.Control/GetRouting"
-	Control_ListNodes_FullMethodName     = "/pillar.control.v1.Control/ListNodes"
-	Control_RemoveNode_FullMethodName    = "/pillar.control.v1.Control/RemoveNode"
-	Control_RetractBatch_FullMethodName  = "/pillar.control.v1.Control/RetractBatch"
-	Control_ReportFault_FullMethodName   = "/pillar.control.v1.Control/ReportFault"
+	Control_Info_FullMethodName                = "/pillar.control.v1.Control/Info"
+	Control_RegisterBatch_FullMethodName       = "/pillar.control.v1.Control/RegisterBatch"
+	Control_ListBatches_FullMethodName         = "/pillar.control.v1.Control/ListBatches"
+	Control_RegisterNode_FullMethodName        = "/pillar.control.v1.Control/RegisterNode"
+	Control_Heartbeat_FullMethodName           = "/pillar.control.v1.Control/Heartbeat"
+	Control_ReportApplied_FullMethodName       = "/pillar.control.v1.Control/ReportApplied"
+	Control_GetRouting_FullMethodName          = "/pillar.control.v1.Control/GetRouting"
+	Control_ListNodes_FullMethodName           = "/pillar.control.v1.Control/ListNodes"
+	Control_RemoveNode_FullMethodName          = "/pillar.control.v1.Control/RemoveNode"
+	Control_RetractBatch_FullMethodName        = "/pillar.control.v1.Control/RetractBatch"
+	Control_ReportFault_FullMethodName         = "/pillar.control.v1.Control/ReportFault"
+	Control_RegisterPublication_FullMethodName = "/pillar.control.v1.Control/RegisterPublication"
+	Control_Promote_FullMethodName             = "/pillar.control.v1.Control/Promote"
+	Control_Rollback_FullMethodName            = "/pillar.control.v1.Control/Rollback"
+	Control_Retire_FullMethodName              = "/pillar.control.v1.Control/Retire"
+	Control_ListPublications_FullMethodName    = "/pillar.control.v1.Control/ListPublications"
 )
 
 // ControlClient is the client API for Control service.
@@ -44,7 +49,8 @@ const (
 // replica assignment, and records each replica's applied sequence number.
 //
 // Mutating calls (RegisterBatch, RegisterNode, Heartbeat, ReportApplied,
-// RemoveNode, RetractBatch, ReportFault)
+// RemoveNode, RetractBatch, ReportFault, RegisterPublication, Promote,
+// Rollback, Retire)
 // require the metadata "authorization: Bearer <token>".
 type ControlClient interface {
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error)
@@ -58,6 +64,12 @@ type ControlClient interface {
 	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
 	RetractBatch(ctx context.Context, in *RetractBatchRequest, opts ...grpc.CallOption) (*RetractBatchResponse, error)
 	ReportFault(ctx context.Context, in *ReportFaultRequest, opts ...grpc.CallOption) (*ReportFaultResponse, error)
+	// Serving publications (issue 18): see Publication.
+	RegisterPublication(ctx context.Context, in *RegisterPublicationRequest, opts ...grpc.CallOption) (*PublicationResponse, error)
+	Promote(ctx context.Context, in *PromoteRequest, opts ...grpc.CallOption) (*PublicationResponse, error)
+	Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*PublicationResponse, error)
+	Retire(ctx context.Context, in *RetireRequest, opts ...grpc.CallOption) (*PublicationResponse, error)
+	ListPublications(ctx context.Context, in *ListPublicationsRequest, opts ...grpc.CallOption) (*ListPublicationsResponse, error)
 }
 
 type controlClient struct {
@@ -178,6 +190,56 @@ func (c *controlClient) ReportFault(ctx context.Context, in *ReportFaultRequest,
 	return out, nil
 }
 
+func (c *controlClient) RegisterPublication(ctx context.Context, in *RegisterPublicationRequest, opts ...grpc.CallOption) (*PublicationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PublicationResponse)
+	err := c.cc.Invoke(ctx, Control_RegisterPublication_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) Promote(ctx context.Context, in *PromoteRequest, opts ...grpc.CallOption) (*PublicationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PublicationResponse)
+	err := c.cc.Invoke(ctx, Control_Promote_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*PublicationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PublicationResponse)
+	err := c.cc.Invoke(ctx, Control_Rollback_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) Retire(ctx context.Context, in *RetireRequest, opts ...grpc.CallOption) (*PublicationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PublicationResponse)
+	err := c.cc.Invoke(ctx, Control_Retire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ListPublications(ctx context.Context, in *ListPublicationsRequest, opts ...grpc.CallOption) (*ListPublicationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPublicationsResponse)
+	err := c.cc.Invoke(ctx, Control_ListPublications_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -186,7 +248,8 @@ func (c *controlClient) ReportFault(ctx context.Context, in *ReportFaultRequest,
 // replica assignment, and records each replica's applied sequence number.
 //
 // Mutating calls (RegisterBatch, RegisterNode, Heartbeat, ReportApplied,
-// RemoveNode, RetractBatch, ReportFault)
+// RemoveNode, RetractBatch, ReportFault, RegisterPublication, Promote,
+// Rollback, Retire)
 // require the metadata "authorization: Bearer <token>".
 type ControlServer interface {
 	Info(context.Context, *InfoRequest) (*InfoResponse, error)
@@ -200,6 +263,12 @@ type ControlServer interface {
 	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
 	RetractBatch(context.Context, *RetractBatchRequest) (*RetractBatchResponse, error)
 	ReportFault(context.Context, *ReportFaultRequest) (*ReportFaultResponse, error)
+	// Serving publications (issue 18): see Publication.
+	RegisterPublication(context.Context, *RegisterPublicationRequest) (*PublicationResponse, error)
+	Promote(context.Context, *PromoteRequest) (*PublicationResponse, error)
+	Rollback(context.Context, *RollbackRequest) (*PublicationResponse, error)
+	Retire(context.Context, *RetireRequest) (*PublicationResponse, error)
+	ListPublications(context.Context, *ListPublicationsRequest) (*ListPublicationsResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -242,6 +311,21 @@ func (UnimplementedControlServer) RetractBatch(context.Context, *RetractBatchReq
 }
 func (UnimplementedControlServer) ReportFault(context.Context, *ReportFaultRequest) (*ReportFaultResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportFault not implemented")
+}
+func (UnimplementedControlServer) RegisterPublication(context.Context, *RegisterPublicationRequest) (*PublicationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterPublication not implemented")
+}
+func (UnimplementedControlServer) Promote(context.Context, *PromoteRequest) (*PublicationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Promote not implemented")
+}
+func (UnimplementedControlServer) Rollback(context.Context, *RollbackRequest) (*PublicationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rollback not implemented")
+}
+func (UnimplementedControlServer) Retire(context.Context, *RetireRequest) (*PublicationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Retire not implemented")
+}
+func (UnimplementedControlServer) ListPublications(context.Context, *ListPublicationsRequest) (*ListPublicationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPublications not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -462,6 +546,96 @@ func _Control_ReportFault_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_RegisterPublication_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterPublicationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).RegisterPublication(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_RegisterPublication_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).RegisterPublication(ctx, req.(*RegisterPublicationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_Promote_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PromoteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).Promote(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_Promote_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).Promote(ctx, req.(*PromoteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_Rollback_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RollbackRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).Rollback(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_Rollback_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).Rollback(ctx, req.(*RollbackRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_Retire_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetireRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).Retire(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_Retire_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).Retire(ctx, req.(*RetireRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ListPublications_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPublicationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListPublications(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListPublications_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListPublications(ctx, req.(*ListPublicationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -512,6 +686,26 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportFault",
 			Handler:    _Control_ReportFault_Handler,
+		},
+		{
+			MethodName: "RegisterPublication",
+			Handler:    _Control_RegisterPublication_Handler,
+		},
+		{
+			MethodName: "Promote",
+			Handler:    _Control_Promote_Handler,
+		},
+		{
+			MethodName: "Rollback",
+			Handler:    _Control_Rollback_Handler,
+		},
+		{
+			MethodName: "Retire",
+			Handler:    _Control_Retire_Handler,
+		},
+		{
+			MethodName: "ListPublications",
+			Handler:    _Control_ListPublications_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

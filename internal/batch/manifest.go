@@ -61,10 +61,12 @@ type Manifest struct {
 	// registers the snapshot only after deltas covering the queue up to
 	// Supersedes are registered (see cobbled/control). Zero: nothing.
 	Supersedes int64 `json:"supersedes,omitempty"`
-	// Publication is the publication the batch belongs to
-	// (pillar.EmbedVersionID(chunk version, model)); "" is the legacy
-	// unnamed publication. A serving node applies the batch only to that
-	// publication's database.
+	// Publication is the serving publication the batch belongs to
+	// (pillar.EmbedVersionID(chunk version, model), e.g.
+	// "recursive-s512-o64-54906c2d/hash-d384-ea4b8133"): a replica applies
+	// the batch to that publication's database only. "" is the legacy
+	// unnamed publication (batches written before publications existed),
+	// which behaves as one ordinary publication named "".
 	Publication string `json:"publication,omitempty"`
 
 	// Seq and Parent are assigned by the control plane at registration:
@@ -91,6 +93,20 @@ var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
 // ValidID reports whether id may name a batch: lower-case letters, digits,
 // '.', '_' and '-', at most 128 characters, not starting with punctuation.
 func ValidID(id string) bool { return idRE.MatchString(id) }
+
+// ValidPublication checks a publication id: "" (the legacy publication) or
+// at most 256 printable ASCII characters without spaces or backslashes.
+func ValidPublication(p string) error {
+	if len(p) > 256 {
+		return fmt.Errorf("publication %.40q…: longer than 256 characters", p)
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c > '~' || c == '\\' {
+			return fmt.Errorf("publication %q: character %q at %d is not allowed", p, c, i)
+		}
+	}
+	return nil
+}
 
 // Prefix returns the object-store prefix of a batch, ending in "/".
 func Prefix(partition int, id string) string {
@@ -158,6 +174,9 @@ func (m *Manifest) Validate() error {
 	}
 	if m.Seq < 0 || (m.Seq == 0 && m.Parent != "") || (m.Parent != "" && !ValidID(m.Parent)) {
 		return fail("seq %d / parent %q inconsistent", m.Seq, m.Parent)
+	}
+	if err := ValidPublication(m.Publication); err != nil {
+		return fail("%v", err)
 	}
 	if m.Smallest > m.Largest {
 		return fail("smallest key %s > largest %s", m.Smallest, m.Largest)

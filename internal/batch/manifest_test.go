@@ -31,6 +31,7 @@ func TestValidate(t *testing.T) {
 		"delta supersedes": func(m *Manifest) { m.Supersedes = 3 },
 		"snapshot range":   func(m *Manifest) { m.Kind, m.QueueEnd = KindSnapshot, 3 },
 		"parent no seq":    func(m *Manifest) { m.Parent = "x" },
+		"publication":      func(m *Manifest) { m.Publication = "a b" },
 	}
 	for name, mut := range cases {
 		m := validManifest()
@@ -47,6 +48,7 @@ func TestValidate(t *testing.T) {
 	}
 	m = validManifest()
 	m.QueueFirst, m.QueueEnd, m.Seq, m.Parent = 3, 9, 4, "prev"
+	m.Publication = "recursive-s512-o64-54906c2d/hash-d384-ea4b8133"
 	if err := m.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -192,7 +192,11 @@ type ExportResult struct {
 	Skipped   int     `json:"skipped"`
 	Bytes     int64   `json:"bytes"`
 	QueueEnds []int64 `json:"queue_ends"`
-	Duration  string  `json:"duration"`
+	// Publication is the serving publication the records were computed for
+	// (pillar.EmbedVersionID of the published pair); the export's batches
+	// carry it.
+	Publication string `json:"publication"`
+	Duration    string `json:"duration"`
 }
 
 // Export is the bulk rebuild: it builds every exported page's record from
@@ -239,7 +243,7 @@ func Export(ctx context.Context, st pillar.Store, sink ExportSink, opts Options)
 	if err != nil {
 		return nil, nil, err
 	}
-	res = &ExportResult{}
+	res = &ExportResult{Publication: pillar.EmbedVersionID(pub.ChunkVersion, pub.Model)}
 	if ti, err := tx.Table(ctx, skipped); err == nil {
 		res.Skipped = int(ti.Rows)
 	}
@@ -267,6 +271,10 @@ func Export(ctx context.Context, st pillar.Store, sink ExportSink, opts Options)
 	// refuses them until Lorry has delivered the records before them.
 	if qs, ok := sink.(interface{ SetQueueEnds([]int64) }); ok {
 		qs.SetQueueEnds(res.QueueEnds)
+	}
+	// Its batches belong to the published pair's publication.
+	if ps, ok := sink.(interface{ SetPublication(string) }); ok {
+		ps.SetPublication(res.Publication)
 	}
 	res.Duration = time.Since(start).Round(time.Millisecond).String()
 	handed = true

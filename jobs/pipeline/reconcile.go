@@ -349,13 +349,13 @@ func reconcile(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Options,
 		return nil
 	}
 	err = eachRow(ctx, sn, puts, false, func(d *Desired) error {
-		return add(pillar.ExportRecord{Partition: d.Partition, PageKey: d.PageKey, Op: pillar.OpPut, Value: d.Value, Cause: cause, Priority: priority})
+		return add(pillar.ExportRecord{Partition: d.Partition, PageKey: d.PageKey, Op: pillar.OpPut, Value: d.Value, Cause: cause, Priority: priority, Publication: pillar.EmbedVersionID(pub.ChunkVersion, pub.Model)})
 	})
 	if err != nil {
 		return nil, err
 	}
 	err = eachRow(ctx, sn, deletes, false, func(s *ExportState) error {
-		return add(pillar.ExportRecord{Partition: s.Partition, PageKey: s.PageKey, Op: pillar.OpDelete, Cause: cause, Priority: priority})
+		return add(pillar.ExportRecord{Partition: s.Partition, PageKey: s.PageKey, Op: pillar.OpDelete, Cause: cause, Priority: priority, Publication: pillar.EmbedVersionID(pub.ChunkVersion, pub.Model)})
 	})
 	if err != nil {
 		return nil, err
