@@ -3,6 +3,7 @@ package lorry
 import (
 	"context"
 	"fmt"
+	"github.com/pillarkit/pillar/internal/clock"
 	"strings"
 	"testing"
 	"time"
@@ -169,4 +170,41 @@ func TestMemoryBudget(t *testing.T) {
 		e.checkChain(p, 30)
 	}
 	e.checkServed(want, universe)
+}
+
+// TestWaitsOnTheFakeClock: with Options.Clock, the worker's waits (polls,
+// batch age, retry backoff) run on that clock: a refused upload is retried
+// only once the fake clock has moved past the backoff (an hour here), however
+// much wall time passes.
+func TestWaitsOnTheFakeClock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	fc := clock.NewFake(time.Now())
+	o := e.opts("w")
+	o.Clock = fc
+	o.RetryMin, o.RetryMax, o.LeaseTTL = time.Hour, time.Hour, 3*time.Hour
+	w := e.worker(o)
+	runWorker(t, w)
+	ks := keysIn(1, 0, 1)
+	e.objs.down.Store(true)
+	e.enqueue(rec{key: ks[0], val: "a"})
+	waitFor(t, "a refused upload", 20*time.Second, func() bool {
+		fc.Advance(o.PollInterval)
+		return e.objs.failed.Load() >= 1
+	})
+	e.objs.down.Store(false)
+	failed := e.objs.failed.Load()
+	// Wall time passes with the fake clock still: no retry may happen (a
+	// slow machine runs fewer cycles here, which can only let a broken
+	// worker pass, never fail a correct one).
+	time.Sleep(50 * o.PollInterval)
+	if st := e.state(0); st.Offset != 0 || e.objs.failed.Load() != failed || w.Stats().Retries != 1 {
+		t.Fatalf("retried before the backoff passed on the fake clock: %+v, retries %d", st, w.Stats().Retries)
+	}
+	fc.Advance(time.Hour)
+	waitFor(t, "the record delivered once the fake hour passed", 20*time.Second, func() bool {
+		fc.Advance(o.PollInterval)
+		return e.state(0).Offset == 1
+	})
+	e.checkServed(map[string]string{ks[0]: "a"}, ks)
 }

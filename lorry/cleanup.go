@@ -174,7 +174,7 @@ func cleanupPartition(ctx context.Context, o *CleanupOptions, sid string, p int,
 
 // cleanupLoop cleans the held partitions every CleanupInterval.
 func (w *Worker) cleanupLoop(ctx context.Context) {
-	t := time.NewTicker(w.o.CleanupInterval)
+	t := w.o.Clock.NewTicker(w.o.CleanupInterval)
 	defer t.Stop()
 	for {
 		select {

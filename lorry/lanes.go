@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -678,10 +679,7 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 		got, err := lp.scanStep(ctx)
 		if err != nil {
 			w.o.Logger.Warn("lorry: scan delivered heads", "partition", p, "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(w.o.PollInterval):
-			}
+			clock.Sleep(ctx, w.o.Clock, w.o.PollInterval)
 		} else if !got {
 			break // MaxScanAhead reached (the fill continues later)
 		}
@@ -745,10 +743,7 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 			}
 			w.o.Logger.Warn("lorry: renew lease", "partition", p, "err", err)
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(lp.wait()):
-		}
+		clock.Sleep(ctx, w.o.Clock, lp.wait())
 	}
 }
 

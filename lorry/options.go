@@ -13,6 +13,7 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/internal/rocks"
 	"github.com/pillarkit/pillar/pillar"
@@ -147,7 +148,13 @@ type Options struct {
 	// value is rocks.TableConfig{} (its defaults).
 	Table rocks.TableConfig
 
-	// Now is the clock. The default value is time.Now.
+	// Clock is what the worker reads the time from and waits on: batch
+	// ages, polls, lease renewals, retry backoffs, replica polls, cleanup.
+	// Tests pass a clock.Fake and move it. The default value is the wall
+	// clock (clock.Real), reading Now when that is set.
+	Clock clock.Clock
+	// Now, when set and Clock is not, is the time of day (waits stay on
+	// the wall clock). The default value is Clock.Now.
 	Now func() time.Time
 	// Logger receives lifecycle events and retries. The default value
 	// discards.
@@ -241,7 +248,13 @@ func (o *Options) ensureDefaults() {
 	if o.TempDir == "" {
 		o.TempDir = os.TempDir()
 	}
-	if o.Now == nil {
+	switch {
+	case o.Clock != nil:
+		o.Now = o.Clock.Now
+	case o.Now != nil:
+		o.Clock = nowClock{clock.Real{}, o.Now}
+	default:
+		o.Clock = clock.Real{}
 		o.Now = time.Now
 	}
 	if o.Logger == nil {
@@ -322,3 +335,12 @@ func (o Options) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// nowClock is the wall clock with another time of day (Options.Now
+// without Options.Clock).
+type nowClock struct {
+	clock.Real
+	now func() time.Time
+}
+
+func (c nowClock) Now() time.Time { return c.now() }

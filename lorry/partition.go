@@ -17,6 +17,7 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/sstbuilder"
@@ -584,10 +585,8 @@ func (w *Worker) retry(ctx context.Context, l *lease, step string, fn func() err
 			return err
 		}
 		d := delay/2 + time.Duration(rand.Int64N(int64(delay/2)+1))
-		select {
-		case <-ctx.Done():
+		if !clock.Sleep(ctx, w.o.Clock, d) {
 			return ctx.Err()
-		case <-time.After(d):
 		}
 		delay = min(2*delay, w.o.RetryMax)
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -145,10 +146,8 @@ func (w *Worker) watchReplicas(ctx context.Context) {
 		return
 	}
 	for {
-		select {
-		case <-ctx.Done():
+		if !clock.Sleep(ctx, w.o.Clock, w.o.ReplicaPoll) {
 			return
-		case <-time.After(w.o.ReplicaPoll):
 		}
 		rt, err := w.o.Replicas.GetRouting(ctx)
 		if err != nil {

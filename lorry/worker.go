@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -188,10 +189,8 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.setErr(err)
 		}
 		jitter := time.Duration(rand.Int64N(int64(every)/5 + 1))
-		select {
-		case <-ctx.Done():
+		if !clock.Sleep(ctx, w.o.Clock, every-jitter) {
 			return nil
-		case <-time.After(every - jitter):
 		}
 	}
 }
