@@ -50,6 +50,15 @@ A read that finds the node's own data corrupt takes that partition out of servic
 (other replicas serve it) while it is rebuilt from the object store. A token the control
 plane refuses ends the node with an error.
 
+Publications: each replica keeps one RocksDB per publication (chunk version + model) side
+by side: the live one, the previous one and a candidate. A batch applies to its own
+publication's database only (a snapshot replaces only that one). A publication the control
+plane retires is dropped from disk --retire-grace after the node first sees it retired
+(never a live, previous or candidate one). BatchGet reads the version the request names
+("" = the live one as the node last saw routing). Per-publication bytes are reported to
+the control plane (pillar status), in /metrics (cobbled_publication_bytes) and by
+pillar cobbled inspect.
+
 Ingest pacing: --ingest-rate caps the node's download rate for ingest (MB/s, default
 unlimited); --ingest-target-p99 slows snapshot downloads while the node's own BatchGet
 p99 is above it; --compaction-rate caps RocksDB's compaction writes. See /metrics
@@ -61,7 +70,9 @@ Examples:
    pillar cobbled serve --id n2 --zone b --data data/n2 --listen 127.0.0.1:7102 \
        --http 127.0.0.1:8102 --control 127.0.0.1:7000 --objstore s3://pillar-batches/prod
    pillar cobbled serve --id n3 --data data/n3 --listen 127.0.0.1:7103 --control 127.0.0.1:7000 \
-       --objstore data/objects --ingest-rate 200 --ingest-target-p99 3ms --compaction-rate 64`,
+       --objstore data/objects --ingest-rate 200 --ingest-target-p99 3ms --compaction-rate 64
+   pillar cobbled serve --id n1 --data data/n1 --listen 127.0.0.1:7101 --control 127.0.0.1:7000 \
+       --objstore data/objects --retire-grace 1m`,
 			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "id", Usage: "node id, unique in the deployment", Required: true},
 				&cli.StringFlag{Name: "zone", Usage: "zone (failure domain) reported to the control plane"},
@@ -80,14 +91,17 @@ Examples:
 				&cli.IntFlag{Name: "max-keys", Value: 1024, Usage: "largest BatchGet request in keys"},
 				&cli.StringFlag{Name: "max-response", Value: "64MiB", Usage: "largest BatchGet response"},
 				&cli.DurationFlag{Name: "drain", Value: 30 * time.Second, Usage: "how long shutdown waits for in-flight requests"},
+				&cli.DurationFlag{Name: "retire-grace", Value: 10 * time.Minute, Usage: "keep a retired publication's databases this long after first seeing it retired, so routers with an older table finish"},
 				&cli.StringFlag{Name: "fault-slow", Hidden: true, Usage: "test only: FRACTION:DELAY, e.g. 0.05:50ms, delays that fraction of BatchGet requests"},
 			}, cobbledPaceFlags()...), // ingest pacing: cmd_bench_ingest.go
 			Action: cobbledServe,
 		}, {
 			Name:  "inspect",
-			Usage: "show a node's data directory: partition replicas, applied seq, batch, generation, size",
+			Usage: "show a node's data directory: partition replicas, applied seq, batch, each publication's generation and size",
 			Description: `Reads the recorded state of every partition replica under --data without opening
-any database, so it is safe while the node runs (use /healthz for live figures).
+any database, so it is safe while the node runs (use /healthz for live figures). Each
+replica is followed by one line per publication database it keeps (publication "" is the
+legacy unnamed one): its generation directory, bytes on disk and last batch.
 
 Examples:
    pillar cobbled inspect --data data/n1
@@ -110,6 +124,16 @@ Examples:
 				fmt.Printf("%-9s  %8s  %-10s  %10s  %s\n", "PARTITION", "APPLIED", "GENERATION", "BYTES", "BATCH")
 				for _, r := range info.Replicas {
 					fmt.Printf("%-9d  %8d  %-10s  %10d  %s\n", r.Partition, r.AppliedSeq, r.Generation, r.Bytes, r.Batch)
+					for _, pi := range r.Publications {
+						note := ""
+						if pi.RebuildUntil > 0 {
+							note = fmt.Sprintf("  (rebuilding until seq %d)", pi.RebuildUntil)
+						}
+						fmt.Printf("  publication %-40q  %-10s  %10d  %s%s\n", pi.ID, pi.Generation, pi.Bytes, pi.Batch, note)
+					}
+					if len(r.Retired) > 0 {
+						fmt.Printf("  retired here: %s\n", strings.Join(r.Retired, ", "))
+					}
 				}
 				return nil
 			},
@@ -163,7 +187,10 @@ func cobbledServe(c *cli.Context) error {
 		Partitions: c.Int("partitions"), CacheBytes: cacheBytes, DirectReads: c.Bool("direct-reads"),
 		Control: cobbled.FromControlClient(cc), Objects: objs,
 		IngestConcurrency: c.Int("ingest-concurrency"), MaxKeys: c.Int("max-keys"), MaxResponseBytes: int(maxResp),
-		FaultDelay: fault, Logger: log, Metrics: metrics,
+		FaultDelay: fault, Logger: log, Metrics: metrics, RetireGrace: c.Duration("retire-grace"),
+	}
+	if nodeOpts.RetireGrace <= 0 {
+		return fmt.Errorf("--retire-grace %v: must be positive", nodeOpts.RetireGrace)
 	}
 	if err := cobbledPaceOptions(c, &nodeOpts); err != nil {
 		return err
@@ -237,17 +264,24 @@ func getCommand() *cli.Command {
 		Description: `Looks up page keys (32 hex characters) or URLs (normalized, then hashed to their key) on
 one cobbled node with a single BatchGet and prints, per key in order: found or not, the
 value size and a summary of the prepared page record (URL, title, chunks, versions).
-Keys of partitions the node does not hold are reported per key.
+Keys of partitions the node does not hold are reported per key. --node may also be a
+router (pillar router serve): it speaks the same API. --version reads one publication
+(default: the live one); through a router also "candidate" or "previous", and --caller
+sets the caller id of the router's A/B split. The version read is printed.
 
 Examples:
    pillar get --node 127.0.0.1:7101 https://www.postgresql.org/docs/15/sql-select.html
    pillar get --node 127.0.0.1:7101 3fa85f6457174562b3fc2c963f66afa6 --json
-   pillar get --node 127.0.0.1:7101 --out values/ $(cat keys.txt)`,
+   pillar get --node 127.0.0.1:7101 --out values/ $(cat keys.txt)
+   pillar get --node 127.0.0.1:7400 --version candidate 3fa85f6457174562b3fc2c963f66afa6
+   pillar get --node 127.0.0.1:7400 --caller user-17 3fa85f6457174562b3fc2c963f66afa6`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "node", Usage: "cobbled node address host:port", Required: true},
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "deadline for the request"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per key"},
 			&cli.StringFlag{Name: "out", Usage: "also write each found value (encoded record) to DIR/<key>.pb"},
+			&cli.StringFlag{Name: "version", Usage: `publication to read: an id ("<chunk version>/<model>"); through a router also live, candidate, previous (default: live)`},
+			&cli.StringFlag{Name: "caller", Usage: "caller id for a router's A/B split by caller"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -271,7 +305,7 @@ Examples:
 			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 			defer cancel()
 			start := time.Now()
-			resp, err := servepb.NewServeClient(conn).BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys})
+			resp, err := servepb.NewServeClient(conn).BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys, Version: c.String("version"), CallerId: c.String("caller")})
 			if err != nil {
 				return fmt.Errorf("get: %s: %w", c.String("node"), err)
 			}
@@ -287,7 +321,7 @@ Examples:
 			enc := json.NewEncoder(os.Stdout)
 			for i, r := range resp.Results {
 				hexKey := hex.EncodeToString(keys[i])
-				row := map[string]any{"key": hexKey, "found": r.Found, "bytes": len(r.Value)}
+				row := map[string]any{"key": hexKey, "found": r.Found, "bytes": len(r.Value), "version": resp.Version}
 				if labels[i] != hexKey {
 					row["arg"] = labels[i]
 				}
@@ -325,7 +359,7 @@ Examples:
 				}
 			}
 			if !c.Bool("json") {
-				fmt.Fprintf(os.Stderr, "%d keys in %v\n", len(keys), took.Round(time.Microsecond))
+				fmt.Fprintf(os.Stderr, "%d keys from version %q in %v\n", len(keys), resp.Version, took.Round(time.Microsecond))
 			}
 			return nil
 		},

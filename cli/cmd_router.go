@@ -93,20 +93,33 @@ has not answered after its node's recent p95 (within a 5% extra-request budget),
 over on errors and honours the caller's deadline. Results come back in request order;
 a key fails only when every replica of its partition failed.
 
-Metrics (hedges sent and won, failovers, per-node latency, extra-request ratio) are on
---http /metrics. The control plane must be reachable at start; later outages leave the
+Versions: every request reads one publication, resolved once per request to a concrete
+id and sent only to replicas that hold it (failover and hedges stay among them). The
+request's version field wins; otherwise --version (live, candidate, previous or an id).
+--candidate-fraction F sends F of the live reads to the candidate while it is ready: of
+requests, or, when the request carries a caller id (caller_id or x-pillar-caller
+metadata), of callers by a hash of it. A promote or rollback reaches reads as soon as the
+control plane's routing version changes (the router long-polls it). A version no replica
+can serve fails each key with KEY_NOT_SERVED naming it.
+
+Metrics (hedges sent and won, failovers, per-node latency, extra-request ratio, latency
+and requests per version and role) are on --http /metrics. The control plane must be reachable at start; later outages leave the
 cached routing table in use.
 
 Examples:
    pillar router serve --control 127.0.0.1:7000 --listen 127.0.0.1:7400 --zone a
    pillar router serve --control cp.internal:7000 --listen :7400 --http :8400 --hedge-budget 0.02
-   pillar router serve --control 127.0.0.1:7000 --no-hedge   # compare tails without hedging`,
+   pillar router serve --control 127.0.0.1:7000 --no-hedge   # compare tails without hedging
+   pillar router serve --control 127.0.0.1:7000 --candidate-fraction 0.05   # 5% A/B to the candidate
+   pillar router serve --control 127.0.0.1:7000 --listen 127.0.0.1:7401 --version candidate`,
 			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true, EnvVars: []string{envControl}},
 				controlTokenFileFlag, hiddenControlTokenFlag(), controlTLSCAFlag,
 				&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", Usage: "gRPC listen address for BatchGet"},
 				&cli.StringFlag{Name: "http", Value: "127.0.0.1:8400", Usage: "listen address for /metrics, /healthz and /readyz"},
 				&cli.DurationFlag{Name: "drain", Value: 10 * time.Second, Usage: "how long shutdown waits for in-flight requests"},
+				&cli.StringFlag{Name: "version", Usage: `publication read by requests that name none: live, candidate, previous or an id "<chunk version>/<model>" (default: live)`},
+				&cli.Float64Flag{Name: "candidate-fraction", Usage: "A/B: fraction (0..1) of live reads, or of callers by caller-id hash, sent to the ready candidate"},
 			}, routerFlags()...),
 			Action: routerServe,
 		}},
@@ -126,7 +139,7 @@ func routerServe(c *cli.Context) error {
 	}
 	defer cc.Close()
 	metrics := router.NewMetrics()
-	o := router.Options{Source: cc, Logger: log, Metrics: metrics}
+	o := router.Options{Source: cc, Logger: log, Metrics: metrics, Version: c.String("version"), CandidateFraction: c.Float64("candidate-fraction")}
 	routerOptionsFrom(c, &o, false)
 	r, err := router.New(ctx, o)
 	if err != nil {
@@ -156,7 +169,7 @@ func routerServe(c *cli.Context) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gsrv.Serve(lis) }()
 	log.Info("router: serving", "listen", lis.Addr().String(), "http", hlis.Addr().String(), "partitions", r.Partitions(),
-		"routing_version", r.RoutingVersion(), "zone", o.Zone, "hedging", !o.DisableHedging)
+		"routing_version", r.RoutingVersion(), "zone", o.Zone, "hedging", !o.DisableHedging, "version", o.Version, "candidate_fraction", o.CandidateFraction)
 	select {
 	case <-ctx.Done():
 		log.Info("router: shutting down: draining requests")

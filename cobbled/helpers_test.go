@@ -36,6 +36,12 @@ type op struct {
 // manifest.
 func writeBatch(t testing.TB, root string, parts, partition int, id, kind string, ops []op, perFile int) batch.Manifest {
 	t.Helper()
+	return writePubBatch(t, root, parts, partition, id, kind, "", ops, perFile)
+}
+
+// writePubBatch is writeBatch for a batch of publication pub.
+func writePubBatch(t testing.TB, root string, parts, partition int, id, kind, pub string, ops []op, perFile int) batch.Manifest {
+	t.Helper()
 	sort.Slice(ops, func(i, j int) bool { return ops[i].key < ops[j].key })
 	if perFile == 0 {
 		rows := make([]sstbuilder.Row, len(ops))
@@ -46,6 +52,7 @@ func writeBatch(t testing.TB, root string, parts, partition int, id, kind string
 		m, paths, err := sstbuilder.BuildPartition(ctx, sstbuilder.SliceRows(rows), &sstbuilder.BuildOptions{
 			Dir: t.TempDir(), Partition: partition, Partitions: parts, Kind: kind, BatchID: id, Source: "test"})
 		must(t, err)
+		m.Publication = pub
 		st, err := objstore.OpenLocal(root)
 		must(t, err)
 		up, err := sstbuilder.Upload(ctx, st, m, paths)
@@ -56,7 +63,7 @@ func writeBatch(t testing.TB, root string, parts, partition int, id, kind string
 		perFile = len(ops) + 1
 	}
 	m := batch.Manifest{Format: batch.FormatVersion, ID: id, Partition: partition, Partitions: parts, Kind: kind,
-		Source: "test", CreatedAtMS: time.Now().UnixMilli()}
+		Source: "test", CreatedAtMS: time.Now().UnixMilli(), Publication: pub}
 	dir := filepath.Join(root, filepath.FromSlash(batch.Prefix(partition, id)))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

@@ -43,7 +43,8 @@ type part struct {
 	keys     [][]byte // distinct keys, in first-seen order
 	pos      [][]int  // pos[j]: request positions of keys[j]
 	tried    []*node
-	inflight int // attempts in flight that cover it
+	allow    []bool // per replica of the partition: may serve the request's version (nil: all)
+	inflight int    // attempts in flight that cover it
 	done     bool
 	err      error // final error (the partition failed)
 	lastErr  error
@@ -79,6 +80,7 @@ type event struct {
 type gather struct {
 	r        *Router
 	t        *table
+	c        choice // the request's version (versions.go)
 	ctx      context.Context
 	ev       chan event
 	quit     chan struct{}
@@ -90,14 +92,35 @@ type gather struct {
 	won      int
 }
 
-// BatchGet returns one Result per key, in request order. Keys are raw
-// 16-byte page keys; duplicates are answered per position. It returns an
-// error wrapping ErrEmpty, ErrTooManyKeys or ErrBadKey for a bad request
-// (and no results), and otherwise all results, with an error wrapping the
-// first key's failure (ErrUnavailable, ErrNoReplica, context.DeadlineExceeded,
-// …) when some keys failed. Without a deadline in ctx, Options.Timeout
-// applies. It is safe for concurrent use.
+// BatchGet returns one Result per key, in request order, read from the
+// default version (Options.Version, by default the live publication, with
+// the A/B split): Read with no options.
 func (r *Router) BatchGet(ctx context.Context, keys [][]byte) ([]Result, error) {
+	resp, err := r.Read(ctx, keys, nil)
+	if resp == nil {
+		return nil, err
+	}
+	return resp.Results, err
+}
+
+// Response is one Read's answer: the results and the one version they
+// were all read from.
+type Response struct {
+	Results []Result
+	// Version is the concrete publication id read ("" = the unnamed
+	// legacy one); Role its role in the routing table used.
+	Version, Role string
+}
+
+// Read returns one Result per key, in request order, all read from one
+// version (see versions.go; ro nil = the defaults). Keys are raw 16-byte
+// page keys; duplicates are answered per position. It returns an error
+// wrapping ErrEmpty, ErrTooManyKeys or ErrBadKey for a bad request (and
+// no response), and otherwise every result, with an error wrapping the
+// first key's failure (ErrVersion, ErrUnavailable, ErrNoReplica,
+// context.DeadlineExceeded, …) when some keys failed. Without a deadline
+// in ctx, Options.Timeout applies. It is safe for concurrent use.
+func (r *Router) Read(ctx context.Context, keys [][]byte, ro *ReadOptions) (*Response, error) {
 	clk := r.opts.Clock
 	start := clk.Now()
 	m := r.opts.Metrics
@@ -116,7 +139,8 @@ func (r *Router) BatchGet(ctx context.Context, keys [][]byte) ([]Result, error) 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // every attempt still in flight (the losers) ends here
 
-	g := &gather{r: r, t: r.table.Load(), ctx: ctx, ev: make(chan event, 4), quit: make(chan struct{}), assigned: map[*node]int{}}
+	t := r.table.Load() // one table, so one version, for the whole request
+	g := &gather{r: r, t: t, c: r.resolve(t, ro), ctx: ctx, ev: make(chan event, 4), quit: make(chan struct{}), assigned: map[*node]int{}}
 	defer close(g.quit)
 	g.split(keys)
 	g.run()
@@ -142,10 +166,11 @@ func (r *Router) BatchGet(ctx context.Context, keys [][]byte) ([]Result, error) 
 		}
 	}
 	r.account(g, len(keys), failed, clock.Since(clk, start))
+	resp := &Response{Results: out, Version: g.c.id, Role: g.c.role}
 	if failed > 0 {
-		return out, fmt.Errorf("router: %d of %d keys failed: %w", failed, len(keys), first)
+		return resp, fmt.Errorf("router: %d of %d keys failed: %w", failed, len(keys), first)
 	}
-	return out, nil
+	return resp, nil
 }
 
 func (r *Router) check(keys [][]byte) error {
@@ -200,6 +225,16 @@ func (g *gather) run() {
 	groups := map[*node][]*part{}
 	var order []*node
 	for _, pt := range g.parts {
+		if g.c.err != nil {
+			g.fail(pt, g.c.err)
+			continue
+		}
+		allow, err := g.versionFilter(pt.p)
+		if err != nil {
+			g.fail(pt, err)
+			continue
+		}
+		pt.allow = allow
 		var prefer []*node
 		if !g.r.opts.Spread {
 			prefer = order
@@ -260,7 +295,7 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 	}
 	go func() {
 		start := r.opts.Clock.Now()
-		resp, err := n.client.BatchGet(actx, &servepb.BatchGetRequest{Keys: keys})
+		resp, err := n.client.BatchGet(actx, &servepb.BatchGetRequest{Keys: keys, Version: g.c.id})
 		n.outstanding.Add(-1)
 		g.send(event{a: a, resp: resp, err: err, d: clock.Since(r.opts.Clock, start)})
 	}()
@@ -330,6 +365,10 @@ func (g *gather) onAnswer(e event) {
 		}
 		if len(e.resp.Results) != want {
 			err = fmt.Errorf("router: node %s answered %d results for %d keys", n.id, len(e.resp.Results), want)
+		} else if v := e.resp.Version; v != g.c.id && (v != "" || g.c.pub != nil) {
+			// Never a mix: a node that read another version (one from
+			// before versions answers "" for the unnamed one) is an error.
+			err = fmt.Errorf("router: node %s answered version %q, asked for %q: %w", n.id, v, g.c.id, ErrVersion)
 		}
 	}
 	if err != nil {
@@ -479,8 +518,8 @@ func (g *gather) group(parts []*part) (map[*node][]*part, []*node, []*part) {
 func (g *gather) pick(pt *part, prefer []*node) *node {
 	now := g.r.opts.Clock.Now().UnixNano()
 	var tiers [3][]*node
-	for _, rep := range g.t.reps[pt.p] {
-		if !rep.eligible || slices.Contains(pt.tried, rep.node) {
+	for i, rep := range g.t.reps[pt.p] {
+		if !rep.eligible || slices.Contains(pt.tried, rep.node) || (pt.allow != nil && !pt.allow[i]) {
 			continue
 		}
 		tier := 1
@@ -524,12 +563,19 @@ func (g *gather) noReplica(pt *part) error {
 		return fmt.Errorf("router: partition %d: no replicas in routing version %d: %w", pt.p, g.t.version, ErrNoReplica)
 	}
 	var why []string
-	for _, rep := range reps {
-		if !rep.eligible {
+	for i, rep := range reps {
+		switch {
+		case !rep.eligible:
 			why = append(why, rep.why)
+		case pt.allow != nil && !pt.allow[i]:
+			why = append(why, fmt.Sprintf("node %s does not hold version %q", rep.node.id, g.c.id))
 		}
 	}
-	return fmt.Errorf("router: partition %d: no usable replica (%s): %w", pt.p, strings.Join(why, "; "), ErrNoReplica)
+	ver := ""
+	if g.c.pub != nil {
+		ver = fmt.Sprintf(" version %q:", g.c.id)
+	}
+	return fmt.Errorf("router: partition %d:%s no usable replica (%s): %w", pt.p, ver, strings.Join(why, "; "), ErrNoReplica)
 }
 
 func (g *gather) fail(pt *part, err error) {

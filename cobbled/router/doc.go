@@ -20,6 +20,24 @@
 // "up", or which lags its partition's newest batch by more than
 // MaxLagBatches, is never chosen.
 //
+// # Versions
+//
+// Every request reads exactly one publication (version): Read resolves
+// ReadOptions.Version ("" = Options.Version, by default "live"; also
+// "candidate", "previous" or an id) once, against the one routing table
+// the request uses, to a concrete publication id, sends that id with every
+// sub-request (hedges and failovers included) only to replicas that hold
+// it (not retired, BaseSeq[p] > 0, AppliedSeq >= BaseSeq[p]), and refuses
+// an answer naming another version. Options.CandidateFraction sends that
+// fraction of live reads (or of callers, by a hash of ReadOptions.Caller)
+// to the candidate while it is ready. A version that cannot be served
+// fails each key with ErrVersion naming it. A promote or rollback changes
+// the routing version; the watch long-poll installs it at once, so reads
+// switch within the control plane's notification delay. Details and the
+// stale-table fallback: versions.go. Metrics are labelled by version and
+// role (router_batchget_duration_seconds, router_version_requests_total),
+// and Stats().Versions counts requests per version.
+//
 // # One BatchGet
 //
 //	keys ──group by partition──▶ pick a replica per partition ──group by node──▶ one sub-request per node, in parallel

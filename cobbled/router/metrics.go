@@ -11,7 +11,7 @@ import (
 // registry. One Metrics belongs to one Router.
 type Metrics struct {
 	requests       *prometheus.CounterVec
-	duration       prometheus.Histogram
+	duration       *prometheus.HistogramVec
 	keys           prometheus.Counter
 	rpcs           *prometheus.CounterVec
 	rpcErrors      *prometheus.CounterVec
@@ -26,6 +26,8 @@ type Metrics struct {
 	extraRatio     prometheus.GaugeFunc
 	hedgeRatio     prometheus.GaugeFunc
 
+	versionRequests *prometheus.CounterVec
+
 	router atomic.Pointer[Router]
 }
 
@@ -35,10 +37,13 @@ func NewMetrics() *Metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "router_batchget_requests_total", Help: "BatchGet requests by outcome: ok, partial (some keys failed), failed, invalid.",
 		}, []string{"result"}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "router_batchget_duration_seconds", Help: "BatchGet latency through the router.",
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "router_batchget_duration_seconds", Help: "BatchGet latency through the router, by the publication read (version) and its role (live, candidate, previous; \"\" when the request could not be served).",
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 16), // 100µs … 3.3s
-		}),
+		}, []string{"version", "role"}),
+		versionRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "router_version_requests_total", Help: "BatchGet requests by the publication read, its role, and outcome (ok, partial, failed).",
+		}, []string{"version", "role", "result"}),
 		keys: prometheus.NewCounter(prometheus.CounterOpts{Name: "router_batchget_keys_total", Help: "Keys requested."}),
 		rpcs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "router_subrequests_total", Help: "Sub-requests sent to nodes, by kind: primary, hedge, failover.",
@@ -85,5 +90,5 @@ func (m *Metrics) bind(r *Router) { m.router.Store(r) }
 // Collectors returns every collector, for the binary to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.requests, m.duration, m.keys, m.rpcs, m.rpcErrors, m.nodeLatency, m.hedgesWon,
-		m.hedgesDenied, m.failovers, m.cancelled, m.routingErrors, m.routingKicks, m.routingVersion, m.extraRatio, m.hedgeRatio}
+		m.hedgesDenied, m.failovers, m.cancelled, m.routingErrors, m.routingKicks, m.routingVersion, m.extraRatio, m.hedgeRatio, m.versionRequests}
 }

@@ -25,6 +25,18 @@ type Options struct {
 	// different P is refused (the cached one stays in use).
 	Partitions int
 
+	// Version is the publication a request that names none reads: "" or
+	// "live" (the live publication), "candidate", "previous", or a
+	// publication id (pillar.EmbedVersionID). The default value is "":
+	// live.
+	Version string
+	// CandidateFraction is the A/B split: this fraction of the requests
+	// that read the live publication (by default: all that name no
+	// version) read the candidate instead, while the control plane lists a
+	// ready candidate; with a caller id (ReadOptions.Caller), the fraction
+	// is of callers, by a hash of the id. The default value is 0: none.
+	CandidateFraction float64
+
 	// Spread chooses each partition's replica on its own, so a request's
 	// partitions spread over several nodes and travel in parallel. The
 	// default value false puts them on as few nodes as their replicas allow
@@ -186,6 +198,12 @@ func (o Options) Validate() error {
 	}
 	if o.MaxKeys < 1 {
 		fail("MaxKeys %d must be positive", o.MaxKeys)
+	}
+	if o.CandidateFraction < 0 || o.CandidateFraction > 1 {
+		fail("CandidateFraction %v must be in [0,1]", o.CandidateFraction)
+	}
+	if o.CandidateFraction > 0 && o.Version != "" && o.Version != AliasLive {
+		fail("CandidateFraction %v splits reads of the live publication; Version %q is not live", o.CandidateFraction, o.Version)
 	}
 	if o.Timeout < 0 || o.InitTimeout < 0 || o.RefreshInterval < 0 || o.MinRefreshGap < 0 || o.EjectFor < 0 {
 		fail("durations must not be negative")

@@ -59,6 +59,7 @@ type Router struct {
 	primaries, hedges, won, failovers atomic.Int64
 	denied, cancelled, failedRequests atomic.Int64
 	routingErrors                     atomic.Int64
+	versions                          sync.Map // publication id → *versionCount
 }
 
 // New returns a router with the control plane's current routing table. A
@@ -129,19 +130,49 @@ func (r *Router) account(g *gather, keys, failed int, d time.Duration) {
 	r.failovers.Add(int64(g.counts[kindFailover]))
 	r.won.Add(int64(g.won))
 	m.hedgesWon.Add(float64(g.won))
-	m.duration.Observe(d.Seconds())
+	role := g.c.role
+	if g.c.err != nil {
+		role = ""
+	}
+	m.duration.WithLabelValues(g.c.id, role).Observe(d.Seconds())
 	m.keys.Add(float64(keys))
+	result := "ok"
 	switch {
 	case failed == 0:
-		m.requests.WithLabelValues("ok").Inc()
 	case failed < keys:
 		r.failedKeys.Add(int64(failed))
 		r.failedRequests.Add(1)
-		m.requests.WithLabelValues("partial").Inc()
+		result = "partial"
 	default:
 		r.failedKeys.Add(int64(failed))
 		r.failedRequests.Add(1)
-		m.requests.WithLabelValues("failed").Inc()
+		result = "failed"
+	}
+	m.requests.WithLabelValues(result).Inc()
+	m.versionRequests.WithLabelValues(g.c.id, role, result).Inc()
+	r.countVersion(g.c.id, role, failed > 0)
+}
+
+// versionCount is one version's request counters (Stats.Versions).
+type versionCount struct {
+	role             atomic.Pointer[string]
+	requests, failed atomic.Int64
+}
+
+func (r *Router) countVersion(id, role string, failed bool) {
+	v, ok := r.versions.Load(id)
+	if !ok {
+		v, _ = r.versions.LoadOrStore(id, new(versionCount))
+	}
+	c := v.(*versionCount)
+	if role != "" {
+		if old := c.role.Load(); old == nil || *old != role {
+			c.role.Store(&role)
+		}
+	}
+	c.requests.Add(1)
+	if failed {
+		c.failed.Add(1)
 	}
 }
 
@@ -164,6 +195,17 @@ type Stats struct {
 	ExtraRatio, HedgeRatio float64
 	HedgeTokens            float64
 	Nodes                  []NodeStats
+	// Versions counts requests per publication read, by id.
+	Versions []VersionStats
+	// Live is the live publication in the routing table in use.
+	Live string
+}
+
+// VersionStats is one publication's share of the requests.
+type VersionStats struct {
+	Version, Role  string // Role as last seen when a request read it
+	Requests       int64
+	FailedRequests int64
 }
 
 // NodeStats is one node's view.
@@ -203,5 +245,18 @@ func (r *Router) Stats() Stats {
 	}
 	r.installMu.Unlock()
 	sort.Slice(s.Nodes, func(i, j int) bool { return s.Nodes[i].ID < s.Nodes[j].ID })
+	r.versions.Range(func(k, v any) bool {
+		c := v.(*versionCount)
+		vs := VersionStats{Version: k.(string), Requests: c.requests.Load(), FailedRequests: c.failed.Load()}
+		if role := c.role.Load(); role != nil {
+			vs.Role = *role
+		}
+		s.Versions = append(s.Versions, vs)
+		return true
+	})
+	sort.Slice(s.Versions, func(i, j int) bool { return s.Versions[i].Version < s.Versions[j].Version })
+	if t := r.table.Load(); t.byRole != nil {
+		s.Live = t.byRole["live"]
+	}
 	return s
 }

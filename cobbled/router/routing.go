@@ -38,6 +38,9 @@ type table struct {
 	reps    [][]replica
 	nodes   []*node // every node of the table, once (hedge delays compare peers)
 	fetched time.Time
+	// Publications (versions.go): nil when the control plane lists none.
+	pubs   map[string]*pubInfo
+	byRole map[string]string // role → publication id
 }
 
 type replica struct {
@@ -46,6 +49,7 @@ type replica struct {
 	why      string // why not eligible, for errors
 	up       bool
 	lag      int64
+	applied  int64 // the replica's applied seq (for the publications it holds)
 }
 
 // relaxLag makes the least-lagging up replicas eligible when no replica
@@ -89,6 +93,7 @@ func (r *Router) install(rt *control.Routing) error {
 		return nil // an older answer overtaken by a newer one
 	}
 	t := &table{version: rt.Version, partitions: rt.Partitions, reps: make([][]replica, rt.Partitions), fetched: r.opts.Clock.Now()}
+	t.pubs, t.byRole = compilePubs(rt)
 	used := map[string]*node{}
 	for p, reps := range rt.Replicas {
 		newest := int64(0)
@@ -119,7 +124,7 @@ func (r *Router) install(rt *control.Routing) error {
 			case r.opts.MaxLagBatches >= 0 && lag > r.opts.MaxLagBatches:
 				x.eligible, x.why = false, fmt.Sprintf("node %s lags %d batches (limit %d)", rep.NodeID, lag, r.opts.MaxLagBatches)
 			}
-			x.up, x.lag = rep.State == control.StateUp, lag
+			x.up, x.lag, x.applied = rep.State == control.StateUp, lag, rep.AppliedSeq
 			t.reps[p] = append(t.reps[p], x)
 		}
 		// When every up replica lags past the limit (a burst of batches, a
@@ -141,7 +146,7 @@ func (r *Router) install(rt *control.Routing) error {
 	m := r.opts.Metrics
 	m.routingVersion.Set(float64(t.version))
 	if cur == nil || cur.version != t.version {
-		r.opts.Logger.Info("router: routing installed", "version", t.version, "partitions", t.partitions, "nodes", len(r.nodes))
+		r.opts.Logger.Info("router: routing installed", "version", t.version, "partitions", t.partitions, "nodes", len(r.nodes), "live", rt.Live, "publications", len(rt.Publications))
 	}
 	return nil
 }
