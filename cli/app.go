@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 
 	"github.com/urfave/cli/v2"
 )
@@ -50,9 +51,31 @@ Examples:
 		},
 		Before: setupLogging, // logging.go
 
-		Commands:             commands(),
+		Commands:             ownFlags(commands()),
 		EnableBashCompletion: true,
 	}
+}
+
+// ownFlags gives every command its own copy of each flag. The vocabulary's
+// flags are shared package variables (flags_vocab.go), and urfave/cli
+// writes into a flag when it parses one (a value found in an environment
+// variable becomes the flag's Value): without copies, one App's parse would
+// leak into the next one built in the same process (tests build many).
+func ownFlags(cmds []*cli.Command) []*cli.Command {
+	for _, c := range cmds {
+		fl := make([]cli.Flag, len(c.Flags))
+		for i, f := range c.Flags {
+			fl[i] = f
+			if v := reflect.ValueOf(f); v.Kind() == reflect.Pointer && v.Elem().Kind() == reflect.Struct {
+				cp := reflect.New(v.Elem().Type())
+				cp.Elem().Set(v.Elem())
+				fl[i] = cp.Interface().(cli.Flag)
+			}
+		}
+		c.Flags = fl
+		c.Subcommands = ownFlags(c.Subcommands)
+	}
+	return cmds
 }
 
 // logger returns the process logger (stderr, level from --log-level).

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -35,7 +34,7 @@ func pipelineOptions(c *cli.Context) pipeline.Options {
 
 func printResult(c *cli.Context, verb string, r *pipeline.Result) error {
 	if c.Bool("json") {
-		return json.NewEncoder(os.Stdout).Encode(r)
+		return printJSON(c.App.Writer, r)
 	}
 	if r.DryRun {
 		fmt.Printf("dry run: %s %s would process %d pages in %d slices, drop %d stale pages,\n  read ~%s and write ~%s into %s\n",
@@ -135,7 +134,7 @@ func versionsCommand() *cli.Command {
 			}
 			pub, _ := pillar.LoadPublished(c.Context, sn)
 			if c.Bool("json") {
-				return json.NewEncoder(os.Stdout).Encode(map[string]any{"versions": vs, "published": pub})
+				return printJSON(c.App.Writer, map[string]any{"versions": vs, "published": pub})
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "KIND\tID\tSTATE\tPAGES\tROWS\tEMPTY\tSPEC\tBUILT")
@@ -187,7 +186,7 @@ Examples:
 				return err
 			}
 			if c.Bool("json") {
-				return json.NewEncoder(os.Stdout).Encode(p)
+				return printJSON(c.App.Writer, p)
 			}
 			fmt.Printf("preview on %d sampled pages: %d get different chunk boundaries\n\n", p.Sample, p.ChangedPages)
 			tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)

@@ -116,9 +116,7 @@ Examples:
 					return err
 				}
 				if c.Bool("json") {
-					enc := json.NewEncoder(os.Stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(info)
+					return printJSON(c.App.Writer, info) // jsonshape.go
 				}
 				fmt.Printf("%s: %d partitions, %d replicas held\n\n", info.Dir, info.Partitions, len(info.Replicas))
 				fmt.Printf("%-9s  %8s  %-10s  %10s  %s\n", "PARTITION", "APPLIED", "GENERATION", "BYTES", "BATCH")

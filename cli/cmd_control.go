@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"text/tabwriter"
 	"time"
 
@@ -226,12 +227,21 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// batchJSON is one batch-log entry of `control batches --json`.
+type batchJSON struct {
+	Seq          int64          `json:"seq"`
+	RegisteredAt time.Time      `json:"registered_at"`
+	Manifest     batch.Manifest `json:"manifest"`
+	Retracted    string         `json:"retracted,omitempty"`
+}
+
 func controlBatchesCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "batches",
 		Usage: "list a partition's batch log",
 		Description: `Lists the registered (not garbage-collected) batches of one partition in sequence
 order. With --follow it keeps long-polling and prints batches as they are registered.
+--json prints one array; with --follow, one object per line as batches arrive.
 
 Examples:
    pillar control batches --control 127.0.0.1:7000 --partition 3
@@ -268,14 +278,16 @@ Examples:
 					}
 					return err
 				}
+				if asJSON && !c.Bool("follow") {
+					rows := make([]batchJSON, 0, len(list))
+					for _, e := range list {
+						rows = append(rows, batchJSON{e.Seq, e.RegisteredAt, e.Manifest, e.Retracted})
+					}
+					return printJSON(c.App.Writer, rows)
+				}
 				for _, e := range list {
-					if asJSON {
-						b, _ := json.Marshal(struct {
-							Seq          int64          `json:"seq"`
-							RegisteredAt time.Time      `json:"registered_at"`
-							Manifest     batch.Manifest `json:"manifest"`
-							Retracted    string         `json:"retracted,omitempty"`
-						}{e.Seq, e.RegisteredAt, e.Manifest, e.Retracted})
+					if asJSON { // --follow: one object per line as batches arrive
+						b, _ := json.Marshal(jsonShape(reflect.ValueOf(batchJSON{e.Seq, e.RegisteredAt, e.Manifest, e.Retracted})))
 						fmt.Fprintln(c.App.Writer, string(b))
 						continue
 					}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -103,9 +102,7 @@ Examples:
 				return err
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return printJSON(c.App.Writer, rep)
 			}
 			fmt.Fprintf(c.App.Writer, "read %d manifests; rebuilt %d batches of %d partitions in %s\n",
 				rep.Manifests, rep.Registered, rep.Partitions, time.Since(start).Round(time.Millisecond))

@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -89,7 +87,7 @@ func runExportPublish(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("json") {
-		return json.NewEncoder(os.Stdout).Encode(res)
+		return printJSON(c.App.Writer, res)
 	}
 	if res.Resumed {
 		fmt.Printf("export %s was committed by an earlier run; completed its batches\n", id)

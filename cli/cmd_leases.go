@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -43,7 +42,7 @@ Examples:
 				if leases == nil {
 					leases = []local.LeaseInfo{}
 				}
-				return json.NewEncoder(out).Encode(leases)
+				return printJSON(out, leases)
 			}
 			fmt.Fprintf(out, "%d live leases; current generation %d\n", len(leases), ls.Info().Generation)
 			if len(leases) == 0 {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/csv"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -73,7 +72,7 @@ Examples:
 
 func printPublish(c *cli.Context, verb string, r *pipeline.PublishResult) error {
 	if c.Bool("json") {
-		return json.NewEncoder(os.Stdout).Encode(r)
+		return printJSON(c.App.Writer, r)
 	}
 	if r.DryRun {
 		fmt.Printf("dry run: would publish chunks %s, model %s; %s\n", r.Published.ChunkVersion, r.Published.Model, r.Export.Reason)
@@ -173,7 +172,7 @@ Examples:
 				return err
 			}
 			if c.Bool("json") {
-				return json.NewEncoder(os.Stdout).Encode(map[string]any{"export": meta, "result": res})
+				return printJSON(c.App.Writer, map[string]any{"export": meta, "result": res})
 			}
 			fmt.Printf("exported %d pages (%s of records, %d member pages skipped) in %s to %s\n",
 				res.Pages, humanBytes(res.Bytes), res.Skipped, res.Duration, out)
@@ -234,7 +233,7 @@ Examples:
 					return err
 				}
 				if c.Bool("json") {
-					return json.NewEncoder(os.Stdout).Encode(r)
+					return printJSON(c.App.Writer, r)
 				}
 				if r.Skipped {
 					fmt.Printf("subsets recompute: these inputs were already processed (run %s): nothing to do\n", r.RunID)
@@ -274,7 +273,7 @@ Examples:
 					return err
 				}
 				if c.Bool("json") {
-					return json.NewEncoder(os.Stdout).Encode(ms)
+					return printJSON(c.App.Writer, ms)
 				}
 				if len(ms) == 0 {
 					fmt.Println("no subsets yet: run `pillar subsets recompute --policies FILE`")

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -151,9 +150,7 @@ func planRun(c *cli.Context) error {
 	}
 	out := c.App.Writer
 	if c.Bool("json") {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		return printJSON(out, struct {
 			Plan        *plan.Result  `json:"plan"`
 			Sensitivity [][]plan.Cell `json:"sensitivity"`
 			Bench       *plan.Bench   `json:"bench,omitempty"`

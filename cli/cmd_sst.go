@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -261,9 +260,7 @@ Examples:
 				return err
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(in)
+				return printJSON(c.App.Writer, in)
 			}
 			in.WriteText(c.App.Writer)
 			return nil
@@ -391,9 +388,7 @@ func sstLsCommand() *cli.Command {
 				return err
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(ms)
+				return printJSON(c.App.Writer, ms)
 			}
 			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "PARTITION\tBATCH\tKIND\tKEYS\tDELETES\tFILES\tBYTES\tCREATED\tSOURCE")

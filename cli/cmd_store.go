@@ -115,7 +115,7 @@ Examples:
 				return err
 			}
 			if c.Bool("json") {
-				return json.NewEncoder(c.App.Writer).Encode(stats)
+				return printJSON(c.App.Writer, stats)
 			}
 			fmt.Fprintf(c.App.Writer, "ingested %d pages from %d files in %.1fs (%.1f MB of HTML, %.0f pages/s)\n",
 				stats.Pages, stats.Files, float64(stats.DurationMS)/1000, float64(stats.HTMLBytes)/1e6,

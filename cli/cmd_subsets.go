@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -73,10 +72,7 @@ Examples:
 			var list subsets.ErrorList
 			if errors.As(err, &list) {
 				if c.Bool("json") {
-					enc := json.NewEncoder(c.App.Writer)
-					enc.SetIndent("", "  ")
-					enc.SetEscapeHTML(false)
-					_ = enc.Encode(map[string]any{"file": path, "valid": false, "errors": list})
+					_ = printJSON(c.App.Writer, map[string]any{"file": path, "valid": false, "errors": list})
 				} else {
 					for _, e := range list {
 						fmt.Fprintln(c.App.ErrWriter, e.Error())
@@ -121,10 +117,7 @@ func printPoliciesJSON(w io.Writer, path string, set *subsets.Set) error {
 	for n, t := range set.Signals() {
 		sigs[n] = t.String()
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(map[string]any{"file": path, "valid": true, "signals": sigs, "policies": ps})
+	return printJSON(w, map[string]any{"file": path, "valid": true, "signals": sigs, "policies": ps})
 }
 
 func printPolicies(w io.Writer, path string, set *subsets.Set) error {
@@ -273,10 +266,7 @@ Examples:
 					}
 					out.Verdict = append(out.Verdict, r)
 				}
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				enc.SetEscapeHTML(false)
-				return enc.Encode(out)
+				return printJSON(c.App.Writer, out)
 			}
 			w := c.App.Writer
 			fmt.Fprintf(w, "page %s %s, as of %s\n\n", page.Key, page.URL, asOf.UTC().Format(time.RFC3339))

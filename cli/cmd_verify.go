@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -49,7 +48,7 @@ Examples:
 			}
 			out := c.App.Writer
 			if c.Bool("json") {
-				if err := json.NewEncoder(out).Encode(rep); err != nil {
+				if err := printJSON(out, rep); err != nil {
 					return err
 				}
 			} else {

@@ -24,6 +24,7 @@ func tokenOf(t *testing.T, args ...string) (string, error) {
 		Name: "serve", Flags: []cli.Flag{controlTokenFileFlag, hiddenControlTokenFlag()},
 		Action: func(c *cli.Context) error { tok, terr = controlToken(c); return nil },
 	}}}
+	app.Commands = ownFlags(app.Commands) // as newApp: the shared flags stay pristine
 	if err := app.Run(append([]string{"pillar", "serve"}, args...)); err != nil {
 		t.Fatal(err)
 	}

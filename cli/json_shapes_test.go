@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +14,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pillarkit/pillar/cobbled"
+	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/internal/objstore"
 )
 
 var (
@@ -161,5 +167,125 @@ func TestTablesJSONAndFiles(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) == 0 || !strings.HasPrefix(lines[0], "docs\t/") || !strings.HasSuffix(lines[0], ".parquet") {
 		t.Errorf("tables --files:\n%s", out)
+	}
+}
+
+// TestJSONShapesEveryCommand runs every command that prints a result with
+// --json on a real store, control plane and object store, and checks each
+// output's shape (snake_case keys, _ms durations, RFC 3339 times). The
+// servers' JSON is /healthz (internal/health, tested per server); get
+// prints one object per key and is checked in its own test.
+func TestJSONShapesEveryCommand(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	store, objs, pages := filepath.Join(dir, "store"), filepath.Join(dir, "objects"), filepath.Join(dir, "pages")
+	writeCorpus(t, pages, 10, "v1")
+	pol := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(pol, []byte("policies:\n  - name: all\n    exported: true\n    where: text_len > 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := startControlPlane(t, ctx, dir, 2)
+	checked := map[string]bool{}
+	// js runs a command and checks its --json output (one JSON value).
+	js := func(args ...string) any {
+		t.Helper()
+		app := newApp()
+		var stdout, stderr bytes.Buffer
+		app.Writer, app.ErrWriter, app.Before = &stdout, &stderr, nil
+		// As Main: flags may follow arguments (args.go).
+		if err := app.RunContext(ctx, normalizeArgs(app, append([]string{"pillar"}, args...), &stderr)); err != nil {
+			t.Fatalf("pillar %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		}
+		out := stdout.String()
+		var v any
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatalf("pillar %s: not one JSON value: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		var name []string
+		for cmds := newApp().Commands; len(name) < len(args); {
+			sub := findCommand(cmds, args[len(name)])
+			if sub == nil {
+				break
+			}
+			name, cmds = append(name, sub.Name), sub.Subcommands
+		}
+		what := strings.Join(name, " ")
+		checkJSONShape(t, what+" --json", v, "attributes", "instances") // user-named attributes, instance types
+		checked[what] = true
+		return v
+	}
+	obj := func(v any, key string) any {
+		t.Helper()
+		m, ok := v.(map[string]any)
+		if !ok || m[key] == nil {
+			t.Fatalf("no %q in %v", key, v)
+		}
+		return m[key]
+	}
+	js("ingest", "--store", store, "--from", pages, "--base-url", "https://ex.org/", "--partitions", "2", "--json")
+	cv := obj(js("backfill", "rechunk", "--store", store, "--chunker", "tokens:size=40,overlap=8", "--json"), "version").(string)
+	js("backfill", "embed", "--store", store, "--chunks", cv, "--model", "hash:dim=8", "--json")
+	js("backfill", "preview", "--store", store, "--chunker", "tokens:size=30,overlap=4", "--baseline", "tokens:size=40,overlap=8", "--json")
+	js("subsets", "validate", "--policies", pol, "--json")
+	js("subsets", "recompute", "--store", store, "--policies", pol, "--as-of", "2026-11-30T00:00:00Z", "--json")
+	js("subsets", "show", "--store", store, "--json")
+	pub := js("publish", "--store", store, "--chunks", cv, "--model", "hash:dim=8", "--json")
+	if e := obj(pub, "export").(map[string]any); e["bulk"] == nil {
+		t.Errorf("publish --json: export without bulk (internal/scalebench reads export.puts and export.bulk): %v", e)
+	}
+	cv2 := obj(js("backfill", "rechunk", "--store", store, "--chunker", "tokens:size=30,overlap=4", "--json"), "version").(string)
+	js("backfill", "embed", "--store", store, "--chunks", cv2, "--model", "hash:dim=8", "--json")
+	js("publish", "--store", store, "--chunks", cv2, "--model", "hash:dim=8", "--json")
+	js("rollback", "--store", store, "--json")
+	js("versions", "--store", store, "--json")
+	js("export", "--store", store, "--out", filepath.Join(dir, "exp1"), "--json")
+	js("lorry", "run", "--store", store, "--objstore", objs, "--control", addr, "--once", "--json")
+	js("export", "--store", store, "--out", filepath.Join(dir, "exp2"), "--objstore", objs, "--control", addr, "--json")
+	js("verify", "--store", store, "--json")
+	js("leases", "--store", store, "--json")
+	js("control", "batches", "--control", addr, "--partition", "0", "--json")
+	ls := js("sst", "ls", objs, "--json")
+	list, _ := ls.([]any)
+	if len(list) == 0 {
+		t.Fatalf("sst ls --json: no batches: %v", ls)
+	}
+	id := obj(list[0], "id").(string)
+	part := int(obj(list[0], "partition").(float64))
+	js("sst", "inspect", filepath.Join(objs, "batches", fmt.Sprintf("p%05d", part), id), "--json")
+	// A node's data directory holding partition 0 as the batch log has it.
+	node := filepath.Join(dir, "node")
+	lo, err := objstore.OpenLocal(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := cobbled.Open(ctx, cobbled.Options{ID: "n1", Addr: "127.0.0.1:1", Dir: node, Partitions: 2, CacheBytes: 8 << 20, Objects: lo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := control.Dial(addr, &control.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	log, err := cl.ListBatches(ctx, 0, 0, 100, 0)
+	if err != nil || len(log) == 0 {
+		t.Fatalf("batch log of partition 0: %d entries, %v", len(log), err)
+	}
+	for _, e := range log {
+		if err := n.Apply(ctx, cobbled.Batch{Seq: e.Seq, Manifest: e.Manifest}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.Close()
+	if reps := obj(js("cobbled", "inspect", "--data", node, "--json"), "replicas").([]any); len(reps) != 1 {
+		t.Errorf("cobbled inspect --json: %d replicas, want 1", len(reps))
+	}
+	js(append(append([]string{"plan"}, planReference...), "--json")...)
+	for _, want := range []string{"ingest", "backfill rechunk", "backfill embed", "backfill preview", "versions", "publish", "rollback",
+		"export", "subsets validate", "subsets recompute", "subsets show", "verify", "leases", "control batches", "sst ls",
+		"sst inspect", "cobbled inspect", "plan", "lorry run"} {
+		if !checked[want] {
+			t.Errorf("%s --json not checked", want)
+		}
 	}
 }

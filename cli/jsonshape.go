@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
 	"strings"
 	"time"
 	"unicode"
@@ -21,6 +22,7 @@ import (
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // predicates hold < and >
 	return enc.Encode(jsonShape(reflect.ValueOf(v)))
 }
 
@@ -124,11 +126,23 @@ func shapeStruct(v reflect.Value, m map[string]any) {
 			name = snakeCase(f.Name)
 		}
 		if isDuration(f.Type) && !strings.HasSuffix(name, "_ms") {
-			name += "_ms"
+			name = strings.TrimSuffix(name, "_ns") + "_ms" // the value becomes milliseconds
+		}
+		if f.Type.Kind() == reflect.String && durationName.MatchString(name) {
+			// A library result that carries its duration as a Go duration
+			// string ("1.5s"): milliseconds under _ms, as every other.
+			if d, err := time.ParseDuration(fv.String()); err == nil {
+				m[name+"_ms"] = durationMs(d)
+				continue
+			}
 		}
 		m[name] = jsonShape(fv)
 	}
 }
+
+// durationName matches a key that names a duration (and is not a time of
+// day: those end in _at).
+var durationName = regexp.MustCompile(`(^|_)(elapsed|duration|took|latency|uptime|wait|interval|timeout)$`)
 
 func isDuration(t reflect.Type) bool {
 	for t.Kind() == reflect.Pointer {
