@@ -330,6 +330,7 @@ Examples:
 			s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 			&cli.IntFlag{Name: "partition", Usage: "partition of the batch (with --objstore)"},
 			&cli.StringFlag{Name: "id", Usage: "batch id (with --objstore)"},
+			controlJSONFlag,
 		),
 		Action: func(c *cli.Context) error {
 			var raw []byte
@@ -362,6 +363,9 @@ Examples:
 			seq, err := cl.RegisterBatch(c.Context, m)
 			if err != nil {
 				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, map[string]any{"partition": m.Partition, "seq": seq, "batch": m.ID})
 			}
 			fmt.Fprintf(c.App.Writer, "partition %d seq %d batch %s\n", m.Partition, seq, m.ID)
 			return nil
@@ -415,6 +419,7 @@ Examples:
 		Flags: controlClientFlags(
 			&cli.StringFlag{Name: "node", Required: true, Usage: "node id"},
 			&cli.BoolFlag{Name: "force", Usage: "remove the node even if it is up"},
+			controlJSONFlag,
 		),
 		Action: func(c *cli.Context) error {
 			cl, err := dialControl(c)
@@ -424,6 +429,9 @@ Examples:
 			defer cl.Close()
 			if err := cl.RemoveNode(c.Context, c.String("node"), c.Bool("force")); err != nil {
 				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, map[string]any{"node": c.String("node"), "removed": true})
 			}
 			fmt.Fprintf(c.App.Writer, "node %s removed; its partitions are reassigned\n", c.String("node"))
 			return nil

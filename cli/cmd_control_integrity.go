@@ -32,6 +32,7 @@ Examples:
 		Flags: controlClientFlags(
 			&cli.StringFlag{Name: "batch", Required: true, Usage: "the batch id"},
 			&cli.StringFlag{Name: "why", Required: true, Usage: "the reason, recorded and shown to operators"},
+			controlJSONFlag,
 		),
 		Action: func(c *cli.Context) error {
 			if strings.TrimSpace(c.String("why")) == "" {
@@ -45,6 +46,9 @@ Examples:
 			r, err := cl.RetractBatch(c.Context, c.String("batch"), c.String("why"))
 			if err != nil {
 				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, map[string]any{"batch": c.String("batch"), "partition": r.Partition, "seq": r.Seq, "already": r.Already})
 			}
 			if r.Already {
 				fmt.Fprintf(c.App.Writer, "batch %s (partition %d seq %d) was already retracted\n", c.String("batch"), r.Partition, r.Seq)

@@ -34,6 +34,7 @@ func jobsCommand() *cli.Command {
 			&cli.StringFlag{Name: "yt-root", Value: "//home/pillar", Usage: "Cypress directory of the store's tables on YTsaurus"},
 			&cli.StringFlag{Name: "job-binary", Value: "bin/pillar-job", Usage: "job binary uploaded to YTsaurus (CGO_ENABLED=0 go build -o bin/pillar-job ./jobs/cmd/pillar-job)"},
 			&cli.BoolFlag{Name: "no-progress", Usage: "no progress bar or progress log lines"},
+			&cli.BoolFlag{Name: "json", Usage: "print the operation's statistics as JSON"},
 		}, extra...)
 	}
 	jobFlag := func(name, usage string) []cli.Flag {
@@ -67,7 +68,24 @@ Examples:
 			{
 				Name:  "list",
 				Usage: "list the registered jobs, their parameters and the row types",
+				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print as JSON"}},
 				Action: func(c *cli.Context) error {
+					if c.Bool("json") {
+						type jobJSON struct {
+							Name   string   `json:"name"`
+							Type   string   `json:"type"`
+							Params []string `json:"params"`
+							Usage  string   `json:"usage"`
+						}
+						out := struct {
+							Jobs     []jobJSON `json:"jobs"`
+							RowTypes []string  `json:"row_types"`
+						}{Jobs: []jobJSON{}, RowTypes: jobs.RowTypeNames()}
+						for _, e := range jobs.Registered() {
+							out.Jobs = append(out.Jobs, jobJSON{e.Name, fmt.Sprintf("%T", e.Job), append([]string{}, jobs.Params(e.Job)...), e.Usage})
+						}
+						return printJSON(c.App.Writer, out)
+					}
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "JOB\tTYPE\tPARAMETERS\tUSAGE")
 					for _, e := range jobs.Registered() {
@@ -241,6 +259,9 @@ func runJobOp(c *cli.Context, k jobs.Kind, run func(jobs.Runner, *jobs.Op) error
 	}
 	if err := run(r, op); err != nil {
 		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, map[string]any{"kind": string(k), "stats": st})
 	}
 	fmt.Fprintf(c.App.Writer, "%s: %d input rows → %d output rows in %d jobs, %s", k, st.InputRows, st.OutputRows, st.Jobs, st.Elapsed.Round(time.Millisecond))
 	if st.SortedBytes > 0 {

@@ -293,6 +293,7 @@ Examples:
 			&cli.IntFlag{Name: "delete-every", Usage: "delta only: every Nth page is a delete"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "random seed"},
 			&cli.StringFlag{Name: "compression", Value: "snappy", Usage: "Parquet compression: snappy, zstd or none"},
+			&cli.BoolFlag{Name: "json", Usage: "print the export's export.json as JSON"},
 		},
 		Action: func(c *cli.Context) error {
 			enc, err := record.ParseEncoding(c.String("encoding"))
@@ -319,6 +320,9 @@ Examples:
 			for _, f := range meta.Files {
 				rows += f.Rows
 				bytes += f.Bytes
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, map[string]any{"dir": c.String("out"), "rows": rows, "bytes": bytes, "export": meta})
 			}
 			fmt.Fprintf(c.App.Writer, "export %s: %d partitions (%d with rows), %d rows, %d Parquet bytes in %s\n",
 				meta.ID, meta.Partitions, len(meta.Files), rows, bytes, c.String("out"))
@@ -347,6 +351,7 @@ func sstUploadExportCommand() *cli.Command {
 			&cli.StringFlag{Name: "export", Required: true, Usage: "local export directory"},
 			&cli.StringFlag{Name: "to", Required: true, Usage: "object-store URL the export goes to"},
 			s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
 		Action: func(c *cli.Context) error {
 			st, err := sstOpenStore(c, c.String("to"))
@@ -355,6 +360,9 @@ func sstUploadExportCommand() *cli.Command {
 			}
 			if err := sstbuilder.UploadExport(c.Context, st, c.String("export"), ""); err != nil {
 				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, map[string]any{"export": c.String("export"), "to": c.String("to"), "uploaded": true})
 			}
 			fmt.Fprintf(c.App.Writer, "uploaded %s to %s\n", c.String("export"), c.String("to"))
 			return nil

@@ -281,9 +281,20 @@ func TestJSONShapesEveryCommand(t *testing.T) {
 		t.Errorf("cobbled inspect --json: %d replicas, want 1", len(reps))
 	}
 	js(append(append([]string{"plan"}, planReference...), "--json")...)
+	js("jobs", "list", "--json")
+	js("jobs", "map", "--store", store, "--job", "wordcount", "-i", "docs", "-o", "wc", "-o", "docwords", "--no-progress", "--json")
+	again := js("control", "register", "--control", addr, "--objstore", objs, "--partition", fmt.Sprint(part), "--id", id, "--json")
+	if obj(again, "batch") != id {
+		t.Errorf("control register --json: %v", again)
+	}
+	js("control", "retract", "--control", addr, "--batch", id, "--why", "test", "--json")
+	synth := filepath.Join(dir, "synth")
+	js("sst", "synth-export", "--out", synth, "--partitions", "2", "--pages", "20", "--json")
+	js("sst", "upload-export", "--export", synth, "--to", filepath.Join(dir, "uploaded"), "--json")
 	for _, want := range []string{"ingest", "backfill rechunk", "backfill embed", "backfill preview", "versions", "publish", "rollback",
 		"export", "subsets validate", "subsets recompute", "subsets show", "verify", "leases", "control batches", "sst ls",
-		"sst inspect", "cobbled inspect", "plan", "lorry run"} {
+		"sst inspect", "cobbled inspect", "plan", "lorry run", "jobs list", "jobs map", "control register", "control retract",
+		"sst synth-export", "sst upload-export"} {
 		if !checked[want] {
 			t.Errorf("%s --json not checked", want)
 		}
