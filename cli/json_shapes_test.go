@@ -300,3 +300,16 @@ func TestJSONShapesEveryCommand(t *testing.T) {
 		}
 	}
 }
+
+// internal/scalebench reads `backfill rechunk --json` and `publish --json`
+// by taking the last stdout line that starts with '{': the whole value must
+// be on it.
+func TestJSONOnOneLine(t *testing.T) {
+	var b bytes.Buffer
+	if err := printJSON(&b, map[string]any{"version": "v1", "export": map[string]any{"puts": 3, "list": []map[string]int{{"a": 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.String(); strings.Count(s, "\n") != 1 || !strings.HasPrefix(s, "{") {
+		t.Fatalf("printJSON wrote %q", s)
+	}
+}

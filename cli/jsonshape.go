@@ -18,10 +18,11 @@ import (
 	"unicode"
 )
 
-// printJSON writes v in the JSON shape, indented.
+// printJSON writes v in the JSON shape on one line: scripts that take the
+// last line starting with '{' (internal/scalebench) or read line by line get
+// the whole value; people pipe it to jq.
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false) // predicates hold < and >
 	return enc.Encode(jsonShape(reflect.ValueOf(v)))
 }
