@@ -10,8 +10,6 @@ import (
 	"github.com/urfave/cli/v2"
 	"go.ytsaurus.tech/yt/go/ypath"
 	"go.ytsaurus.tech/yt/go/yson"
-	"go.ytsaurus.tech/yt/go/yt"
-	"go.ytsaurus.tech/yt/go/yt/ythttp"
 
 	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/jobs"
@@ -30,7 +28,7 @@ func jobsCommand() *cli.Command {
 			&cli.StringFlag{Name: "memory-limit", Value: "512MiB", Usage: "memory of the local sort (spills beyond it) and of one YTsaurus job; e.g. 256MiB, 2GiB"},
 			&cli.StringSliceFlag{Name: "secret-env", Usage: "pass environment variable NAME to the jobs' secure vault (repeat)"},
 			&cli.StringFlag{Name: "title", Usage: "operation title"},
-			&cli.StringFlag{Name: "yt-proxy", Usage: "run on this YTsaurus cluster instead of locally (token from YT_TOKEN)", EnvVars: []string{"YT_PROXY"}},
+			&cli.StringFlag{Name: "yt-proxy", Usage: "run on this YTsaurus cluster instead of locally (token from YT_TOKEN, else YT_TOKEN_FILE or ~/.yt/token)", EnvVars: []string{"YT_PROXY"}},
 			&cli.StringFlag{Name: "yt-root", Value: "//home/pillar", Usage: "Cypress directory of the store's tables on YTsaurus"},
 			&cli.StringFlag{Name: "job-binary", Value: "bin/pillar-job", Usage: "job binary uploaded to YTsaurus (CGO_ENABLED=0 go build -o bin/pillar-job ./jobs/cmd/pillar-job)"},
 			&cli.BoolFlag{Name: "no-progress", Usage: "no progress bar or progress log lines"},
@@ -239,7 +237,7 @@ func runJobOp(c *cli.Context, k jobs.Kind, run func(jobs.Runner, *jobs.Op) error
 	op.Stats = &st
 	var r jobs.Runner
 	if proxy := c.String("yt-proxy"); proxy != "" {
-		yc, err := ythttp.NewClient(&yt.Config{Proxy: proxy})
+		yc, err := newYTClient(proxy) // store_yt.go: the one client and token path
 		if err != nil {
 			return fmt.Errorf("--yt-proxy %s: %w", proxy, err)
 		}

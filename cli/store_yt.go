@@ -38,11 +38,12 @@ var ytRunFlags = []cli.Flag{
 
 func init() { runFlags = append(runFlags, ytRunFlags...) }
 
-// newYTClient returns the client of the cluster at YT_PROXY, with the token
-// in YT_TOKEN, else YT_TOKEN_FILE or ~/.yt/token. Tests replace it with the
-// FAKE cluster (jobs/ytfake).
-var newYTClient = func() (yt.Client, error) {
-	return ythttp.NewClient(&yt.Config{ReadTokenFromFile: true})
+// newYTClient returns the client of the cluster at proxy ("": YT_PROXY),
+// with the token in YT_TOKEN, else YT_TOKEN_FILE or ~/.yt/token: the one
+// YTsaurus client of the CLI (yt:// stores and `pillar jobs --yt-proxy`).
+// Tests replace it with the FAKE cluster (jobs/ytfake).
+var newYTClient = func(proxy string) (yt.Client, error) {
+	return ythttp.NewClient(&yt.Config{Proxy: proxy, ReadTokenFromFile: true})
 }
 
 // openYTStore opens (with create: creates when missing) the store at a
@@ -55,7 +56,7 @@ func openYTStore(c *cli.Context, loc string, create bool, partitions int) (pilla
 	if os.Getenv("YT_PROXY") == "" {
 		return nil, fmt.Errorf("--store %s: set YT_PROXY to the cluster's proxy (and YT_TOKEN or YT_TOKEN_FILE to your token); see docs/ytsaurus.md", loc)
 	}
-	yc, err := newYTClient()
+	yc, err := newYTClient("")
 	if err != nil {
 		return nil, fmt.Errorf("--store %s: YTsaurus client for %s: %w", loc, os.Getenv("YT_PROXY"), err)
 	}

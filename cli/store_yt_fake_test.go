@@ -34,7 +34,7 @@ func TestYTStoreOnFakeCluster(t *testing.T) {
 	fake := ytfake.New(&ytfake.Options{SandboxDir: t.TempDir()})
 	t.Cleanup(func() { fake.Close() })
 	old := newYTClient
-	newYTClient = func() (yt.Client, error) { return fake, nil }
+	newYTClient = func(string) (yt.Client, error) { return fake, nil }
 	t.Cleanup(func() { newYTClient = old })
 	t.Setenv("YT_PROXY", "fake.invalid")
 	// Flags, not PILLAR_STORE / PILLAR_JOB_BINARY: urfave/cli stores an
