@@ -7,16 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -199,18 +195,10 @@ func cobbledServe(c *cli.Context) error {
 	}
 	defer node.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(metrics.Collectors()...)
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	node.HealthHandler().Register(mux) // /healthz, /readyz (internal/health)
-	hlis, err := net.Listen("tcp", httpAddr)
+	hsrv, err := startDaemonHTTP("cobbled serve", httpAddr, node.HealthHandler(), metrics.Collectors()...) // daemon.go: /metrics, /healthz, /readyz
 	if err != nil {
-		return fmt.Errorf("cobbled: http listen: %w", err)
+		return err
 	}
-	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go hsrv.Serve(hlis)
 	defer hsrv.Close()
 
 	lis, err := net.Listen("tcp", c.String("listen"))
@@ -224,7 +212,7 @@ func cobbledServe(c *cli.Context) error {
 	runCtx, stopRun := context.WithCancel(ctx)
 	runErr := make(chan error, 1)
 	go func() { runErr <- node.Run(runCtx) }()
-	log.Info("cobbled: serving", "listen", lis.Addr().String(), "http", hlis.Addr().String(),
+	log.Info("cobbled: serving", "listen", lis.Addr().String(), "http", hsrv.Addr.String(),
 		"partitions", node.Partitions(), "held", len(node.Held()), "cache", cacheBytes)
 
 	var result error

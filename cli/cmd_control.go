@@ -10,15 +10,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"reflect"
 	"text/tabwriter"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -172,20 +168,12 @@ func runControlServe(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("control serve: --listen: %w", err)
 	}
-	var httpSrv *http.Server
+	var httpSrv *daemonHTTP
 	if addr := c.String("http"); addr != "" {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), metrics, srv.LagCollector())
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		srv.HealthHandler().Register(mux) // /healthz, /readyz (internal/health)
-		hl, err := net.Listen("tcp", addr)
-		if err != nil {
+		if httpSrv, err = startDaemonHTTP("control serve", addr, srv.HealthHandler(), metrics, srv.LagCollector()); err != nil {
 			lis.Close()
-			return fmt.Errorf("control serve: --http: %w", err)
+			return err
 		}
-		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go httpSrv.Serve(hl)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -207,11 +195,9 @@ func runControlServe(c *cli.Context) error {
 	case <-time.After(5 * time.Second): // long polls end with Stop
 		g.Stop()
 	}
-	if httpSrv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		httpSrv.Shutdown(sctx)
-		cancel()
-	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	httpSrv.Shutdown(sctx)
+	cancel()
 	return nil
 }
 

@@ -2,18 +2,12 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 
 	"github.com/pillarkit/pillar/internal/health"
@@ -124,22 +118,11 @@ Examples:
 			metrics := lorry.NewMetrics()
 			var worker atomic.Pointer[lorry.Worker] // the worker /healthz reports on
 			if addr := c.String("http"); addr != "" {
-				reg := prometheus.NewRegistry()
-				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-				reg.MustRegister(metrics.Collectors()...)
-				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-				health.New(health.Options{Component: "lorry"}, lorryHealth(&worker)).Register(mux) // /healthz, /readyz
-				lis, err := net.Listen("tcp", addr)
+				srv, err := startDaemonHTTP("lorry run", addr, health.New(health.Options{Component: "lorry"}, lorryHealth(&worker)),
+					metrics.Collectors()...) // daemon.go: /metrics, /healthz, /readyz
 				if err != nil {
-					return fmt.Errorf("--http %s: %w", addr, err)
+					return err
 				}
-				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-				go func() {
-					if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-						logger().Warn("lorry: metrics server", "err", err)
-					}
-				}()
 				defer srv.Close()
 			}
 			newWorker := func() (*lorry.Worker, error) {

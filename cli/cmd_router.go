@@ -3,16 +3,12 @@ package cli
 import (
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 
 	"github.com/pillarkit/pillar/cobbled/readbench"
@@ -147,18 +143,10 @@ func routerServe(c *cli.Context) error {
 	}
 	defer r.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(metrics.Collectors()...)
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	r.HealthHandler().Register(mux) // /healthz, /readyz (internal/health)
-	hlis, err := net.Listen("tcp", c.String("http"))
+	hsrv, err := startDaemonHTTP("router serve", c.String("http"), r.HealthHandler(), metrics.Collectors()...) // daemon.go: /metrics, /healthz, /readyz
 	if err != nil {
-		return fmt.Errorf("router: http listen: %w", err)
+		return err
 	}
-	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go hsrv.Serve(hlis)
 	defer hsrv.Close()
 
 	lis, err := net.Listen("tcp", c.String("listen"))
@@ -168,7 +156,7 @@ func routerServe(c *cli.Context) error {
 	gsrv := router.NewServer(r).GRPCServer()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gsrv.Serve(lis) }()
-	log.Info("router: serving", "listen", lis.Addr().String(), "http", hlis.Addr().String(), "partitions", r.Partitions(),
+	log.Info("router: serving", "listen", lis.Addr().String(), "http", hsrv.Addr.String(), "partitions", r.Partitions(),
 		"routing_version", r.RoutingVersion(), "zone", o.Zone, "hedging", !o.DisableHedging, "version", o.Version, "candidate_fraction", o.CandidateFraction)
 	select {
 	case <-ctx.Done():
