@@ -332,7 +332,7 @@ Examples:
 				if err != nil {
 					return err
 				}
-				urls, err := pageURLs(c.Context, sn, keys) // cmd_subsets_final.go
+				urls, err := subsets.PageURLs(c.Context, sn, keys)
 				if err != nil {
 					return fmt.Errorf("subsets diff: %w", err)
 				}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -210,7 +209,7 @@ Examples:
 				return err
 			}
 			defer done()
-			page, err := loadPage(c.Context, sn, key.String())
+			page, err := subsets.LoadPage(c.Context, sn, key.String())
 			if err != nil {
 				return err
 			}
@@ -302,57 +301,4 @@ Examples:
 			return nil
 		},
 	}
-}
-
-// loadPage reads one page's docs row and signals (the docs and signals
-// tables are sorted by page_key: the scans stop past the key).
-func loadPage(ctx context.Context, sn pillar.Snapshot, key string) (*subsets.Page, error) {
-	rr, err := sn.ReadTable(ctx, pillar.TableDocs, nil)
-	if err != nil {
-		return nil, fmt.Errorf("subsets explain: %w (run `pillar ingest` first)", err)
-	}
-	defer rr.Close()
-	var doc *pillar.Doc
-	for rr.Next() {
-		var d pillar.Doc
-		if err := rr.Scan(&d); err != nil {
-			return nil, fmt.Errorf("subsets explain: docs: %w", err)
-		}
-		if d.PageKey == key {
-			doc = &d
-			break
-		}
-	}
-	if err := rr.Err(); err != nil {
-		return nil, fmt.Errorf("subsets explain: docs: %w", err)
-	}
-	if doc == nil {
-		return nil, fmt.Errorf("subsets explain: page %s is not in the docs table: %w", key, pillar.ErrNotFound)
-	}
-	var sigs []pillar.Signal
-	sr, err := sn.ReadTable(ctx, pillar.TableSignals, nil)
-	switch {
-	case errors.Is(err, pillar.ErrNotFound): // no signals imported
-	case err != nil:
-		return nil, fmt.Errorf("subsets explain: signals: %w", err)
-	default:
-		defer sr.Close()
-		for sr.Next() {
-			var s pillar.Signal
-			if err := sr.Scan(&s); err != nil {
-				return nil, fmt.Errorf("subsets explain: signals: %w", err)
-			}
-			if s.PageKey == key {
-				sigs = append(sigs, s)
-			}
-		}
-		if err := sr.Err(); err != nil {
-			return nil, fmt.Errorf("subsets explain: signals: %w", err)
-		}
-	}
-	p, err := subsets.NewPage(doc, sigs)
-	if err != nil {
-		return nil, err
-	}
-	return &p, nil
 }

@@ -26,8 +26,8 @@ type topKFinal struct {
 	Size       int64   `json:"size,omitempty"`  // members the recompute kept
 }
 
-// finalTopK looks the page up in the subset's current member table (at most
-// K rows, sorted by page key: the scan stops past the key).
+// finalTopK looks the page up in the subset's current member table
+// (subsets.FindMember: a binary search over the sorted members).
 func finalTopK(ctx context.Context, sn pillar.Snapshot, subset, key string) (topKFinal, error) {
 	out := topKFinal{Subset: subset}
 	var meta pipeline.SubsetMeta
@@ -39,52 +39,15 @@ func finalTopK(ctx context.Context, sn pillar.Snapshot, subset, key string) (top
 		return out, err
 	}
 	out.Generation, out.Size, out.AsOf = meta.Generation, meta.Size, meta.AsOf.UTC().Format(time.RFC3339)
-	rr, err := sn.ReadTable(ctx, meta.Table, nil)
+	m, err := subsets.FindMember(ctx, sn, meta.Table, key)
 	if err != nil {
-		return out, fmt.Errorf("subsets explain: members of %s: %w", subset, err)
+		return out, fmt.Errorf("subsets explain: %s: %w", subset, err)
 	}
-	defer rr.Close()
 	out.Final = "out"
-	for rr.Next() {
-		var m pillar.SubsetMember
-		if err := rr.Scan(&m); err != nil {
-			return out, fmt.Errorf("subsets explain: members of %s: %w", subset, err)
-		}
-		if m.PageKey == key {
-			out.Final, out.Score = "in", m.Score
-			break
-		}
+	if m != nil {
+		out.Final, out.Score = "in", m.Score
 	}
-	return out, rr.Err()
-}
-
-// pageURLs returns the URLs of the given page keys from the docs table (one
-// streaming pass that stops once all are found). A key not in docs (a page
-// deleted since) has no entry.
-func pageURLs(ctx context.Context, sn pillar.Snapshot, keys []string) (map[string]string, error) {
-	out := map[string]string{}
-	if len(keys) == 0 {
-		return out, nil
-	}
-	want := map[string]bool{}
-	for _, k := range keys {
-		want[k] = true
-	}
-	rr, err := sn.ReadTable(ctx, pillar.TableDocs, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer rr.Close()
-	for rr.Next() && len(out) < len(want) {
-		var d pillar.Doc
-		if err := rr.Scan(&d); err != nil {
-			return nil, fmt.Errorf("docs: %w", err)
-		}
-		if want[d.PageKey] {
-			out[d.PageKey] = d.URL
-		}
-	}
-	return out, rr.Err()
+	return out, nil
 }
 
 // subsetDiffJSON is `pillar subsets diff --json`.
