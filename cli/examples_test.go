@@ -199,12 +199,26 @@ func TestREADMECommandsParse(t *testing.T) {
 		case stderr.Len() > 0:
 			t.Errorf("README %q warns: %s", ex, stderr.String())
 		default:
-			shown[strings.Fields(ran[0])[0]] = true
+			shown[ran[0]] = true
 		}
 	}
-	for _, c := range newApp().Commands {
-		if !c.Hidden && !shown[c.Name] {
-			t.Errorf("README.md, \"The `pillar` command\": no line for pillar %s (%s)", c.Name, c.Usage)
+	// Every command, down to the leaves, including those added later by
+	// anyone: a new command fails here until the README shows it.
+	var walk func(prefix string, cs []*cli.Command)
+	walk = func(prefix string, cs []*cli.Command) {
+		for _, c := range cs {
+			if c.Hidden || c.Name == "help" {
+				continue
+			}
+			name := strings.TrimSpace(prefix + " " + c.Name)
+			if len(c.Subcommands) > 0 {
+				walk(name, c.Subcommands)
+				continue
+			}
+			if !shown[name] {
+				t.Errorf("README.md, \"The `pillar` command\": no line for pillar %s (%s)", name, c.Usage)
+			}
 		}
 	}
+	walk("", newApp().Commands)
 }
