@@ -179,17 +179,9 @@ Examples:
 			fmt.Printf("  export id %s, %d partitions (%d with rows)\n", meta.ID, meta.Partitions, len(meta.Files))
 			// Queue records older than the export must reach the serving tier
 			// before its snapshots, or an older delta could land after them.
-			if ls, err := lorry.Status(c.Context, st, time.Now()); err == nil {
-				behind := 0
-				for _, s := range ls {
-					if s.Partition < len(res.QueueEnds) && s.Committed < res.QueueEnds[s.Partition] {
-						behind++
-					}
-				}
-				if behind > 0 {
-					fmt.Printf("  NOTE: %d partitions have export-queue records older than this export that Lorry has not\n"+
-						"  delivered yet: run `pillar lorry run --once` BEFORE registering this export's batches.\n", behind)
-				}
+			if behind, err := lorry.UndeliveredBefore(c.Context, st, res.QueueEnds); err == nil && len(behind) > 0 {
+				fmt.Printf("  NOTE: %d partitions have export-queue records older than this export that Lorry has not\n"+
+					"  delivered yet: run `pillar lorry run --once` BEFORE registering this export's batches.\n", len(behind))
 			}
 			fmt.Printf("  next: pillar sst build --export %s --objstore <url> --control <control addr>\n", out)
 			return nil
