@@ -304,7 +304,7 @@ Examples:
 					return err
 				}
 			}
-			enc := json.NewEncoder(os.Stdout)
+			enc := json.NewEncoder(c.App.Writer) // --json: one object per key
 			for i, r := range resp.Results {
 				hexKey := hex.EncodeToString(keys[i])
 				row := map[string]any{"key": hexKey, "found": r.Found, "bytes": len(r.Value), "version": resp.Version}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -174,7 +175,7 @@ func TestTablesJSONAndFiles(t *testing.T) {
 // --json on a real store, control plane and object store, and checks each
 // output's shape (snake_case keys, _ms durations, RFC 3339 times). The
 // servers' JSON is /healthz (internal/health, tested per server); get
-// prints one object per key and is checked in its own test.
+// prints one object per key.
 func TestJSONShapesEveryCommand(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -276,9 +277,34 @@ func TestJSONShapesEveryCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n.Close()
 	if reps := obj(js("cobbled", "inspect", "--data", node, "--json"), "replicas").([]any); len(reps) != 1 {
 		t.Errorf("cobbled inspect --json: %d replicas, want 1", len(reps))
+	}
+	// get --json: one object per key, from the node serving partition 0.
+	glis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := n.NewGRPCServer()
+	go g.Serve(glis)
+	defer g.Stop()
+	defer n.Close()
+	app := newApp()
+	var gout, gerr bytes.Buffer
+	app.Writer, app.ErrWriter, app.Before = &gout, &gerr, nil
+	last := log[len(log)-1].Manifest
+	key := last.Smallest
+	if err := app.RunContext(ctx, normalizeArgs(app, []string{"pillar", "get", "--node", glis.Addr().String(), key, "--json", "--version", last.Publication}, &gerr)); err != nil {
+		t.Fatalf("get: %v\n%s", err, gerr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(gout.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("get --json: %d lines for one key:\n%s", len(lines), gout.String())
+	}
+	row := decodeJSON(t, "get --json", lines[0])
+	checkJSONShape(t, "get --json", row)
+	if row["found"] != true || row["key"] != key {
+		t.Errorf("get --json: %s", lines[0])
 	}
 	js(append(append([]string{"plan"}, planReference...), "--json")...)
 	js("jobs", "list", "--json")
