@@ -217,6 +217,7 @@ Examples:
 			&cli.DurationFlag{Name: "grace", Value: 15 * time.Minute, Usage: "only remove objects older than this"},
 			&cli.StringFlag{Name: "partitions", Usage: "only these partitions, e.g. 0-7,12 (default: all)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "list what would be removed, remove nothing"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
 		Action: func(c *cli.Context) error {
 			st, err := openStore(c, false, 0)
@@ -234,6 +235,9 @@ Examples:
 			}
 			res, err := lorry.Cleanup(c.Context, lorry.CleanupOptions{Store: st, Objects: objs, Partitions: parts,
 				Grace: c.Duration("grace"), DryRun: c.Bool("dry-run"), Logger: logger()})
+			if c.Bool("json") && err == nil {
+				return printJSON(c.App.Writer, map[string]any{"dry_run": c.Bool("dry-run"), "result": res})
+			}
 			verb := "removed"
 			if c.Bool("dry-run") {
 				verb = "would remove"

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"text/tabwriter"
@@ -48,9 +47,7 @@ Examples:
 				return err
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(r)
+				return printJSON(c.App.Writer, r)
 			}
 			ms := func(v int64) string {
 				if v == 0 {
@@ -136,6 +133,7 @@ Examples:
 			&cli.Int64Flag{Name: "from", Required: true, Usage: "first queue offset"},
 			&cli.Int64Flag{Name: "to", Value: -1, Usage: "last queue offset, inclusive (default: the last delivered)"},
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up waiting for the replay after this long"},
+			&cli.BoolFlag{Name: "json", Usage: "print the delivered replay as JSON (and no progress lines)"},
 		),
 		Action: func(c *cli.Context) error {
 			st, err := openStore(c, false, 0)
@@ -158,7 +156,12 @@ Examples:
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.App.Writer, "lorry: replay %d of partition %d, offsets [%d,%d], requested\n", req.N, p, req.From, req.To)
+			say := func(format string, a ...any) {
+				if !c.Bool("json") {
+					fmt.Fprintf(c.App.Writer, format, a...)
+				}
+			}
+			say("lorry: replay %d of partition %d, offsets [%d,%d], requested\n", req.N, p, req.From, req.To)
 			objs, err := sstOpenStore(c, c.String("objstore"))
 			if err != nil {
 				return err
@@ -179,12 +182,15 @@ Examples:
 				return err
 			}
 			if len(res.Skipped) > 0 {
-				fmt.Fprintf(c.App.Writer, "lorry: partition %d is held by a running worker; waiting for it to deliver the replay\n", p)
+				say("lorry: partition %d is held by a running worker; waiting for it to deliver the replay\n", p)
 			}
 			if err := lorry.WaitReplay(ctx, st, p, req.N, 200*time.Millisecond); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.App.Writer, "lorry: replay %d of partition %d delivered\n", req.N, p)
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, map[string]any{"partition": p, "replay": req.N, "from": req.From, "to": req.To, "delivered": true})
+			}
+			say("lorry: replay %d of partition %d delivered\n", req.N, p)
 			return nil
 		},
 	}

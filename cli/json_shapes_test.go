@@ -242,6 +242,9 @@ func TestJSONShapesEveryCommand(t *testing.T) {
 	js("export", "--store", store, "--out", filepath.Join(dir, "exp1"), "--json")
 	js("lorry", "run", "--store", store, "--objstore", objs, "--control", addr, "--once", "--json")
 	js("export", "--store", store, "--out", filepath.Join(dir, "exp2"), "--objstore", objs, "--control", addr, "--json")
+	js("lorry", "status", "--store", store, "--json")
+	js("lorry", "replay", "--store", store, "--objstore", objs, "--control", addr, "--partition", "0", "--from", "0", "--json")
+	js("lorry", "cleanup", "--store", store, "--objstore", objs, "--dry-run", "--json")
 	js("verify", "--store", store, "--json")
 	js("leases", "--store", store, "--json")
 	js("control", "batches", "--control", addr, "--partition", "0", "--json")
@@ -320,7 +323,7 @@ func TestJSONShapesEveryCommand(t *testing.T) {
 	for _, want := range []string{"ingest", "backfill rechunk", "backfill embed", "backfill preview", "versions", "publish", "rollback",
 		"export", "subsets validate", "subsets recompute", "subsets show", "verify", "leases", "control batches", "sst ls",
 		"sst inspect", "cobbled inspect", "plan", "lorry run", "jobs list", "jobs map", "control register", "control retract",
-		"sst synth-export", "sst upload-export"} {
+		"sst synth-export", "sst upload-export", "lorry status", "lorry replay", "lorry cleanup"} {
 		if !checked[want] {
 			t.Errorf("%s --json not checked", want)
 		}
