@@ -256,10 +256,10 @@ func compactOnce(ctx context.Context, st Store, t string, opts *CompactOptions) 
 		if err := w.Write(v.Interface()); err != nil {
 			return cs, compactDiskFull(st, t, cs.BytesBefore, err)
 		}
-		if n++; n&4095 == 0 {
-			if n == 4096 {
-				opts.point("writing")
-			}
+		if n++; n == 1 {
+			opts.point("writing")
+		}
+		if n&4095 == 0 {
 			if opts.Progress != nil {
 				opts.Progress(n, cs.Rows)
 			}
