@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pillarkit/pillar/internal/progress"
+	"github.com/pillarkit/pillar/jobs"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -26,20 +27,22 @@ the compaction starts over. Writers also compact on their own once a table has m
 
 --table compacts the named tables (repeatable), --all every table that has deltas;
 --max-layers N leaves tables with N deltas or fewer alone (default 0: compact any delta).
-Memory stays bounded by one row group per layer, whatever the table's size.
+Memory stays bounded by one row group per layer, whatever the table's size. On a yt://
+store the merge is a reduce on the cluster (the layers-merge job, --job-binary) inside
+the compacting transaction; no row passes through this process.
 
 Examples:
    pillar compact --store data/store --table docs
    pillar compact --store data/store --all --json
    pillar compact --store data/store --all --max-layers 4
    pillar compact --store yt://home/pillar/store --table docs`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			storeFlag,
 			&cli.StringSliceFlag{Name: "table", Usage: "a layered table to compact (repeatable)"},
 			&cli.BoolFlag{Name: "all", Usage: "compact every table that has delta layers"},
 			&cli.IntFlag{Name: "max-layers", Usage: "skip tables with this many deltas or fewer"},
 			&cli.BoolFlag{Name: "json", Usage: "print one object per table compacted (snake_case keys)"},
-		},
+		}, ytRunFlags...), // --pool, --job-binary for yt:// stores
 		Action: func(c *cli.Context) error {
 			tables, all := c.StringSlice("table"), c.Bool("all")
 			if len(tables) == 0 && !all {
@@ -93,10 +96,14 @@ Examples:
 				}
 				bar := progress.New(rows, "compact "+t, &progress.Options{Logger: logger(), Quiet: c.Bool("json")})
 				var last int64
-				cs, err := pillar.Compact(c.Context, st, t, &pillar.CompactOptions{Progress: func(done, _ int64) {
+				opts := &pillar.CompactOptions{Progress: func(done, _ int64) {
 					bar.Add(done - last)
 					last = done
-				}})
+				}}
+				if r := ytRunner(c); r != nil {
+					opts.Merge = jobs.CompactMerge(r) // a reduce on the cluster (cli/store_yt.go)
+				}
+				cs, err := pillar.Compact(c.Context, st, t, opts)
 				bar.Done()
 				if err != nil {
 					return err

@@ -124,10 +124,13 @@
 //     are to use the same API from jobs/pipeline (ReserveDelta for a
 //     reduce's outputs); until they do, they are rewritten whole by a
 //     reduce. Version tables (chunks, embeddings) are not layered yet.
-//   - Limits: compaction runs in the client (a streaming merge through the
-//     store's readers, bounded memory); on YTsaurus that pulls the table
-//     through the proxy — a compaction as a YTsaurus reduce
-//     (LayersMergeJob into the new base) is the next step. A merged
-//     TableInfo.Rows is LayerMeta.Rows when the writer knew it, else it is
-//     counted once per state (a key-only merge).
+//   - Where the merge runs: by default in the client (a streaming merge
+//     through the store's readers, bounded memory). With
+//     CompactOptions.Merge = jobs.CompactMerge(runner) — what `pillar
+//     compact` does for a yt:// store — it is one reduce of the layers on
+//     the cluster (jobs.LayersMergeJob) inside the compacting transaction,
+//     and no row passes through the client. AutoCompact after an ingest
+//     into YTsaurus still merges in the client (ingest has no runner).
+//   - A merged TableInfo.Rows is LayerMeta.Rows when the writer knew it,
+//     else it is counted once per state (a key-only merge).
 package pillar
