@@ -15,6 +15,7 @@ func commands() []*cli.Command {
 		demoCommand(),
 		ingestCommand(),
 		tablesCommand(),
+		compactCommand(),
 		verifyCommand(), // data file checksums of an embedded store (cmd_verify.go)
 		leasesCommand(), // live snapshot leases of an embedded store (cmd_leases.go)
 		jobsCommand(),   // MapReduce jobs and runners (cmd_jobs.go)

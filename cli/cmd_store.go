@@ -70,7 +70,9 @@ func ingestCommand() *cli.Command {
 		Description: `Strips markup to clean text, derives each page's URL (its <link rel=canonical>, else
 --base-url + the file's relative path), computes the page key and content hash and
 commits all pages in one transaction. Unchanged pages keep their row; changed pages get
-a new version. Nested folders keep their relative path in the URL. A canonical link that
+a new version. Only the new and changed pages are written, as a delta layer of docs (k
+rows for k pages, whatever the store's size; --rewrite writes docs whole); once docs has
+more than ` + fmt.Sprint(pillar.DefaultMaxLayers) + ` deltas the ingest compacts it (see pillar compact). Nested folders keep their relative path in the URL. A canonical link that
 is not http(s) (a file:// link of a local docs folder) is ignored in favour of --base-url
 + the path (--canonical). Pages in other encodings (byte-order mark, <meta charset>) are
 decoded to UTF-8. Binary, unreadable, oversize, duplicate-URL and meta-refresh redirect
@@ -81,6 +83,7 @@ Examples:
    pillar ingest --store data/store --from /usr/share/doc/postgresql-doc-15/html \
        --base-url https://www.postgresql.org/docs/15/
    pillar ingest --store data/store --from ./pages --json
+   pillar ingest --store data/store --from ./pages --rewrite
    pillar ingest --store data/store --from /usr/share/doc/libxslt1-dev/html --base-url https://gnome.pages.gitlab.gnome.org/libxslt/ \
        --exclude 'html/**' --canonical ignore`,
 		Flags: []cli.Flag{
@@ -94,6 +97,7 @@ Examples:
 			&cli.StringFlag{Name: "canonical", Value: ingest.CanonicalPrefer, Usage: "canonical links: prefer (an http(s) one is the URL, any other is ignored), ignore (always --base-url + path), require (skip pages without an http(s) one)"},
 			&cli.StringSliceFlag{Name: "include", Usage: "keep only files whose relative path matches this glob (repeatable; \"*.html\", \"api/**\")"},
 			&cli.StringSliceFlag{Name: "exclude", Usage: "leave out files whose relative path matches this glob (repeatable)"},
+			&cli.BoolFlag{Name: "rewrite", Usage: "write docs whole (a new base, folding its delta layers) instead of a delta of the new and changed pages"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
 		},
 		Action: func(c *cli.Context) error {
@@ -110,6 +114,7 @@ Examples:
 				From: c.String("from"), BaseURL: c.String("base-url"), MaxPageBytes: c.Int64("max-page-bytes"),
 				Workers: c.Int("workers"), Logger: logger(), Progress: true, MemoryLimit: mem,
 				Canonical: c.String("canonical"), Include: c.StringSlice("include"), Exclude: c.StringSlice("exclude"),
+				Rewrite: c.Bool("rewrite"),
 			})
 			if err != nil {
 				return err
@@ -122,7 +127,14 @@ Examples:
 				float64(stats.Pages)/(float64(stats.DurationMS)/1000+1e-9))
 			fmt.Fprint(c.App.Writer, stats.Summary())
 			if stats.Generation > 0 {
-				fmt.Fprintf(c.App.Writer, "  committed generation %d\n", stats.Generation)
+				how := "docs rewritten whole"
+				if stats.Delta {
+					how = "a delta of docs"
+				}
+				fmt.Fprintf(c.App.Writer, "  committed generation %d: %d rows written (%s)\n", stats.Generation, stats.RowsWritten, how)
+				if stats.Compacted > 0 {
+					fmt.Fprintf(c.App.Writer, "  compacted docs: %d deltas folded into a new base\n", stats.Compacted)
+				}
 			}
 			return nil
 		},

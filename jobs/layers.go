@@ -86,14 +86,30 @@ func (y *YT) resolveLayers(ctx context.Context, mr mapreduce.Client, tx yt.Tx, s
 	var temps []ypath.Path
 	var bin ypath.Path
 	var oo []mapreduce.OperationOption
+	// An operation that reads a table's layers as inputs (pillar.LayerInputs)
+	// resolves them itself: its base is read as it is.
+	own := map[string]bool{}
+	for _, in := range op.Inputs {
+		if name, _, err := SplitRowRange(in); err == nil {
+			if t, _, _, ok := pillar.IsLayerTable(name); ok {
+				own[t] = true
+			}
+		}
+	}
 	for i, in := range op.Inputs {
 		name, rng, err := SplitRowRange(in)
 		if err != nil {
 			return temps, err
 		}
+		if own[name] {
+			continue
+		}
 		layers, err := y.layersOf(ctx, tx, name)
-		if err != nil || layers == nil {
+		if err != nil {
 			return temps, err
+		}
+		if layers == nil {
+			continue
 		}
 		base := y.opts.TablePath(name)
 		var sch schema.Schema
@@ -186,4 +202,20 @@ func (y *YT) layersOf(ctx context.Context, tx yt.Tx, name string) ([]pillar.Laye
 		out = append([]pillar.Layer{{Table: name, Kind: pillar.LayerBase}}, out...)
 	}
 	return out, nil
+}
+
+// CompactMerge returns a pillar.CompactOptions.Merge that writes a
+// compaction's new base with one LayersMergeJob reduce on r inside the
+// compaction's transaction: on YTsaurus the merge runs on the cluster and
+// no row passes through the client. The base is read as the row range of
+// its rows (it is also the output, which it replaces).
+func CompactMerge(r Runner) func(ctx context.Context, tx pillar.Tx, m pillar.MergeSpec) error {
+	return func(ctx context.Context, tx pillar.Tx, m pillar.MergeSpec) error {
+		in := append([]string(nil), m.Inputs...)
+		if len(m.Kinds) > 0 && m.Kinds[0] == pillar.LayerBase {
+			in[0] = RowRange(in[0], 0, m.BaseRows)
+		}
+		return r.Reduce(ctx, &LayersMergeJob{Kinds: m.Kinds}, &Op{Title: "compact " + m.Table, Inputs: in,
+			Outputs: []Output{{Table: m.Table, RowType: m.RowType, SortedBy: m.SortedBy}}, ReduceBy: []string{"page_key"}, Tx: tx})
+	}
 }

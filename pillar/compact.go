@@ -37,6 +37,15 @@ type CompactOptions struct {
 	// 4096 rows) and the total to expect. The default value reports
 	// nothing.
 	Progress func(done, total int64)
+	// Merge, when set, writes the new base inside tx as one operation — on
+	// YTsaurus a reduce of the layers by page_key on the cluster
+	// (jobs.LayersMergeJob; `pillar compact` sets it for yt:// stores) —
+	// instead of streaming the merged rows through this process. The
+	// compaction has dropped the folded layers in tx before it calls Merge;
+	// Merge writes m.Table (Replace) from m.Inputs. The default value
+	// (nil) streams the rows through the client (memory: a row group per
+	// layer).
+	Merge func(ctx context.Context, tx Tx, m MergeSpec) error
 	// Point, when set, is called at each named point of a compaction
 	// ("begun", "writing", "written", "committed", "collected"): tests kill
 	// the process there. The default value does nothing.
@@ -54,6 +63,25 @@ func (o *CompactOptions) point(name string) {
 	if o != nil && o.Point != nil {
 		o.Point(name)
 	}
+}
+
+// MergeSpec is the merge of one compaction, for CompactOptions.Merge.
+type MergeSpec struct {
+	// Table is the layered table, the merge's output: replaced, sorted by
+	// SortedBy.
+	Table string
+	// Inputs are the table's layers, oldest first (LayerInputs), and Kinds
+	// their kinds, index for index.
+	Inputs   []string
+	Kinds    []string
+	SortedBy []string
+	// BaseRows is the row count of the base (Inputs[0] when Kinds[0] is
+	// LayerBase): a runner that refuses a table as both input and output
+	// reads it as the row range [0, BaseRows).
+	BaseRows int64
+	// RowType is a value of the table's row struct (nil when none is
+	// registered).
+	RowType any
 }
 
 // CompactStats describe one compaction.
@@ -227,15 +255,18 @@ func compactOnce(ctx context.Context, st Store, t string, opts *CompactOptions) 
 		cs.BytesAfter, cs.Generation = cs.BytesBefore, st.Info().Generation
 		return cs, nil // nothing to fold
 	}
+	sortedBy := ti.SortedBy
+	if len(sortedBy) == 0 {
+		sortedBy = []string{"page_key"}
+	}
+	if opts.Merge != nil {
+		return mergeOnce(ctx, st, tx, t, ls, sortedBy, opts, cs, start)
+	}
 	rt, err := compactRowType(t, opts)
 	if err != nil {
 		return cs, err
 	}
 	opts.point("begun")
-	sortedBy := ti.SortedBy
-	if len(sortedBy) == 0 {
-		sortedBy = []string{"page_key"}
-	}
 	w, err := tx.WriteTable(ctx, t, reflect.New(rt).Interface(), &WriteOptions{SortedBy: sortedBy})
 	if err != nil {
 		return cs, fmt.Errorf("compact %s: %w", t, err)
@@ -256,10 +287,10 @@ func compactOnce(ctx context.Context, st Store, t string, opts *CompactOptions) 
 		if err := w.Write(v.Interface()); err != nil {
 			return cs, compactDiskFull(st, t, cs.BytesBefore, err)
 		}
-		if n++; n&4095 == 0 {
-			if n == 4096 {
-				opts.point("writing")
-			}
+		if n++; n == 1 {
+			opts.point("writing")
+		}
+		if n&4095 == 0 {
 			if opts.Progress != nil {
 				opts.Progress(n, cs.Rows)
 			}
@@ -279,11 +310,48 @@ func compactOnce(ctx context.Context, st Store, t string, opts *CompactOptions) 
 	if err := tx.Commit(ctx); err != nil {
 		return cs, compactDiskFull(st, t, cs.BytesBefore, fmt.Errorf("compact %s: commit: %w", t, err))
 	}
+	return finishCompact(ctx, st, t, opts, cs, start)
+}
+
+// mergeOnce is a compaction whose new base CompactOptions.Merge writes.
+func mergeOnce(ctx context.Context, st Store, tx Tx, t string, ls []Layer, sortedBy []string, opts *CompactOptions, cs CompactStats, start time.Time) (CompactStats, error) {
+	m := MergeSpec{Table: t, SortedBy: sortedBy}
+	for _, l := range ls {
+		m.Inputs, m.Kinds = append(m.Inputs, l.Table), append(m.Kinds, l.Kind)
+		if l.Kind == LayerBase {
+			m.BaseRows = l.Rows
+		} else {
+			if err := tx.DropTable(ctx, l.Table); err != nil {
+				return cs, fmt.Errorf("compact %s: %w", t, err)
+			}
+		}
+	}
+	if err := tx.ExpectAttr(ctx, AttrLayerPrefix+t); err != nil {
+		return cs, fmt.Errorf("compact %s: %w", t, err)
+	}
+	if rt, err := compactRowType(t, opts); err == nil {
+		m.RowType = reflect.New(rt).Interface()
+	}
+	opts.point("begun")
+	if err := opts.Merge(ctx, tx, m); err != nil {
+		return cs, compactDiskFull(st, t, cs.BytesBefore, err)
+	}
+	opts.point("written")
+	if err := tx.Commit(ctx); err != nil {
+		return cs, compactDiskFull(st, t, cs.BytesBefore, fmt.Errorf("compact %s: commit: %w", t, err))
+	}
+	return finishCompact(ctx, st, t, opts, cs, start)
+}
+
+func finishCompact(ctx context.Context, st Store, t string, opts *CompactOptions, cs CompactStats, start time.Time) (CompactStats, error) {
 	opts.point("committed")
 	cs.Generation = st.Info().Generation
 	if sn, err := st.Snapshot(ctx); err == nil {
 		if ti, err := sn.Table(ctx, t); err == nil {
 			cs.BytesAfter = ti.Bytes
+			if opts.Merge != nil {
+				cs.Rows = ti.Rows
+			}
 		}
 		sn.Release()
 	}

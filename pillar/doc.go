@@ -69,30 +69,68 @@
 //   - The bulk export streams the desired records from the runner's table
 //     into the local export sink (which is on the client by design).
 //
-// What does not hold yet: sorted delta layers. Every table is still
-// rewritten whole when it changes: ingest rewrites docs, publish and
-// recompute rewrite export/state (a reduce of the desired records) and the
-// changed subset tables, and a backfill's completion rewrites its version
-// table. Memory stays bounded, but an ingest of k pages into N still writes
-// O(N) rows. The design chosen for it, not built:
+// # Layered tables
 //
-//   - A layered table T (docs, export/state, subsets/<name>, and the
-//     version tables) is its base table T plus delta tables
-//     T@delta/<seq>, each sorted by page_key, holding the rows that
-//     changed and, in a sibling T@delta/<seq>-deletes, the keys removed.
-//     Deltas are ordinary tables written in the same transaction as the
-//     change, so the layering sits on top of the Store interface and works
-//     on both backends with the same code; the transaction still covers
-//     state, export intents and consumed input.
-//   - A read of T is one sorted stream: a reduce (or the driver's streaming
-//     merge) over the base and its deltas in which, per key, the newest
-//     layer wins and a delete hides the key. Jobs that read a layered input
-//     take the layers as consecutive inputs and resolve them by table
-//     index.
-//   - Compaction (`pillar compact`, and automatically once a table has more
-//     than a configured number of deltas) is one more reduce of the same
-//     kind, writing a new base in a transaction that drops the folded
-//     deltas; readers keep their snapshot (a lease: cleanup never removes a
-//     file a live snapshot reads) and are not blocked.
-//   - The YTsaurus equivalent is a sorted dynamic table per layered table.
+// Tables that change a little at a time are layered, so that a small
+// change costs the change, not the corpus (layers.go, compact.go). The
+// form chosen is sorted delta tables on a sorted base, as an LSM tree
+// keeps immutable files; it is built on the Store interface, so both
+// backends run the same code (YTsaurus sorted dynamic tables are not
+// used: static tables keep one transaction model and are what the strict
+// fake, jobs/ytfake, models).
+//
+//   - A layered table T is its base table T plus, per delta seq, the
+//     tables _layers/<T>/delta-<seq> (T's row type: the rows that changed)
+//     and _layers/<T>/deletes-<seq> (DeletedKey: the keys removed), each
+//     sorted by page_key, and the attribute layers/<T> (LayerMeta: the next
+//     seq and the merged row count). '@' (T@delta/<seq>, the first sketch)
+//     is attribute syntax in YPath, hence the folder.
+//   - A delta is written inside the Tx of the change (WriteDelta, or
+//     ReserveDelta for a runner operation's outputs), so the one
+//     transaction still covers state, export intents and consumed input.
+//     The first delta of a table that does not exist is its base.
+//   - Resolution, the one rule every reader applies: order the layers
+//     oldest first (base; then per seq its deletes, then its delta); for a
+//     key, the layer of the highest index holding it decides — a deletes
+//     layer hides the key, another layer supplies all its rows of the key
+//     (a page's rows are replaced as a whole).
+//   - Reads see one merged, sorted stream: Snapshot.ReadTable, Table and
+//     Tables resolve a layered table on both backends (a streaming merge
+//     of one key reader and one row reader per layer: memory is a row
+//     group per layer, never the table), so every existing reader is
+//     unchanged. A Range selects merged rows (by skipping; the local
+//     runner's splits read this way). Jobs may instead take the layers as
+//     consecutive inputs (LayerInputs) and resolve by table index; the YT
+//     runner resolves any other layered input with one reduce
+//     (jobs.LayersMergeJob) into a temporary table first.
+//   - Concurrency: two deltas of T from one Begin state conflict (the
+//     second committer gets ErrConflict, on layers/<T>). A Replace of T
+//     drops every layer of its Begin state and expects layers/<T>
+//     unchanged, so a rewrite racing a delta fails instead of dropping it;
+//     DropTable(T) drops the layers; Append onto a layered T is refused.
+//   - Compaction (Compact; `pillar compact`) streams T's merged rows into
+//     a Replace of T in one transaction, which drops the deltas folded.
+//     It does not block readers: a snapshot keeps its manifest (embedded:
+//     a lease) or its snapshot locks (YTsaurus), so no file it reads goes,
+//     and the store collects the superseded files after the commit once no
+//     live snapshot uses them. A delta committed meanwhile makes the
+//     compaction start over (CompactOptions.Retries); it is never lost.
+//     Writers call AutoCompact after committing a delta: it compacts once
+//     T has more than CompactOptions.MaxLayers deltas (DefaultMaxLayers,
+//     8). A crash (kill -9) at any point of a delta write or a compaction
+//     leaves the store before or after: each is one commit.
+//   - What is layered: docs (pillar/ingest writes one delta per run: k
+//     rows for k new or changed pages). export/state and subset membership
+//     are to use the same API from jobs/pipeline (ReserveDelta for a
+//     reduce's outputs); until they do, they are rewritten whole by a
+//     reduce. Version tables (chunks, embeddings) are not layered yet.
+//   - Where the merge runs: by default in the client (a streaming merge
+//     through the store's readers, bounded memory). With
+//     CompactOptions.Merge = jobs.CompactMerge(runner) — what `pillar
+//     compact` does for a yt:// store — it is one reduce of the layers on
+//     the cluster (jobs.LayersMergeJob) inside the compacting transaction,
+//     and no row passes through the client. AutoCompact after an ingest
+//     into YTsaurus still merges in the client (ingest has no runner).
+//   - A merged TableInfo.Rows is LayerMeta.Rows when the writer knew it,
+//     else it is counted once per state (a key-only merge).
 package pillar

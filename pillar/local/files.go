@@ -15,6 +15,10 @@ import (
 // is never rewritten. The files stay while a snapshot or lease holds the
 // generation; after that, a later commit's cleanup may remove them.
 func (sn *snapshot) TableFiles(ctx context.Context, name string) ([]string, error) {
+	if ls := pillar.LayersOf(sn, name); ls != nil {
+		return nil, fmt.Errorf("local store %s: table %q has %d delta layers: its rows are the merge of several files, not their union; run `pillar compact --store %s --table %s` first",
+			sn.s.dir, name, pillar.Deltas(ls), sn.s.dir, name)
+	}
 	t, ok := sn.m.Tables[name]
 	if !ok {
 		return nil, fmt.Errorf("local store %s: table %q: %w", sn.s.dir, name, pillar.ErrNotFound)

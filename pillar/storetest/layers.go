@@ -2,7 +2,9 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/pillarkit/pillar/pillar"
@@ -18,6 +20,10 @@ func init() {
 			name string
 			f    func(t *testing.T, st pillar.Store)
 		}{"LayeredReplaceAndConflicts", testLayeredReplace},
+		struct {
+			name string
+			f    func(t *testing.T, st pillar.Store)
+		}{"CompactKeepsSnapshots", testCompactKeepsSnapshots},
 	)
 }
 
@@ -180,5 +186,59 @@ func testLayeredReplace(t *testing.T, st pillar.Store) {
 		if ti.Name == "docs" || len(ti.Name) > len(pillar.LayerDir) && ti.Name[:len(pillar.LayerDir)] == pillar.LayerDir {
 			t.Errorf("after dropping docs, table %s remains", ti.Name)
 		}
+	}
+}
+
+// testCompactKeepsSnapshots: Compact folds the deltas into a new base that
+// reads the same; a snapshot opened before keeps reading its layers after
+// the compaction and more commits; an unknown table is named; a table with
+// no delta is left alone; AutoCompact waits for more than MaxLayers.
+func testCompactKeepsSnapshots(t *testing.T, st pillar.Store) {
+	ks := sortedKeys(12)
+	tx := begin(t, st)
+	writeDelta(t, tx, "docs", "b", 10, ks[:10], nil)
+	commit(t, tx)
+	for i := 0; i < 3; i++ {
+		tx = begin(t, st)
+		writeDelta(t, tx, "docs", fmt.Sprintf("d%d", i), -1, []string{ks[i], ks[10+i%2]}, []string{ks[5+i]})
+		commit(t, tx)
+	}
+	// AutoCompact with MaxLayers 3 does nothing: 3 deltas.
+	if cs, err := pillar.AutoCompact(ctx, st, "docs", &pillar.CompactOptions{MaxLayers: 3}); err != nil || cs != nil {
+		t.Fatalf("AutoCompact at 3 deltas, max 3: %+v %v", cs, err)
+	}
+	old := snap(t, st)
+	want := readDocs(t, old, "docs", nil)
+	var progress int64
+	cs, err := pillar.Compact(ctx, st, "docs", &pillar.CompactOptions{Progress: func(done, _ int64) { progress = done }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs.Layers != 3 || cs.Rows != int64(len(want)) || progress != cs.Rows {
+		t.Errorf("compaction: %+v (progress %d), want 3 deltas folded into %d rows", cs, progress, len(want))
+	}
+	sn := snap(t, st)
+	got := readDocs(t, sn, "docs", nil)
+	if !slices.Equal(got, want) {
+		t.Errorf("after compaction docs reads %s, before %s", docTags(got), docTags(want))
+	}
+	if ls, _ := pillar.Layers(ctx, sn, "docs"); len(ls) != 1 {
+		t.Errorf("layers after compaction: %+v, want the base only", ls)
+	}
+	// More commits (and whatever cleanup they trigger) later, the old
+	// snapshot still reads its layers.
+	for i := 0; i < 6; i++ {
+		tx = begin(t, st)
+		writeDocs(t, tx, fmt.Sprintf("churn%d", i), nil, "c", ks[0])
+		commit(t, tx)
+	}
+	if _, err := pillar.Compact(ctx, st, "docs", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := readDocs(t, old, "docs", nil); !slices.Equal(got, want) {
+		t.Errorf("the snapshot opened before the compaction reads %s, want %s", docTags(got), docTags(want))
+	}
+	if _, err := pillar.Compact(ctx, st, "nosuch", nil); !errors.Is(err, pillar.ErrNotFound) || !strings.Contains(err.Error(), `"nosuch"`) {
+		t.Errorf("compacting an unknown table: %v, want ErrNotFound naming it", err)
 	}
 }
