@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -353,12 +352,14 @@ func signalsCommand() *cli.Command {
 The first column is "url" (normalized and hashed to the page key) or "page_key" (32 hex
 characters); every other column is a signal of that name, numeric where the value parses
 as a number, else a string. Rows for pages not in the store are counted and skipped. An
-imported signal replaces the same page's signal of the same name.
+imported signal replaces the same page's signal of the same name. The file streams into
+the store and is joined with docs by an operation on the runner (--memory-limit bounds it).
 
 Examples:
    pillar signals import --store data/store --from scores.csv
    printf 'url,score\nhttps://www.postgresql.org/docs/15/sql-select.html,0.93\n' > s.csv`,
-			Flags: []cli.Flag{storeFlag, &cli.StringFlag{Name: "from", Required: true, Usage: "CSV or .parquet file"}},
+			Flags: []cli.Flag{storeFlag, &cli.StringFlag{Name: "from", Required: true, Usage: "CSV or .parquet file"},
+				&cli.IntFlag{Name: "workers", Usage: "parallel jobs (default: number of CPUs)"}, memoryLimitFlag},
 			Action: func(c *cli.Context) error {
 				st, err := openStore(c, false, 0)
 				if err != nil {
@@ -376,197 +377,147 @@ Examples:
 	}
 }
 
-// signalTable is an imported signals file: a header and rows of values
-// (strings from CSV, typed values from Parquet).
-type signalTable struct {
-	head []string
-	rows [][]any
-}
-
-func readSignalFile(path string) (*signalTable, error) {
+// eachSignalRow streams the rows of a signals file: the header, then fn
+// with each row's values (strings from CSV, typed values from Parquet) and
+// its line (CSV; the row number + 1 for Parquet). A .parquet file is read as
+// Parquet, anything else as CSV with a header row.
+func eachSignalRow(path string, head func([]string) error, fn func(line int, row []any) error) error {
 	if strings.EqualFold(filepath.Ext(path), ".parquet") {
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		defer f.Close()
 		fi, err := f.Stat()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		pf, err := parquet.OpenFile(f, fi.Size())
 		if err != nil {
-			return nil, fmt.Errorf("%s: not a Parquet file: %w", path, err)
+			return fmt.Errorf("%s: not a Parquet file: %w", path, err)
 		}
-		t := &signalTable{}
+		var cols []string
 		for _, fl := range pf.Schema().Fields() {
-			t.head = append(t.head, fl.Name())
+			cols = append(cols, fl.Name())
+		}
+		if err := head(cols); err != nil {
+			return err
 		}
 		// Columns are only known at run time: read rows as maps.
 		r := parquet.NewReader(pf)
 		defer r.Close()
-		for {
+		for line := 2; ; line++ {
 			m := map[string]any{}
 			if err := r.Read(&m); err != nil {
 				if errors.Is(err, io.EOF) {
-					break
+					return nil
 				}
-				return nil, fmt.Errorf("%s: row %d: %w", path, len(t.rows)+1, err)
+				return fmt.Errorf("%s: row %d: %w", path, line-1, err)
 			}
-			row := make([]any, len(t.head))
-			for i, h := range t.head {
+			row := make([]any, len(cols))
+			for i, h := range cols {
 				row[i] = m[h]
 			}
-			t.rows = append(t.rows, row)
+			if err := fn(line, row); err != nil {
+				return err
+			}
 		}
-		return t, nil
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
 	r := csv.NewReader(f)
-	head, err := r.Read()
+	cols, err := r.Read()
 	if err != nil {
-		return nil, fmt.Errorf("%s: header: %w", path, err)
+		return fmt.Errorf("%s: header: %w", path, err)
 	}
-	t := &signalTable{head: head}
+	if err := head(cols); err != nil {
+		return err
+	}
 	for line := 2; ; line++ {
 		rec, err := r.Read()
 		if err == io.EOF {
-			break
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+			return fmt.Errorf("%s:%d: %w", path, line, err)
 		}
 		row := make([]any, len(rec))
 		for i, v := range rec {
 			row[i] = v
 		}
-		t.rows = append(t.rows, row)
+		if err := fn(line, row); err != nil {
+			return err
+		}
 	}
-	return t, nil
 }
 
+// importSignals streams the file's signals into pipeline.ImportSignals,
+// which joins them with docs on the runner: neither the file nor the
+// store's pages are held in memory.
 func importSignals(c *cli.Context, st pillar.Store, path string) (int, int, error) {
-	ctx := c.Context
-	tab, err := readSignalFile(path)
-	if err != nil {
-		return 0, 0, fmt.Errorf("signals import: %w", err)
-	}
-	head := tab.head
-	if len(head) < 2 || (head[0] != "url" && head[0] != "page_key") {
-		return 0, 0, fmt.Errorf("signals import: %s: the first column must be \"url\" or \"page_key\", then at least one signal column", path)
-	}
-	tx, err := st.Begin(ctx)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer tx.Abort()
-	known := map[string]bool{}
-	rr, err := tx.ReadTable(ctx, pillar.TableDocs, nil)
-	if err != nil {
-		return 0, 0, fmt.Errorf("signals import: %w", err)
-	}
-	for rr.Next() {
-		var d pillar.Doc
-		if err := rr.Scan(&d); err != nil {
-			rr.Close()
-			return 0, 0, err
-		}
-		known[d.PageKey] = true
-	}
-	rr.Close()
-	sigs := map[[2]string]pillar.Signal{}
-	if rr, err := tx.ReadTable(ctx, pillar.TableSignals, nil); err == nil {
-		for rr.Next() {
-			var s pillar.Signal
-			if err := rr.Scan(&s); err != nil {
-				rr.Close()
-				return 0, 0, err
+	var head []string
+	res, err := pipeline.ImportSignals(c.Context, st, func(emit func(pipeline.ImportedSignal) error) error {
+		return eachSignalRow(path, func(h []string) error {
+			if len(h) < 2 || (h[0] != "url" && h[0] != "page_key") {
+				return fmt.Errorf("%s: the first column must be \"url\" or \"page_key\", then at least one signal column", path)
 			}
-			sigs[[2]string{s.PageKey, s.Name}] = s
-		}
-		rr.Close()
-	} else if !errors.Is(err, pillar.ErrNotFound) {
-		return 0, 0, err
-	}
-	n, unknown := 0, 0
-	for i, rec := range tab.rows {
-		line := i + 2
-		first := fmt.Sprint(rec[0])
-		var key string
-		if head[0] == "url" {
-			k, _, err := pillar.KeyOfURL(first)
-			if err != nil {
-				return 0, 0, fmt.Errorf("signals import: %s:%d: %w", path, line, err)
-			}
-			key = k.String()
-		} else {
-			k, err := pillar.ParseKey(first)
-			if err != nil {
-				return 0, 0, fmt.Errorf("signals import: %s:%d: %w", path, line, err)
-			}
-			key = k.String()
-		}
-		if !known[key] {
-			unknown++
-			continue
-		}
-		for j := 1; j < len(head) && j < len(rec); j++ {
-			if rec[j] == nil {
-				continue // a null in Parquet: no signal
-			}
-			s := pillar.Signal{PageKey: key, Name: head[j]}
-			switch v := rec[j].(type) {
-			case float64, float32, int, int32, int64, uint32, uint64:
-				f, _ := strconv.ParseFloat(fmt.Sprint(v), 64)
-				s.Num, s.IsNum = f, true
-			case bool:
-				s.Num, s.IsNum = 0, true
-				if v {
-					s.Num = 1
+			head = h
+			return nil
+		}, func(line int, rec []any) error {
+			first := fmt.Sprint(rec[0])
+			var key string
+			if head[0] == "url" {
+				k, _, err := pillar.KeyOfURL(first)
+				if err != nil {
+					return fmt.Errorf("%s:%d: %w", path, line, err)
 				}
-			default:
-				str := fmt.Sprint(v)
-				if b, ok := v.([]byte); ok {
-					str = string(b)
+				key = k.String()
+			} else {
+				k, err := pillar.ParseKey(first)
+				if err != nil {
+					return fmt.Errorf("%s:%d: %w", path, line, err)
 				}
-				if f, err := strconv.ParseFloat(strings.TrimSpace(str), 64); err == nil {
+				key = k.String()
+			}
+			for j := 1; j < len(head) && j < len(rec); j++ {
+				if rec[j] == nil {
+					continue // a null in Parquet: no signal
+				}
+				s := pipeline.ImportedSignal{PageKey: key, Name: head[j], Row: int64(line)}
+				switch v := rec[j].(type) {
+				case float64, float32, int, int32, int64, uint32, uint64:
+					f, _ := strconv.ParseFloat(fmt.Sprint(v), 64)
 					s.Num, s.IsNum = f, true
-				} else {
-					s.Str = str
+				case bool:
+					s.Num, s.IsNum = 0, true
+					if v {
+						s.Num = 1
+					}
+				default:
+					str := fmt.Sprint(v)
+					if b, ok := v.([]byte); ok {
+						str = string(b)
+					}
+					if f, err := strconv.ParseFloat(strings.TrimSpace(str), 64); err == nil {
+						s.Num, s.IsNum = f, true
+					} else {
+						s.Str = str
+					}
+				}
+				if err := emit(s); err != nil {
+					return err
 				}
 			}
-			sigs[[2]string{key, head[j]}] = s
-			n++
-		}
-	}
-	rows := make([]pillar.Signal, 0, len(sigs))
-	for _, s := range sigs {
-		rows = append(rows, s)
-	}
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].PageKey != rows[j].PageKey {
-			return rows[i].PageKey < rows[j].PageKey
-		}
-		return rows[i].Name < rows[j].Name
-	})
-	w, err := tx.WriteTable(ctx, pillar.TableSignals, pillar.Signal{}, &pillar.WriteOptions{SortedBy: []string{"page_key", "name"}})
+			return nil
+		})
+	}, pipelineOptions(c))
 	if err != nil {
 		return 0, 0, err
 	}
-	for i := range rows {
-		if err := w.Write(&rows[i]); err != nil {
-			w.Close()
-			return 0, 0, err
-		}
-	}
-	if err := w.Close(); err != nil {
-		return 0, 0, err
-	}
-	return n, unknown, tx.Commit(ctx)
+	return int(res.Imported), int(res.UnknownRows), nil
 }
 
 // openExportStore opens --store for `pillar export` and, when --partitions

@@ -147,6 +147,51 @@ policies:
 	if _, err := pipeline.Embed(ctx, b.store, r.Version, "hash:dim=16", opts); err != nil {
 		return "", step("embed", err)
 	}
+	// Signals for every third page, one page twice (the later wins) and one
+	// unknown page: the merge reduce on the runner.
+	imp, err := pipeline.ImportSignals(ctx, b.store, func(emit func(pipeline.ImportedSignal) error) error {
+		for i := 0; i <= 30; i += 3 {
+			u := fmt.Sprintf("https://example.org/page/%d", i)
+			if i == 30 {
+				u = "https://example.org/not-ingested"
+			}
+			k, _, err := pillar.KeyOfURL(u)
+			if err != nil {
+				return err
+			}
+			for _, s := range []pipeline.ImportedSignal{{PageKey: k.String(), Name: "score", Num: float64(i), IsNum: true, Row: int64(i)},
+				{PageKey: k.String(), Name: "tier", Str: fmt.Sprint("t", i%2), Row: int64(i)}} {
+				if err := emit(s); err != nil {
+					return err
+				}
+			}
+			if i == 3 {
+				if err := emit(pipeline.ImportedSignal{PageKey: k.String(), Name: "score", Num: 99, IsNum: true, Row: 100}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}, opts)
+	if err != nil {
+		return "", step("signals import", err)
+	}
+	if imp.Imported != 21 || imp.UnknownRows != 1 {
+		return "", step("signals import", fmt.Errorf("imported %d signals, %d unknown rows; want 21 and 1", imp.Imported, imp.UnknownRows))
+	}
+	sigs, err := readSignals(ctx, b.store)
+	scores := map[float64]bool{}
+	for i, sg := range sigs {
+		if sg.Name == "score" {
+			scores[sg.Num] = true
+		}
+		if i > 0 && (sigs[i-1].PageKey > sg.PageKey || sigs[i-1].PageKey == sg.PageKey && sigs[i-1].Name >= sg.Name) {
+			err = fmt.Errorf("row %d out of (page_key, name) order", i)
+		}
+	}
+	if err != nil || len(sigs) != 20 || !scores[99] || scores[3] {
+		return "", step("signals import", fmt.Errorf("signals table: %d rows (want 20, page 3's score 99, sorted): %v %+v", len(sigs), err, sigs))
+	}
 	if _, err := pipeline.Recompute(ctx, b.store, set, asOf, opts); err != nil {
 		return "", step("recompute", err)
 	}
@@ -557,4 +602,26 @@ type barrierRunner struct {
 func (r *barrierRunner) Map(ctx context.Context, m mapreduce.Job, op *jobs.Op) error {
 	r.once.Do(func() { r.wg.Done(); r.wg.Wait() })
 	return r.Runner.Map(ctx, m, op)
+}
+
+func readSignals(ctx context.Context, st pillar.Store) ([]pillar.Signal, error) {
+	sn, err := st.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer sn.Release()
+	rr, err := sn.ReadTable(ctx, pillar.TableSignals, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer rr.Close()
+	var out []pillar.Signal
+	for rr.Next() {
+		var s pillar.Signal
+		if err := rr.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rr.Err()
 }
