@@ -144,7 +144,8 @@ func TestLegacyStateFormat(t *testing.T) {
 // retired keeps its databases for RetireGrace (on the node's clock), then
 // they are dropped; live, previous and candidate publications, and one the
 // routing does not mention, are never dropped. A dropped publication's
-// later batches are passed, also after a reopen.
+// later batches are passed while the routing says it is retired; once it
+// is registered again, its next snapshot is applied.
 func TestRetireGraceDropsOnlyRetired(t *testing.T) {
 	const parts = 2
 	objects, dir := t.TempDir(), t.TempDir()
@@ -201,12 +202,24 @@ func TestRetireGraceDropsOnlyRetired(t *testing.T) {
 	defer n.Close()
 	check(n)
 	// A later batch of the dropped publication is passed, not applied.
+	n.observePublications(ctx, r)
 	m := writePubBatch(t, objects, parts, 0, "late", batch.KindSnapshot, pubs[3], []op{{key: keys[0][0], val: "late"}}, 0)
 	must(t, n.Apply(ctx, Batch{Seq: 6, Manifest: m}))
 	if got := counterValue(n.opts.Metrics.passed); got != 1 {
 		t.Fatalf("passed %v, want 1", got)
 	}
 	check(n)
+	// Registered again (a candidate once more): its next snapshot applies.
+	r.Publications[3].Role = RoleCandidate
+	n.observePublications(ctx, r)
+	m = writePubBatch(t, objects, parts, 0, "again", batch.KindSnapshot, pubs[3], []op{{key: keys[0][0], val: "again"}}, 0)
+	must(t, n.Apply(ctx, Batch{Seq: 7, Manifest: m}))
+	checkPubModels(t, n, 0, keys[0], map[string]model{pubs[3]: {keys[0][0]: "again"}})
+	st, err := readState(filepath.Join(dir, partDirName(0)))
+	must(t, err)
+	if slices.Contains(st.Retired, pubs[3]) {
+		t.Fatalf("state still lists %s as retired here: %+v", pubs[3], st)
+	}
 	// The live one is never dropped, even if a confused table says retired.
 	r.Publications[0].Role = RoleRetired
 	clk.Advance(time.Hour)
