@@ -53,6 +53,12 @@ func valueOf(pub string, k []byte) string { return fmt.Sprintf("%s|%x", pub, k) 
 // on the nodes in withB, pubB (seq 2).
 func startFleet(t *testing.T, n int, withB ...int) *fleet {
 	t.Helper()
+	return startFleetOpts(t, n, nil, withB...)
+}
+
+// startFleetOpts is startFleet with node i's options changed by nodeOpt.
+func startFleetOpts(t *testing.T, n int, nodeOpt func(i int, o *cobbled.Options), withB ...int) *fleet {
+	t.Helper()
 	ctx := context.Background()
 	f := &fleet{parts: 4}
 	for i := range 48 {
@@ -89,8 +95,12 @@ func startFleet(t *testing.T, n int, withB ...int) *fleet {
 	}
 	for i := range n {
 		m := cobbled.NewMetrics()
-		node, err := cobbled.Open(ctx, cobbled.Options{ID: fmt.Sprintf("n%d", i), Dir: filepath.Join(t.TempDir(), "node"), Partitions: f.parts,
-			CacheBytes: 8 << 20, Objects: st, Metrics: m})
+		o := cobbled.Options{ID: fmt.Sprintf("n%d", i), Dir: filepath.Join(t.TempDir(), "node"), Partitions: f.parts,
+			CacheBytes: 8 << 20, Objects: st, Metrics: m}
+		if nodeOpt != nil {
+			nodeOpt(i, &o)
+		}
+		node, err := cobbled.Open(ctx, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +161,7 @@ func (f *fleet) setRouting(edit func(*control.Routing), applied []int64) {
 	for p := range f.parts {
 		rt.NewestSeq[p] = 2
 		for i := range f.nodes {
-			rt.Replicas[p] = append(rt.Replicas[p], control.Replica{NodeID: fmt.Sprintf("n%d", i), Addr: f.addrs[i], State: control.StateUp, AppliedSeq: applied[i]})
+			rt.Replicas[p] = append(rt.Replicas[p], control.Replica{NodeID: fmt.Sprintf("n%d", i), Addr: f.addrs[i], Zone: fmt.Sprintf("z%d", i), State: control.StateUp, AppliedSeq: applied[i]})
 			ready = ready && applied[i] >= 2
 		}
 	}
@@ -490,5 +500,27 @@ func TestServerVersion(t *testing.T) {
 		if x.Status != servepb.KeyStatus_KEY_NOT_SERVED || !strings.Contains(x.Error, `"nope/x"`) {
 			t.Fatalf("unknown version: %v", x)
 		}
+	}
+}
+
+// TestVersionHedgeStaysInVersion: the replica in the caller's zone (n0)
+// is slow; hedges for the candidate go to the other replica holding it
+// (n1), never to n2, which does not.
+func TestVersionHedgeStaysInVersion(t *testing.T) {
+	f := startFleetOpts(t, 3, func(i int, o *cobbled.Options) {
+		if i == 0 {
+			o.FaultDelay = cobbled.FaultDelay{Fraction: 1, Delay: 300 * time.Millisecond}
+		}
+	}, 0, 1)
+	r := newRouter(t, f, func(o *Options) { o.Zone, o.HedgeBurst = "z0", 5 })
+	for range 5 {
+		resp, err := r.Read(context.Background(), f.keys, &ReadOptions{Version: pubB})
+		checkVersion(t, f.keys, resp, err, pubB)
+	}
+	if s := r.Stats(); s.Hedges != 5 || s.HedgesWon != 5 {
+		t.Fatalf("hedges %d, won %d; want 5 and 5", s.Hedges, s.HedgesWon)
+	}
+	if got := nodeVersionReads(t, f.metrics[2], pubB); got != 0 {
+		t.Fatalf("n2, which does not hold %s, got %v requests for it", pubB, got)
 	}
 }
