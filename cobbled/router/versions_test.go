@@ -296,6 +296,15 @@ func TestVersionErrors(t *testing.T) {
 	if after := nodeVersionReads(t, f.metrics[0], "cv0/m") + nodeVersionReads(t, f.metrics[1], "cv0/m"); after != before {
 		t.Fatalf("a retired version was sent to the nodes")
 	}
+	// Versions the callers made up (or retired ones) do not become metric
+	// labels; a publication of the table does, even when it cannot serve.
+	if vs := r.Stats().Versions; len(vs) != 2 || vs[0].Version != notServedLabel || vs[0].Requests != 2 || vs[0].FailedRequests != 2 ||
+		vs[1].Version != "cv3/m" || vs[1].FailedRequests != 2 {
+		t.Fatalf("version stats %+v", vs)
+	}
+	if _, err := r.Read(ctx, f.keys[:1], &ReadOptions{Version: strings.Repeat("v", 600)}); !errors.Is(err, ErrBadVersion) {
+		t.Fatalf("a 600-byte version: %v", err)
+	}
 	resp, err := r.Read(ctx, f.keys, &ReadOptions{Version: AliasPrevious})
 	checkVersion(t, f.keys, resp, err, pubB)
 	// Options.Version is the default.
