@@ -533,3 +533,29 @@ func TestVersionHedgeStaysInVersion(t *testing.T) {
 		t.Fatalf("n2, which does not hold %s, got %v requests for it", pubB, got)
 	}
 }
+
+// TestVersionLegacyWithoutSnapshot: the legacy "" publication listed live
+// with no snapshot (a log of deltas only) is still served by every
+// replica, as before publications; a named one without a snapshot is not.
+func TestVersionLegacyWithoutSnapshot(t *testing.T) {
+	f := startFleet(t, 2, 0, 1)
+	f.setRouting(func(rt *control.Routing) {
+		rt.Live = ""
+		rt.Publications = append(rt.Publications, control.Publication{ID: "", Role: control.RoleLive, BaseSeq: make([]int64, f.parts)})
+		rt.Publications[0].Role = control.RolePrevious
+	}, []int64{2, 2})
+	r := newRouter(t, f, nil)
+	tb := r.table.Load()
+	c := r.resolve(tb, nil)
+	if c.err != nil || c.id != "" || c.pub == nil {
+		t.Fatalf("resolve: %+v", c)
+	}
+	g := &gather{r: r, t: tb, c: c}
+	if allow, err := g.versionFilter(0); err != nil || allow != nil {
+		t.Fatalf("legacy without a snapshot: allow %v, err %v", allow, err)
+	}
+	g.c = r.resolve(tb, &ReadOptions{Version: pubA})
+	if allow, err := g.versionFilter(0); err != nil || len(allow) != 2 || !allow[0] || !allow[1] {
+		t.Fatalf("%s: allow %v, err %v", pubA, allow, err)
+	}
+}
