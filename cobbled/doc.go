@@ -1,6 +1,24 @@
 // Package cobbled is the serving node: one RocksDB database per assigned
-// partition replica, an ingest loop that applies the control plane's batches
-// in order, and the BatchGet read server.
+// partition replica and publication, an ingest loop that applies the
+// control plane's batches in order, and the BatchGet read server.
+//
+// # Publications
+//
+// A publication is a (chunk version, model) pair made servable
+// (pillar.EmbedVersionID; "" is the legacy unnamed one). A replica keeps
+// one database per publication side by side (the live, previous and
+// candidate ones). The partition's batch log is one sequence space
+// interleaving publications; a batch applies only to its manifest's
+// publication: a snapshot builds that publication's new generation and
+// leaves the others alone, a delta ingests into it. Batches of a retired
+// publication, and deltas of one with no database here yet (its later
+// snapshot supersedes them), are recorded as passed. A BatchGet reads one
+// publication for all its keys: the request's version, or the live one as
+// the node last saw routing; one the replica does not hold answers
+// KEY_NOT_SERVED naming it. A publication the routing lists as retired is
+// dropped after Options.RetireGrace; nothing else is ever dropped
+// (publications.go). Each publication's bytes are reported to the control
+// plane with the applied seq, in Stats and cobbled_publication_bytes.
 //
 // # Ingest
 //
@@ -26,10 +44,11 @@
 // # Corruption of the replica's own data
 //
 // See corrupt.go: a read that finds a corrupt block answers the other keys,
-// takes the partition out of service (KEY_NOT_SERVED; the control plane
+// takes that publication's database out of service on the replica
+// (KEY_NOT_SERVED; when no other publication serves there the control plane
 // marks the replica "corrupt" so routers skip it), and the ingest worker
-// rebuilds it into a fresh generation from the batch log, serving again once
-// back at the seq it had.
+// rebuilds it into a fresh generation by replaying that publication's
+// batches from the log up to the replica's seq, then serves it again.
 //
 // # Ingest pacing
 //
@@ -46,12 +65,13 @@
 //
 // # Crash safety
 //
-// Each partition directory holds state.json {db generation, seq, batch id},
-// replaced atomically; it is the only commit point. Every batch's SST holds
-// batch.MetaKey → batch id, so a delta's data and its id land atomically.
-// After a crash between a delta's ingest and its state write the database's
-// meta key equals the id of batch seq+1 and the loop records it without
-// ingesting it again; re-ingesting it would be harmless too (a delta sets
+// Each partition directory holds state.json {seq, batch id, and per
+// publication its db generation and last batch}, replaced atomically; it is
+// the only commit point. Every batch's SST holds batch.MetaKey → batch id,
+// so a delta's data and its id land atomically. After a crash between a
+// delta's ingest and its state write the publication's database's meta key
+// equals the id of batch seq+1 and the loop records it without ingesting it
+// again; re-ingesting it would be harmless too (a delta sets
 // and deletes whole keys). A snapshot not yet recorded is discarded on open
 // (its generation directory is removed) and downloaded again: moved files
 // are gone after ingest, so nothing staged is ever reused.
@@ -60,9 +80,9 @@
 //
 // MultiGet and BatchGet are safe for concurrent use with each other, with
 // ingestion and with snapshot swaps: readers hold a partition's read lock
-// while they use its database; a swap or drop takes the write lock to
-// replace it, so a database is closed only when no reader uses it, and a
-// read sees exactly one generation. BatchGet takes the read locks of the
+// while they use a publication's database; a swap or drop takes the write
+// lock to replace it, so a database is closed only when no reader uses it,
+// and a read sees exactly one generation of one publication. BatchGet takes the read locks of the
 // request's partitions in increasing partition order. Apply must not be used
 // for a partition while Run ingests it. Close after Run has returned and
 // after the gRPC server has stopped; every grocksdb handle is freed exactly

@@ -83,7 +83,18 @@ func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup) error {
 	if r.Partitions != n.p {
 		return fmt.Errorf("cobbled: control plane has %d partitions, node has %d: %w", r.Partitions, n.p, ErrPartitions)
 	}
-	n.observePublications(ctx, r)
+	// Drops wait for each partition's apply lock (a snapshot may be
+	// downloading): in the background, so heartbeats go on.
+	if due := n.learnPublications(r); len(due) > 0 && n.dropBusy.CompareAndSwap(false, true) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer n.dropBusy.Store(false)
+			for _, pub := range due {
+				n.dropEverywhere(ctx, pub)
+			}
+		}()
+	}
 	for id := 0; id < n.p && id < len(r.Replicas); id++ {
 		mine, reported := false, int64(-1)
 		for _, rep := range r.Replicas[id] {

@@ -103,7 +103,7 @@ func NewMetrics() *Metrics {
 			Name: "cobbled_publication_drops_total", Help: "Publication databases dropped after their publication was retired for RetireGrace.",
 		}),
 		versionReads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cobbled_batchget_version_requests_total", Help: "BatchGet requests by the publication they read (after resolving \"\" to the live one).",
+			Name: "cobbled_batchget_version_requests_total", Help: "BatchGet requests by the publication they read (after resolving \"\" to the live one); \"(not held)\" when no partition of the request holds it here.",
 		}, []string{"publication"}),
 	}
 }

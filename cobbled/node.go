@@ -401,6 +401,13 @@ func (n *Node) fetchAndApply(ctx context.Context, p *partition, b *Batch) error 
 		return err
 	}
 	defer release()
+	if b.Manifest.Kind == batch.KindSnapshot && n.routingRetired(b.Manifest.Publication) && n.opts.Control != nil {
+		// About to pass a snapshot of a retired publication: make sure it
+		// was not registered again since the last routing the node saw.
+		if r, err := n.opts.Control.GetRouting(ctx); err == nil {
+			n.learnPublications(r)
+		}
+	}
 	select {
 	case n.sem <- struct{}{}:
 	case <-ctx.Done():

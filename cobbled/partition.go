@@ -317,18 +317,19 @@ func nextInOrder(seq int64, b *Batch) bool {
 }
 
 // passes reports whether batch m is recorded as passed without being
-// downloaded or applied: its publication was retired (dropped here, or
-// retired in the routing the node last saw), or it is a delta of a
-// publication this replica has no database of (its snapshot, which comes
-// later in the log, supersedes it). The legacy "" publication's first
-// delta instead creates its database, as before publications. The caller
-// holds applyMu.
+// downloaded or applied: its publication is retired in the routing the node
+// last saw, or it is a delta of a publication this replica has no database
+// of (its snapshot, which comes later in the log, supersedes it). The
+// legacy "" publication's first delta instead creates its database, as
+// before publications, unless "" was dropped here. A snapshot of a
+// publication dropped here that the routing no longer lists as retired (it
+// was registered again) is applied. The caller holds applyMu.
 func (p *partition) passes(m *batch.Manifest) bool {
 	pub := m.Publication
-	if p.st.retired(pub) || p.n.routingRetired(pub) {
+	if p.n.routingRetired(pub) {
 		return true
 	}
-	return m.Kind == batch.KindDelta && p.dbs[pub] == nil && pub != ""
+	return m.Kind == batch.KindDelta && p.dbs[pub] == nil && (pub != "" || p.st.retired(""))
 }
 
 // pass records b as passed. The caller holds applyMu.
@@ -461,6 +462,7 @@ func (p *partition) newGeneration(b *Batch, paths []string, ing *grocksdb.Ingest
 		st.Seq, st.Batch = b.Seq, b.Manifest.ID
 	}
 	st.Pubs[pub] = pubState{DB: name, Batch: b.Manifest.ID, RebuildUntil: st.Pubs[pub].RebuildUntil}
+	st.Retired = slices.DeleteFunc(st.Retired, func(r string) bool { return r == pub }) // registered again
 	if err := writeState(p.dir, st); err != nil {
 		closeDB(db)
 		os.RemoveAll(path)

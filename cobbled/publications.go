@@ -27,6 +27,7 @@ import (
 // pubs is the node's view of the routing's publications.
 type pubs struct {
 	live      atomic.Pointer[string]
+	dropBusy  atomic.Bool // a background drop (Run's tick) is under way
 	pubMu     sync.Mutex
 	retiredAt map[string]time.Time // retired in routing → when the node first saw it so
 }
@@ -53,8 +54,21 @@ func (n *Node) routingRetired(pub string) bool {
 
 // observePublications records r's publications (live, retired) and drops
 // the databases of publications retired for at least RetireGrace. It
-// returns the publications dropped.
+// returns the publications dropped. It takes partitions' applyMu: never
+// call it holding one.
 func (n *Node) observePublications(ctx context.Context, r *Routing) []string {
+	var dropped []string
+	for _, pub := range n.learnPublications(r) {
+		if n.dropEverywhere(ctx, pub) {
+			dropped = append(dropped, pub)
+		}
+	}
+	return dropped
+}
+
+// learnPublications records r's live publication and retired ones, and
+// returns those retired for at least RetireGrace.
+func (n *Node) learnPublications(r *Routing) []string {
 	live := r.Live
 	n.live.Store(&live)
 	now := n.opts.Clock.Now()
@@ -86,39 +100,39 @@ func (n *Node) observePublications(ctx context.Context, r *Routing) []string {
 		}
 	}
 	n.pubMu.Unlock()
-	var dropped []string
-	for _, pub := range due {
-		any := false
-		for _, id := range n.Held() {
-			p := n.part(id)
-			if p == nil {
-				continue
-			}
-			p.applyMu.Lock()
-			ok := false
-			var err error
-			if !p.dropping {
-				ok, err = p.dropPublication(pub)
-			}
-			p.applyMu.Unlock()
-			if err != nil {
-				n.opts.Logger.Warn("cobbled: drop retired publication", "partition", id, "publication", pub, "err", err)
-				continue
-			}
-			if ok {
-				any = true
-				if n.opts.Control != nil {
-					if err := n.opts.Control.ReportApplied(ctx, n.opts.ID, id, p.applied.Load(), p.pubBytes()); err != nil && ctx.Err() == nil {
-						n.opts.Logger.Warn("cobbled: report applied after a drop", "partition", id, "err", err)
-					}
-				}
-				n.opts.Metrics.pubsDropped.Inc()
-				n.opts.Logger.Info("cobbled: retired publication dropped", "partition", id, "publication", pub)
-			}
+	return due
+}
+
+// dropEverywhere drops publication pub's database on every held partition
+// and reports whether there was one.
+func (n *Node) dropEverywhere(ctx context.Context, pub string) bool {
+	any := false
+	for _, id := range n.Held() {
+		p := n.part(id)
+		if p == nil {
+			continue
 		}
-		if any {
-			dropped = append(dropped, pub)
+		p.applyMu.Lock()
+		ok := false
+		var err error
+		if !p.dropping {
+			ok, err = p.dropPublication(pub)
+		}
+		p.applyMu.Unlock()
+		if err != nil {
+			n.opts.Logger.Warn("cobbled: drop retired publication", "partition", id, "publication", pub, "err", err)
+			continue
+		}
+		if ok {
+			any = true
+			if n.opts.Control != nil {
+				if err := n.opts.Control.ReportApplied(ctx, n.opts.ID, id, p.applied.Load(), p.pubBytes()); err != nil && ctx.Err() == nil {
+					n.opts.Logger.Warn("cobbled: report applied after a drop", "partition", id, "err", err)
+				}
+			}
+			n.opts.Metrics.pubsDropped.Inc()
+			n.opts.Logger.Info("cobbled: retired publication dropped", "partition", id, "publication", pub)
 		}
 	}
-	return dropped
+	return any
 }

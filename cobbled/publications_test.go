@@ -14,6 +14,7 @@ import (
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/clock"
+	"github.com/pillarkit/pillar/internal/objstore"
 )
 
 const pubA, pubB = "cv1/m", "cv2/m"
@@ -144,7 +145,8 @@ func TestLegacyStateFormat(t *testing.T) {
 // retired keeps its databases for RetireGrace (on the node's clock), then
 // they are dropped; live, previous and candidate publications, and one the
 // routing does not mention, are never dropped. A dropped publication's
-// later batches are passed, also after a reopen.
+// later batches are passed while the routing says it is retired; once it
+// is registered again, its next snapshot is applied.
 func TestRetireGraceDropsOnlyRetired(t *testing.T) {
 	const parts = 2
 	objects, dir := t.TempDir(), t.TempDir()
@@ -201,12 +203,24 @@ func TestRetireGraceDropsOnlyRetired(t *testing.T) {
 	defer n.Close()
 	check(n)
 	// A later batch of the dropped publication is passed, not applied.
+	n.observePublications(ctx, r)
 	m := writePubBatch(t, objects, parts, 0, "late", batch.KindSnapshot, pubs[3], []op{{key: keys[0][0], val: "late"}}, 0)
 	must(t, n.Apply(ctx, Batch{Seq: 6, Manifest: m}))
 	if got := counterValue(n.opts.Metrics.passed); got != 1 {
 		t.Fatalf("passed %v, want 1", got)
 	}
 	check(n)
+	// Registered again (a candidate once more): its next snapshot applies.
+	r.Publications[3].Role = RoleCandidate
+	n.observePublications(ctx, r)
+	m = writePubBatch(t, objects, parts, 0, "again", batch.KindSnapshot, pubs[3], []op{{key: keys[0][0], val: "again"}}, 0)
+	must(t, n.Apply(ctx, Batch{Seq: 7, Manifest: m}))
+	checkPubModels(t, n, 0, keys[0], map[string]model{pubs[3]: {keys[0][0]: "again"}})
+	st, err := readState(filepath.Join(dir, partDirName(0)))
+	must(t, err)
+	if slices.Contains(st.Retired, pubs[3]) {
+		t.Fatalf("state still lists %s as retired here: %+v", pubs[3], st)
+	}
 	// The live one is never dropped, even if a confused table says retired.
 	r.Publications[0].Role = RoleRetired
 	clk.Advance(time.Hour)
@@ -275,4 +289,115 @@ func TestCorruptPublicationRebuild(t *testing.T) {
 		t.Fatalf("rebuilds %v", c)
 	}
 	checkPubModels(t, n, p, ks, map[string]model{pubA: {ks[0]: "a", ks[1]: "b", ks[2]: "c"}, pubB: {ks[0]: "B"}})
+}
+
+// TestRunPublicationsWithControlPlane: the ingest loop against the real
+// control plane: each publication's snapshot lands in its own database,
+// the bytes of each reach the control plane (ListPublications), a
+// promotion reaches the node's view of live, and a publication the control
+// plane retires is dropped from disk after RetireGrace while the live and
+// previous ones stay.
+func TestRunPublicationsWithControlPlane(t *testing.T) {
+	const parts = 2
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tmp := t.TempDir()
+	objects := filepath.Join(tmp, "objects")
+	_, cc := startControl(t, ctx, tmp, parts)
+	pubs := []string{"cv1/m", "cv2/m", "cv3/m"}
+	keys := map[int][]string{0: keysIn(2, 0, parts), 1: keysIn(2, 1, parts)}
+	publish := func(pub string) {
+		for p := range parts {
+			m := writePubBatch(t, objects, parts, p, "snap-"+strings.ReplaceAll(pub, "/", "-")+"-"+string(rune('0'+p)), batch.KindSnapshot, pub,
+				[]op{{key: keys[p][0], val: pub}, {key: keys[p][1], val: pub + "!"}}, 0)
+			_, err := cc.RegisterBatch(ctx, &m)
+			must(t, err)
+		}
+	}
+	objs, err := objstore.Open(ctx, objects, nil)
+	must(t, err)
+	nodeDir := filepath.Join(tmp, "n1")
+	n, err := Open(ctx, Options{ID: "n1", Addr: "127.0.0.1:1", Dir: nodeDir, CacheBytes: 1 << 20, Control: FromControlClient(cc), Objects: objs,
+		LongPoll: 200 * time.Millisecond, Heartbeat: 20 * time.Millisecond, RetryBackoff: 5 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond,
+		RetireGrace: 50 * time.Millisecond})
+	must(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- n.Run(rctx) }()
+	defer func() { stop(); <-done; n.Close() }()
+
+	holds := func(pub string) func() bool {
+		return func() bool {
+			ps, _, err := cc.ListPublications(ctx)
+			if err != nil {
+				return false
+			}
+			for _, x := range ps {
+				if x.ID == pub {
+					return x.Ready
+				}
+			}
+			return false
+		}
+	}
+	_, err = cc.RegisterPublication(ctx, pubs[0], true)
+	must(t, err)
+	publish(pubs[0])
+	waitFor(t, pubs[0]+" ready", 20*time.Second, holds(pubs[0]))
+	for i, pub := range pubs[1:] {
+		_, err = cc.RegisterPublication(ctx, pub, false)
+		must(t, err)
+		publish(pub)
+		waitFor(t, pub+" ready", 20*time.Second, holds(pub))
+		_, err = cc.Promote(ctx, pub, false)
+		must(t, err)
+		waitFor(t, "the node to see "+pub+" live", 20*time.Second, func() bool { return n.Stats().Live == pub })
+		if i == 0 {
+			// Both on disk, each reported with its own bytes.
+			waitFor(t, "publication bytes at the control plane", 20*time.Second, func() bool {
+				ps, _, err := cc.ListPublications(ctx)
+				if err != nil {
+					return false
+				}
+				got := 0
+				for _, x := range ps {
+					for _, r := range x.Replicas {
+						if r.NodeID == "n1" && r.Bytes > 0 {
+							got++
+						}
+					}
+				}
+				return got == 2*parts
+			})
+		}
+	}
+	// pubs[0] is retired now (promoting pubs[2] retired the previous
+	// pubs[0]); its databases go after the grace, the others stay.
+	defer func() {
+		if t.Failed() {
+			info, _ := InspectDir(nodeDir)
+			rt, _ := cc.GetRouting(ctx)
+			t.Logf("inspect %+v\nrouting live %q publications %+v", info, rt.Live, rt.Publications)
+		}
+	}()
+	waitFor(t, pubs[0]+" dropped from disk", 20*time.Second, func() bool {
+		info, err := InspectDir(nodeDir)
+		if err != nil {
+			return false
+		}
+		for _, r := range info.Replicas {
+			if len(r.Publications) != 2 || r.Publications[0].ID != pubs[1] || r.Publications[1].ID != pubs[2] {
+				return false
+			}
+		}
+		return len(info.Replicas) == parts
+	})
+	for p := range parts {
+		checkPubModels(t, n, p, keys[p], map[string]model{
+			pubs[1]: {keys[p][0]: pubs[1], keys[p][1]: pubs[1] + "!"},
+			pubs[2]: {keys[p][0]: pubs[2], keys[p][1]: pubs[2] + "!"}})
+	}
+	if resp := getVersion(t, n, "", keys[0][:1]); resp.Version != pubs[2] {
+		t.Fatalf(`version "" reads %q, want the live %s`, resp.Version, pubs[2])
+	}
 }

@@ -97,6 +97,10 @@ func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
 func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
 func (c serverCodec) Name() string                                { return proto.Name }
 
+// notHeldLabel is the metric label of requests for a version no partition
+// of the request holds here.
+const notHeldLabel = "(not held)"
+
 // maxVersionLen bounds a request's version (publication ids are short).
 const maxVersionLen = 512
 
@@ -201,7 +205,7 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 		return a - b
 	})
 	version := n.resolve(req.Version) // one publication for every key
-	m.versionReads.WithLabelValues(version).Inc()
+	held := false                     // some partition of the request holds it (the metric's label)
 	parts := *n.parts.Load()
 	var found, missing, notServed, failed int
 	for lo := 0; lo < len(s.order); {
@@ -242,6 +246,7 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 		for _, i := range run {
 			s.pkeys = append(s.pkeys, keys[i])
 		}
+		held = true
 		vals, err := db.MultiGet(n.ro, s.pkeys...)
 		if err != nil {
 			// One bad key fails the whole MultiGet: read the keys one by
@@ -300,6 +305,10 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 		return nil, status.Errorf(codes.Internal, "cobbled: BatchGet: encoded %d bytes, sized %d", len(b), total)
 	}
 	*bufp = b
+	if !held {
+		version = notHeldLabel // callers choose versions: keep the label set to what is held
+	}
+	m.versionReads.WithLabelValues(version).Inc()
 	m.keys.WithLabelValues("found").Add(float64(found))
 	m.keys.WithLabelValues("missing").Add(float64(missing))
 	m.keys.WithLabelValues("not_served").Add(float64(notServed))

@@ -124,7 +124,7 @@ func (r *Router) Read(ctx context.Context, keys [][]byte, ro *ReadOptions) (*Res
 	clk := r.opts.Clock
 	start := clk.Now()
 	m := r.opts.Metrics
-	if err := r.check(keys); err != nil {
+	if err := r.check(keys, ro); err != nil {
 		m.requests.WithLabelValues("invalid").Inc()
 		return nil, err
 	}
@@ -173,7 +173,13 @@ func (r *Router) Read(ctx context.Context, keys [][]byte, ro *ReadOptions) (*Res
 	return resp, nil
 }
 
-func (r *Router) check(keys [][]byte) error {
+// maxVersionLen bounds a request's version (publication ids are short).
+const maxVersionLen = 512
+
+func (r *Router) check(keys [][]byte, ro *ReadOptions) error {
+	if ro != nil && len(ro.Version) > maxVersionLen {
+		return fmt.Errorf("router: BatchGet: version of %d bytes, over the limit of %d: %w", len(ro.Version), maxVersionLen, ErrBadVersion)
+	}
 	if len(keys) == 0 {
 		return fmt.Errorf("router: BatchGet: %w", ErrEmpty)
 	}

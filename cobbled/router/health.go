@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	"github.com/pillarkit/pillar/internal/health"
 )
@@ -19,6 +20,18 @@ type HealthDetail struct {
 	Uncovered    int `json:"uncovered_partitions"`
 	Nodes        int `json:"nodes"`
 	EjectedNodes int `json:"ejected_nodes"`
+	// Live is the live publication in the table in use; Publications
+	// lists the table's publications (none from a control plane without
+	// them).
+	Live         string              `json:"live"`
+	Publications []HealthPublication `json:"publications,omitempty"`
+}
+
+// HealthPublication is one publication in the router's table.
+type HealthPublication struct {
+	ID    string `json:"id"`
+	Role  string `json:"role"`
+	Ready bool   `json:"ready"`
 }
 
 // maxWaitingOn caps the partitions a health report lists one by one.
@@ -34,7 +47,11 @@ func (r *Router) Health(ctx context.Context) health.Status {
 		return health.Status{Status: health.Starting, WaitingOn: []string{"routing from the control plane"}}
 	}
 	st := r.Stats()
-	d := HealthDetail{RoutingVersion: t.version, RoutingErrors: st.RoutingErrors, Partitions: t.partitions, Nodes: len(st.Nodes)}
+	d := HealthDetail{RoutingVersion: t.version, RoutingErrors: st.RoutingErrors, Partitions: t.partitions, Nodes: len(st.Nodes), Live: st.Live}
+	for id, p := range t.pubs {
+		d.Publications = append(d.Publications, HealthPublication{ID: id, Role: p.role, Ready: p.ready})
+	}
+	sort.Slice(d.Publications, func(i, j int) bool { return d.Publications[i].ID < d.Publications[j].ID })
 	if !t.fetched.IsZero() {
 		d.RoutingAgeMS = max(0, r.opts.Clock.Now().Sub(t.fetched).Milliseconds())
 	}

@@ -18,6 +18,8 @@ var (
 	ErrTooManyKeys = errors.New("too many keys")
 	// ErrBadKey: a key that is not 16 bytes.
 	ErrBadKey = errors.New("malformed key")
+	// ErrBadVersion: a request's version is malformed (too long).
+	ErrBadVersion = errors.New("malformed version")
 	// ErrNoRouting: New could not get a routing table from the control
 	// plane.
 	ErrNoRouting = errors.New("no routing table")
@@ -130,11 +132,12 @@ func (r *Router) account(g *gather, keys, failed int, d time.Duration) {
 	r.failovers.Add(int64(g.counts[kindFailover]))
 	r.won.Add(int64(g.won))
 	m.hedgesWon.Add(float64(g.won))
-	role := g.c.role
+	id, role := g.c.id, g.c.role
 	if g.c.err != nil {
-		role = ""
+		// Callers choose versions: keep the label set to served ones.
+		id, role = notServedLabel, ""
 	}
-	m.duration.WithLabelValues(g.c.id, role).Observe(d.Seconds())
+	m.duration.WithLabelValues(id, role).Observe(d.Seconds())
 	m.keys.Add(float64(keys))
 	result := "ok"
 	switch {
@@ -149,9 +152,13 @@ func (r *Router) account(g *gather, keys, failed int, d time.Duration) {
 		result = "failed"
 	}
 	m.requests.WithLabelValues(result).Inc()
-	m.versionRequests.WithLabelValues(g.c.id, role, result).Inc()
-	r.countVersion(g.c.id, role, failed > 0)
+	m.versionRequests.WithLabelValues(id, role, result).Inc()
+	r.countVersion(id, role, failed > 0)
 }
+
+// notServedLabel stands for every version a request named that the
+// routing could not serve (unknown, retired, …) in metrics and Stats.
+const notServedLabel = "(not served)"
 
 // versionCount is one version's request counters (Stats.Versions).
 type versionCount struct {

@@ -60,7 +60,7 @@ func (s *Server) BatchGet(ctx context.Context, req *servepb.BatchGetRequest) (*s
 	resp, err := s.r.Read(ctx, req.Keys, ro)
 	if resp == nil {
 		switch {
-		case errors.Is(err, ErrEmpty), errors.Is(err, ErrTooManyKeys), errors.Is(err, ErrBadKey):
+		case errors.Is(err, ErrEmpty), errors.Is(err, ErrTooManyKeys), errors.Is(err, ErrBadKey), errors.Is(err, ErrBadVersion):
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		case errors.Is(err, ErrClosed):
 			return nil, status.Error(codes.Unavailable, err.Error())

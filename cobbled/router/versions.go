@@ -186,6 +186,12 @@ func (g *gather) versionFilter(p int) ([]bool, error) {
 	if pi == nil {
 		return nil, nil
 	}
+	if (p >= len(pi.base) || pi.base[p] == 0) && pi.id == "" {
+		// The legacy unnamed publication may be deltas only (its first
+		// delta starts a database on the node): no snapshot is no reason
+		// to refuse it, as before publications.
+		return nil, nil
+	}
 	if p >= len(pi.base) || pi.base[p] == 0 {
 		return nil, fmt.Errorf("router: partition %d: version %q has no data yet (no snapshot registered): %w", p, pi.id, ErrVersion)
 	}

@@ -53,6 +53,12 @@ func valueOf(pub string, k []byte) string { return fmt.Sprintf("%s|%x", pub, k) 
 // on the nodes in withB, pubB (seq 2).
 func startFleet(t *testing.T, n int, withB ...int) *fleet {
 	t.Helper()
+	return startFleetOpts(t, n, nil, withB...)
+}
+
+// startFleetOpts is startFleet with node i's options changed by nodeOpt.
+func startFleetOpts(t *testing.T, n int, nodeOpt func(i int, o *cobbled.Options), withB ...int) *fleet {
+	t.Helper()
 	ctx := context.Background()
 	f := &fleet{parts: 4}
 	for i := range 48 {
@@ -89,8 +95,12 @@ func startFleet(t *testing.T, n int, withB ...int) *fleet {
 	}
 	for i := range n {
 		m := cobbled.NewMetrics()
-		node, err := cobbled.Open(ctx, cobbled.Options{ID: fmt.Sprintf("n%d", i), Dir: filepath.Join(t.TempDir(), "node"), Partitions: f.parts,
-			CacheBytes: 8 << 20, Objects: st, Metrics: m})
+		o := cobbled.Options{ID: fmt.Sprintf("n%d", i), Dir: filepath.Join(t.TempDir(), "node"), Partitions: f.parts,
+			CacheBytes: 8 << 20, Objects: st, Metrics: m}
+		if nodeOpt != nil {
+			nodeOpt(i, &o)
+		}
+		node, err := cobbled.Open(ctx, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +161,7 @@ func (f *fleet) setRouting(edit func(*control.Routing), applied []int64) {
 	for p := range f.parts {
 		rt.NewestSeq[p] = 2
 		for i := range f.nodes {
-			rt.Replicas[p] = append(rt.Replicas[p], control.Replica{NodeID: fmt.Sprintf("n%d", i), Addr: f.addrs[i], State: control.StateUp, AppliedSeq: applied[i]})
+			rt.Replicas[p] = append(rt.Replicas[p], control.Replica{NodeID: fmt.Sprintf("n%d", i), Addr: f.addrs[i], Zone: fmt.Sprintf("z%d", i), State: control.StateUp, AppliedSeq: applied[i]})
 			ready = ready && applied[i] >= 2
 		}
 	}
@@ -285,6 +295,15 @@ func TestVersionErrors(t *testing.T) {
 	}
 	if after := nodeVersionReads(t, f.metrics[0], "cv0/m") + nodeVersionReads(t, f.metrics[1], "cv0/m"); after != before {
 		t.Fatalf("a retired version was sent to the nodes")
+	}
+	// Versions the callers made up (or retired ones) do not become metric
+	// labels; a publication of the table does, even when it cannot serve.
+	if vs := r.Stats().Versions; len(vs) != 2 || vs[0].Version != notServedLabel || vs[0].Requests != 2 || vs[0].FailedRequests != 2 ||
+		vs[1].Version != "cv3/m" || vs[1].FailedRequests != 2 {
+		t.Fatalf("version stats %+v", vs)
+	}
+	if _, err := r.Read(ctx, f.keys[:1], &ReadOptions{Version: strings.Repeat("v", 600)}); !errors.Is(err, ErrBadVersion) {
+		t.Fatalf("a 600-byte version: %v", err)
 	}
 	resp, err := r.Read(ctx, f.keys, &ReadOptions{Version: AliasPrevious})
 	checkVersion(t, f.keys, resp, err, pubB)
@@ -490,5 +509,53 @@ func TestServerVersion(t *testing.T) {
 		if x.Status != servepb.KeyStatus_KEY_NOT_SERVED || !strings.Contains(x.Error, `"nope/x"`) {
 			t.Fatalf("unknown version: %v", x)
 		}
+	}
+}
+
+// TestVersionHedgeStaysInVersion: the replica in the caller's zone (n0)
+// is slow; hedges for the candidate go to the other replica holding it
+// (n1), never to n2, which does not.
+func TestVersionHedgeStaysInVersion(t *testing.T) {
+	f := startFleetOpts(t, 3, func(i int, o *cobbled.Options) {
+		if i == 0 {
+			o.FaultDelay = cobbled.FaultDelay{Fraction: 1, Delay: 300 * time.Millisecond}
+		}
+	}, 0, 1)
+	r := newRouter(t, f, func(o *Options) { o.Zone, o.HedgeBurst = "z0", 5 })
+	for range 5 {
+		resp, err := r.Read(context.Background(), f.keys, &ReadOptions{Version: pubB})
+		checkVersion(t, f.keys, resp, err, pubB)
+	}
+	if s := r.Stats(); s.Hedges != 5 || s.HedgesWon != 5 {
+		t.Fatalf("hedges %d, won %d; want 5 and 5", s.Hedges, s.HedgesWon)
+	}
+	if got := nodeVersionReads(t, f.metrics[2], pubB); got != 0 {
+		t.Fatalf("n2, which does not hold %s, got %v requests for it", pubB, got)
+	}
+}
+
+// TestVersionLegacyWithoutSnapshot: the legacy "" publication listed live
+// with no snapshot (a log of deltas only) is still served by every
+// replica, as before publications; a named one without a snapshot is not.
+func TestVersionLegacyWithoutSnapshot(t *testing.T) {
+	f := startFleet(t, 2, 0, 1)
+	f.setRouting(func(rt *control.Routing) {
+		rt.Live = ""
+		rt.Publications = append(rt.Publications, control.Publication{ID: "", Role: control.RoleLive, BaseSeq: make([]int64, f.parts)})
+		rt.Publications[0].Role = control.RolePrevious
+	}, []int64{2, 2})
+	r := newRouter(t, f, nil)
+	tb := r.table.Load()
+	c := r.resolve(tb, nil)
+	if c.err != nil || c.id != "" || c.pub == nil {
+		t.Fatalf("resolve: %+v", c)
+	}
+	g := &gather{r: r, t: tb, c: c}
+	if allow, err := g.versionFilter(0); err != nil || allow != nil {
+		t.Fatalf("legacy without a snapshot: allow %v, err %v", allow, err)
+	}
+	g.c = r.resolve(tb, &ReadOptions{Version: pubA})
+	if allow, err := g.versionFilter(0); err != nil || len(allow) != 2 || !allow[0] || !allow[1] {
+		t.Fatalf("%s: allow %v, err %v", pubA, allow, err)
 	}
 }
