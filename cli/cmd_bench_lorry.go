@@ -50,7 +50,6 @@ Examples:
 			&cli.IntFlag{Name: "partitions", Value: 8, Usage: "partitions (each with 3 replicas)"},
 			&cli.DurationFlag{Name: "max-batch-age", Value: 200 * time.Millisecond, Usage: "Lorry's --max-batch-age"},
 			&cli.Float64Flag{Name: "bulk-min-share", Value: 0.25, Usage: "Lorry's --bulk-min-share"},
-			&cli.BoolFlag{Name: "fresh-alone", Usage: "Lorry's --fresh-alone"},
 			&cli.BoolFlag{Name: "skip-baseline", Usage: "skip the bulk-only phase (no throughput ratio)"},
 			&cli.BoolFlag{Name: "in-order", Usage: "add the peer phase: the same backlog and fresh traffic at one priority (delivered in queue order, as before priorities)"},
 			&cli.Int64Flag{Name: "max-batch-bytes", Usage: "Lorry's --max-batch-bytes (default: Lorry's, 8 MiB)"},
@@ -60,7 +59,7 @@ Examples:
 			res, err := lorrybench.Run(c.Context, lorrybench.Options{
 				Dir: c.String("data"), Records: c.Int("records"), ValueSize: c.Int("value-size"),
 				FreshRate: c.Int("fresh-rate"), FreshSize: c.Int("fresh-size"), FreshCommitEvery: c.Duration("fresh-commit-every"), Partitions: c.Int("partitions"),
-				MaxBatchAge: c.Duration("max-batch-age"), BulkMinShare: c.Float64("bulk-min-share"), FreshAlone: c.Bool("fresh-alone"),
+				MaxBatchAge: c.Duration("max-batch-age"), BulkMinShare: c.Float64("bulk-min-share"),
 				SkipBaseline: c.Bool("skip-baseline"), InOrder: c.Bool("in-order"),
 				MaxBatchBytes: c.Int64("max-batch-bytes"), FreshBulkBatchBytes: c.Int64("fresh-bulk-batch-bytes"), Progress: os.Stderr,
 			})

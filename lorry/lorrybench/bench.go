@@ -64,7 +64,6 @@ type Options struct {
 	// default values are 200ms and Lorry's default.
 	MaxBatchAge  time.Duration
 	BulkMinShare float64
-	FreshAlone   bool
 	// SkipBaseline skips the bulk-only phase (no throughput ratio).
 	SkipBaseline bool
 	// InOrder adds a third phase, the peer: the same backlog and fresh
@@ -424,7 +423,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res := &Result{LoadAvg: uptime(), Options: map[string]any{
 		"records": o.Records, "value_size": o.ValueSize, "fresh_rate": o.FreshRate, "fresh_size": o.FreshSize, "fresh_commit_every": o.FreshCommitEvery.String(),
-		"partitions": o.Partitions, "max_batch_age": o.MaxBatchAge.String(), "bulk_min_share": o.BulkMinShare, "fresh_alone": o.FreshAlone, "replicas": 3,
+		"partitions": o.Partitions, "max_batch_age": o.MaxBatchAge.String(), "bulk_min_share": o.BulkMinShare, "replicas": 3,
 		"object_store": "local directory", "control_plane": "SQLite over gRPC (loopback)",
 		"max_batch_bytes": o.MaxBatchBytes, "fresh_bulk_batch_bytes": o.FreshBulkBatchBytes,
 	}}
@@ -515,7 +514,7 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 	w, err := lorry.New(lorry.Options{Store: b.c.store, Objects: b.c.objs, Registry: b.c.ctl, ID: "bench",
 		MaxBatchAge: o.MaxBatchAge, PollInterval: 20 * time.Millisecond, LeaseTTL: 10 * time.Second,
 		MaxBatchBytes: o.MaxBatchBytes, FreshBulkBatchBytes: o.FreshBulkBatchBytes,
-		BulkMinShare: o.BulkMinShare, FreshAlone: o.FreshAlone, LossAfter: 30 * time.Second, BulkLossAfter: 30 * time.Minute,
+		BulkMinShare: o.BulkMinShare, LossAfter: 30 * time.Second, BulkLossAfter: 30 * time.Minute,
 		TempDir: filepath.Join(b.c.dir, "tmp"), CleanupInterval: -1, Logger: o.Logger})
 	if err != nil {
 		return nil, err
@@ -734,6 +733,10 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 	ph.Checked = n
 	fmt.Fprintf(o.Progress, "lorry bench: %s: bulk %.0f records/s (%.1f MB/s) over %.1fs; fresh %d updates, p50 %.0f ms, p99 %.0f ms to all 3 replicas; lost %d\n",
 		name, ph.BulkPerSecond, ph.BulkMBPerSec, ph.BulkSeconds, ph.FreshUpdates, ph.FreshP50MS, ph.FreshP99MS, ph.Lost)
+	st := ph.Stats
+	fmt.Fprintf(o.Progress, "lorry bench: %s: lorry step totals: read %v, pending %v, upload %v, register %v, commit %v; %d batches (%d fresh), %d follow-ups, %d retries\n",
+		name, st.ReadTime.Round(time.Millisecond), st.PendingTime.Round(time.Millisecond), st.UploadTime.Round(time.Millisecond),
+		st.RegisterTime.Round(time.Millisecond), st.CommitTime.Round(time.Millisecond), st.Batches, st.FreshBatches, st.FollowUps, st.Retries)
 	return ph, nil
 }
 
