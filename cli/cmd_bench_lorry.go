@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/pillarkit/pillar/lorry/lorrybench"
@@ -27,7 +28,12 @@ plane), then runs two phases:
 and reports the fresh updates' latency from the commit that queued them to being applied
 on all three replicas (p50/p90/p99/max), the bulk throughput ratio (mixed / baseline),
 Lorry's loss counter and its own latency view. Writes results.md (with the targets),
-results.json and latency.png (latency by priority over time) to --out.
+results.json and latency.png (latency by priority over time) to --out; with --runs N,
+each run's under run-<n>/ and a table of all runs.
+
+It prints a targets table (met / missed) and exits 1 when a target is missed (with
+--runs, when any run missed it), also when nothing was delivered; --allow-missed
+exits 0 all the same.
 
 The issue's full size is --records 200000 (about 10 GB of values, written twice, plus three
 replicas' copies): run it where the disk and cores allow; on a small shared machine run
@@ -38,6 +44,7 @@ Examples:
    pillar bench lorry --out bench-out/lorry
    pillar bench lorry --out bench-out/lorry --records 200000 --data /big/disk/lorrybench
    pillar bench lorry --out bench-out/lorry --records 8000 --in-order    # with the in-order peer
+   pillar bench lorry --out bench-out/lorry --records 20000 --runs 3     # repeated runs, all reported
    pillar bench lorry --out /tmp/lorry --records 500 --value-size 8192 --partitions 4   # quick look`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: "bench-out/lorry", Usage: "folder for results.md, results.json and latency.png"},
@@ -50,20 +57,21 @@ Examples:
 			&cli.IntFlag{Name: "partitions", Value: 8, Usage: "partitions (each with 3 replicas)"},
 			&cli.DurationFlag{Name: "max-batch-age", Value: 200 * time.Millisecond, Usage: "Lorry's --max-batch-age"},
 			&cli.Float64Flag{Name: "bulk-min-share", Value: 0.25, Usage: "Lorry's --bulk-min-share"},
-			&cli.BoolFlag{Name: "fresh-alone", Usage: "Lorry's --fresh-alone"},
 			&cli.BoolFlag{Name: "skip-baseline", Usage: "skip the bulk-only phase (no throughput ratio)"},
 			&cli.BoolFlag{Name: "in-order", Usage: "add the peer phase: the same backlog and fresh traffic at one priority (delivered in queue order, as before priorities)"},
 			&cli.Int64Flag{Name: "max-batch-bytes", Usage: "Lorry's --max-batch-bytes (default: Lorry's, 8 MiB)"},
+			&cli.IntFlag{Name: "runs", Value: 1, Usage: "run the benchmark this many times (each on a fresh cluster); every run is reported, and a target counts as met only if every run met it"},
+			&cli.BoolFlag{Name: "allow-missed", Usage: "exit 0 even when a target is missed (the report still says which)"},
 			&cli.Int64Flag{Name: "fresh-bulk-batch-bytes", Usage: "bulk batch size while fresh records flow (default: --max-batch-bytes)"},
 		},
 		Action: func(c *cli.Context) error {
-			res, err := lorrybench.Run(c.Context, lorrybench.Options{
+			res, err := lorrybench.RunSeries(c.Context, lorrybench.Options{
 				Dir: c.String("data"), Records: c.Int("records"), ValueSize: c.Int("value-size"),
 				FreshRate: c.Int("fresh-rate"), FreshSize: c.Int("fresh-size"), FreshCommitEvery: c.Duration("fresh-commit-every"), Partitions: c.Int("partitions"),
-				MaxBatchAge: c.Duration("max-batch-age"), BulkMinShare: c.Float64("bulk-min-share"), FreshAlone: c.Bool("fresh-alone"),
+				MaxBatchAge: c.Duration("max-batch-age"), BulkMinShare: c.Float64("bulk-min-share"),
 				SkipBaseline: c.Bool("skip-baseline"), InOrder: c.Bool("in-order"),
 				MaxBatchBytes: c.Int64("max-batch-bytes"), FreshBulkBatchBytes: c.Int64("fresh-bulk-batch-bytes"), Progress: os.Stderr,
-			})
+			}, c.Int("runs"))
 			if err != nil {
 				return err
 			}
@@ -71,7 +79,14 @@ Examples:
 				return err
 			}
 			fmt.Fprint(c.App.Writer, res.Markdown())
-			fmt.Fprintf(c.App.Writer, "\nwrote %s/results.md, results.json, latency.png\n", c.String("out"))
+			fmt.Fprintf(c.App.Writer, "\nwrote %s/results.md, results.json, latency.png (per run: run-<n>/)\n", c.String("out"))
+			if missed := res.Missed(); len(missed) > 0 && !c.Bool("allow-missed") {
+				var names []string
+				for _, t := range missed {
+					names = append(names, fmt.Sprintf("%s (want %s)", t.What, t.Want))
+				}
+				return cli.Exit(fmt.Sprintf("lorry bench: %d target(s) missed: %s", len(missed), strings.Join(names, "; ")), 1)
+			}
 			return nil
 		},
 	}

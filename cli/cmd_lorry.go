@@ -82,7 +82,6 @@ Examples:
 			&cli.BoolFlag{Name: "json", Usage: "with --once: print the result as JSON"},
 			&cli.StringFlag{Name: "http", Usage: "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:7201 (default: none)"},
 			&cli.Float64Flag{Name: "bulk-min-share", Value: 0.25, Usage: "share of a partition's delivery time bulk batches keep while fresh ones are waiting too (0-1]"},
-			&cli.BoolFlag{Name: "fresh-alone", Usage: "send due fresh records in batches of their own ahead of a ready bulk batch while bulk keeps --bulk-min-share of the delivery time (default: they ride along with the bulk batch)"},
 			&cli.Int64Flag{Name: "max-replica-lag", Value: 8, Usage: "pause a partition's bulk batches while a replica is this many batches behind (fresh ones continue; -1: never)"},
 			&cli.DurationFlag{Name: "loss-after", Value: 5 * time.Minute, Usage: "a fresh record not applied on every replica this long after its commit counts as lost (lorry_lost_records_total)"},
 			&cli.DurationFlag{Name: "bulk-loss-after", Value: time.Hour, Usage: "the same for bulk records"},
@@ -133,7 +132,7 @@ Examples:
 					MaxBatchAge:      c.Duration("max-batch-age"), PollInterval: c.Duration("poll"),
 					LeaseTTL: c.Duration("lease-ttl"), Parallelism: c.Int("parallelism"),
 					OrphanGrace: c.Duration("orphan-grace"), CleanupInterval: cleanup, TempDir: c.String("tmp"),
-					BulkMinShare: c.Float64("bulk-min-share"), FreshAlone: c.Bool("fresh-alone"), MaxReplicaLag: c.Int64("max-replica-lag"),
+					BulkMinShare: c.Float64("bulk-min-share"), MaxReplicaLag: c.Int64("max-replica-lag"),
 					LossAfter: c.Duration("loss-after"), BulkLossAfter: c.Duration("bulk-loss-after"),
 					Logger: logger(), Metrics: metrics,
 				})

@@ -122,7 +122,7 @@ func cleanupPartition(ctx context.Context, o *CleanupOptions, sid string, p int,
 	for _, id := range ids {
 		st.Batches++
 		st.Objects += len(byID[id])
-		if ps.Pending != nil && ps.Pending.ID == id {
+		if ps.Pending != nil && ps.Pending.ID == id || ps.FreshPending != nil && ps.FreshPending.ID == id {
 			continue // being delivered right now
 		}
 		objs := byID[id]

@@ -66,35 +66,61 @@
 // 200k bulk ones are found at once. Batches are of three lanes:
 //
 //	ordinary  [O, Last]: the bulk records of the range (minus those a
-//	          delivered fresh record of the same key supersedes) and any
-//	          fresh record not delivered yet; plus, up to FreshLast, the
-//	          fresh records waiting (they ride along with the bulk batch).
-//	          Commit: O = Last+1, F = max(F, Last+1, FreshLast+1). Manifest
-//	          queue range [O, Last+1). A range with nothing left (only
-//	          delivered fresh records, superseded bulk ones) becomes a
-//	          refresh: the newest delivered record of each of its keys again.
-//	fresh     the fresh records of [F, Last] (bulk paused, or no bulk batch
-//	          ready). Commit: F = Last+1. No queue range: the bulk records
-//	          around them are not delivered.
+//	          fresh record of the same key supersedes: one delivered, or
+//	          one queued and not delivered yet — it lies beyond the range,
+//	          so it is newer) and any fresh record not delivered yet.
+//	          Commit: O = Last+1, F = max(F, Last+1). Manifest queue range
+//	          [O, Last+1). A range with nothing left (only delivered fresh
+//	          records, superseded bulk ones) becomes a refresh: the newest
+//	          delivered record of each of its keys again. (A batch recorded
+//	          by an older version may carry FreshLast: the fresh records up
+//	          to it rode along; its commit moves F past them.)
+//	fresh     the fresh records of [F, Last]. Commit: F = Last+1. No queue
+//	          range: the bulk records around them are not delivered.
 //	replay    `pillar lorry replay`: for each key of a delivered range, its
 //	          newest delivered record. Commit: no position moves.
 //
-// Per-key order: a bulk batch never reaches past the first undelivered fresh
-// record (so it never holds a bulk record newer than an undelivered fresh one
-// of its key), a bulk record older than a delivered fresh record of its key
-// is dropped (the fresh one superseded it), and within a batch the newest
-// record of a key wins. So no replica ever sees a key go back to an older
-// record. What was delivered out of order is learnt again at takeover by
-// scanning the heads of [O, F).
+// The fresh lane has a slot of its own (FreshPending beside Pending), so
+// fresh delivery never waits for bulk work: an ordinary batch's SST is
+// built and uploaded in the background while the partition's loop goes on
+// building, uploading, registering and committing fresh batches; once the
+// upload is done, the ordinary batch is registered (before the next fresh
+// batch) and committed. The loop itself (reads, plans, registrations,
+// state commits) is one goroutine per partition.
 //
-// Bulk keeps at least BulkMinShare of the bytes of a batch that carries
-// fresh records too; while a replica of the partition lags more than
+// Per-key order (no replica ever sees a key go back to an older record):
+//
+//   - A bulk batch never reaches past the first undelivered fresh record,
+//     so it never holds a bulk record newer than an undelivered fresh one
+//     of its key.
+//   - A bulk record older than a fresh record of its key, delivered or
+//     queued, is left out (the fresh one supersedes it).
+//   - A fresh batch holds no key of the ordinary batch in flight: it ends
+//     before the first fresh record of such a key, which waits for that
+//     batch's registration. So an ordinary batch and a fresh batch in
+//     flight together never share a key, and their registration order
+//     does not matter.
+//   - Within a batch the newest record of a key wins.
+//   - A worker that takes a partition over (or restarts) delivers a
+//     recorded FreshPending first, then the recorded Pending: an ordinary
+//     batch whose manifest is not written yet is read again by the rule
+//     above (its supersession then includes the fresh batch, committed);
+//     one whose manifest is written was built without the fresh batch's
+//     keys.
+//
+// What was delivered out of order is learnt again at takeover by scanning
+// the heads of [O, F).
+//
+// Bulk slows first: while a replica of the partition lags more than
 // MaxReplicaLag batches (read from the control plane every ReplicaPoll),
-// bulk batches wait and fresh ones continue. The worker follows its
-// batches until every replica applied them: latency by priority to
-// registration and to application everywhere, and the loss counter (a
-// record not applied everywhere LossAfter, or BulkLossAfter for bulk, after
-// its commit counts once).
+// bulk batches wait and fresh ones continue, except that bulk keeps
+// BulkMinShare of the recently delivered bytes, so it never starves. While
+// fresh records flow, bulk batches close at FreshBulkBatchBytes and the
+// bulk lane reads at most ~1 MiB between two looks at the fresh lane. The
+// worker follows its batches until every replica applied them: latency by
+// priority to registration and to application everywhere, and the loss
+// counter (a record not applied everywhere LossAfter, or BulkLossAfter for
+// bulk, after its commit counts once).
 //
 // # Leases
 //
@@ -108,7 +134,8 @@
 //
 // # Concurrency
 //
-// A Worker runs one goroutine per held partition, a balancer and a group
+// A Worker runs one goroutine per held partition (plus, while one is in
+// flight, the background upload of its ordinary batch), a balancer and a group
 // committer (the state changes of all its partitions that are queued while
 // one store commit runs go into the next one); at most Options.Parallelism
 // partitions build and upload at the same time, and the loops share one

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -261,7 +262,16 @@ type faultObjects struct {
 	crashIn    string // key prefix the crash applies to
 	puts       int
 	failed     atomic.Int64
+	// gate, when set, holds every Put into an ordinary batch's prefix
+	// until it is closed; blocked counts the Puts held.
+	gate    atomic.Pointer[chan struct{}]
+	blocked atomic.Int64
 }
+
+var ordinaryPrefix = regexp.MustCompile(`^batches/p\d{5}/lorry-[0-9a-f]+-p\d{5}-\d+-\d+/`)
+
+// blockOrdinary holds the uploads of ordinary batches until gate is closed.
+func (f *faultObjects) blockOrdinary(gate chan struct{}) { f.gate.Store(&gate) }
 
 var errDown = errors.New("faultObjects: object store unreachable (injected)")
 
@@ -282,6 +292,14 @@ func (f *faultObjects) crashAfterPuts(prefix string, n int) {
 func (f *faultObjects) Put(ctx context.Context, key string, r io.Reader, size int64, opts *objstore.PutOptions) error {
 	if err := f.check(); err != nil {
 		return err
+	}
+	if g := f.gate.Load(); g != nil && ordinaryPrefix.MatchString(key) {
+		f.blocked.Add(1)
+		select {
+		case <-*g:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	f.mu.Lock()
 	if f.crashAfter > 0 && strings.HasPrefix(key, f.crashIn) {
@@ -364,4 +382,13 @@ func runWorker(t testing.TB, w *Worker) (stop func()) {
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// sources returns partition p's registered batches' sources, in seq order.
+func (e *env) sources(p int) []string {
+	var out []string
+	for _, b := range e.registered(p) {
+		out = append(out, b.Manifest.Source)
+	}
+	return out
 }

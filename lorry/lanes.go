@@ -15,16 +15,59 @@ import (
 // head is a queue record without its value, as the head scan sees it.
 type head struct {
 	off int64
-	at  int64 // commit time, unix ms
-	key string
+	at  int64  // commit time, unix ms
+	key string // ident: publication and page key
 }
+
+// ident names what per-key order is about: a page key in one publication
+// (each publication is a database of its own on the replicas, so a fresh
+// record of the live one supersedes nothing of a candidate's republish).
+func ident(r *pillar.ExportRecord) string { return r.Publication + "\x00" + r.PageKey }
 
 // plan is a batch about to be delivered: its range and lane, and the
 // records it holds (nil: read them again from the queue).
 type plan struct {
 	pend  Pending
 	recs  []pillar.ExportRecord
-	fresh bool // taken from the fresh lane's buffer
+	fresh bool      // taken from the fresh lane's buffer
+	start time.Time // when it was taken (its delivery time, for the shares)
+	flown bool      // recorded as pending and uploaded in the background
+}
+
+// bytes is the plan's record bytes (as the read-ahead budget counts them).
+func (pl *plan) bytes() int64 {
+	var n int64
+	for _, r := range pl.recs {
+		n += int64(len(r.Value)) + 64
+	}
+	return n
+}
+
+// flight is the ordinary batch whose SST is built and uploaded in the
+// background (pre) while the loop goes on delivering fresh batches; keys
+// are the page keys it holds.
+type flight struct {
+	pl   *plan
+	pre  *prefetch
+	keys map[string]bool
+}
+
+func newFlight(pl *plan, pre *prefetch) *flight {
+	f := &flight{pl: pl, pre: pre, keys: make(map[string]bool, len(pl.recs))}
+	for _, r := range pl.recs {
+		f.keys[ident(&r)] = true
+	}
+	return f
+}
+
+// uploaded reports whether the flight's files are uploaded (or failed).
+func (f *flight) uploaded() bool {
+	select {
+	case <-f.pre.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // bulk reports whether the batch is bulk work (for the lanes' shares).
@@ -70,11 +113,16 @@ type loop struct {
 	bcut  bool
 	bnext int64
 	bseen time.Time // when bbuf's range got its first record
+	// bulkMean is the bulk records' mean size (value + 64) so far: reads
+	// ask for about what the batch still takes.
+	bulkMean int64
 
-	inflight  int64      // bytes of the batch being delivered
+	inflight  int64      // bytes of the batches being delivered
+	bfl       *flight    // the ordinary batch uploading in the background
+	held      bool       // the fresh lane waits for bfl (a key in common, or bulk's share)
 	refresh   bool       // the last contents call made a refresh
 	lastFresh time.Time  // when the scan last found an undelivered fresh record
-	share     [2]float64 // decayed delivery seconds: [fresh-only, with bulk]
+	share     [2]float64 // decayed record bytes delivered: [fresh-only, with bulk]
 	shareAt   time.Time
 	planned   *plan // the follow-up the last commit recorded as pending
 	pre       *prefetch
@@ -142,12 +190,12 @@ func (lp *loop) scanStep(ctx context.Context) (bool, error) {
 		if h.Offset != lp.scan {
 			return false, fmt.Errorf("lorry: partition %d: queue returned offset %d, want %d", p, h.Offset, lp.scan)
 		}
-		hd := head{off: h.Offset, at: h.CommittedAt, key: h.PageKey}
+		hd := head{off: h.Offset, at: h.CommittedAt, key: ident(&h)}
 		switch {
 		case h.IsBulk():
 			lp.bulk = append(lp.bulk, hd)
 		case h.Offset < F:
-			lp.freshMax[h.PageKey] = max(lp.freshMax[h.PageKey], h.Offset)
+			lp.freshMax[hd.key] = max(lp.freshMax[hd.key], h.Offset)
 		default:
 			lp.fresh = append(lp.fresh, hd)
 			lp.lastFresh = w.now()
@@ -167,11 +215,15 @@ func (lp *loop) full(bytes int64, n int) bool {
 // partition (a fresh record waits for the bulk batch in flight, so bulk
 // batches are kept short then).
 func (lp *loop) bulkFull() bool {
-	limit := lp.w.o.MaxBatchBytes
+	return lp.bcut || lp.bbytes >= lp.bulkBytesLimit() || len(lp.bbuf) >= lp.w.o.MaxBatchRecords
+}
+
+// bulkBytesLimit is the bulk batch size now (see bulkFull).
+func (lp *loop) bulkBytesLimit() int64 {
 	if lp.w.now().Sub(lp.lastFresh) < 2*time.Second {
-		limit = lp.w.o.FreshBulkBatchBytes
+		return lp.w.o.FreshBulkBatchBytes
 	}
-	return lp.bcut || lp.bbytes >= limit || len(lp.bbuf) >= lp.w.o.MaxBatchRecords
+	return lp.w.o.MaxBatchBytes
 }
 
 // budget reports whether the worker may buffer more bytes, added being
@@ -247,6 +299,7 @@ func (lp *loop) bulkLimit() int64 {
 func (lp *loop) fillBulk(ctx context.Context) (bool, error) {
 	w, p := lp.w, lp.pt.id
 	got := false
+	readNow := int64(0)
 	for !lp.bulkFull() && lp.budget(len(lp.bbuf), 0) {
 		limit := lp.bulkLimit()
 		// Skip to the next bulk head: what lies before it is fresh and
@@ -265,6 +318,16 @@ func (lp *loop) fillBulk(ctx context.Context) (bool, error) {
 			lp.bnext = lp.bulk[i].off
 		}
 		want := min(int64(w.o.MaxBatchRecords-len(lp.bbuf)), limit-lp.bnext)
+		// Read about what the batch still takes (by the records' mean
+		// size so far), and while fresh records flow at most ~1 MiB a
+		// call: the loop delivers fresh batches between bulk reads.
+		room := lp.bulkBytesLimit() - lp.bbytes
+		if flowing := w.now().Sub(lp.lastFresh) < 2*time.Second; flowing {
+			room = min(room, 1<<20-readNow)
+		}
+		if lp.bulkMean > 0 {
+			want = max(1, min(want, room/lp.bulkMean+1))
+		}
 		recs, _, err := w.read(ctx, p, lp.bnext, limit, int(want), false)
 		if err != nil {
 			return got, err
@@ -291,11 +354,16 @@ func (lp *loop) fillBulk(ctx context.Context) (bool, error) {
 				lp.bbuf = append(lp.bbuf, r)
 				lp.bbytes += int64(len(r.Value)) + 64
 				added += int64(len(r.Value)) + 64
+				lp.bulkMean = (7*lp.bulkMean + int64(len(r.Value)) + 64 + 7) / 8
 			}
 			lp.bnext++
 		}
+		readNow += added
 		got = true
 		lp.setBuffered()
+		if w.now().Sub(lp.lastFresh) < 2*time.Second && readNow >= 1<<20 {
+			return got, nil
+		}
 	}
 	return got, nil
 }
@@ -361,39 +429,49 @@ func (lp *loop) bulkDue() bool {
 	if len(lp.bbuf) == 0 {
 		return true // only delivered fresh records: a refresh
 	}
-	if lp.w.bulkPaused(lp.pt.id) {
-		return false
+	if lp.w.bulkPaused(lp.pt.id) && lp.bulkShare() >= lp.w.o.BulkMinShare {
+		return false // replicas lag: bulk waits, down to its minimum share
 	}
 	caughtUp := lp.bnext >= lp.bulkLimit()
 	return lp.bulkFull() || lp.drained() && caughtUp ||
 		caughtUp && lp.age(lp.bbuf[0].CommittedAt, lp.bseen) >= lp.w.o.MaxBatchAge
 }
 
-// next names the batch to deliver now, if one is due. When both lanes
-// have records ready, the waiting fresh records ride along with the bulk
-// batch (one batch, one commit), taking at most 1-BulkMinShare of its
-// bytes; fresh records alone go as soon as they are due.
-func (lp *loop) next() *plan {
-	fd, bd := lp.freshDue(), lp.bulkDue()
-	switch {
-	case fd && bd && len(lp.bbuf) > 0 && lp.w.o.FreshAlone && lp.bulkShare() >= lp.w.o.BulkMinShare:
-		// FreshAlone: a small fresh batch goes ahead of the bulk one
-		// while bulk keeps its share of the recent delivery time.
-		return lp.freshPlan()
-	case bd && len(lp.fbuf) > 0 && len(lp.bbuf) > 0:
-		return lp.combinedPlan()
-	case bd && len(lp.bbuf) == 0:
-		return lp.bulkPlan() // a refresh of delivered records: at once
-	case fd:
-		return lp.freshPlan()
-	case bd:
-		return lp.bulkPlan()
+// nextFresh names the fresh lane's batch to deliver now, if one is due.
+// While an ordinary batch is in flight (bfl), the fresh batch holds none of
+// its keys: it ends before the first fresh record of a key bfl holds (that
+// one waits for bfl's registration, so the key's records reach the batch
+// log in queue order whichever registers first).
+func (lp *loop) nextFresh() *plan {
+	lp.held = false
+	if !lp.freshDue() {
+		return nil
 	}
-	return nil
+	free := lp.bfl == nil && lp.l.st.Pending == nil
+	if lp.bfl != nil && lp.bfl.pl.fresh {
+		// The batch in flight is the fresh records' own (an ordinary one:
+		// no bulk work before them); the next one follows it.
+		lp.held = true
+		return nil
+	}
+	pl := lp.freshPlan(free)
+	if pl == nil {
+		lp.held = true
+	}
+	return pl
 }
 
-// bulkShare is bulk's share of the partition's delivery time over the
-// last ~10s (1 when nothing was delivered).
+// nextBulk names the ordinary lane's batch to deliver now, if one is due
+// (the caller checks that the lane's slot is free).
+func (lp *loop) nextBulk() *plan {
+	if !lp.bulkDue() {
+		return nil
+	}
+	return lp.bulkPlan()
+}
+
+// bulkShare is bulk's share of the record bytes the partition delivered
+// over the last ~10s (1 when nothing was delivered).
 func (lp *loop) bulkShare() float64 {
 	lp.decay()
 	if t := lp.share[0] + lp.share[1]; t > 0 {
@@ -411,65 +489,60 @@ func (lp *loop) decay() {
 	lp.shareAt = now
 }
 
-// combinedPlan is bulkPlan plus the waiting fresh records, as many as keep
-// bulk at BulkMinShare of the batch's bytes or more.
-func (lp *loop) combinedPlan() *plan {
-	pl := lp.bulkPlan()
-	var bulkBytes int64
-	for _, r := range pl.recs {
-		bulkBytes += int64(len(r.Value)) + 64
-	}
-	budget := int64(float64(bulkBytes) * (1 - lp.w.o.BulkMinShare) / lp.w.o.BulkMinShare)
-	var used int64
-	n := 0
-	for n < len(lp.fbuf) {
-		sz := int64(len(lp.fbuf[n].Value)) + 64
-		if n > 0 && used+sz > budget || pl.recs != nil && lp.fbuf[n].Publication != pl.recs[0].Publication {
-			break
-		}
-		used += sz
-		n++
-	}
-	if pl.recs == nil || n == 0 {
-		return pl
-	}
-	pl.recs = append(pl.recs, lp.fbuf[:n]...)
-	pl.pend.FreshLast = lp.fbuf[n-1].Offset
-	pl.pend.ID = CombinedBatchID(lp.w.storeID, lp.pt.id, pl.pend.First, pl.pend.Last, pl.pend.FreshLast)
-	pl.fresh = true
-	return pl
-}
-
-// freshPlan takes the fetched fresh records as a batch. When the partition
-// has no bulk work before them (O = F and no bulk head in the range), it is
-// an ordinary batch and moves both positions.
-func (lp *loop) freshPlan() *plan {
+// freshPlan takes the fetched fresh records as a batch (of one
+// publication), up to the first one of a key the ordinary batch in flight
+// holds (nil when that is the first). When the partition has no bulk work
+// before them (O = F, no bulk head in the range) and the ordinary slot is
+// free, it is an ordinary batch and moves both positions.
+func (lp *loop) freshPlan(ordinaryFree bool) *plan {
 	w := lp.w
 	n := len(lp.fbuf)
 	var bytes int64
 	for i, r := range lp.fbuf {
-		if i > 0 && (lp.full(bytes, i) || r.Publication != lp.fbuf[0].Publication) {
+		if i > 0 && (lp.full(bytes, i) || r.Publication != lp.fbuf[0].Publication) || lp.bfl != nil && lp.bfl.keys[ident(&r)] {
 			n = i
 			break
 		}
 		bytes += int64(len(r.Value)) + 64
 	}
+	if n == 0 {
+		return nil
+	}
 	recs := append([]pillar.ExportRecord(nil), lp.fbuf[:n]...)
 	first, last := lp.F(), recs[len(recs)-1].Offset
 	pend := Pending{ID: FreshBatchID(w.storeID, lp.pt.id, first, last), First: first, Last: last, Lane: LaneFresh}
-	if lp.O() == first && (len(lp.bulk) == 0 || lp.bulk[0].off > last) {
+	if ordinaryFree && lp.O() == first && (len(lp.bulk) == 0 || lp.bulk[0].off > last) {
 		pend = Pending{ID: BatchID(w.storeID, lp.pt.id, first, last), First: first, Last: last}
 	}
 	return &plan{pend: pend, recs: recs, fresh: true}
 }
 
 // bulkPlan takes the bulk lane's range [O, bnext) as a batch, without the
-// records a delivered fresh record of the same key supersedes. When nothing
-// is left (the range holds only delivered fresh records and superseded bulk
+// records a fresh record of the same key supersedes: a delivered one, or
+// one queued and not delivered yet (all of those lie beyond the range, so
+// they are newer; they will be delivered, and a bulk batch that carries
+// none of their keys can register before or after them). When nothing is
+// left (the range holds only delivered fresh records and superseded bulk
 // ones) the records are read again by contents (a refresh, see there).
 func (lp *loop) bulkPlan() *plan {
 	first, last := lp.O(), lp.bnext-1
 	recs := lp.supersede(lp.bbuf)
+	if len(recs) > 0 && len(lp.fbuf)+len(lp.fresh) > 0 {
+		queued := make(map[string]bool, len(lp.fbuf)+len(lp.fresh))
+		for _, r := range lp.fbuf {
+			queued[ident(&r)] = true
+		}
+		for _, h := range lp.fresh {
+			queued[h.key] = true
+		}
+		out := recs[:0]
+		for _, r := range recs {
+			if !(r.IsBulk() && queued[ident(&r)]) {
+				out = append(out, r)
+			}
+		}
+		recs = out
+	}
 	if len(recs) == 0 {
 		recs = nil
 	}
@@ -486,7 +559,7 @@ func (lp *loop) supersede(recs []pillar.ExportRecord) []pillar.ExportRecord {
 			continue
 		}
 		if r.IsBulk() {
-			if off, ok := lp.freshMax[r.PageKey]; ok && off > r.Offset {
+			if off, ok := lp.freshMax[ident(&r)]; ok && off > r.Offset {
 				continue
 			}
 		}
@@ -509,10 +582,8 @@ func (lp *loop) take(pl *plan) {
 	if pl.pend.Lane == LaneOrdinary && (!pl.fresh || pl.pend.FreshLast > 0) {
 		lp.bbuf, lp.bbytes, lp.bseen, lp.bcut = nil, 0, time.Time{}, false
 	}
-	lp.inflight = 0
-	for _, r := range pl.recs {
-		lp.inflight += int64(len(r.Value)) + 64
-	}
+	lp.inflight += pl.bytes()
+	pl.start = lp.w.now()
 	lp.setBuffered()
 }
 
@@ -525,7 +596,8 @@ func (lp *loop) committed(pl *plan, st PartitionState) {
 		// records of their keys.
 		for _, r := range pl.recs {
 			if !r.IsBulk() && r.Offset >= st.Offset {
-				lp.freshMax[r.PageKey] = max(lp.freshMax[r.PageKey], r.Offset)
+				k := ident(&r)
+				lp.freshMax[k] = max(lp.freshMax[k], r.Offset)
 			}
 		}
 	}
@@ -549,7 +621,7 @@ func (lp *loop) committed(pl *plan, st PartitionState) {
 	for len(lp.fresh) > 0 && lp.fresh[0].off < F {
 		lp.fresh = lp.fresh[1:]
 	}
-	lp.inflight = 0
+	lp.inflight = max(0, lp.inflight-pl.bytes())
 	lp.setBuffered()
 }
 
@@ -664,12 +736,15 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 		if lp.pre != nil {
 			<-lp.pre.done
 		}
+		if lp.bfl != nil {
+			<-lp.bfl.pre.done // the batch stays recorded: the next holder finishes it
+		}
 		lp.fbuf, lp.bbuf, lp.fbytes, lp.bbytes, lp.inflight = nil, nil, 0, 0, 0
 		lp.setBuffered()
 		w.setBacklog(p, nil)
 	}()
-	if st.Pending != nil {
-		w.o.Logger.Info("lorry: finishing a pending batch", "partition", p, "batch", st.Pending.ID)
+	if st.Pending != nil || st.FreshPending != nil {
+		w.o.Logger.Info("lorry: finishing pending batches", "partition", p, "batch", st.Pending, "fresh_batch", st.FreshPending)
 	}
 	// Learn what was delivered out of order: scan up to F first.
 	for lp.scan < lp.F() {
@@ -692,13 +767,26 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 			return err
 		}
 		lp.checkLoss()
-		if pend := l.st.Pending; pend != nil {
-			// Recorded before: by a previous holder, by a crashed run, or
-			// by the last commit as the follow-up batch.
-			pl := &plan{pend: *pend}
-			if lp.planned != nil && lp.planned.pend == *pend {
-				pl = lp.planned
+		if pend := l.st.FreshPending; pend != nil {
+			// Recorded by a previous holder or a crashed run: delivered
+			// before the ordinary batch recorded with it, whose contents,
+			// when they are read again, then leave out the keys it
+			// supersedes (see doc.go).
+			if err := w.deliver(ctx, lp, &plan{pend: *pend}, nil); err != nil {
+				return err
 			}
+			continue
+		}
+		if pend := l.st.Pending; pend != nil && lp.bfl == nil {
+			// Recorded before: by a previous holder, by a crashed run, or
+			// by the last commit as the follow-up batch, whose files are
+			// uploading (it flies while the fresh lane goes on).
+			if pl := lp.planned; pl != nil && pl.pend == *pend && lp.pre != nil {
+				lp.bfl = newFlight(pl, lp.pre)
+				lp.planned, lp.pre = nil, nil
+				continue
+			}
+			pl := &plan{pend: *pend}
 			lp.planned = nil
 			pre := lp.pre
 			lp.pre = nil
@@ -711,28 +799,58 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 			}
 			continue
 		}
-		if r := l.st.Replay; r != nil {
+		if f := lp.bfl; f != nil && f.uploaded() {
+			// The ordinary batch's files are up: manifest, register, commit
+			// (bulk goes before any further fresh batch).
+			lp.bfl = nil
+			if err := w.deliver(ctx, lp, f.pl, f.pre); err != nil {
+				return err
+			}
+			continue
+		}
+		if r := l.st.Replay; r != nil && lp.bfl == nil {
 			pl := &plan{pend: Pending{ID: ReplayBatchID(w.storeID, p, r.From, r.To, r.N), First: r.From, Last: r.To, Lane: LaneReplay}}
 			if err := w.deliver(ctx, lp, pl, nil); err != nil {
 				return err
 			}
 			continue
 		}
-		if pt.release.Load() {
+		if pt.release.Load() && lp.bfl == nil {
 			w.o.Logger.Info("lorry: giving partition back", "partition", p)
 			return nil
 		}
-		if pt.drainTo >= 0 && l.st.Offset >= pt.drainTo {
+		if pt.drainTo >= 0 && l.st.Offset >= pt.drainTo && lp.bfl == nil {
 			return nil
 		}
 		read := lp.fill(ctx)
 		w.setBacklog(p, lp)
-		if pl := lp.next(); pl != nil {
+		if pl := lp.nextFresh(); pl != nil {
 			lp.take(pl)
 			if err := w.deliver(ctx, lp, pl, nil); err != nil {
 				return err
 			}
 			continue
+		}
+		if lp.bfl == nil && l.st.Pending == nil && !pt.release.Load() {
+			if pl := lp.nextBulk(); pl != nil {
+				lp.take(pl)
+				if pl.recs == nil {
+					// A refresh: its records are read again by delivery.
+					if err := w.deliver(ctx, lp, pl, nil); err != nil {
+						return err
+					}
+					continue
+				}
+				if err := w.recordPending(ctx, lp, pl.pend); err != nil {
+					return err
+				}
+				if err := w.hook("pending", p); err != nil {
+					return err
+				}
+				pl.flown = true
+				lp.bfl = newFlight(pl, w.startPrefetch(ctx, p, pl.pend, pl.recs))
+				continue
+			}
 		}
 		if read {
 			continue
@@ -743,7 +861,17 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 			}
 			w.o.Logger.Warn("lorry: renew lease", "partition", p, "err", err)
 		}
-		clock.Sleep(ctx, w.o.Clock, lp.wait())
+		var uploaded <-chan struct{}
+		if lp.bfl != nil {
+			uploaded = lp.bfl.pre.done
+		}
+		t := w.o.Clock.NewTimer(lp.wait())
+		select {
+		case <-ctx.Done():
+		case <-uploaded:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 }
 
@@ -751,10 +879,10 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 // buffered batch comes of age sooner.
 func (lp *loop) wait() time.Duration {
 	d := lp.w.o.PollInterval
-	if len(lp.fbuf) > 0 {
+	if len(lp.fbuf) > 0 && !lp.held {
 		d = min(d, max(time.Millisecond, lp.w.o.MaxBatchAge-lp.age(lp.fbuf[0].CommittedAt, time.Time{})))
 	}
-	if len(lp.bbuf) > 0 {
+	if len(lp.bbuf) > 0 && lp.bfl == nil && lp.l.st.Pending == nil && (!lp.w.bulkPaused(lp.pt.id) || lp.bulkShare() < lp.w.o.BulkMinShare) {
 		d = min(d, max(time.Millisecond, lp.w.o.MaxBatchAge-lp.age(lp.bbuf[0].CommittedAt, lp.bseen)))
 	}
 	return d
@@ -777,7 +905,14 @@ func (lp *loop) followUp(ctx context.Context, cur *plan, after PartitionState) *
 			break
 		}
 	}
-	pl := lp.next()
+	pl := lp.nextBulk()
+	if pl == nil && lp.freshDue() {
+		// No bulk work: fresh records that make an ordinary batch (O = F,
+		// no bulk head among them) follow up as well.
+		if fp := lp.freshPlan(true); fp != nil && fp.pend.Lane == LaneOrdinary {
+			pl = fp
+		}
+	}
 	if pl == nil || pl.recs == nil {
 		return nil
 	}

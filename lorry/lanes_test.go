@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
-	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,8 +118,8 @@ func (e *env) checkOrder(p int, keys []string) map[string]string {
 }
 
 // TestFreshAheadOfBulk: with a bulk backlog queued before them, fresh
-// records are delivered in the first batch (riding along with the first
-// bulk one), and the rest of the backlog after them.
+// records are delivered in the first batch (a fresh-lane batch of their
+// own), and the backlog after them.
 func TestFreshAheadOfBulk(t *testing.T) {
 	t.Parallel()
 	const parts = 2
@@ -146,19 +146,19 @@ func TestFreshAheadOfBulk(t *testing.T) {
 	must(t, err)
 	src := e.laneChain(0, 43)
 	bs := e.registered(0)
-	// The fresh records ride along with the first bulk batch (offsets 0-3
-	// plus the fresh ones up to 42), ahead of the rest of the backlog.
-	if !strings.HasSuffix(bs[0].Manifest.ID, "-0-3-f42") || bs[0].Manifest.Keys != 7 {
-		t.Fatalf("first batch %s with %d keys, want bulk 0-3 with the 3 fresh records riding along; all: %v", bs[0].Manifest.ID, bs[0].Manifest.Keys, src)
+	// The fresh records go first, in a fresh-lane batch of their own,
+	// ahead of the whole backlog.
+	if src[0] != "lorry:p0:fresh:0-42" || bs[0].Manifest.Keys != 3 || bs[0].Manifest.QueueEnd != 0 {
+		t.Fatalf("first batch %s (%q) with %d keys, want the 3 fresh records alone; all: %v", bs[0].Manifest.ID, src[0], bs[0].Manifest.Keys, src)
 	}
-	// Then nine bulk batches, and a refresh of [40,42] (fresh records,
+	// Then ten bulk batches, and a refresh of [40,42] (fresh records,
 	// delivered already): it covers those offsets in the ordinary chain, so
 	// the control plane knows everything below 43 is delivered.
-	if len(src) != 11 || res.Stats.FreshBatches != 1 || res.Stats.BulkBatches != 10 || src[10] != "lorry:p0:40-42" {
-		t.Fatalf("batches %v, stats %+v: want 10 bulk and a refresh of [40,42]", src, res.Stats)
+	if len(src) != 12 || res.Stats.FreshBatches != 2 || res.Stats.BulkBatches != 10 || src[11] != "lorry:p0:40-42" {
+		t.Fatalf("batches %v, stats %+v: want a fresh one, 10 bulk and a refresh of [40,42]", src, res.Stats)
 	}
-	if bs[10].Manifest.QueueFirst != 40 || bs[10].Manifest.QueueEnd != 43 || bs[0].Manifest.QueueEnd != 4 {
-		t.Fatalf("queue ranges: refresh [%d,%d), first batch [%d,%d)", bs[10].Manifest.QueueFirst, bs[10].Manifest.QueueEnd, bs[0].Manifest.QueueFirst, bs[0].Manifest.QueueEnd)
+	if bs[11].Manifest.QueueFirst != 40 || bs[11].Manifest.QueueEnd != 43 || bs[1].Manifest.QueueFirst != 0 || bs[1].Manifest.QueueEnd != 4 {
+		t.Fatalf("queue ranges: refresh [%d,%d), first bulk batch [%d,%d)", bs[11].Manifest.QueueFirst, bs[11].Manifest.QueueEnd, bs[1].Manifest.QueueFirst, bs[1].Manifest.QueueEnd)
 	}
 	e.checkServed(want, ks)
 }
@@ -192,8 +192,8 @@ func TestPerKeyOrderAcrossLanes(t *testing.T) {
 	_, err := e.worker(o).Drain(context.Background())
 	must(t, err)
 	src := e.laneChain(0, int64(len(rs)))
-	if id := e.registered(0)[0].Manifest.ID; !strings.HasSuffix(id, fmt.Sprintf("-f%d", len(rs)-1)) {
-		t.Fatalf("first batch %s (%q), want the fresh records riding along (up to offset %d)", id, src[0], len(rs)-1)
+	if want := fmt.Sprintf("lorry:p0:fresh:0-%d", len(rs)-1); src[0] != want {
+		t.Fatalf("first batch %q, want the fresh records first (%q); all: %v", src[0], want, src)
 	}
 	got := e.checkOrder(0, ks)
 	if counter(got[A]) != 51 || counter(got[B]) != 52 {
@@ -204,81 +204,144 @@ func TestPerKeyOrderAcrossLanes(t *testing.T) {
 	}
 }
 
-// TestBulkMinimumShare: while fresh records wait behind a bulk backlog,
-// every bulk batch carries some of them along (they are not held back by
-// the backlog) but never more than 1-BulkMinShare of its bytes (the backlog
-// keeps moving). The worker runs on a fixed FAKE clock and Drain delivers
-// step by step, so the assertions are about the batches' order and
-// proportions, not about what happens in some wall time.
-func TestBulkMinimumShare(t *testing.T) {
+// TestFreshWhileBulkInFlight: the fresh lane has a slot of its own: while
+// a bulk batch's upload hangs, fresh records are built, uploaded,
+// registered and committed, except the one of a key the bulk batch holds,
+// which waits for the bulk batch's registration (and then lands after it).
+// Once the upload goes through, everything is delivered and no key's value
+// ever goes back.
+func TestFreshWhileBulkInFlight(t *testing.T) {
 	t.Parallel()
-	const parts, nBulk, nFresh, size = 2, 60, 30, 2000
-	e := newEnv(t, parts)
-	ks := keysIn(nBulk+nFresh, 0, parts)
+	e := newEnv(t, 1)
+	ks := keysIn(10, 0, 1)
 	var rs []rec
-	for i, k := range ks[:nBulk] {
-		rs = append(rs, rec{key: k, val: val(i, size), pri: pillar.PriorityBulk})
+	for i, k := range ks[:8] {
+		rs = append(rs, rec{key: k, val: val(i, 500), pri: pillar.PriorityBulk})
 	}
 	e.enqueue(rs...)
-	rs = rs[:0]
-	for i, k := range ks[nBulk:] {
-		rs = append(rs, rec{key: k, val: val(1000+i, size), pri: pillar.PriorityFresh})
-	}
-	e.enqueue(rs...)
+	gate := make(chan struct{})
+	e.objs.blockOrdinary(gate)
 	o := e.opts("w")
-	// A fixed clock: no batch comes of age, leases never run out; batches
-	// close on MaxBatchRecords only.
-	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
-	o.MaxBatchRecords, o.MaxBatchAge, o.BulkMinShare = 10, time.Hour, 0.75
-	_, err := e.worker(o).Drain(context.Background())
-	must(t, err)
-	e.laneChain(0, nBulk+nFresh)
-
-	// Every record has the same size: byte shares are record shares.
-	// Bulk records are [0,nBulk), fresh ones [nBulk,nBulk+nFresh).
-	combined := regexp.MustCompile(`^lorry-.*-p00000-(\d+)-(\d+)(?:-f(\d+))?$`)
-	freshNext := int64(nBulk)
-	bulkBatches, bulkRecs, freshRecs := 0, int64(0), int64(0)
-	for i, b := range e.registered(0) {
-		m := combined.FindStringSubmatch(b.Manifest.ID)
-		var first, last int64
-		if m != nil {
-			first, _ = strconv.ParseInt(m[1], 10, 64)
-			last, _ = strconv.ParseInt(m[2], 10, 64)
-		}
-		if m == nil || first >= nBulk {
-			continue // a fresh-lane or refresh batch, after the backlog
-		}
-		if i != bulkBatches {
-			t.Fatalf("batch %d (%s) is the first to hold bulk records [%d,%d]: fresh batches went ahead of a ready backlog", i, b.Manifest.ID, first, last)
-		}
-		bulkBatches++
-		nb, nf := min(last, nBulk-1)-first+1, int64(0)
-		if m[3] != "" {
-			fl, _ := strconv.ParseInt(m[3], 10, 64)
-			nf, freshNext = fl+1-freshNext, fl+1
-		}
-		if float64(nb)/float64(nb+nf) < o.BulkMinShare {
-			t.Fatalf("batch %s: %d bulk and %d fresh records: bulk below its %.2f share", b.Manifest.ID, nb, nf, o.BulkMinShare)
-		}
-		if nf == 0 && freshNext < nBulk+nFresh {
-			t.Fatalf("batch %s: no fresh record rode along while %d waited behind the backlog", b.Manifest.ID, nBulk+nFresh-freshNext)
-		}
-		bulkRecs, freshRecs = bulkRecs+nb, freshRecs+nf
+	o.MaxBatchRecords = 4
+	w := e.worker(o)
+	runWorker(t, w)
+	waitFor(t, "the first bulk batch's upload hanging", 20*time.Second, func() bool {
+		st := e.state(0)
+		return st.Pending != nil && st.Pending.First == 0 && st.Pending.Last == 3 && e.objs.blocked.Load() > 0
+	})
+	// ks[4] is in the bulk backlog (not in flight), ks[0] in the batch in
+	// flight.
+	e.enqueue(rec{key: ks[8], val: val(100, 50)}, rec{key: ks[9], val: val(101, 50)}, rec{key: ks[4], val: val(102, 50)}, rec{key: ks[0], val: val(103, 50)})
+	waitFor(t, "the fresh records of other keys delivered past the hanging bulk batch", 20*time.Second, func() bool {
+		return e.state(0).FreshOffset() == 11
+	})
+	st := e.state(0)
+	if st.Pending == nil || st.Pending.Last != 3 || st.Offset != 0 || st.FreshPending != nil {
+		t.Fatalf("state %+v, want the bulk batch [0,3] still pending, the fresh lane at 11", st)
 	}
-	// 10 bulk records a batch carry 3 fresh ones (3 x 2064 B <= 1/3 of 10 x 2064 B).
-	if bulkBatches != nBulk/10 || bulkRecs != nBulk || freshRecs != 3*nBulk/10 {
-		t.Fatalf("%d bulk batches with %d bulk and %d fresh records; want %d with %d and %d", bulkBatches, bulkRecs, freshRecs, nBulk/10, nBulk, 3*nBulk/10)
+	if src := e.sources(0); len(src) != 1 || src[0] != "lorry:p0:fresh:0-10" {
+		t.Fatalf("registered %v, want only the fresh batch of offsets 8-10 (ks[0]'s fresh record waits for the bulk batch holding ks[0])", src)
+	}
+	close(gate)
+	waitFor(t, "everything delivered", 20*time.Second, func() bool { st := e.state(0); return st.Offset == 12 && st.Pending == nil })
+	src := e.laneChain(0, 12)
+	if src[1] != "lorry:p0:0-3" || !slices.Contains(src[2:], "lorry:p0:fresh:11-11") {
+		t.Fatalf("batches %v: want the bulk batch [0,3], then (after it) ks[0]'s fresh record", src)
 	}
 	got := e.checkOrder(0, ks)
-	for i, k := range ks {
-		want := i
-		if i >= nBulk {
-			want = 1000 + i - nBulk
+	for i, want := range map[int]int{0: 103, 1: 1, 4: 102, 7: 7, 8: 100, 9: 101} {
+		if counter(got[ks[i]]) != want {
+			t.Fatalf("key %d: update %d, want %d; batches %v", i, counter(got[ks[i]]), want, src)
 		}
-		if counter(got[k]) != want {
-			t.Fatalf("key %d: update %d, want %d", i, counter(got[k]), want)
-		}
+	}
+}
+
+// TestFreshLaneRules: with an ordinary batch in flight, the fresh lane's
+// batch ends before the first record of a key the batch in flight holds
+// (none when that is the first); a bulk plan leaves out the keys with a
+// fresh record queued; while replicas lag, bulk waits unless its share of
+// the recently delivered bytes is below BulkMinShare. On a fixed FAKE
+// clock, by the loop's own rules (no store).
+func TestFreshLaneRules(t *testing.T) {
+	fc := clock.NewFake(time.Now())
+	o := Options{BulkMinShare: 0.25, MaxBatchAge: time.Second, MaxBatchBytes: 1 << 20, MaxBatchRecords: 2,
+		FreshBulkBatchBytes: 1 << 20, MaxReplicaLag: 8, Now: fc.Now}
+	w := &Worker{o: o, storeID: "s", tr: newTracker()}
+	ks := keysIn(4, 0, 1)
+	old := fc.Now().Add(-2 * time.Second).UnixMilli()
+	fresh := func(off int64, k string) pillar.ExportRecord {
+		return pillar.ExportRecord{Offset: off, PageKey: k, Op: pillar.OpPut, Value: []byte("v"), CommittedAt: old, Priority: pillar.PriorityFresh}
+	}
+	lp := &loop{w: w, pt: &part{drainTo: -1}, shareAt: fc.Now(), freshMax: map[string]int64{}}
+	lp.l = &lease{w: w, st: PartitionState{Pending: &Pending{ID: "b", First: 0, Last: 3}}}
+	lp.bfl = &flight{pl: &plan{}, keys: map[string]bool{"\x00" + ks[1]: true}}
+	lp.fbuf = []pillar.ExportRecord{fresh(5, ks[0]), fresh(6, ks[1]), fresh(7, ks[2])}
+	pl := lp.nextFresh()
+	if pl == nil || len(pl.recs) != 1 || pl.pend.Lane != LaneFresh || pl.pend.First != 0 || pl.pend.Last != 5 {
+		t.Fatalf("fresh batch %+v, want offset 5 alone (6's key is in the batch in flight)", pl)
+	}
+	lp.fbuf = lp.fbuf[1:]
+	if pl := lp.nextFresh(); pl != nil || !lp.held {
+		t.Fatalf("fresh batch %+v starting with a key of the batch in flight", pl)
+	}
+
+	// The bulk plan, with the slot free: ks[3] has a fresh record queued
+	// (a head not fetched yet), so its bulk record is left out.
+	lp.bfl, lp.l.st.Pending = nil, nil
+	lp.fbuf = nil
+	lp.fresh = []head{{off: 9, key: "\x00" + ks[3]}}
+	lp.bbuf = []pillar.ExportRecord{
+		{Offset: 0, PageKey: ks[2], Op: pillar.OpPut, Value: []byte("b"), Priority: pillar.PriorityBulk},
+		{Offset: 1, PageKey: ks[3], Op: pillar.OpPut, Value: []byte("b"), Priority: pillar.PriorityBulk},
+	}
+	lp.bnext = 2
+	if !lp.bulkDue() {
+		t.Fatal("a full bulk batch is not due")
+	}
+	bp := lp.bulkPlan()
+	if len(bp.recs) != 1 || bp.recs[0].PageKey != ks[2] || bp.pend.First != 0 || bp.pend.Last != 1 {
+		t.Fatalf("bulk plan %+v, want [0,1] holding ks[2] only", bp)
+	}
+
+	// Replicas lag: bulk waits while it had its share of the bytes, and
+	// goes when below it.
+	w.o.Replicas = &control.Client{}
+	w.tr.part(0).known, w.tr.part(0).lag = true, 100
+	lp.share = [2]float64{1, 9}
+	if lp.bulkDue() {
+		t.Fatal("bulk due while replicas lag and bulk had 90% of the bytes")
+	}
+	lp.share = [2]float64{9, 1}
+	if !lp.bulkDue() {
+		t.Fatal("bulk starved: not due while replicas lag with 10% of the bytes (min share 25%)")
+	}
+}
+
+// TestSupersedeIsPerPublication: a fresh record supersedes bulk records of
+// its key in its own publication only: a republish into a candidate
+// publication (bulk) still delivers a key that a crawl update of the live
+// one (fresh, queued after it) also carries.
+func TestSupersedeIsPerPublication(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	ks := keysIn(3, 0, 1)
+	const live, cand = "c1/hash-d8-aaaa", "c2/hash-d8-bbbb"
+	e.enqueue(rec{key: ks[0], val: "cand0", pub: cand, pri: pillar.PriorityBulk}, rec{key: ks[1], val: "live1", pub: live, pri: pillar.PriorityBulk},
+		rec{key: ks[2], val: "cand2", pub: cand, pri: pillar.PriorityBulk})
+	e.enqueue(rec{key: ks[0], val: "live0", pub: live}, rec{key: ks[1], val: "live1b", pub: live})
+	o := e.opts("w")
+	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
+	_, err := e.worker(o).Drain(context.Background())
+	must(t, err)
+	keys := map[string]int64{}
+	for _, b := range e.registered(0) {
+		keys[b.Manifest.Publication] += b.Manifest.Keys
+	}
+	// cand: ks[0] and ks[2] (ks[0]'s fresh record is the live one's); live:
+	// ks[0] and ks[1] once each (ks[1]'s bulk record superseded), plus
+	// whatever a refresh re-delivers.
+	if keys[cand] != 2 || keys[live] < 2 {
+		t.Fatalf("keys by publication %v, want 2 for %s (its republish not superseded by the other's fresh records)", keys, cand)
 	}
 }
 
@@ -553,9 +616,9 @@ func TestLaneMetrics(t *testing.T) {
 	}
 }
 
-// TestFreshAlone: with FreshAlone, due fresh records go in a batch of their
-// own ahead of a ready bulk batch, and per-key order still holds.
-func TestFreshAlone(t *testing.T) {
+// TestFreshGoesAlone: due fresh records go in a batch of their own ahead of
+// a ready bulk batch, and per-key order still holds.
+func TestFreshGoesAlone(t *testing.T) {
 	t.Parallel()
 	const parts = 2
 	e := newEnv(t, parts)
@@ -571,7 +634,7 @@ func TestFreshAlone(t *testing.T) {
 	o := e.opts("w")
 	// Every record is past MaxBatchAge on this FAKE clock (no sleep).
 	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
-	o.MaxBatchRecords, o.MaxBatchAge, o.FreshAlone, o.BulkMinShare = 4, 50*time.Millisecond, true, 0.5
+	o.MaxBatchRecords, o.MaxBatchAge = 4, 50*time.Millisecond
 	_, err := e.worker(o).Drain(context.Background())
 	must(t, err)
 	src := e.laneChain(0, int64(len(rs)))

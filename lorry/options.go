@@ -56,17 +56,13 @@ type Options struct {
 	// bytes; it is also how much a partition reads ahead besides the batch
 	// it is delivering. The default value is 8 MiB.
 	MaxBatchBytes int64
-	// FreshAlone sends due fresh records in a batch of their own ahead of
-	// a ready bulk batch (lower fresh latency: they do not wait for a big
-	// batch), as long as bulk batches keep BulkMinShare of the partition's
-	// delivery time over the last ~10s; otherwise, and by default, they
-	// ride along with the bulk batch (one batch, fewer per-batch costs).
-	FreshAlone bool
 	// FreshBulkBatchBytes replaces MaxBatchBytes for bulk batches while
 	// fresh records flow in the partition (seen in the last 2s): a fresh
-	// record waits for the batch in flight, so shorter bulk batches bound
-	// its latency, at some cost in bulk throughput (per-batch overheads).
-	// The default value is MaxBatchBytes (no change).
+	// batch registered after a bulk one is applied after it on every
+	// replica, and a fresh record of a key the bulk batch in flight holds
+	// waits for its registration, so shorter bulk batches bound fresh
+	// latency, at some cost in bulk throughput (per-batch overheads). The
+	// default value is MaxBatchBytes.
 	FreshBulkBatchBytes int64
 	// MaxBatchRecords closes a batch at this many records. The default value
 	// is 100000.
@@ -89,18 +85,19 @@ type Options struct {
 	// same time. The default value is 4.
 	Parallelism int
 
-	// BulkMinShare is bulk's guaranteed share when both lanes have records
-	// ready: the waiting fresh records ride along with the partition's
-	// next bulk batch, up to (1-BulkMinShare)/BulkMinShare times its bulk
-	// bytes (the rest waits for the next one); with FreshAlone, it is the
-	// share of delivery time bulk keeps. Fresh records with no bulk batch
-	// ready go as soon as they are due. The default value is 0.25; it must
-	// lie in (0, 1].
+	// BulkMinShare is bulk's guaranteed share of the partition's delivered
+	// record bytes (over the last ~10s) when replicas lag: bulk batches
+	// wait while a replica lags more than MaxReplicaLag batches, but not
+	// below this share, so bulk never starves. (Fresh batches have a slot
+	// of their own and never wait for bulk ones; a bulk batch whose files
+	// are uploaded is registered before the next fresh batch.) The default
+	// value is 0.25; it must lie in (0, 1].
 	BulkMinShare float64
 	// MaxReplicaLag pauses a partition's bulk lane while one of its
-	// replicas is this many batches behind the newest (control-plane lag);
-	// fresh batches keep flowing. Negative disables it. The default value
-	// is 8. It needs Replicas.
+	// replicas is more than this many batches behind the newest
+	// (control-plane lag), down to BulkMinShare; fresh batches keep
+	// flowing. Negative disables it. The default value is 8. It needs
+	// Replicas.
 	MaxReplicaLag int64
 	// Replicas reports each partition's replica progress; it drives the
 	// bulk backpressure, the enqueue → applied-on-all-replicas latency and

@@ -167,41 +167,24 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 	pend := pl.pend
 	lp.refresh = false
 	start := w.now()
-	mark := start
+	if !pl.start.IsZero() {
+		start = pl.start // taken then (an ordinary batch uploads in the background)
+	}
+	mark := w.now()
 	step := func(d *time.Duration) func(*Stats) {
 		now := w.now()
 		took := now.Sub(mark)
 		mark = now
 		return func(s *Stats) { *d += took }
 	}
-	if l.st.Pending == nil {
-		err := w.retry(ctx, l, "record pending batch", func() error {
-			return l.cas(ctx, func(cur PartitionState) (PartitionState, error) {
-				if cur.Pending != nil && *cur.Pending == pend {
-					return cur, errUnchanged
-				}
-				if cur.Pending != nil || pend.Lane == LaneOrdinary && cur.Offset != pend.First ||
-					pend.Lane == LaneFresh && cur.FreshOffset() != pend.First ||
-					pend.Lane == LaneReplay && (cur.Replay == nil || ReplayBatchID(w.storeID, p, cur.Replay.From, cur.Replay.To, cur.Replay.N) != pend.ID) {
-					return cur, fmt.Errorf("lorry: partition %d: state moved (offset %d, fresh %d, pending %v) under batch %s: %w",
-						p, cur.Offset, cur.FreshOffset(), cur.Pending, pend.ID, ErrLeaseLost)
-				}
-				if pend.Lane == LaneReplay {
-					cur.Replay = nil
-				}
-				cur.Pending = &pend
-				return cur, nil
-			})
-		})
-		if err != nil {
-			return err
-		}
-	} else if *l.st.Pending != pend {
-		return fmt.Errorf("lorry: partition %d: pending batch %s, asked to deliver %s", p, l.st.Pending.ID, pend.ID)
+	if err := w.recordPending(ctx, lp, pend); err != nil {
+		return err
 	}
 	w.count(func(s *Stats) { step(&s.PendingTime)(s) })
-	if err := w.hook("pending", p); err != nil {
-		return err
+	if !pl.flown {
+		if err := w.hook("pending", p); err != nil {
+			return err
+		}
 	}
 	var m *batch.Manifest
 	err := w.retry(ctx, l, "upload", func() error {
@@ -266,17 +249,25 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 	}
 	after := applyCommit(l.st, pend, seq, n)
 	after.Replay = l.st.Replay
-	next := lp.followUp(ctx, pl, after)
+	var next *Pending
+	if pend.Lane == LaneOrdinary {
+		next = lp.followUp(ctx, pl, after)
+	} else {
+		lp.committed(pl, after)
+	}
 	err = w.retry(ctx, l, "commit offset", func() error {
 		return l.cas(ctx, func(cur PartitionState) (PartitionState, error) {
-			if cur.Batch == pend.ID && cur.Pending == nil || cur.Pending != nil && next != nil && *cur.Pending == *next {
+			slot := cur.slot(pend.Lane)
+			if *slot == nil && cur.Batch == pend.ID || *slot != nil && next != nil && **slot == *next {
 				return cur, errUnchanged // an earlier attempt committed after all
 			}
-			if cur.Pending == nil || *cur.Pending != pend {
+			if *slot == nil || **slot != pend {
 				return cur, fmt.Errorf("lorry: partition %d: pending batch changed under %s: %w", p, pend.ID, ErrLeaseLost)
 			}
 			cur = applyCommit(cur, pend, seq, n)
-			cur.Pending = next
+			if pend.Lane != LaneFresh {
+				cur.Pending = next
+			}
 			return cur, nil
 		})
 	})
@@ -308,11 +299,13 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 		}
 	})
 	took := w.now().Sub(start)
-	lp.decay()
-	if bulk {
-		lp.share[1] += took.Seconds()
-	} else {
-		lp.share[0] += took.Seconds()
+	if pend.Lane != LaneReplay && !lp.refresh {
+		lp.decay()
+		if bulk {
+			lp.share[1] += float64(pl.bytes())
+		} else {
+			lp.share[0] += float64(pl.bytes())
+		}
 	}
 	var oldest time.Time
 	if len(pl.recs) > 0 && pl.recs[0].CommittedAt > 0 {
@@ -321,6 +314,37 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 	w.o.Metrics.delivered(p, n, m.Keys, size, took, oldest, w.now())
 	w.o.Logger.Debug("lorry: batch delivered", "partition", p, "batch", m.ID, "lane", pend.Lane, "seq", seq, "records", n, "keys", m.Keys, "bytes", size)
 	return nil
+}
+
+// recordPending records pend in its lane's slot of the partition state
+// (step 1), unless it is recorded already.
+func (w *Worker) recordPending(ctx context.Context, lp *loop, pend Pending) error {
+	l, p := lp.l, lp.pt.id
+	if have := *l.st.slot(pend.Lane); have != nil {
+		if *have != pend {
+			return fmt.Errorf("lorry: partition %d: pending batch %s, asked to deliver %s", p, have.ID, pend.ID)
+		}
+		return nil
+	}
+	return w.retry(ctx, l, "record pending batch", func() error {
+		return l.cas(ctx, func(cur PartitionState) (PartitionState, error) {
+			slot := cur.slot(pend.Lane)
+			if *slot != nil && **slot == pend {
+				return cur, errUnchanged
+			}
+			if *slot != nil || pend.Lane == LaneOrdinary && cur.Offset != pend.First ||
+				pend.Lane == LaneFresh && cur.FreshOffset() != pend.First ||
+				pend.Lane == LaneReplay && (cur.Replay == nil || ReplayBatchID(w.storeID, p, cur.Replay.From, cur.Replay.To, cur.Replay.N) != pend.ID) {
+				return cur, fmt.Errorf("lorry: partition %d: state moved (offset %d, fresh %d, pending %v, fresh pending %v) under batch %s: %w",
+					p, cur.Offset, cur.FreshOffset(), cur.Pending, cur.FreshPending, pend.ID, ErrLeaseLost)
+			}
+			if pend.Lane == LaneReplay {
+				cur.Replay = nil
+			}
+			*slot = &pend
+			return cur, nil
+		})
+	})
 }
 
 // upload makes the batch's objects exist and returns its manifest as

@@ -42,6 +42,12 @@ type PartitionState struct {
 	// worker that takes the partition over delivers exactly this batch first,
 	// so no two batches ever cover the same offsets.
 	Pending *Pending `json:"pending,omitempty"`
+	// FreshPending is the fresh lane's batch being delivered (LaneFresh),
+	// recorded like Pending: the fresh lane has a slot of its own, so a
+	// fresh batch is built, uploaded and registered while an ordinary
+	// batch is in flight. A worker that takes the partition over delivers
+	// it first, then Pending.
+	FreshPending *Pending `json:"fresh_pending,omitempty"`
 	// Owner is the worker holding the lease ("" when free), ExpiresMS when it
 	// lapses (unix milliseconds). Token increases at every acquisition, so a
 	// worker that lost the lease cannot commit even under the same id.
@@ -82,6 +88,15 @@ const (
 	LaneReplay = "replay"
 )
 
+// slot returns where a batch of pend's lane is recorded while in flight:
+// FreshPending for the fresh lane, Pending for the others.
+func (s *PartitionState) slot(lane string) **Pending {
+	if lane == LaneFresh {
+		return &s.FreshPending
+	}
+	return &s.Pending
+}
+
 // Pending is a batch whose offsets are fixed but which is not committed yet.
 type Pending struct {
 	ID    string `json:"id"`
@@ -113,7 +128,10 @@ type ReplayRequest struct {
 func applyCommit(st PartitionState, pend Pending, seq, n int64) PartitionState {
 	switch pend.Lane {
 	case LaneFresh:
-		st.Fresh = pend.Last + 1
+		if f := max(st.FreshOffset(), pend.Last+1); f > st.Offset {
+			st.Fresh = f
+		}
+		st.FreshPending = nil
 	case LaneReplay:
 		st.Replays++
 		n = 0
@@ -125,10 +143,11 @@ func applyCommit(st PartitionState, pend Pending, seq, n int64) PartitionState {
 			st.Fresh = f
 		}
 	}
-	st.Batch, st.Pending = pend.ID, nil
-	if seq != 0 {
-		st.Seq = seq
+	if pend.Lane != LaneFresh {
+		st.Pending = nil
 	}
+	st.Batch = pend.ID
+	st.Seq = max(st.Seq, seq)
 	st.Delivered += n
 	return st
 }

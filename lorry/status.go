@@ -40,9 +40,10 @@ type PartitionStatus struct {
 	Seq   int64  `json:"seq"`
 	// Pending is the batch being delivered, if any; Replay a replay asked
 	// for and not started yet.
-	Pending *Pending       `json:"pending,omitempty"`
-	Replay  *ReplayRequest `json:"replay,omitempty"`
-	Replays int64          `json:"replays"`
+	Pending      *Pending       `json:"pending,omitempty"`
+	FreshPending *Pending       `json:"fresh_pending,omitempty"`
+	Replay       *ReplayRequest `json:"replay,omitempty"`
+	Replays      int64          `json:"replays"`
 	// Owner holds the lease until LeaseExpires (past: lapsed, any worker
 	// may take it); "" when free.
 	Owner          string    `json:"owner,omitempty"`
@@ -103,7 +104,7 @@ func partitionStatus(ctx context.Context, sn pillar.Snapshot, now time.Time) ([]
 			return nil, fmt.Errorf("lorry: status: %w", err)
 		}
 		s := PartitionStatus{Partition: p, QueueEnd: end, Committed: ps.Offset, FreshOffset: ps.FreshOffset(),
-			Batch: ps.Batch, Seq: ps.Seq, Pending: ps.Pending, Replay: ps.Replay, Replays: ps.Replays, Delivered: ps.Delivered}
+			Batch: ps.Batch, Seq: ps.Seq, Pending: ps.Pending, FreshPending: ps.FreshPending, Replay: ps.Replay, Replays: ps.Replays, Delivered: ps.Delivered}
 		if ps.Owner != "" {
 			s.Owner, s.LeaseExpires, s.LeaseExpiresMS = ps.Owner, time.UnixMilli(ps.ExpiresMS), ps.ExpiresMS
 		}

@@ -30,7 +30,9 @@
 //   - Tables: schemas are enforced on every write (strict schemas refuse
 //     unknown columns; required columns; column types), rows written to a
 //     table with key columns must be sorted (code 301), also across an
-//     append; append (<append=%true>) vs overwrite.
+//     append; append (<append=%true>) vs overwrite; alter_table of a
+//     static table's schema (any while empty, on rows only appended
+//     optional columns; code 316 otherwise; it takes the exclusive lock).
 //   - Operations: map, reduce, map_reduce, sort and merge. Jobs are the
 //     spec's command run by exechost in a fresh sandbox with the spec's
 //     files, environment and secure vault, YSON on stdin (the only format

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -21,6 +22,9 @@ func envInt(name string, def int) int {
 // alone, then with LORRY_BENCH_FRESH fresh updates/s (default 100). It
 // reports the fresh p99 to all 3 replicas, the bulk throughput ratio and
 // the loss counter; LORRY_BENCH_OUT, when set, receives the report and plot.
+// It fails when a record is not applied on every replica, a key reads back
+// wrong or the loss counter moves, and with LORRY_BENCH_STRICT=1 also when
+// the fresh p99 or bulk ratio target is missed.
 //
 //	go test -run XXX -bench PriorityLanes -benchtime 1x ./lorry/lorrybench/
 //	LORRY_BENCH_RECORDS=200000 LORRY_BENCH_OUT=bench-out/lorry go test -run XXX -bench PriorityLanes -benchtime 1x -timeout 0 ./lorry/lorrybench/
@@ -43,6 +47,14 @@ func BenchmarkPriorityLanes(b *testing.B) {
 		b.ReportMetric(res.Mixed.BulkPerSecond, "bulk_records/s")
 		b.ReportMetric(float64(res.Mixed.Lost), "lost")
 		b.Log("\n" + res.Markdown())
+		// Delivery itself (everything applied, keys read back, no loss)
+		// must hold on any machine; the latency and ratio targets fail
+		// the benchmark with LORRY_BENCH_STRICT=1.
+		for _, t := range res.Missed() {
+			if os.Getenv("LORRY_BENCH_STRICT") == "1" || !strings.Contains(t.What, "fresh p99") && !strings.Contains(t.What, "bulk throughput") {
+				b.Errorf("target missed: %s: want %s, got %s", t.What, t.Want, t.Got)
+			}
+		}
 	}
 }
 
@@ -70,5 +82,42 @@ func TestSmallRun(t *testing.T) {
 		if st, err := os.Stat(out + "/" + f); err != nil || st.Size() == 0 {
 			t.Fatalf("%s: %v", f, err)
 		}
+	}
+}
+
+// TestNothingDeliveredFails: a run whose phases applied nothing misses its
+// targets (and so fails `pillar bench lorry`), whatever its empty latency
+// figures say; with every record applied and the figures in range, every
+// target is met; in a series a target missed by one run is missed.
+func TestNothingDeliveredFails(t *testing.T) {
+	empty := &Result{Baseline: &Phase{Name: "bulk only", Enqueued: 100}, Mixed: &Phase{Name: "bulk + fresh", Enqueued: 150}}
+	empty.evaluate()
+	missed := map[string]bool{}
+	for _, m := range empty.Missed() {
+		missed[m.What] = true
+	}
+	for _, want := range []string{"bulk only: records applied on all 3 replicas", "bulk + fresh: records applied on all 3 replicas",
+		"fresh p99, enqueue → readable on all 3 replicas, while the backlog drains"} {
+		if !missed[want] {
+			t.Errorf("target %q met by a run that delivered nothing; missed: %v", want, missed)
+		}
+	}
+	good := func() *Result {
+		r := &Result{Baseline: &Phase{Name: "bulk only", Enqueued: 100, Applied: 100, BulkRecords: 100, BulkPerSecond: 100, Checked: 100},
+			Mixed: &Phase{Name: "bulk + fresh", Enqueued: 150, Applied: 150, BulkRecords: 100, BulkPerSecond: 90, FreshUpdates: 50, FreshP99MS: 900, Checked: 100}}
+		r.evaluate()
+		return r
+	}
+	if m := good().Missed(); len(m) != 0 {
+		t.Fatalf("a good run missed %+v", m)
+	}
+	slow := good()
+	slow.Mixed.FreshP99MS = 7000
+	slow.Targets = nil
+	slow.evaluate()
+	s := &Series{Runs: []*Result{good(), slow, good()}}
+	s.evaluate()
+	if m := s.Missed(); len(m) != 1 || !strings.Contains(m[0].Got, "run 2: 7000 ms") {
+		t.Fatalf("series missed %+v, want the fresh p99 target (run 2)", m)
 	}
 }

@@ -1,6 +1,7 @@
 package lorrybench
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"image/color"
@@ -36,14 +37,7 @@ func (r *Result) Markdown() string {
 				l.Samples, l.RegisteredP99, l.AppliedP50, l.AppliedP99)
 		}
 	}
-	fmt.Fprintf(&b, "\n| target | want | got | met |\n|---|---|---|---|\n")
-	for _, t := range r.Targets {
-		met := "yes"
-		if !t.Met {
-			met = "**no**"
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.What, t.Want, t.Got, met)
-	}
+	writeTargets(&b, r.Targets)
 	fmt.Fprintf(&b, "\n![latency by priority over time](latency.png)\n")
 	return b.String()
 }
@@ -130,4 +124,134 @@ func (r *Result) Plot(path string) error {
 		return fmt.Errorf("lorrybench: plot %s: %w", path, err)
 	}
 	return nil
+}
+
+// Series is repeated runs of one setup: every run is reported (not the
+// best), and a target is met only if every run met it.
+type Series struct {
+	Runs    []*Result `json:"runs"`
+	Targets []Target  `json:"targets"`
+}
+
+// RunSeries runs the benchmark n times, each on a cluster of its own
+// (under Dir/run-<i> when Dir is set).
+func RunSeries(ctx context.Context, o Options, n int) (*Series, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("lorrybench: runs %d must be at least 1", n)
+	}
+	s := &Series{}
+	for i := 1; i <= n; i++ {
+		oi := o
+		if o.Dir != "" && n > 1 {
+			oi.Dir = filepath.Join(o.Dir, fmt.Sprintf("run-%d", i))
+			if err := os.MkdirAll(oi.Dir, 0o755); err != nil {
+				return nil, err
+			}
+		}
+		if n > 1 && o.Progress != nil {
+			fmt.Fprintf(o.Progress, "lorry bench: run %d of %d\n", i, n)
+		}
+		r, err := Run(ctx, oi)
+		if err != nil {
+			return nil, fmt.Errorf("lorrybench: run %d of %d: %w", i, n, err)
+		}
+		if o.Dir != "" && n > 1 {
+			os.RemoveAll(oi.Dir) // each run's data is large; the results stay
+		}
+		s.Runs = append(s.Runs, r)
+	}
+	s.evaluate()
+	return s, nil
+}
+
+func (s *Series) evaluate() {
+	s.Targets = nil
+	for i, t := range s.Runs[0].Targets {
+		all := Target{What: t.What, Want: t.Want, Met: true}
+		var got []string
+		for j, r := range s.Runs {
+			if i >= len(r.Targets) {
+				continue
+			}
+			rt := r.Targets[i]
+			all.Met = all.Met && rt.Met
+			if len(s.Runs) > 1 {
+				got = append(got, fmt.Sprintf("run %d: %s", j+1, rt.Got))
+			} else {
+				got = append(got, rt.Got)
+			}
+		}
+		all.Got = strings.Join(got, "; ")
+		s.Targets = append(s.Targets, all)
+	}
+}
+
+// Missed returns the targets some run did not meet.
+func (s *Series) Missed() []Target {
+	var out []Target
+	for _, t := range s.Targets {
+		if !t.Met {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Markdown renders every run and the targets over all of them.
+func (s *Series) Markdown() string {
+	if len(s.Runs) == 1 {
+		return s.Runs[0].Markdown()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Lorry priority lanes: %d runs\n\n", len(s.Runs))
+	fmt.Fprintf(&b, "Options: %v\n\n", optionsLine(s.Runs[0].Options))
+	fmt.Fprintf(&b, "| run | load (before → after) | bulk records/s alone / with fresh | ratio | fresh p50 / p99 / max (ms) | fresh → registered p99 (ms) | lost | targets met |\n|---|---|---|---|---|---|---|---|\n")
+	for i, r := range s.Runs {
+		m := r.Mixed
+		base := 0.0
+		if r.Baseline != nil {
+			base = r.Baseline.BulkPerSecond
+		}
+		lost := m.Lost
+		if r.Baseline != nil {
+			lost += r.Baseline.Lost
+		}
+		fmt.Fprintf(&b, "| %d | %s | %.0f / %.0f | %.2f | %.0f / %.0f / %.0f | %.0f | %d | %d of %d |\n", i+1, r.LoadAvg, base, m.BulkPerSecond, r.Ratio,
+			m.FreshP50MS, m.FreshP99MS, m.FreshMaxMS, m.FreshRegP99MS, lost, len(r.Targets)-len(r.Missed()), len(r.Targets))
+	}
+	fmt.Fprintf(&b, "\nEach run's report and plot: run-<n>/results.md, run-<n>/latency.png.\n")
+	writeTargets(&b, s.Targets)
+	return b.String()
+}
+
+// Write puts results.md and results.json into dir, and each run's report
+// and plot into dir/run-<n> (directly into dir for a single run).
+func (s *Series) Write(dir string) error {
+	if len(s.Runs) == 1 {
+		return s.Runs[0].Write(dir)
+	}
+	for i, r := range s.Runs {
+		if err := r.Write(filepath.Join(dir, fmt.Sprintf("run-%d", i+1))); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(s.Markdown()), 0o644); err != nil {
+		return err
+	}
+	raw, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "results.json"), append(raw, '\n'), 0o644)
+}
+
+func writeTargets(b *strings.Builder, ts []Target) {
+	fmt.Fprintf(b, "\n| target | want | got | met |\n|---|---|---|---|\n")
+	for _, t := range ts {
+		met := "met"
+		if !t.Met {
+			met = "**missed**"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", t.What, t.Want, t.Got, met)
+	}
 }

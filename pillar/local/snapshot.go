@@ -183,6 +183,7 @@ type queueHead struct {
 	Op          string `parquet:"op"`
 	CommittedAt int64  `parquet:"committed_at,timestamp(millisecond)"`
 	Priority    string `parquet:"priority,optional"`
+	Publication string `parquet:"publication,optional"`
 }
 
 // ReadQueueHeads is ReadQueue without values (pillar.QueueHeadReader).
@@ -194,7 +195,7 @@ func (sn *snapshot) ReadQueueHeads(ctx context.Context, partition int, from int6
 	out := make([]pillar.ExportRecord, len(heads))
 	for i, h := range heads {
 		out[i] = pillar.ExportRecord{Partition: h.Partition, Offset: h.Offset, PageKey: h.PageKey, Op: h.Op,
-			CommittedAt: h.CommittedAt, Priority: h.Priority}
+			CommittedAt: h.CommittedAt, Priority: h.Priority, Publication: h.Publication}
 	}
 	return out, nil
 }

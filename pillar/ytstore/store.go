@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -109,6 +110,9 @@ type Store struct {
 	opts  Options
 	meta  rootAttrs
 	stats counters
+	// queueSchemaOK holds the partitions whose queue table has every
+	// ExportRecord column (see ensureQueueSchema).
+	queueSchemaOK sync.Map
 }
 
 // Stats returns the store's counters.

@@ -580,6 +580,9 @@ func (t *tx) applyQueue(ctx context.Context) error {
 	parts, byPart := t.ws.Queue()
 	now := time.Now().UnixMilli()
 	for _, p := range parts {
+		if err := t.s.ensureQueueSchema(ctx, p); err != nil {
+			return t.errf("commit: %w", err)
+		}
 		path := queuePath(t.s.root, p)
 		var first int64
 		if err := t.ytx.GetNode(ctx, path.Attr("row_count"), &first, nil); err != nil {
