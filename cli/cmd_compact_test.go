@@ -85,7 +85,7 @@ func TestCompactCLIOnFakeYT(t *testing.T) {
 	fake := ytfake.New(&ytfake.Options{SandboxDir: t.TempDir()})
 	t.Cleanup(func() { fake.Close() })
 	old := newYTClient
-	newYTClient = func() (yt.Client, error) { return fake, nil }
+	newYTClient = func(string) (yt.Client, error) { return fake, nil }
 	t.Cleanup(func() { newYTClient = old })
 	t.Setenv("YT_PROXY", "fake.invalid")
 	dir := t.TempDir()
