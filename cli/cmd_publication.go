@@ -352,23 +352,29 @@ func runRollbackServe(c *cli.Context) error {
 		defer st.Close()
 	}
 	// The store must publish what the control plane serves, or be the one
-	// step behind an interrupted rollback (serving switched, store not).
+	// step behind an interrupted rollback (serving switched, store not):
+	// then only the store's part is left.
 	finishing := false
+	target := "" // the publication the store returns to
+	if prev != nil {
+		target = prev.ID
+	}
 	if st != nil {
-		cur, sprev, err := storePair(ctx, st)
+		cur, _, err := storePair(ctx, st)
 		if err != nil {
 			return err
 		}
 		switch {
-		case prev != nil && cur == prev.ID && sprev == live:
-			finishing = true
+		case prev != nil && cur == prev.ID && cur != live:
+			finishing, target = true, live
 		case cur != live:
 			return fmt.Errorf("rollback: the store publishes %q but the serving tier's live publication is %q (a candidate not promoted yet? `pillar promote` it, or `pillar publish` the live pair); nothing changed", cur, live)
-		case prev != nil && sprev != prev.ID:
-			return fmt.Errorf("rollback: the serving tier's previous publication is %q but the store's previous pair is %q; nothing changed (roll back the serving tier alone without --store)", prev.ID, sprev)
+		}
+		if cv, model := splitPublication(target); prev != nil && (cv == "" || model == "") {
+			return fmt.Errorf("rollback: the previous publication %s is not a (chunk version, model) pair the store can publish; roll back the serving tier alone (without --store)", pubLabel(target))
 		}
 	}
-	if prev == nil && !finishing {
+	if prev == nil {
 		return noPreviousError(pubs, live)
 	}
 	res := &rollbackResult{}
@@ -387,7 +393,8 @@ func runRollbackServe(c *cli.Context) error {
 	}
 	if st != nil {
 		pubs, _, _ = cl.ListPublications(ctx)
-		r, err := pipeline.RollbackWith(ctx, st, pipelineOptions(c), &pipeline.PublishOptions{Retained: retainedFunc(pubs)})
+		cv, model := splitPublication(target)
+		r, err := pipeline.ReturnTo(ctx, st, cv, model, pipelineOptions(c), &pipeline.PublishOptions{Retained: retainedFunc(pubs)})
 		if err != nil {
 			if res.Switched {
 				return fmt.Errorf("rollback: serving switched to %s, but the store's rollback failed (rerun `pillar rollback` with the same flags to finish it): %w", res.Live, err)
@@ -409,7 +416,7 @@ func runRollbackServe(c *cli.Context) error {
 		fmt.Fprintln(w)
 		return nil
 	case finishing:
-		fmt.Fprintf(w, "serving already switched to %s by an interrupted rollback; finished the store's part\n", live)
+		fmt.Fprintf(w, "serving already switched to %s by an interrupted rollback; finished the store's part\n", target)
 	default:
 		fmt.Fprintf(w, "rolled back serving to %s (was %s) in %s, routing version %d: no export, no SST build\n",
 			res.Live, res.WasLive, res.SwitchTook.Round(time.Millisecond), res.RoutingVersion)

@@ -170,4 +170,27 @@ func TestPublicationCycleCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &rf); err != nil || rf.Live != pub2 || rf.SwitchMS == nil || rf.Store.ExportState != pipeline.StateSaved {
 		t.Fatalf("roll forward --json: %v\n%s", err, js)
 	}
+	// A rollback interrupted after the serving switch (simulated: the
+	// control plane alone rolls back) is finished by running it again: the
+	// store follows, serving does not swap back.
+	if _, err := cl.Rollback(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	out = must("rollback", "--store", store, "--control", addr)
+	if !strings.Contains(out, "serving already switched to "+pub1+" by an interrupted rollback") {
+		t.Fatalf("finishing an interrupted rollback:\n%s", out)
+	}
+	if r, _ := cl.GetRouting(ctx); r.Live != pub1 {
+		t.Fatalf("after finishing: live %s", r.Live)
+	}
+	st, err = local.Open(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sn, _ = st.Snapshot(ctx)
+	defer sn.Release()
+	if p, _ := pillar.LoadPublished(ctx, sn); p.ChunkVersion != c1.ID() {
+		t.Fatalf("store after finishing: %s", p.ChunkVersion)
+	}
 }

@@ -116,6 +116,14 @@ func RollbackWith(ctx context.Context, st pillar.Store, opts Options, po *Publis
 	return publish(ctx, st, prev.ChunkVersion, prev.Model, "rollback", opts, po)
 }
 
+// ReturnTo republishes (cv, model) the way Rollback returns to the previous
+// pair: against its saved export state when it has one. `pillar rollback
+// --control` uses it to return the store to the serving tier's previous
+// publication, whichever pair the store had before.
+func ReturnTo(ctx context.Context, st pillar.Store, cv, model string, opts Options, po *PublishOptions) (*PublishResult, error) {
+	return publish(ctx, st, cv, resolveModel(model), "rollback", opts, po)
+}
+
 func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts Options, po *PublishOptions) (*PublishResult, error) {
 	if po == nil {
 		po = &PublishOptions{}
