@@ -23,6 +23,7 @@ func commands() []*cli.Command {
 		versionsCommand(),
 		publishCommand(),
 		rollbackCommand(),
+		promoteCommand(), retireCommand(), // serving publications (cmd_publication.go)
 		signalsCommand(),
 		exportCommand(),
 		subsetsCommand(),

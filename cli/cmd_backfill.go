@@ -118,10 +118,14 @@ func versionsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "versions",
 		Usage: "show the version registry: every chunk and embedding version, its state and counts",
-		Description: `Examples:
+		Description: `With --control it also shows the serving publications: each one's role (live, candidate,
+previous, retired), whether it is ready, how many replicas hold it and its bytes on each node.
+
+Examples:
    pillar versions --store data/store
-   pillar versions --store data/store --json`,
-		Flags: []cli.Flag{storeFlag, &cli.BoolFlag{Name: "json", Usage: "print as JSON"}},
+   pillar versions --store data/store --json
+   pillar versions --store data/store --control 127.0.0.1:7000`,
+		Flags: []cli.Flag{storeFlag, &cli.BoolFlag{Name: "json", Usage: "print as JSON"}, versionsControlFlag, controlTLSCAFlag},
 		Action: func(c *cli.Context) error {
 			sn, done, err := openSnapshot(c)
 			if err != nil {
@@ -133,8 +137,16 @@ func versionsCommand() *cli.Command {
 				return err
 			}
 			pub, _ := pillar.LoadPublished(c.Context, sn)
+			serving, live, err := versionsServing(c) // cmd_publication.go; nil without --control
+			if err != nil {
+				return err
+			}
 			if c.Bool("json") {
-				return printJSON(c.App.Writer, map[string]any{"versions": vs, "published": pub})
+				out := map[string]any{"versions": vs, "published": pub}
+				if serving != nil {
+					out["serving"] = map[string]any{"publications": serving, "live": live}
+				}
+				return printJSON(c.App.Writer, out)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "KIND\tID\tSTATE\tPAGES\tROWS\tEMPTY\tSPEC\tBUILT")
@@ -150,6 +162,10 @@ func versionsCommand() *cli.Command {
 				fmt.Printf("\npublished: chunks %s, model %s (since %s)\n", pub.ChunkVersion, pub.Model, pub.At.Format(time.RFC3339))
 			} else {
 				fmt.Println("\npublished: (nothing yet)")
+			}
+			if c.String("control") != "" {
+				fmt.Println()
+				return printPublications(os.Stdout, serving, live)
 			}
 			return nil
 		},

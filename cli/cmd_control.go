@@ -517,9 +517,13 @@ func printStatus(c *cli.Context, cl *control.Client) (int64, error) {
 			rows = append(rows, row{p, r.NewestSeq[p], rep.NodeID, rep.Zone, rep.State, rep.AppliedSeq, rep.LagBatches, rep.Lag, rep.Fault})
 		}
 	}
+	pubs, live, perr := servingPublications(c.Context, cl) // cmd_publication.go; an older control plane has none
+	if perr != nil {
+		fmt.Fprintf(c.App.ErrWriter, "serving publications: %v\n", perr)
+	}
 	if c.Bool("json") {
 		return r.Version, printJSON(c.App.Writer, map[string]any{"backend": info.Backend, "partitions": r.Partitions, "routing_version": r.Version,
-			"nodes": nodes, "replicas": rows}) // jsonshape.go: snake_case, _ms, RFC 3339
+			"nodes": nodes, "replicas": rows, "publications": pubs, "live": live}) // jsonshape.go: snake_case, _ms, RFC 3339
 	}
 	if c.Bool("lagging") && len(rows) == 0 {
 		unassigned := 0
@@ -551,5 +555,9 @@ func printStatus(c *cli.Context, cl *control.Client) (int64, error) {
 		}
 		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", rw.Partition, rw.NewestSeq, rw.Node, rw.Zone, rw.State, rw.AppliedSeq, rw.LagBatches, lag, rw.Fault)
 	}
-	return r.Version, w.Flush()
+	if err := w.Flush(); err != nil {
+		return r.Version, err
+	}
+	fmt.Fprintln(c.App.Writer)
+	return r.Version, printPublications(c.App.Writer, pubs, live)
 }

@@ -106,5 +106,16 @@ func runExportPublish(c *cli.Context) error {
 	}
 	fmt.Printf("  %d snapshot batches (%d SST files, %s) uploaded to %s and registered with %s in %s\n",
 		len(res.Build.Partitions), files, humanBytes(bytes), c.String("objstore"), addr, res.Build.Elapsed.Round(1e6))
+	// The batches belong to the published pair's publication; a first
+	// batch of one registers it (see cobbled/control).
+	if res.Export != nil {
+		if ps, err := findPublication(c.Context, client, res.Export.Publication); err == nil {
+			note := ""
+			if ps.PromoteWhenReady {
+				note = " (live once every replica holds it)"
+			}
+			fmt.Printf("  serving: publication %s is %s%s\n", pubLabel(ps.ID), ps.Role, note)
+		}
+	}
 	return nil
 }

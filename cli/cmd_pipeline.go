@@ -49,12 +49,16 @@ queues just the changed pages for Lorry.
 Examples:
    pillar publish --store data/store --chunks recursive-s512-o64-54906c2d --model hash:dim=384
    pillar publish --store data/store --chunks recursive-s512-o64-54906c2d --model hash-d384-ea4b8133 --dry-run
-   pillar publish --store data/store --chunks recursive-s512-o64-54906c2d --model hash:dim=384 --priority bulk`,
-		Flags: append([]cli.Flag{storeFlag,
+   pillar publish --store data/store --chunks recursive-s512-o64-54906c2d --model hash:dim=384 --priority bulk
+` + publishServeHelp, // serving publications: cmd_publication.go
+		Flags: append(append([]cli.Flag{storeFlag,
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "chunk version id"},
 			&cli.StringFlag{Name: "model", Required: true, Usage: "model id or spec (e.g. hash:dim=384)"}, priorityFlag,
-		}, runFlags...),
+		}, runFlags...), publishServeFlags...),
 		Action: func(c *cli.Context) error {
+			if c.Bool("serve") || c.Bool("live") || c.IsSet("wait") {
+				return runPublishServe(c) // cmd_publication.go
+			}
 			st, err := openStore(c, false, 0)
 			if err != nil {
 				return err
@@ -83,6 +87,8 @@ func printPublish(c *cli.Context, verb string, r *pipeline.PublishResult) error 
 	}
 	if r.RollbackTo != nil {
 		fmt.Printf("  `pillar rollback` returns to: chunks %s, model %s\n", r.RollbackTo.ChunkVersion, r.RollbackTo.Model)
+	} else {
+		fmt.Println("  `pillar rollback`: nothing to return to yet (no other pair was published before)")
 	}
 	printPlan(r.Export)
 	return nil
@@ -90,12 +96,17 @@ func printPublish(c *cli.Context, verb string, r *pipeline.PublishResult) error 
 
 func rollbackCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "rollback",
-		Usage: "republish the previous published pair (atomically, with its export work)",
-		Description: `Examples:
-   pillar rollback --store data/store`,
-		Flags: append([]cli.Flag{storeFlag, priorityFlag}, runFlags...),
+		Name:        "rollback",
+		Usage:       "make the previous publication live again: in the serving tier (--control) and the store, in one step",
+		Description: rollbackHelp, // cmd_publication.go
+		Flags:       append(append([]cli.Flag{rollbackStoreFlag, priorityFlag}, runFlags...), rollbackServeFlags...),
 		Action: func(c *cli.Context) error {
+			if c.String("control") != "" {
+				return runRollbackServe(c) // cmd_publication.go
+			}
+			if c.String("store") == "" {
+				return fmt.Errorf("rollback: give --store (the store's published pair), --control (the serving tier), or both")
+			}
 			st, err := openStore(c, false, 0)
 			if err != nil {
 				return err

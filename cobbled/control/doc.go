@@ -93,10 +93,38 @@
 // an existing seq (1..newest) and a seq not below the recorded one
 // (ErrBackwards); repeating the same seq is a no-op.
 //
+// Publications (issue 18; publications.go). A publication is a (chunk
+// version, model) pair made servable, id pillar.EmbedVersionID(cv, model);
+// "" is the legacy unnamed one. Every batch names its publication
+// (batch.Manifest.Publication); the log stays one per partition and
+// interleaves them. A publication is registered by RegisterPublication
+// (`pillar publish --serve`) or by the first batch naming it: live at once
+// when nothing is live, else a candidate promoted by itself once ready. At
+// most one is live, one previous and one candidate: Promote makes the
+// candidate (or a named retained one) live, the live one previous and
+// retires the previous one; it refuses a publication not ready (ErrNotReady,
+// naming the lagging replicas) unless forced. Rollback swaps live and
+// previous (ErrNoPrevious lists what is retained); a second Rollback rolls
+// forward. Each is one transaction that bumps the routing version.
+// BaseSeq[p] is the publication's oldest retained snapshot of p and Ready
+// means every assigned replica of every partition has applied it; both are
+// derived from the batches and progress on every read, never stored. A
+// replica HOLDS P on p iff P is not retired, BaseSeq[p] > 0 and its
+// AppliedSeq >= BaseSeq[p] (Publication.Holds): routers use exactly this
+// rule. The routing version also moves when a snapshot is registered and
+// when a replica passes a snapshot of a publication that is not retired,
+// so routers learn new holders without polling progress.
+//
 // Garbage collection. When every replica assigned to a partition has
 // applied a snapshot batch, every earlier batch of that partition is
 // collected: it is no longer listed and its objects are deleted (through
-// Objects). Partitions without assigned replicas are not collected. A
+// Objects) — except what a publication that is not retired needs: for each
+// one, its newest snapshot every assigned replica applied (or, with none,
+// its first live batch) and everything after it stays, so collection never
+// takes a live, previous or candidate publication's base snapshot or its
+// later deltas (gcprop_test.go checks this against random histories). A
+// retired publication's batches go once RetireGrace has passed and every
+// assigned replica has moved past them, leaving holes replicas skip. Partitions without assigned replicas are not collected. A
 // replica behind the collected floor (say, a new one) is listed the batches
 // from the oldest live one, which is then a snapshot that replaces its
 // contents. Collected rows stay (marked) so a collected id keeps its seq.
@@ -112,8 +140,9 @@
 // Decommissioning. RemoveNode forgets a node that is not up (or any node,
 // with force) and its progress, and reassigns its partitions at once.
 //
-// Security. RegisterBatch, RegisterNode, Heartbeat, ReportApplied and
-// RemoveNode need
+// Security. RegisterBatch, RegisterNode, Heartbeat, ReportApplied,
+// RemoveNode, RetractBatch, ReportFault, RegisterPublication, Promote,
+// Rollback and Retire need
 // "authorization: Bearer <token>"; reads do not. TLS is optional.
 //
 // Concurrency. Store, Server and Client are safe for concurrent use. Assign

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,6 +64,60 @@ func TestMetrics(t *testing.T) {
 	} {
 		if got[name] != want {
 			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+}
+
+// TestPublicationMetrics: publication changes are counted by kind, and the
+// lag collector exports each retained publication's holders and readiness.
+func TestPublicationMetrics(t *testing.T) {
+	m := NewMetrics()
+	e := startEnv(t, backends()[0].dsn(t), 1, func(o *Options) { o.Metrics = m; o.Replicas = 1 })
+	ctx := context.Background()
+	if err := e.client.RegisterNode(ctx, Node{"pm", "h:1", "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.RegisterPublication(ctx, "c/m", false); err != nil {
+		t.Fatal(err)
+	}
+	mf := manifest("pm-s", 0, 1, "snapshot")
+	mf.Publication = "c/m"
+	seq, err := e.client.RegisterBatch(ctx, mf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.client.ReportApplied(ctx, "pm", 0, seq); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.Promote(ctx, "", false); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m, e.srv.LagCollector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range mfs {
+		for _, mm := range f.GetMetric() {
+			var labels []string
+			for _, l := range mm.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			v := mm.GetGauge().GetValue() + mm.GetCounter().GetValue()
+			got[f.GetName()+"{"+strings.Join(labels, ",")+"}"] = v
+		}
+	}
+	for k, want := range map[string]float64{
+		"pillar_control_publication_changes_total{kind=promote}":                  1,
+		"pillar_control_publication_changes_total{kind=register}":                 1,
+		"pillar_control_publication_ready{publication=c/m,role=live}":             1,
+		"pillar_control_publication_replicas_holding{publication=c/m,role=live}":  1,
+		"pillar_control_publication_replicas_assigned{publication=c/m,role=live}": 1,
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %v, want %v", k, got[k], want)
 		}
 	}
 }

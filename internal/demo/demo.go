@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand"
 	"os"
 	"path/filepath"
 	"sort"
@@ -128,6 +127,8 @@ type Report struct {
 	ConvergeBulk2 time.Duration
 	ConvergeLorry time.Duration
 	Versions      [2]string
+	// Versions2 is step 5, the serving-versions cycle.
+	Versions2 Versions
 }
 
 // Stage is the wall time of one step.
@@ -535,6 +536,14 @@ func (d *demo) exportedPages() (map[string]expected, error) {
 // checks each record. chunker, when set, is the chunk version every record
 // must carry.
 func (d *demo) readAll(want map[string]expected, chunker string, lat *Latencies) (int, error) {
+	return d.readAllAs(want, chunker, lat, nil)
+}
+
+// storeDir is the embedded store's folder.
+func (d *demo) storeDir() string { return filepath.Join(d.o.Out, "store") }
+
+// readAllAs is readAll reading with ro (a version by name: ro.Version).
+func (d *demo) readAllAs(want map[string]expected, chunker string, lat *Latencies, ro *router.ReadOptions) (int, error) {
 	keys := make([]string, 0, len(want))
 	for k := range want {
 		keys = append(keys, k)
@@ -550,7 +559,11 @@ func (d *demo) readAll(want map[string]expected, chunker string, lat *Latencies)
 			raw[j] = kk[:]
 		}
 		t0 := time.Now()
-		res, err := d.rt.BatchGet(d.ctx, raw)
+		resp, err := d.rt.Read(d.ctx, raw, ro)
+		var res []router.Result
+		if resp != nil {
+			res = resp.Results
+		}
 		if lat != nil {
 			lat.Add(time.Since(t0))
 		}
@@ -608,110 +621,6 @@ func (d *demo) step4() error {
 		}
 		d.say("    %d records read in batches of 12, all match the store (content hash, URL, chunk version); p50 %s p99 %s",
 			n, d.rep.Reads.Quantile(0.5), d.rep.Reads.Quantile(0.99))
-		return nil
-	})
-}
-
-// step5 re-chunks and re-publishes while a reader keeps reading.
-func (d *demo) step5() error {
-	return d.stage("5. ML engineer's day: re-chunk (v2), re-embed, publish while reading", func() error {
-		want, err := d.exportedPages()
-		if err != nil {
-			return err
-		}
-		keys := make([][]byte, 0, len(want))
-		for k := range want {
-			kk, _ := pillar.ParseKey(k)
-			keys = append(keys, append([]byte(nil), kk[:]...))
-		}
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		var reads, failed int
-		var firstErr error
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewSource(1))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				b := make([][]byte, 12)
-				for i := range b {
-					b[i] = keys[rng.Intn(len(keys))]
-				}
-				t0 := time.Now()
-				res, err := d.rt.BatchGet(d.ctx, b)
-				d.rep.ReadsDuring.Add(time.Since(t0))
-				reads++
-				if err == nil {
-					for _, r := range res {
-						if r.Err != nil || !r.Found {
-							err = fmt.Errorf("found=%v err=%v", r.Found, r.Err)
-							break
-						}
-					}
-				}
-				if err != nil {
-					failed++
-					if firstErr == nil {
-						firstErr = err
-					}
-				}
-			}
-		}()
-		finish := func() {
-			close(stop)
-			wg.Wait()
-		}
-		o := pipeline.Options{Logger: d.o.Logger}
-		r, err := pipeline.Rechunk(d.ctx, d.st, chunkerV2, o)
-		if err != nil {
-			finish()
-			return err
-		}
-		d.rep.ChunksV2 = r.Rows
-		d.rep.Versions[1] = r.Version
-		d.say("    chunk version %s: %d chunks", r.Version, r.Rows)
-		if _, err := pipeline.Embed(d.ctx, d.st, r.Version, model, o); err != nil {
-			finish()
-			return err
-		}
-		p, err := pipeline.Publish(d.ctx, d.st, r.Version, model, o)
-		if err != nil {
-			finish()
-			return err
-		}
-		d.say("    published %s; export: bulk=%v (%s)", r.Version, p.Export.Bulk, p.Export.Reason)
-		if err := d.bulkExport("bulk2-" + d.runID); err != nil {
-			finish()
-			return err
-		}
-		took, err := d.cl.waitConverged(d.ctx, 3*time.Minute)
-		finish()
-		if err != nil {
-			return err
-		}
-		d.rep.ConvergeBulk2 = took
-		d.rep.FailedDuring = failed
-		d.say("    %d batch reads during the switch, %d failed; replicas converged %s after registration", reads, failed, took.Round(time.Millisecond))
-		if failed > 0 {
-			return fmt.Errorf("%d reads failed during the re-publish (first: %v)", failed, firstErr)
-		}
-		if reads == 0 {
-			return errors.New("no read ran during the re-publish: the no-failed-reads check would test nothing")
-		}
-		want, err = d.exportedPages()
-		if err != nil {
-			return err
-		}
-		n, err := d.readAll(want, r.Version, nil)
-		if err != nil {
-			return err
-		}
-		d.say("    all %d records now carry chunk version %s", n, r.Version)
 		return nil
 	})
 }

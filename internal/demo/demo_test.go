@@ -254,8 +254,15 @@ func TestReducedDemo(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	md, err := os.ReadFile(filepath.Join(out, "demo-report.md"))
-	if err != nil || !strings.Contains(string(md), "Failed reads during the re-publish: **0**") {
+	if err != nil || !strings.Contains(string(md), "Failed reads during the serving-versions cycle: **0**") || !strings.Contains(string(md), "## Serving versions (step 5)") {
 		t.Fatalf("report file: %v\n%s", err, md)
+	}
+	// The serving-versions cycle: every switch measured, nothing exported by
+	// the rollback, a slice of traffic from the candidate.
+	v := rep.Versions2
+	if v.Promote <= 0 || v.Rollback <= 0 || v.RollForward <= 0 || v.BatchesOnRollback != 0 || v.ABFromV2 == 0 ||
+		v.CandidateVerified == 0 || v.FailedDuring != 0 || v.WrongVersionDuring != 0 || v.RollbackState != "saved" || v.V1 == v.V2 {
+		t.Fatalf("serving versions %+v", v)
 	}
 	for _, png := range []string{"read-latency.png", "replica-lag.png", "stage-timings.png"} {
 		if fi, err := os.Stat(filepath.Join(out, png)); err != nil || fi.Size() < 1000 {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
+	"github.com/pillarkit/pillar/jobs"
 	"github.com/pillarkit/pillar/jobs/embedder"
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -20,6 +22,38 @@ type PublishResult struct {
 	RollbackTo *pillar.Published `json:"rollback_to,omitempty"`
 	Export     *ExportPlan       `json:"export"`
 	DryRun     bool              `json:"dry_run,omitempty"`
+	// Publication is the serving publication of the published pair
+	// (pillar.EmbedVersionID).
+	Publication string `json:"publication"`
+	// ExportState says what the export work was computed against:
+	// StateCurrent (the same pair again), StateSaved (the pair's own export
+	// state, saved when another pair replaced it: only what changed since is
+	// queued, never a bulk rebuild) or StateNew (a pair the serving tier
+	// does not hold: a bulk rebuild).
+	ExportState string `json:"export_state"`
+}
+
+// ExportState values.
+const (
+	StateCurrent = "current"
+	StateSaved   = "saved"
+	StateNew     = "new"
+)
+
+// SavedStateTable is the table that keeps publication pub's export state
+// (what its serving database holds once everything queued for it is
+// delivered) while another pair is published. Publish and Rollback write it
+// for the pair they replace and read it for the pair they return to, so a
+// return queues only what changed meanwhile.
+func SavedStateTable(pub string) string { return "export/saved/" + pub }
+
+// PublishOptions are Publish's and Rollback's serving-side options.
+type PublishOptions struct {
+	// Retained reports whether the serving tier still holds publication
+	// pub (the control plane's view). A pair whose publication is not
+	// retained is rebuilt (bulk) even if its export state was saved. The
+	// default value nil takes a saved export state as retained.
+	Retained func(pub string) bool
 }
 
 // resolveModel accepts a model id or a model spec (whose id it computes).
@@ -36,29 +70,64 @@ func resolveModel(model string) string {
 // most pages change, as with a new pair — a bulk-rebuild mark for `pillar
 // export`. Both versions must be complete. Re-publishing the published
 // pair after an incremental backfill exports just the changed pages.
+//
+// A new pair always gets a bulk rebuild (the serving tier needs a snapshot
+// of its publication); returning to a pair whose export state was saved
+// (see SavedStateTable) queues only what changed since.
 func Publish(ctx context.Context, st pillar.Store, cv, model string, opts Options) (*PublishResult, error) {
-	return publish(ctx, st, cv, resolveModel(model), "publish", opts)
+	return PublishWith(ctx, st, cv, model, opts, nil)
 }
 
-// Rollback republishes the previous pair the same way.
+// PublishWith is Publish with serving-side options.
+func PublishWith(ctx context.Context, st pillar.Store, cv, model string, opts Options, po *PublishOptions) (*PublishResult, error) {
+	return publish(ctx, st, cv, resolveModel(model), "publish", opts, po)
+}
+
+// ErrNoPrevious: Rollback with no previous published pair.
+var ErrNoPrevious = errors.New("no previous published pair")
+
+// Rollback republishes the previous pair: against its saved export state
+// (only what changed since it was replaced is queued, no bulk rebuild), or,
+// when none was saved, the way Publish does.
 func Rollback(ctx context.Context, st pillar.Store, opts Options) (*PublishResult, error) {
+	return RollbackWith(ctx, st, opts, nil)
+}
+
+// RollbackWith is Rollback with serving-side options.
+func RollbackWith(ctx context.Context, st pillar.Store, opts Options, po *PublishOptions) (*PublishResult, error) {
 	sn, err := st.Snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var prev pillar.Published
 	err = sn.Attr(ctx, pillar.AttrPrevious, &prev)
+	cur, _ := pillar.LoadPublished(ctx, sn)
 	sn.Release()
 	if errors.Is(err, pillar.ErrNotFound) {
-		return nil, fmt.Errorf("rollback: no previous published pair to go back to")
+		if cur != nil {
+			return nil, fmt.Errorf("rollback: %w: only chunks %s, model %s has been published (publish another pair first; `pillar versions` lists the complete ones)",
+				ErrNoPrevious, cur.ChunkVersion, cur.Model)
+		}
+		return nil, fmt.Errorf("rollback: %w: nothing is published yet", ErrNoPrevious)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return publish(ctx, st, prev.ChunkVersion, prev.Model, "rollback", opts)
+	return publish(ctx, st, prev.ChunkVersion, prev.Model, "rollback", opts, po)
 }
 
-func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts Options) (*PublishResult, error) {
+// ReturnTo republishes (cv, model) the way Rollback returns to the previous
+// pair: against its saved export state when it has one. `pillar rollback
+// --control` uses it to return the store to the serving tier's previous
+// publication, whichever pair the store had before.
+func ReturnTo(ctx context.Context, st pillar.Store, cv, model string, opts Options, po *PublishOptions) (*PublishResult, error) {
+	return publish(ctx, st, cv, resolveModel(model), "rollback", opts, po)
+}
+
+func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts Options, po *PublishOptions) (*PublishResult, error) {
+	if po == nil {
+		po = &PublishOptions{}
+	}
 	opts.ensureDefaults(st)
 	sn, err := st.Snapshot(ctx)
 	if err != nil {
@@ -83,14 +152,34 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 		// The chunks changed after the vectors were made.
 		return nil, fmt.Errorf("%s: embedding version %s is older than its chunks (rerun `pillar backfill embed`)", verb, eid)
 	}
-	res := &PublishResult{Published: pillar.Published{ChunkVersion: cv, Model: model, EmbedVersion: eid, At: time.Now().UTC()}, DryRun: opts.DryRun}
+	res := &PublishResult{Published: pillar.Published{ChunkVersion: cv, Model: model, EmbedVersion: eid, At: time.Now().UTC()}, DryRun: opts.DryRun,
+		Publication: eid, ExportState: StateCurrent}
 	if old, err := pillar.LoadPublished(ctx, sn); err == nil {
 		res.Previous = old
 	}
-	if res.Previous != nil && (res.Previous.ChunkVersion != cv || res.Previous.Model != model) {
+	switching := res.Previous != nil && (res.Previous.ChunkVersion != cv || res.Previous.Model != model)
+	if switching {
 		res.RollbackTo = res.Previous
 	} else if prev := new(pillar.Published); sn.Attr(ctx, pillar.AttrPrevious, prev) == nil {
 		res.RollbackTo = prev
+	}
+	// What the export work is computed against (see PublishResult).
+	stateFrom := TableExportState
+	if switching || res.Previous == nil {
+		res.ExportState = StateNew
+		if _, err := sn.Table(ctx, SavedStateTable(eid)); err == nil && (po.Retained == nil || po.Retained(eid)) {
+			res.ExportState, stateFrom = StateSaved, SavedStateTable(eid)
+		}
+	}
+	switch res.ExportState {
+	case StateNew:
+		// Its publication needs a snapshot in the serving tier (a node
+		// passes deltas of a publication it has no database of).
+		opts.BulkMinPages, opts.BulkRatio = 0, -1
+	case StateSaved:
+		// Its serving database holds the saved state: deltas, never a
+		// rebuild, however much changed.
+		opts.BulkMinPages = math.MaxInt
 	}
 	if opts.DryRun {
 		members, err := exportedSubsets(ctx, sn)
@@ -122,7 +211,7 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 	if err := computeDesired(ctx, st, opts, res.Published, members, desired, skipped, ""); err != nil {
 		return nil, fmt.Errorf("%s: %w", verb, err)
 	}
-	if err := diffState(ctx, st, opts, desired); err != nil {
+	if err := diffStateFrom(ctx, st, opts, desired, stateFrom); err != nil {
 		return nil, fmt.Errorf("%s: %w", verb, err)
 	}
 	tx, err := st.Begin(ctx)
@@ -137,15 +226,31 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 	}
 	// Re-publishing the live pair delivers crawl updates (fresh); a new
 	// pair or a rollback republishes the corpus (bulk).
+	// Returning to a saved state queues what changed meanwhile: fresh too.
 	priority := pillar.PriorityBulk
-	if verb == "publish" && res.Previous != nil && res.Previous.ChunkVersion == cv && res.Previous.Model == model {
+	if res.ExportState == StateSaved || verb == "publish" && res.Previous != nil && res.Previous.ChunkVersion == cv && res.Previous.Model == model {
 		priority = pillar.PriorityFresh
+	}
+	if switching {
+		// The pair being replaced keeps its export state for a return.
+		if err := saveState(ctx, tx, opts, SavedStateTable(res.Previous.EmbedVersion)); err != nil {
+			return nil, fmt.Errorf("%s: %w", verb, err)
+		}
 	}
 	plan, err := reconcile(ctx, st, tx, opts, desired, skipped, verb+" "+eid, priority, res.Published)
 	if err != nil {
 		return nil, err
 	}
+	if res.ExportState == StateSaved {
+		// export/state is the pair's state again (rewritten by reconcile).
+		if err := tx.DropTable(ctx, stateFrom); err != nil {
+			return nil, err
+		}
+	}
 	res.Export = plan
+	if res.ExportState == StateNew && plan.Bulk {
+		plan.Reason = fmt.Sprintf("publication %s is new to the serving tier, which needs a snapshot of it: bulk rebuild of %d pages with `pillar export` (or `pillar publish --serve`)", eid, plan.Desired)
+	}
 	if res.Previous != nil && (res.Previous.ChunkVersion != cv || res.Previous.Model != model) {
 		if err := tx.SetAttr(ctx, pillar.AttrPrevious, res.Previous); err != nil {
 			return nil, err
@@ -178,6 +283,24 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 		return nil, fmt.Errorf("%s: commit: %w", verb, err)
 	}
 	return res, nil
+}
+
+// saveState copies export/state inside tx to table (a reduce on the
+// runner; nothing when there is no export state yet).
+func saveState(ctx context.Context, tx pillar.Tx, opts Options, table string) error {
+	if _, err := tx.Table(ctx, TableExportState); errors.Is(err, pillar.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	op := &jobs.Op{Title: "save export state as " + table, Inputs: []string{TableExportState}, InputTypes: []any{&ExportState{}},
+		Outputs:  []jobs.Output{{Table: table, RowType: ExportState{}, SortedBy: []string{"page_key"}}},
+		ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
+		Progress: opts.Progress, Logger: opts.Logger}
+	if err := opts.Runner.Reduce(ctx, &StateJob{}, op); err != nil {
+		return fmt.Errorf("save %s: %w", table, err)
+	}
+	return nil
 }
 
 // ExportSink receives the rows of a bulk export, sorted by page key within

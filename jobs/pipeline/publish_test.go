@@ -262,6 +262,17 @@ func TestPublishAtomicAndRollback(t *testing.T) {
 	if _, err := Publish(ctx, st, r1.Version, "hash:dim=16", o); err != nil {
 		t.Fatal(err)
 	}
+	exportAll := func() {
+		t.Helper()
+		_, pending, err := Export(ctx, st, &memSink{}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pending.Commit(fmt.Sprintf("exp-%d", time.Now().UnixNano()), t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exportAll()
 	// A publish whose export job fails leaves everything as it was.
 	bad := o
 	bad.Runner = &failReduce{Runner: jobs.NewLocal(st, nil)}
@@ -281,22 +292,31 @@ func TestPublishAtomicAndRollback(t *testing.T) {
 			t.Fatalf("failed publish left scratch %s", ti.Name)
 		}
 	}
+	// A new pair is a bulk rebuild (its publication needs a snapshot in the
+	// serving tier), however few pages change.
 	ends := queueEnds(st)
-	if _, err := Publish(ctx, st, r2.Version, "hash:dim=16", o); err != nil {
+	p2, err := Publish(ctx, st, r2.Version, "hash:dim=16", o)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if pr := priorities(t, st, ends); pr != pillar.PriorityBulk {
-		t.Fatalf("publishing a new pair queued priorities %q, want bulk", pr)
+	if !p2.Export.Bulk || p2.ExportState != StateNew || p2.Publication != pillar.EmbedVersionID(r2.Version, resolveModel("hash:dim=16")) {
+		t.Fatalf("publishing a new pair: %+v, plan %+v", p2, p2.Export)
 	}
+	if pr := priorities(t, st, ends); pr != "" {
+		t.Fatalf("publishing a new pair queued records (%q) besides the bulk mark", pr)
+	}
+	// The rollback returns to r1's saved export state: nothing changed
+	// meanwhile, so nothing is queued and nothing is rebuilt.
 	ends = queueEnds(st)
-	fresh := o
-	fresh.Priority = pillar.PriorityFresh
-	rb, err := Rollback(ctx, st, fresh)
+	rb, err := Rollback(ctx, st, o)
 	if err != nil || rb.Published.ChunkVersion != r1.Version || rb.Previous.ChunkVersion != r2.Version {
 		t.Fatalf("rollback %+v %v", rb, err)
 	}
-	if pr := priorities(t, st, ends); pr != pillar.PriorityFresh {
-		t.Fatalf("a rollback with Priority fresh queued priorities %q", pr)
+	if rb.ExportState != StateSaved || rb.Export.Bulk || rb.Export.Puts+rb.Export.Deletes != 0 {
+		t.Fatalf("rollback to a saved state: %s, plan %+v", rb.ExportState, rb.Export)
+	}
+	if pr := priorities(t, st, ends); pr != "" {
+		t.Fatalf("a rollback with nothing changed queued %q records", pr)
 	}
 	sn, _ = st.Snapshot(ctx)
 	v1, _ := pillar.LoadVersion(ctx, sn, r1.Version)
@@ -354,5 +374,88 @@ policies:
 	}
 	if len(rc.Subsets) != 1 || rc.Subsets[0].Size != 0 {
 		t.Fatalf("subsets %+v, want one empty subset", rc.Subsets)
+	}
+}
+
+// TestRollbackQueuesChangesSince: returning to a pair (rollback, then
+// roll-forward) diffs against that pair's own saved export state, so it
+// queues only what changed while the other pair was published — tagged
+// with the returning pair's publication — and never marks a bulk rebuild;
+// a pair the serving tier no longer holds is rebuilt instead. Right after
+// the first publish there is nothing to roll back to, and both publish and
+// a rollback dry run say so.
+func TestRollbackQueuesChangesSince(t *testing.T) {
+	st := newStore(t, 20)
+	o := Options{}
+	r1, _ := Rechunk(ctx, st, "tokens:size=40,overlap=8", o)
+	r2, _ := Rechunk(ctx, st, "tokens:size=60,overlap=8", o)
+	for _, r := range []*Result{r1, r2} {
+		if _, err := Embed(ctx, st, r.Version, "hash:dim=16", o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Recompute(ctx, st, policies(t, "policies:\n  - name: all\n    exported: true\n"), time.Now(), o); err != nil {
+		t.Fatal(err)
+	}
+	exportAll := func() {
+		t.Helper()
+		_, pending, err := Export(ctx, st, &memSink{}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pending.Commit(fmt.Sprintf("exp-%d", time.Now().UnixNano()), t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := Publish(ctx, st, r1.Version, "hash:dim=16", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.RollbackTo != nil || !first.Export.Bulk {
+		t.Fatalf("first publish: rollback target %+v, plan %+v", first.RollbackTo, first.Export)
+	}
+	dry := o
+	dry.DryRun = true
+	if _, err := Rollback(ctx, st, dry); !errors.Is(err, ErrNoPrevious) || !strings.Contains(err.Error(), "only chunks "+r1.Version) {
+		t.Fatalf("rollback --dry-run after the first publish: %v", err)
+	}
+	exportAll()
+	if _, err := Publish(ctx, st, r2.Version, "hash:dim=16", o); err != nil {
+		t.Fatal(err)
+	}
+	exportAll()
+	// While r2 is published, pages 0-9 leave the exported subset.
+	narrow := policies(t, "policies:\n  - name: all\n    exported: true\n    where: url ~ \"/page/1[0-9]$\"\n")
+	if _, err := Recompute(ctx, st, narrow, time.Now(), o); err != nil {
+		t.Fatal(err)
+	}
+	ends := queueEnds(st)
+	rb, err := Rollback(ctx, st, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub1 := pillar.EmbedVersionID(r1.Version, resolveModel("hash:dim=16"))
+	if rb.ExportState != StateSaved || rb.Export.Bulk || rb.Export.Deletes != 10 || rb.Export.Puts != 0 || rb.Publication != pub1 {
+		t.Fatalf("rollback: %s %s, plan %+v", rb.ExportState, rb.Publication, rb.Export)
+	}
+	sn, _ := st.Snapshot(ctx)
+	for p := 0; p < st.Info().Partitions; p++ {
+		recs, _ := sn.ReadQueue(ctx, p, ends[p], 1<<20)
+		for _, r := range recs {
+			if r.Publication != pub1 || r.Op != pillar.OpDelete || r.Priority != pillar.PriorityFresh {
+				t.Fatalf("rollback queued %+v", r)
+			}
+		}
+	}
+	sn.Release()
+	// Roll forward: r2's saved state already reflects the narrower subset.
+	fw, err := Rollback(ctx, st, o)
+	if err != nil || fw.Published.ChunkVersion != r2.Version || fw.ExportState != StateSaved || fw.Export.Bulk || fw.Export.Puts+fw.Export.Deletes != 0 {
+		t.Fatalf("roll forward: %v %+v plan %+v", err, fw, fw.Export)
+	}
+	// A pair the serving tier no longer holds is rebuilt.
+	gone, err := RollbackWith(ctx, st, o, &PublishOptions{Retained: func(string) bool { return false }})
+	if err != nil || gone.ExportState != StateNew || !gone.Export.Bulk {
+		t.Fatalf("rollback to a publication not retained: %v %+v plan %+v", err, gone, gone.Export)
 	}
 }

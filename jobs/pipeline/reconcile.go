@@ -376,6 +376,12 @@ func diffTables(desired string) (puts, deletes string) {
 // by the operation's final commit). It must run after computeDesired and
 // before the transaction that calls reconcile begins.
 func diffState(ctx context.Context, st pillar.Store, opts Options, desired string) error {
+	return diffStateFrom(ctx, st, opts, desired, TableExportState)
+}
+
+// diffStateFrom is diffState against the export state table state (a
+// publication's saved state, see publish.go).
+func diffStateFrom(ctx context.Context, st pillar.Store, opts Options, desired, state string) error {
 	puts, deletes := diffTables(desired)
 	tx, err := st.Begin(ctx)
 	if err != nil {
@@ -384,8 +390,8 @@ func diffState(ctx context.Context, st pillar.Store, opts Options, desired strin
 	defer tx.Abort()
 	inputs := []string{desired}
 	types := []any{&Desired{}}
-	if _, err := tx.Table(ctx, TableExportState); err == nil {
-		inputs = append(inputs, TableExportState)
+	if _, err := tx.Table(ctx, state); err == nil {
+		inputs = append(inputs, state)
 		types = append(types, &ExportState{})
 	} else if !errors.Is(err, pillar.ErrNotFound) {
 		return err
