@@ -108,7 +108,13 @@ func TestCompactCLIOnFakeYT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, `"layers": 1`) || !strings.Contains(out, `"rows": 12`) {
+	var got struct {
+		Compacted []struct {
+			Layers int   `json:"layers"`
+			Rows   int64 `json:"rows"`
+		} `json:"compacted"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Compacted) != 1 || got.Compacted[0].Layers != 1 || got.Compacted[0].Rows != 12 {
 		t.Fatalf("compact on yt://: %s", out)
 	}
 	n := 0
