@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -50,6 +51,7 @@ Examples:
 			&cli.Float64Flag{Name: "rate", Value: 5, Usage: "writer commits per second (1–4 changes each)"},
 			&cli.DurationFlag{Name: "converge-timeout", Value: 5 * chaos.Minute, Usage: "how long to wait for convergence after the faults"},
 			&cli.BoolFlag{Name: "plan", Usage: "print the fault schedule for --seed and --duration and exit"},
+			&cli.BoolFlag{Name: "json", Usage: "print the run's summary as JSON on stdout (progress goes to stderr)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -72,12 +74,21 @@ Examples:
 			if err != nil {
 				return err
 			}
-			_, err = chaos.Run(c.Context, chaos.Options{
+			stdout := io.Writer(os.Stdout)
+			if c.Bool("json") {
+				stdout = os.Stderr
+			}
+			sum, err := chaos.Run(c.Context, chaos.Options{
 				Pillar: bin, Seed: c.Int64("seed"), Duration: c.Duration("duration"), Faults: kinds,
 				Dir: c.String("dir"), Keep: c.Bool("keep"), Postgres: c.String("postgres"), Versitygw: c.String("versitygw"),
 				Partitions: c.Int("partitions"), Keys: c.Int("keys"), CommitsPerSecond: c.Float64("rate"),
-				ConvergeTimeout: c.Duration("converge-timeout"), Stdout: os.Stdout, Logger: logger(),
+				ConvergeTimeout: c.Duration("converge-timeout"), Stdout: stdout, Logger: logger(),
 			})
+			if c.Bool("json") && sum != nil {
+				if jerr := printJSON(c.App.Writer, sum); jerr != nil && err == nil {
+					err = jerr
+				}
+			}
 			return err
 		},
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"io"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -45,18 +46,28 @@ Examples:
 			&cli.StringSliceFlag{Name: "exclude", Usage: "leave out files matching this glob (repeatable)"},
 			&cli.IntFlag{Name: "partitions", Value: 64, Usage: "partition count"},
 			&cli.BoolFlag{Name: "reuse", Usage: "reuse the store and objects of an earlier run (default: start fresh)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report's figures as JSON on stdout (progress goes to stderr)"},
 		},
 		Action: func(c *cli.Context) error {
 			bin, err := os.Executable()
 			if err != nil {
 				return err
 			}
-			_, err = demo.Run(c.Context, demo.Options{
+			stdout := io.Writer(os.Stdout)
+			if c.Bool("json") {
+				stdout = os.Stderr
+			}
+			rep, err := demo.Run(c.Context, demo.Options{
 				Pillar: bin, Out: c.String("out"), Corpus: c.String("corpus"), BaseURL: c.String("base-url"),
 				Synthetic: c.Int("synthetic"), Policies: c.String("policies"), Partitions: c.Int("partitions"),
-				Reuse: c.Bool("reuse"), Stdout: os.Stdout, Logger: logger(), MaxFiles: c.Int("max-files"),
+				Reuse: c.Bool("reuse"), Stdout: stdout, Logger: logger(), MaxFiles: c.Int("max-files"),
 				Canonical: c.String("canonical"), Include: c.StringSlice("include"), Exclude: c.StringSlice("exclude"),
 			})
+			if c.Bool("json") && rep != nil {
+				if jerr := printJSON(c.App.Writer, rep); jerr != nil && err == nil {
+					err = jerr
+				}
+			}
 			return err
 		},
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -16,8 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pillarkit/pillar/chaos"
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/internal/demo"
 	"github.com/pillarkit/pillar/internal/objstore"
 )
 
@@ -340,5 +343,67 @@ func TestJSONOnOneLine(t *testing.T) {
 	}
 	if s := b.String(); strings.Count(s, "\n") != 1 || !strings.HasPrefix(s, "{") {
 		t.Fatalf("printJSON wrote %q", s)
+	}
+}
+
+// demo --json and chaos --json print their run's result; a run takes minutes
+// (and chaos needs PostgreSQL and versitygw), so the shape is checked on
+// results with every slice and map filled by one zero element.
+func TestJSONShapeDemoChaos(t *testing.T) {
+	for name, v := range map[string]any{"demo": &demo.Report{}, "chaos": &chaos.Summary{}} {
+		fillOne(reflect.ValueOf(v).Elem(), 0)
+		var b bytes.Buffer
+		if err := printJSON(&b, v); err != nil {
+			t.Fatal(err)
+		}
+		var got any
+		if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+			t.Fatal(err)
+		}
+		// Map keys are data (fault kinds, read outcomes, child names).
+		checkJSONShape(t, name+" --json", got, "reads", "read_errors", "faults", "faults_skipped", "crashes", "starts", "outcomes")
+	}
+}
+
+// fillOne gives every nil slice and map one zero element, recursively, so
+// the shape check sees their element types.
+func fillOne(v reflect.Value, depth int) {
+	if depth > 6 {
+		return
+	}
+	switch v.Kind() {
+	case reflect.Struct:
+		if v.Type() == reflect.TypeOf(time.Time{}) {
+			return
+		}
+		for i := 0; i < v.NumField(); i++ {
+			if v.Type().Field(i).IsExported() {
+				fillOne(v.Field(i), depth+1)
+			}
+		}
+	case reflect.Slice:
+		if v.Len() == 0 && v.Type().Elem().Kind() != reflect.Uint8 {
+			v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		}
+		for i := 0; i < v.Len(); i++ {
+			fillOne(v.Index(i), depth+1)
+		}
+	case reflect.Map:
+		if v.IsNil() {
+			v.Set(reflect.MakeMap(v.Type()))
+			k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+			if k.Kind() == reflect.String {
+				k.SetString("x")
+			}
+			fillOne(e, depth+1)
+			v.SetMapIndex(k, e)
+		}
+	case reflect.Pointer:
+		if v.IsNil() && v.Type().Elem().Kind() == reflect.Struct {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		if !v.IsNil() {
+			fillOne(v.Elem(), depth+1)
+		}
 	}
 }
