@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -20,6 +21,7 @@ import (
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/internal/bytesize"
+	"github.com/pillarkit/pillar/internal/health"
 	"github.com/pillarkit/pillar/internal/record"
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -189,17 +191,25 @@ func cobbledServe(c *cli.Context) error {
 	if err := cobbledPaceOptions(c, &nodeOpts); err != nil {
 		return err
 	}
+	// /healthz and /readyz answer while the node opens: "starting" until
+	// Open returns (a first start waits there for the control plane).
+	var opened atomic.Pointer[cobbled.Node]
+	hsrv, err := startDaemonHTTP("cobbled serve", httpAddr, health.New(health.Options{Component: "cobbled"}, func(ctx context.Context) health.Status {
+		if n := opened.Load(); n != nil {
+			return n.Health(ctx)
+		}
+		return health.Status{Status: health.Starting, WaitingOn: []string{"opening the node (a first start learns the partition count from the control plane)"}}
+	}), metrics.Collectors()...) // daemon.go: /metrics, /healthz, /readyz
+	if err != nil {
+		return err
+	}
+	defer hsrv.Close()
 	node, err := cobbled.Open(ctx, nodeOpts)
 	if err != nil {
 		return err
 	}
 	defer node.Close()
-
-	hsrv, err := startDaemonHTTP("cobbled serve", httpAddr, node.HealthHandler(), metrics.Collectors()...) // daemon.go: /metrics, /healthz, /readyz
-	if err != nil {
-		return err
-	}
-	defer hsrv.Close()
+	opened.Store(node)
 
 	lis, err := net.Listen("tcp", c.String("listen"))
 	if err != nil {
