@@ -243,10 +243,28 @@ func TestJSONShapesEveryCommand(t *testing.T) {
 	js("rollback", "--store", store, "--json")
 	js("versions", "--store", store, "--json")
 	js("export", "--store", store, "--out", filepath.Join(dir, "exp1"), "--json")
+	// A changed page re-published: export-queue records for Lorry.
+	if err := os.WriteFile(filepath.Join(pages, "p00001.html"), []byte("<html><head><title>changed</title></head><body><p>the first page, changed, with new words.</p></body></html>"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	js("ingest", "--store", store, "--from", pages, "--base-url", "https://ex.org/", "--json")
+	js("backfill", "rechunk", "--store", store, "--chunker", "tokens:size=40,overlap=8", "--json")
+	js("backfill", "embed", "--store", store, "--chunks", cv, "--model", "hash:dim=8", "--json")
+	js("publish", "--store", store, "--chunks", cv, "--model", "hash:dim=8", "--json")
 	js("lorry", "run", "--store", store, "--objstore", objs, "--control", addr, "--once", "--json")
 	js("export", "--store", store, "--out", filepath.Join(dir, "exp2"), "--objstore", objs, "--control", addr, "--json")
-	js("lorry", "status", "--store", store, "--json")
-	js("lorry", "replay", "--store", store, "--objstore", objs, "--control", addr, "--partition", "0", "--from", "0", "--json")
+	// Replay the first delivered record of a partition Lorry delivered to.
+	rp := -1
+	for _, ps := range obj(js("lorry", "status", "--store", store, "--all", "--json"), "partitions").([]any) {
+		if m := ps.(map[string]any); rp < 0 && m["committed"].(float64) > 0 {
+			rp = int(m["partition"].(float64))
+		}
+	}
+	if rp < 0 {
+		out, _, _ := runSubsets(t, "lorry", "status", "--store", store, "--all", "--json")
+		t.Fatalf("lorry status --json: no partition with delivered records: %s", out)
+	}
+	js("lorry", "replay", "--store", store, "--objstore", objs, "--control", addr, "--partition", fmt.Sprint(rp), "--from", "0", "--to", "0", "--json")
 	js("lorry", "cleanup", "--store", store, "--objstore", objs, "--dry-run", "--json")
 	js("verify", "--store", store, "--json")
 	js("leases", "--store", store, "--json")
