@@ -1,24 +1,20 @@
 package cli
 
 import (
-	"encoding/csv"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/parquet-go/parquet-go"
 	"github.com/urfave/cli/v2"
 
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/jobs/pipeline"
 	"github.com/pillarkit/pillar/lorry"
 	"github.com/pillarkit/pillar/pillar"
+	"github.com/pillarkit/pillar/pillar/ingest"
 	"github.com/pillarkit/pillar/sstbuilder"
 	"github.com/pillarkit/pillar/subsets"
 )
@@ -388,141 +384,13 @@ Examples:
 	}
 }
 
-// eachSignalRow streams the rows of a signals file: the header, then fn
-// with each row's values (strings from CSV, typed values from Parquet) and
-// its line (CSV; the row number + 1 for Parquet). A .parquet file is read as
-// Parquet, anything else as CSV with a header row.
-func eachSignalRow(path string, head func([]string) error, fn func(line int, row []any) error) error {
-	if strings.EqualFold(filepath.Ext(path), ".parquet") {
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		pf, err := parquet.OpenFile(f, fi.Size())
-		if err != nil {
-			return fmt.Errorf("%s: not a Parquet file: %w", path, err)
-		}
-		var cols []string
-		for _, fl := range pf.Schema().Fields() {
-			cols = append(cols, fl.Name())
-		}
-		if err := head(cols); err != nil {
-			return err
-		}
-		// Columns are only known at run time: read rows as maps.
-		r := parquet.NewReader(pf)
-		defer r.Close()
-		for line := 2; ; line++ {
-			m := map[string]any{}
-			if err := r.Read(&m); err != nil {
-				if errors.Is(err, io.EOF) {
-					return nil
-				}
-				return fmt.Errorf("%s: row %d: %w", path, line-1, err)
-			}
-			row := make([]any, len(cols))
-			for i, h := range cols {
-				row[i] = m[h]
-			}
-			if err := fn(line, row); err != nil {
-				return err
-			}
-		}
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	r := csv.NewReader(f)
-	cols, err := r.Read()
-	if err != nil {
-		return fmt.Errorf("%s: header: %w", path, err)
-	}
-	if err := head(cols); err != nil {
-		return err
-	}
-	for line := 2; ; line++ {
-		rec, err := r.Read()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%s:%d: %w", path, line, err)
-		}
-		row := make([]any, len(rec))
-		for i, v := range rec {
-			row[i] = v
-		}
-		if err := fn(line, row); err != nil {
-			return err
-		}
-	}
-}
-
-// importSignals streams the file's signals into pipeline.ImportSignals,
-// which joins them with docs on the runner: neither the file nor the
-// store's pages are held in memory.
+// importSignals streams the file's signals (ingest.ReadSignals parses it)
+// into pipeline.ImportSignals, which joins them with docs on the runner:
+// neither the file nor the store's pages are held in memory.
 func importSignals(c *cli.Context, st pillar.Store, path string) (int, int, error) {
-	var head []string
 	res, err := pipeline.ImportSignals(c.Context, st, func(emit func(pipeline.ImportedSignal) error) error {
-		return eachSignalRow(path, func(h []string) error {
-			if len(h) < 2 || (h[0] != "url" && h[0] != "page_key") {
-				return fmt.Errorf("%s: the first column must be \"url\" or \"page_key\", then at least one signal column", path)
-			}
-			head = h
-			return nil
-		}, func(line int, rec []any) error {
-			first := fmt.Sprint(rec[0])
-			var key string
-			if head[0] == "url" {
-				k, _, err := pillar.KeyOfURL(first)
-				if err != nil {
-					return fmt.Errorf("%s:%d: %w", path, line, err)
-				}
-				key = k.String()
-			} else {
-				k, err := pillar.ParseKey(first)
-				if err != nil {
-					return fmt.Errorf("%s:%d: %w", path, line, err)
-				}
-				key = k.String()
-			}
-			for j := 1; j < len(head) && j < len(rec); j++ {
-				if rec[j] == nil {
-					continue // a null in Parquet: no signal
-				}
-				s := pipeline.ImportedSignal{PageKey: key, Name: head[j], Row: int64(line)}
-				switch v := rec[j].(type) {
-				case float64, float32, int, int32, int64, uint32, uint64:
-					f, _ := strconv.ParseFloat(fmt.Sprint(v), 64)
-					s.Num, s.IsNum = f, true
-				case bool:
-					s.Num, s.IsNum = 0, true
-					if v {
-						s.Num = 1
-					}
-				default:
-					str := fmt.Sprint(v)
-					if b, ok := v.([]byte); ok {
-						str = string(b)
-					}
-					if f, err := strconv.ParseFloat(strings.TrimSpace(str), 64); err == nil {
-						s.Num, s.IsNum = f, true
-					} else {
-						s.Str = str
-					}
-				}
-				if err := emit(s); err != nil {
-					return err
-				}
-			}
-			return nil
+		return ingest.ReadSignals(path, func(line int64, s pillar.Signal) error {
+			return emit(pipeline.ImportedSignal{PageKey: s.PageKey, Name: s.Name, Num: s.Num, Str: s.Str, IsNum: s.IsNum, Row: line})
 		})
 	}, pipelineOptions(c))
 	if err != nil {
