@@ -58,8 +58,8 @@ func TestReadSignals(t *testing.T) {
 	}
 
 	for body, want := range map[string]string{
-		"name,score\nx,1\n":                  `first column must be "url" or "page_key"`,
-		"page_key,score\nnot-hex,1\n":        "bad.csv:2",
+		"name,score\nx,1\n":                 `first column must be "url" or "page_key"`,
+		"page_key,score\nnot-hex,1\n":       "bad.csv:2",
 		"url,score\nhttps://ex.org/a,1,2\n": "bad.csv:2",
 	} {
 		bad := filepath.Join(dir, "bad.csv")
