@@ -366,7 +366,8 @@ Examples:
    pillar signals import --store data/store --from scores.csv
    printf 'url,score\nhttps://www.postgresql.org/docs/15/sql-select.html,0.93\n' > s.csv`,
 			Flags: []cli.Flag{storeFlag, &cli.StringFlag{Name: "from", Required: true, Usage: "CSV or .parquet file"},
-				&cli.IntFlag{Name: "workers", Usage: "parallel jobs (default: number of CPUs)"}, memoryLimitFlag},
+				&cli.IntFlag{Name: "workers", Usage: "parallel jobs (default: number of CPUs)"}, memoryLimitFlag,
+				&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"}},
 			Action: func(c *cli.Context) error {
 				st, err := openStore(c, false, 0)
 				if err != nil {
@@ -376,6 +377,9 @@ Examples:
 				n, unknown, err := importSignals(c, st, c.String("from"))
 				if err != nil {
 					return err
+				}
+				if c.Bool("json") {
+					return printJSON(c.App.Writer, map[string]any{"imported": n, "unknown_rows": unknown})
 				}
 				fmt.Printf("imported %d signals; %d rows named pages not in the store (skipped)\n", n, unknown)
 				return nil

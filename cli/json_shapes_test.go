@@ -230,6 +230,11 @@ func TestJSONShapesEveryCommand(t *testing.T) {
 	cv := obj(js("backfill", "rechunk", "--store", store, "--chunker", "tokens:size=40,overlap=8", "--json"), "version").(string)
 	js("backfill", "embed", "--store", store, "--chunks", cv, "--model", "hash:dim=8", "--json")
 	js("backfill", "preview", "--store", store, "--chunker", "tokens:size=30,overlap=4", "--baseline", "tokens:size=40,overlap=8", "--json")
+	sigs := filepath.Join(dir, "signals.csv")
+	if err := os.WriteFile(sigs, []byte("url,score\nhttps://ex.org/p00000.html,0.5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	js("signals", "import", "--store", store, "--from", sigs, "--json")
 	js("subsets", "validate", "--policies", pol, "--json")
 	js("subsets", "recompute", "--store", store, "--policies", pol, "--as-of", "2026-11-30T00:00:00Z", "--json")
 	js("subsets", "show", "--store", store, "--json")
@@ -344,7 +349,7 @@ func TestJSONShapesEveryCommand(t *testing.T) {
 	for _, want := range []string{"ingest", "backfill rechunk", "backfill embed", "backfill preview", "versions", "publish", "rollback",
 		"export", "subsets validate", "subsets recompute", "subsets show", "verify", "leases", "control batches", "sst ls",
 		"sst inspect", "cobbled inspect", "plan", "lorry run", "jobs list", "jobs map", "control register", "control retract",
-		"sst synth-export", "sst upload-export", "lorry status", "lorry replay", "lorry cleanup"} {
+		"sst synth-export", "sst upload-export", "lorry status", "lorry replay", "lorry cleanup", "signals import"} {
 		if !checked[want] {
 			t.Errorf("%s --json not checked", want)
 		}
