@@ -484,6 +484,14 @@ func (emptyReader) Scan(any) error { return io.EOF }
 func (emptyReader) Err() error     { return nil }
 func (emptyReader) Close() error   { return nil }
 
+// docHead is the part of a docs row that a delta's merge compares; the
+// embedded store reads just these columns.
+type docHead struct {
+	PageKey     string `yson:"page_key" parquet:"page_key"`
+	ContentHash string `yson:"content_hash" parquet:"content_hash"`
+	Version     int64  `yson:"version" parquet:"version"`
+}
+
 // merge writes the union of the new pages and the old docs to w in key
 // order: a new page replaces an old row of another content hash (version+1),
 // keeps an old row of the same hash, and is version 1 when it is new. With
@@ -506,9 +514,19 @@ func merge(ctx context.Context, opts *Options, stats *Stats, pages *sortedPages,
 			}
 			return nil
 		}
-		od = pillar.Doc{}
-		if err := old.Scan(&od); err != nil {
-			return fmt.Errorf("ingest: read docs: %w", err)
+		if full {
+			od = pillar.Doc{}
+			if err := old.Scan(&od); err != nil {
+				return fmt.Errorf("ingest: read docs: %w", err)
+			}
+		} else {
+			// A delta keeps the old rows where they are: only the
+			// columns it compares are read.
+			var h docHead
+			if err := old.Scan(&h); err != nil {
+				return fmt.Errorf("ingest: read docs: %w", err)
+			}
+			od = pillar.Doc{PageKey: h.PageKey, ContentHash: h.ContentHash, Version: h.Version}
 		}
 		if od.PageKey <= prevOld && prevOld != "" {
 			return fmt.Errorf("ingest: docs table out of order at page %s (after %s)", od.PageKey, prevOld)

@@ -53,6 +53,35 @@ func benchLayered(b *testing.B, n int, layered bool) *Store {
 	return st
 }
 
+type docHead struct {
+	PageKey     string `parquet:"page_key"`
+	ContentHash string `parquet:"content_hash"`
+	Version     int64  `parquet:"version"`
+}
+
+func benchHeads(b *testing.B, st *Store) {
+	ctx := context.Background()
+	sn, _ := st.Snapshot(ctx)
+	defer sn.Release()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rr, err := sn.ReadTable(ctx, "docs", nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rows := 0
+		for rr.Next() {
+			var d docHead
+			if err := rr.Scan(&d); err != nil {
+				b.Fatal(err)
+			}
+			rows++
+		}
+		rr.Close()
+		b.ReportMetric(float64(rows), "rows/op")
+	}
+}
+
 func benchRead(b *testing.B, st *Store, r *pillar.Range, keysOnly bool) {
 	ctx := context.Background()
 	sn, _ := st.Snapshot(ctx)
@@ -97,6 +126,7 @@ func BenchmarkLayeredRead(b *testing.B) {
 	b.Run("base", func(b *testing.B) { benchRead(b, plain, nil, false) })
 	b.Run("layered", func(b *testing.B) { benchRead(b, layered, nil, false) })
 	b.Run("keys", func(b *testing.B) { benchRead(b, plain, nil, true) })
+	b.Run("layered-heads", func(b *testing.B) { benchHeads(b, layered) })
 	b.Run("base-last-quarter", func(b *testing.B) { benchRead(b, plain, &pillar.Range{Start: 3 * n / 4, End: n}, false) })
 	b.Run("layered-last-quarter", func(b *testing.B) { benchRead(b, layered, &pillar.Range{Start: 3 * n / 4, End: n}, false) })
 }

@@ -105,6 +105,18 @@ func testLayeredTable(t *testing.T, st pillar.Store) {
 	if _, err := pillar.Layers(ctx, sn, "nosuch"); !errors.Is(err, pillar.ErrNotFound) {
 		t.Errorf("Layers of an unknown table: %v, want ErrNotFound", err)
 	}
+	// A nested table name (subsets/<name>) layers the same way.
+	tx = begin(t, st)
+	writeDelta(t, tx, "subsets/x", "b", 3, ks[:3], nil)
+	commit(t, tx)
+	tx = begin(t, st)
+	writeDelta(t, tx, "subsets/x", "d", 3, []string{ks[4]}, []string{ks[1]})
+	commit(t, tx)
+	sn2 := snap(t, st)
+	wantKeys(t, "merged subsets/x", docKeys(readDocs(t, sn2, "subsets/x", nil)), []string{ks[0], ks[2], ks[4]})
+	if lt, err := pillar.LayeredTables(ctx, sn2); err != nil || !slices.Equal(lt, []string{"docs", "subsets/x"}) {
+		t.Errorf("layered tables: %v %v, want docs and subsets/x", lt, err)
+	}
 	// Rows out of order are refused.
 	tx = begin(t, st)
 	defer tx.Abort()
