@@ -512,11 +512,18 @@ func (r *run) forEachSplit(splits []split, open func(worker int, s split) (any, 
 
 func (r *run) newSorters() {
 	r.sorters = make([]*extsort.Sorter, r.workers)
+	// The sorters share a quarter of the memory limit: the rest is for
+	// what the operation holds besides them and the merge's read buffers
+	// (input pages being decoded, each open output's row group, the jobs'
+	// batches), so that the whole process stays near the limit rather than
+	// the sort alone filling it at a large N and the rest coming on top.
+	sortMem := r.mem / 4
 	for i := range r.sorters {
-		// Read buffers of about 1/64 of the budget keep the merge's fan-in
-		// near 32 even for small limits, so merge passes stay few.
-		buf := int(min(max(r.mem/64, 4<<10), 256<<10))
-		r.sorters[i] = extsort.New(extsort.Options{MemoryLimit: max(r.mem/int64(r.workers), 64<<10), Dir: r.dir, BufferSize: buf})
+		// Read buffers of about 1/512 of the sort budget keep the merge's
+		// fan-in near 256 even for small limits, so that a sort of a few
+		// GB merges its runs in one pass.
+		buf := int(min(max(sortMem/512, 16<<10), 256<<10))
+		r.sorters[i] = extsort.New(extsort.Options{MemoryLimit: max(sortMem/int64(r.workers), 64<<10), Dir: r.dir, BufferSize: buf})
 	}
 }
 

@@ -100,8 +100,10 @@ type Op struct {
 	// not commit. The default value is nil: the runner begins its own
 	// transaction and commits it when the operation succeeds.
 	Tx pillar.Tx
-	// MemoryLimit bounds the memory of the local sort, in bytes, and is the
-	// memory limit of one YTsaurus job. The default value is 512 MiB.
+	// MemoryLimit bounds the memory of a local operation, in bytes: its
+	// sorts buffer at most a quarter of it before spilling (their merge read
+	// buffers, the readers, writers and jobs use the rest). On YTsaurus it
+	// is the memory limit of one job. The default value is 512 MiB.
 	MemoryLimit int64
 	// Workers is the number of jobs run in parallel by the local runner, and
 	// the job count hint on YTsaurus (0 lets the scheduler choose there).

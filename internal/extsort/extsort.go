@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Record is one row being sorted.
@@ -43,8 +44,8 @@ type Record struct {
 	Payload []byte
 }
 
-// recOverhead is what one buffered record costs beyond its bytes.
-const recOverhead = 48
+// recSize is what one buffered record costs beyond its bytes (its memRec).
+const recSize = int64(unsafe.Sizeof(memRec{}))
 
 // Options configure a Sorter.
 type Options struct {
@@ -105,39 +106,73 @@ func New(opts Options) *Sorter {
 	return &Sorter{opts: opts}
 }
 
-func (s *Sorter) used() int64 { return int64(len(s.arena)) + int64(len(s.recs))*recOverhead }
+// allocated is what the buffers hold allocated: the arena's and the
+// records' capacity, not just their length, so append's growth slack is
+// inside the budget too.
+func (s *Sorter) allocated() int64 { return int64(cap(s.arena)) + int64(cap(s.recs))*recSize }
 
 // Add copies r into the sorter, spilling a run first if the budget is full.
+// The buffers grow by doubling, each up to its share of the budget (in the
+// proportion of the records buffered so far), and are reused after a
+// spill; what they hold allocated stays within MemoryLimit, except that one
+// record larger than the budget is still taken on its own.
 func (s *Sorter) Add(r *Record) error {
 	if s.err != nil {
 		return s.err
 	}
-	need := int64(len(r.Key)+len(r.Payload)) + recOverhead
-	if len(s.recs) > 0 && s.used()+need > s.opts.MemoryLimit {
+	n := len(r.Key) + len(r.Payload)
+	for !s.room(n) {
+		if len(s.recs) == 0 {
+			// A record beyond the whole budget: take it alone.
+			s.arena = make([]byte, 0, n)
+			if cap(s.recs) == 0 {
+				s.recs = make([]memRec, 0, 1)
+			}
+			break
+		}
 		if err := s.spill(); err != nil {
 			s.err = err
 			return err
 		}
 	}
 	off := len(s.arena)
-	if cap(s.arena)-off < len(r.Key)+len(r.Payload) {
-		// Grow by doubling, but never past the budget, so that the slack
-		// of append's growth does not break the memory bound.
-		nc := max(2*cap(s.arena), off+len(r.Key)+len(r.Payload), 4096)
-		if lim := int(s.opts.MemoryLimit); nc > lim && off+len(r.Key)+len(r.Payload) <= lim {
-			nc = lim
-		}
-		na := make([]byte, off, nc)
-		copy(na, s.arena)
-		s.arena = na
-	}
 	s.arena = append(s.arena, r.Key...)
 	s.arena = append(s.arena, r.Payload...)
 	s.recs = append(s.recs, memRec{off: off, klen: int32(len(r.Key)), plen: int32(len(r.Payload)),
 		prefix: int32(r.Prefix), table: int32(r.Table), tie: r.Tie, row: r.Row})
 	s.stats.Records++
-	s.stats.Bytes += int64(len(r.Key) + len(r.Payload))
+	s.stats.Bytes += int64(n)
 	return nil
+}
+
+// room makes room for one more record of n bytes, growing the buffers
+// within the budget; false when they are full (spill first).
+func (s *Sorter) room(n int) bool {
+	lim := s.opts.MemoryLimit
+	// The mean record so far (this one included) splits the budget between
+	// the arena and the records.
+	avg := (int64(len(s.arena)) + int64(n)) / int64(len(s.recs)+1)
+	maxRecs := max(lim/(avg+recSize), 1)
+	if cap(s.recs) == len(s.recs) {
+		nc := min(max(2*int64(cap(s.recs)), 64), maxRecs, (lim-int64(cap(s.arena)))/recSize)
+		if nc <= int64(len(s.recs)) {
+			return false
+		}
+		nr := make([]memRec, len(s.recs), nc)
+		copy(nr, s.recs)
+		s.recs = nr
+	}
+	if cap(s.arena)-len(s.arena) < n {
+		need := int64(len(s.arena) + n)
+		nc := min(max(2*int64(cap(s.arena)), need, 4096), max(maxRecs*avg, need), lim-int64(cap(s.recs))*recSize)
+		if nc < need {
+			return false
+		}
+		na := make([]byte, len(s.arena), nc)
+		copy(na, s.arena)
+		s.arena = na
+	}
+	return true
 }
 
 func (s *Sorter) key(m *memRec) []byte { return s.arena[m.off : m.off+int(m.klen)] }
@@ -181,6 +216,9 @@ func (s *Sorter) spill() error {
 	s.stats.SpilledBytes += n
 	s.recs = s.recs[:0]
 	s.arena = s.arena[:0]
+	if s.allocated() > s.opts.MemoryLimit {
+		s.recs, s.arena = nil, nil // after a record beyond the budget
+	}
 	return nil
 }
 

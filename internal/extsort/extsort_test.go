@@ -86,3 +86,57 @@ func TestSpillAndMerge(t *testing.T) {
 		})
 	}
 }
+
+// The sorter's buffers, capacity included (append's growth slack), stay
+// within MemoryLimit whatever the mix of record sizes; a record beyond the
+// budget is still sorted, alone.
+func TestAllocatedWithinBudget(t *testing.T) {
+	const limit = 256 << 10
+	s := New(Options{MemoryLimit: limit, Dir: t.TempDir(), BufferSize: 4 << 10})
+	defer s.Close()
+	rng := rand.New(rand.NewPCG(5, 6))
+	worst := int64(0)
+	n := 0
+	for i := range 20000 {
+		size := 8 + rng.IntN(64)
+		if i > 10000 {
+			size = 500 + rng.IntN(3000) // the mean changes: buffers re-split
+		}
+		if i == 15000 {
+			size = 2 * limit
+		}
+		key := []byte(fmt.Sprintf("%08d", rng.IntN(1_000_000)))
+		if err := s.Add(&Record{Key: key, Payload: make([]byte, size), Tie: uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if i != 15000 && s.allocated() > worst {
+			worst = s.allocated()
+		}
+	}
+	if worst > limit {
+		t.Fatalf("buffers held %d bytes allocated, budget %d", worst, limit)
+	}
+	got := 0
+	var last []byte
+	it, err := Merge([]*Sorter{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for it.Next() {
+		r := it.Record()
+		if last != nil && bytes.Compare(last, r.Key) > 0 {
+			t.Fatalf("record %d out of order", got)
+		}
+		last = append(last[:0], r.Key...)
+		got++
+	}
+	err = it.Err()
+	it.Close()
+	if err != nil || got != n {
+		t.Fatalf("merged %d of %d records: %v", got, n, err)
+	}
+	if st := s.Stats(); st.Runs < 10 {
+		t.Fatalf("%d runs for ~30 MB through a 256 KiB budget", st.Runs)
+	}
+}

@@ -59,8 +59,8 @@ func TestEvaluate(t *testing.T) {
 	add(10, "full", "ingest", 1, 100, 1000)
 	add(160, "full", "ingest", 20, 110, 16000) // rate 8 vs 10: holds; RSS 1.1×: holds
 	add(10, "full", "publish", 1, 100, 1000)
-	add(160, "full", "publish", 40, 400, 16000)   // rate 4 vs 10 and RSS 4×: fail
-	for _, name := range incrementalSteps { // 1 s of 60 s, 100 of 32,000 bytes: holds
+	add(160, "full", "publish", 40, 400, 16000) // rate 4 vs 10 and RSS 4×: fail
+	for _, name := range incrementalSteps {     // 1 s of 60 s, 100 of 32,000 bytes: holds
 		add(160, "incremental", name, 0.25, 50, 25)
 	}
 	r.evaluate()

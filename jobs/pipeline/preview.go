@@ -84,11 +84,14 @@ func RunPreview(ctx context.Context, st pillar.Store, candidate, baseline string
 		return nil, fmt.Errorf("preview: %w (run `pillar ingest` first)", err)
 	}
 	// A sorted sample of n row indexes (Floyd's algorithm: O(n) memory,
-	// not a permutation of the corpus), each read on its own; n = 0 or n
-	// beyond the table reads every page in one pass.
+	// not a permutation of the corpus), picked in one pass over docs (a
+	// layered docs table serves a row range by reading up to it, so reads
+	// by range would cost a pass each); n = 0 or n beyond the table takes
+	// every page.
 	rows := ti.Rows
 	var idx []int64
-	if n > 0 && int64(n) < rows {
+	all := n <= 0 || int64(n) >= rows
+	if !all {
 		rng := rand.New(rand.NewSource(seed))
 		picked := make(map[int64]bool, n) // n sample positions, not pages
 		for j := rows - int64(n); j < rows; j++ {
@@ -103,41 +106,28 @@ func RunPreview(ctx context.Context, st pillar.Store, candidate, baseline string
 	}
 	p := &Preview{Candidate: cand.Spec(), Baseline: base.Spec(), CandidateID: cand.ID(), BaselineID: base.ID()}
 	var candTok, baseTok []int
-	var next func() (*pillar.Doc, error)
-	if idx == nil {
-		rr, err := sn.ReadTable(ctx, pillar.TableDocs, nil)
-		if err != nil {
-			return nil, err
-		}
-		defer rr.Close()
-		next = func() (*pillar.Doc, error) {
-			if !rr.Next() {
-				return nil, rr.Err()
-			}
-			var d pillar.Doc
-			return &d, rr.Scan(&d)
-		}
-	} else {
-		next = func() (*pillar.Doc, error) {
-			if len(idx) == 0 {
-				return nil, nil
-			}
-			i := idx[0]
-			idx = idx[1:]
-			rr, err := sn.ReadTable(ctx, pillar.TableDocs, &pillar.Range{Start: i, End: i + 1})
-			if err != nil {
-				return nil, err
-			}
-			defer rr.Close()
-			if !rr.Next() {
-				if err := rr.Err(); err != nil {
-					return nil, err
+	rr, err := sn.ReadTable(ctx, pillar.TableDocs, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer rr.Close()
+	row := int64(-1)
+	next := func() (*pillar.Doc, error) {
+		for rr.Next() {
+			row++
+			if !all {
+				if len(idx) == 0 {
+					return nil, nil
 				}
-				return nil, fmt.Errorf("preview: docs row %d: missing", i)
+				if idx[0] != row {
+					continue
+				}
+				idx = idx[1:]
 			}
 			var d pillar.Doc
 			return &d, rr.Scan(&d)
 		}
+		return nil, rr.Err()
 	}
 	for {
 		d, err := next()

@@ -197,6 +197,7 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 		return nil, err
 	}
 	defer lk.abandon()
+	lk.after = func() { compactLayered(ctx, st, opts, TableExportState) } // reconcile writes it as a delta
 	sn2, err := st.Snapshot(ctx)
 	if err != nil {
 		return nil, err

@@ -97,6 +97,9 @@ type opLock struct {
 	ctx  context.Context
 	st   pillar.Store
 	held bool
+	// after runs once commit has committed (compaction of what the
+	// operation layered); nil: nothing.
+	after func()
 }
 
 // acquire takes the pipeline lock for op, refusing while another live
@@ -153,6 +156,9 @@ func (l *opLock) commit(tx pillar.Tx) error {
 		return err
 	}
 	l.held = false
+	if l.after != nil {
+		l.after()
+	}
 	return nil
 }
 
@@ -332,6 +338,13 @@ func reconcile(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Options,
 	if changes == 0 {
 		return plan, nil
 	}
+	// export/state changes by the same puts and deletes: a delta layer of
+	// O(changes) rows (the first state is its base), not a rewrite.
+	state, err := pillar.WriteDelta(ctx, tx, TableExportState, ExportState{}, int64(plan.Desired))
+	if err != nil {
+		return nil, err
+	}
+	defer state.Close()
 	var batch []pillar.ExportRecord
 	flush := func() error {
 		if len(batch) == 0 {
@@ -349,12 +362,18 @@ func reconcile(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Options,
 		return nil
 	}
 	err = eachRow(ctx, sn, puts, false, func(d *Desired) error {
+		if err := state.Put(&ExportState{PageKey: d.PageKey, Partition: d.Partition, RecordHash: d.RecordHash}); err != nil {
+			return err
+		}
 		return add(pillar.ExportRecord{Partition: d.Partition, PageKey: d.PageKey, Op: pillar.OpPut, Value: d.Value, Cause: cause, Priority: priority, Publication: pillar.EmbedVersionID(pub.ChunkVersion, pub.Model)})
 	})
 	if err != nil {
 		return nil, err
 	}
 	err = eachRow(ctx, sn, deletes, false, func(s *ExportState) error {
+		if err := state.Delete(ctx, s.PageKey); err != nil {
+			return err
+		}
 		return add(pillar.ExportRecord{Partition: s.Partition, PageKey: s.PageKey, Op: pillar.OpDelete, Cause: cause, Priority: priority, Publication: pillar.EmbedVersionID(pub.ChunkVersion, pub.Model)})
 	})
 	if err != nil {
@@ -363,7 +382,33 @@ func reconcile(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Options,
 	if err := flush(); err != nil {
 		return nil, err
 	}
-	return plan, writeState(ctx, tx, opts, desired)
+	return plan, state.Close()
+}
+
+func init() {
+	// export/state is layered (reconcile writes deltas): compaction folds
+	// them with this row type.
+	pillar.RegisterRowType(TableExportState, ExportState{})
+}
+
+// compactLayered folds the delta layers of tables the pipeline writes as
+// deltas once they are more than pillar.DefaultMaxLayers
+// (pillar.AutoCompact); the operations call it after they committed. On
+// YTsaurus the fold is a reduce on the cluster (jobs.CompactMerge). A
+// failure is logged, not returned: the operation is committed, and a later
+// one (or `pillar compact`) folds the layers.
+func compactLayered(ctx context.Context, st pillar.Store, opts Options, tables ...string) {
+	co := &pillar.CompactOptions{}
+	if _, local := opts.Runner.(*jobs.Local); !local && opts.Runner != nil {
+		co.Merge = jobs.CompactMerge(opts.Runner)
+	}
+	for _, t := range tables {
+		if cs, err := pillar.AutoCompact(ctx, st, t, co); err != nil {
+			opts.Logger.Warn("pipeline: compaction failed (run `pillar compact`)", "table", t, "err", err)
+		} else if cs != nil {
+			opts.Logger.Info("pipeline: compacted", "table", t, "deltas", cs.Layers, "rows", cs.Rows)
+		}
+	}
 }
 
 // diffTables names the scratch tables of the puts and deletes of desired.

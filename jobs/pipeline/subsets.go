@@ -352,6 +352,7 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 		return nil, err
 	}
 	defer lk.abandon()
+	lk.after = func() { compactLayered(ctx, st, opts, TableExportState) } // reconcile writes it as a delta
 	scratch := fmt.Sprintf("tmp/recompute-%d", time.Now().UnixNano())
 	matchesTable := scratch + "/matches"
 
