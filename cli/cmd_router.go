@@ -92,9 +92,9 @@ a key fails only when every replica of its partition failed.
 Versions: every request reads one publication, resolved once per request to a concrete
 id and sent only to replicas that hold it (failover and hedges stay among them). The
 request's version field wins; otherwise --version (live, candidate, previous or an id).
---candidate-fraction F sends F of the live reads to the candidate while it is ready: of
-requests, or, when the request carries a caller id (caller_id or x-pillar-caller
-metadata), of callers by a hash of it. A promote or rollback reaches reads as soon as the
+--candidate-fraction F sends F of the reads that name no version (with --version live) to
+the candidate while it is ready: of requests, or, when the request carries a caller id
+(caller_id or x-pillar-caller metadata), of callers by a hash of it. A promote or rollback reaches reads as soon as the
 control plane's routing version changes (the router long-polls it). A version no replica
 can serve fails each key with KEY_NOT_SERVED naming it.
 
@@ -115,7 +115,7 @@ Examples:
 				&cli.StringFlag{Name: "http", Value: "127.0.0.1:8400", Usage: "listen address for /metrics, /healthz and /readyz"},
 				&cli.DurationFlag{Name: "drain", Value: 10 * time.Second, Usage: "how long shutdown waits for in-flight requests"},
 				&cli.StringFlag{Name: "version", Usage: `publication read by requests that name none: live, candidate, previous or an id "<chunk version>/<model>" (default: live)`},
-				&cli.Float64Flag{Name: "candidate-fraction", Usage: "A/B: fraction (0..1) of live reads, or of callers by caller-id hash, sent to the ready candidate"},
+				&cli.Float64Flag{Name: "candidate-fraction", Usage: "A/B: fraction (0..1) of the reads naming no version, or of callers by caller-id hash, sent to the ready candidate"},
 			}, routerFlags()...),
 			Action: routerServe,
 		}},

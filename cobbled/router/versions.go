@@ -26,8 +26,9 @@ import (
 // request, to a concrete id, sends that id to every node, and checks that
 // each node answered for it (a node names the version it read). Aliases:
 // "" (Options.Version, then live), "live", "candidate", "previous". With
-// Options.CandidateFraction F, a request that names no version (or
-// "live") reads the candidate, while one is ready, with probability F, or,
+// Options.CandidateFraction F, a request that names no version (while
+// Options.Version is live) reads the candidate, while one is ready, with
+// probability F, or,
 // when the request carries a caller id, when a hash of the caller id falls
 // in the first F of the hash space (so a caller always sees the same
 // side).
@@ -110,10 +111,11 @@ func (r *Router) resolve(t *table, ro *ReadOptions) choice {
 	if ro != nil {
 		v, caller = ro.Version, ro.Caller
 	}
+	named := v != "" // a request that names a version (also "live") is not split
 	if v == "" {
 		v = r.opts.Version
 	}
-	if (v == "" || v == AliasLive) && r.opts.CandidateFraction > 0 {
+	if !named && (v == "" || v == AliasLive) && r.opts.CandidateFraction > 0 {
 		if id := t.byRole[control.RoleCandidate]; id != "" && t.pubs[id].ready && r.pickCandidate(caller) {
 			v = id
 		}

@@ -350,9 +350,11 @@ func TestCandidateFraction(t *testing.T) {
 	if callers[pubB] < 60 || callers[pubB] > 140 {
 		t.Fatalf("candidate got %d of 200 callers at fraction 0.5", callers[pubB])
 	}
-	// An explicit version is not split.
-	resp, err := r.Read(ctx, f.keys, &ReadOptions{Version: pubA})
-	checkVersion(t, f.keys, resp, err, pubA)
+	// A request naming a version, "live" too, is not split.
+	for range 20 {
+		resp, err := r.Read(ctx, f.keys, &ReadOptions{Version: AliasLive})
+		checkVersion(t, f.keys, resp, err, pubA)
+	}
 
 	// Not ready (n1 lost it): no A/B traffic to it.
 	f.setRouting(func(*control.Routing) {}, []int64{2, 1})
