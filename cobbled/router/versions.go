@@ -40,6 +40,9 @@ import (
 // no replica of a partition holds the version by the table, the up
 // replicas are tried anyway (a node answers KEY_NOT_SERVED, naming the
 // version, when it has no database of it, and the router fails over). A
+// node that answered KEY_NOT_SERVED for (version, partition) is tried
+// after the other replicas for EjectFor (the table may still say it holds
+// it: applied seqs are stale, or the node rebuilds that publication). A
 // retired or unknown version, or one with no snapshot on a partition yet,
 // fails each key with an error naming the version (ErrVersion). Retired
 // versions are never sent to a node: nodes drop a retired version's data
