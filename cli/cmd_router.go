@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled/readbench"
 	"github.com/pillarkit/pillar/cobbled/router"
+	"github.com/pillarkit/pillar/cobbled/switchbench"
 )
 
 // routerFlags are the router's tuning flags, shared by `router serve` and
@@ -92,9 +94,9 @@ a key fails only when every replica of its partition failed.
 Versions: every request reads one publication, resolved once per request to a concrete
 id and sent only to replicas that hold it (failover and hedges stay among them). The
 request's version field wins; otherwise --version (live, candidate, previous or an id).
---candidate-fraction F sends F of the live reads to the candidate while it is ready: of
-requests, or, when the request carries a caller id (caller_id or x-pillar-caller
-metadata), of callers by a hash of it. A promote or rollback reaches reads as soon as the
+--candidate-fraction F sends F of the reads that name no version (with --version live) to
+the candidate while it is ready: of requests, or, when the request carries a caller id
+(caller_id or x-pillar-caller metadata), of callers by a hash of it. A promote or rollback reaches reads as soon as the
 control plane's routing version changes (the router long-polls it). A version no replica
 can serve fails each key with KEY_NOT_SERVED naming it.
 
@@ -115,7 +117,7 @@ Examples:
 				&cli.StringFlag{Name: "http", Value: "127.0.0.1:8400", Usage: "listen address for /metrics, /healthz and /readyz"},
 				&cli.DurationFlag{Name: "drain", Value: 10 * time.Second, Usage: "how long shutdown waits for in-flight requests"},
 				&cli.StringFlag{Name: "version", Usage: `publication read by requests that name none: live, candidate, previous or an id "<chunk version>/<model>" (default: live)`},
-				&cli.Float64Flag{Name: "candidate-fraction", Usage: "A/B: fraction (0..1) of live reads, or of callers by caller-id hash, sent to the ready candidate"},
+				&cli.Float64Flag{Name: "candidate-fraction", Usage: "A/B: fraction (0..1) of the reads naming no version, or of callers by caller-id hash, sent to the ready candidate"},
 			}, routerFlags()...),
 			Action: routerServe,
 		}},
@@ -243,7 +245,7 @@ Examples:
 				&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the run to this file"},
 			}, routerFlags()...),
 			Action: benchRead,
-		}, benchScaleCommand(), lorryBenchCommand(), benchIngestCommand()}, // bench ingest: cmd_bench_ingest.go
+		}, benchScaleCommand(), lorryBenchCommand(), benchIngestCommand(), benchSwitchCommand()}, // bench ingest: cmd_bench_ingest.go
 	}
 }
 
@@ -308,4 +310,79 @@ func routerParseFault(s string) (float64, time.Duration, error) {
 		return 0, 0, fmt.Errorf("%q: delay must be a duration like 50ms", s)
 	}
 	return frac, delay, nil
+}
+
+func benchSwitchCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "switch",
+		Usage: "version-switch benchmark: how long after a promote or rollback every router read returns the other publication, with readers running",
+		Description: `Runs the real control plane (SQLite) on 127.0.0.1, --nodes cobbled nodes following it
+(ingest loops, each its own gRPC server and RocksDB directories, every node holding all
+--partitions), and a router watching the routing. Publishes two publications as tagged
+snapshot batches (each value names its publication), makes the first live and the second
+a ready candidate, then, while --readers closed-loop readers read all --keys keys
+through the router, promotes the candidate and rolls back and forth, --switches switches
+in all.
+
+A switch's time is from just before the control-plane call until the end of the last
+read that still returned the old version. Prints a table (or --json), with the reads,
+failed reads and mixed reads (a key whose value is not from the version its response
+names), and evaluates the target: every read on the other version within 2 s, 0 failed.
+With --out, also writes results.md and results.json there.
+
+Examples:
+   pillar bench switch
+   pillar bench switch --switches 20 --readers 4 --out bench-out/switch
+   pillar bench switch --nodes 3 --partitions 16 --keys 256 --json`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "switches", Value: 10, Usage: "switches: a promote, then rollbacks back and forth"},
+			&cli.IntFlag{Name: "readers", Value: 3, Usage: "closed-loop readers"},
+			&cli.IntFlag{Name: "nodes", Value: 3, Usage: "cobbled nodes"},
+			&cli.IntFlag{Name: "partitions", Value: 4, Usage: "partitions"},
+			&cli.IntFlag{Name: "keys", Value: 96, Usage: "keys, all read by every request (at most 1024)"},
+			&cli.StringFlag{Name: "data", Usage: "folder for the cluster's data (default: a temporary folder, removed afterwards)"},
+			&cli.StringFlag{Name: "out", Usage: "also write results.md and results.json to this folder"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+		},
+		Action: benchSwitch,
+	}
+}
+
+func benchSwitch(c *cli.Context) error {
+	o := switchbench.Options{Dir: c.String("data"), Nodes: c.Int("nodes"), Partitions: c.Int("partitions"), Keys: c.Int("keys"),
+		Readers: c.Int("readers"), Switches: c.Int("switches"), Logger: logger()}
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	rep, err := switchbench.Run(c.Context, o)
+	if err != nil {
+		return err
+	}
+	if dir := c.String("out"); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(rep.Markdown()), 0o644); err != nil {
+			return err
+		}
+		f, err := os.Create(filepath.Join(dir, "results.json"))
+		if err != nil {
+			return err
+		}
+		err = printJSON(f, rep)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, rep)
+	}
+	fmt.Fprint(c.App.Writer, rep.Markdown())
+	if dir := c.String("out"); dir != "" {
+		fmt.Fprintf(c.App.Writer, "\nwritten to %s (results.md, results.json)\n", dir)
+	}
+	return nil
 }

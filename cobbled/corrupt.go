@@ -38,7 +38,8 @@ import (
 // batch; a publication's newest snapshot and the deltas after it are always
 // retained) up to the seq the replica is at, applying only that
 // publication's batches, and serves it again. The partition's seq does not
-// move back. state.json records the rebuild (rebuild_until), so a restart
+// move back; the partition's next batches (of any publication) wait until
+// the replay is done. state.json records the rebuild (rebuild_until), so a restart
 // during it starts it again.
 
 // isCorruption reports whether a RocksDB error says the data is corrupt.
@@ -145,8 +146,8 @@ func (n *Node) rebuild(ctx context.Context, p *partition) bool {
 	n.opts.Logger.Warn("cobbled: publication rebuilding from the batch log", "partition", p.id, "publication", pub, "until_seq", until)
 	if err := n.replay(ctx, p, pub, until); err != nil {
 		if ctx.Err() == nil {
-			n.opts.Logger.Error("cobbled: rebuild replay", "partition", p.id, "publication", pub, "err", err)
-			clock.Sleep(ctx, n.opts.Clock, n.opts.RetryBackoff)
+			n.opts.Logger.Error("cobbled: rebuild replay; retrying", "partition", p.id, "publication", pub, "err", err, "in", n.opts.RetryBackoffMax)
+			clock.Sleep(ctx, n.opts.Clock, n.opts.RetryBackoffMax)
 		}
 		return false // started again from a fresh generation next time
 	}

@@ -17,6 +17,11 @@ type HealthDetail struct {
 	Faults             []string `json:"faults,omitempty"`
 	CacheUsageBytes    uint64   `json:"cache_usage_bytes"`
 	CacheCapacityBytes uint64   `json:"cache_capacity_bytes"`
+	// Live is the live publication as the node last saw routing;
+	// PublicationBytes the bytes of each publication's databases on this
+	// node, all partitions together ("" = the legacy one).
+	Live             string           `json:"live"`
+	PublicationBytes map[string]int64 `json:"publication_bytes,omitempty"`
 }
 
 // maxWaitingOn caps the partitions a health report lists one by one.
@@ -36,7 +41,15 @@ func (n *Node) Health(ctx context.Context) health.Status {
 	}
 	st := n.Stats()
 	d := HealthDetail{ID: n.opts.ID, Partitions: st.Partitions, Held: len(st.Held),
-		CacheUsageBytes: st.CacheUsage, CacheCapacityBytes: st.CacheCapacity}
+		CacheUsageBytes: st.CacheUsage, CacheCapacityBytes: st.CacheCapacity, Live: st.Live}
+	for _, h := range st.Held {
+		for _, pb := range h.Publications {
+			if d.PublicationBytes == nil {
+				d.PublicationBytes = map[string]int64{}
+			}
+			d.PublicationBytes[pb.ID] += pb.Bytes
+		}
+	}
 	var waiting []string
 	pending := 0 // replicas without data to serve
 	for _, h := range st.Held {

@@ -31,7 +31,8 @@ func TestHealthzAndMetrics(t *testing.T) {
 	var detail HealthDetail
 	b, _ := json.Marshal(rep.Detail)
 	must(t, json.Unmarshal(b, &detail))
-	if rec.Code != 200 || rep.Component != "cobbled" || rep.Status != "ok" || detail.Held != 1 || detail.Serving != 1 || detail.Partitions != parts {
+	if rec.Code != 200 || rep.Component != "cobbled" || rep.Status != "ok" || detail.Held != 1 || detail.Serving != 1 || detail.Partitions != parts ||
+		detail.PublicationBytes[""] == 0 {
 		t.Fatalf("healthz %d: %s", rec.Code, rec.Body)
 	}
 	rec = httptest.NewRecorder()

@@ -555,8 +555,9 @@ type PartitionStats struct {
 	// (refused; the previous data serves) or "corrupt replica: <reason>"
 	// (not serving; rebuilding). Empty when healthy.
 	Fault string `json:"fault,omitempty"`
-	// Serving is false while some publication's own data is corrupt or
-	// being rebuilt (see Publications).
+	// Serving is false while the replica serves no publication because
+	// every one it has is corrupt or being rebuilt (a replica with no
+	// database yet serves empty answers); see Publications for each.
 	Serving bool `json:"serving"`
 	// Publications lists the replica's publication databases.
 	Publications []PublicationStats `json:"publications"`
@@ -602,11 +603,11 @@ func (n *Node) Stats() Stats {
 		if f := p.fault.Load(); f != nil {
 			ps.Fault = *f
 		}
-		ps.Serving = !p.rebuildReq.Load()
 		p.mu.RLock()
+		ps.Serving = len(p.dbs) == 0 && !p.rebuildReq.Load()
 		for pub, d := range p.dbs {
 			ps.Publications = append(ps.Publications, PublicationStats{ID: pub, Generation: d.gen, Bytes: d.bytes.Load(), Serving: d.serving.Load()})
-			ps.Serving = ps.Serving && d.serving.Load()
+			ps.Serving = ps.Serving || d.serving.Load()
 		}
 		p.mu.RUnlock()
 		sort.Slice(ps.Publications, func(i, j int) bool { return ps.Publications[i].ID < ps.Publications[j].ID })

@@ -283,7 +283,11 @@ func TestCorruptPublicationRebuild(t *testing.T) {
 	waitFor(t, "publication A rebuilt and the fault cleared", 20*time.Second, func() bool {
 		st := heldStats(n, p)
 		rep := replicaOf(t, ctx, cc, p, "n1")
-		return st.Serving && rep.Fault == "" && rep.State == control.StateUp && st.AppliedSeq == 3
+		all := len(st.Publications) == 2
+		for _, ps := range st.Publications {
+			all = all && ps.Serving
+		}
+		return all && st.Serving && rep.Fault == "" && rep.State == control.StateUp && st.AppliedSeq == 3
 	})
 	if c := counterValue(n.opts.Metrics.rebuilds); c != 1 {
 		t.Fatalf("rebuilds %v", c)

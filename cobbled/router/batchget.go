@@ -414,6 +414,7 @@ func (g *gather) onAnswer(e event) {
 		if perr := partStatus(rs); perr != nil {
 			if errors.Is(perr, ErrNotServed) {
 				r.kick() // the table is stale
+				n.markNotServed(g.c.id, pt.p, r.opts.Clock.Now().Add(r.opts.EjectFor))
 			}
 			pt.lastErr = fmt.Errorf("node %s (%s): partition %d: %w", n.id, n.addr, pt.p, perr)
 			again = append(again, pt)
@@ -530,7 +531,7 @@ func (g *gather) pick(pt *part, prefer []*node) *node {
 		}
 		tier := 1
 		switch {
-		case rep.node.ejected(now):
+		case rep.node.ejected(now), rep.node.servesNot(g.c.id, pt.p, now):
 			tier = 2
 		case g.r.opts.Zone != "" && rep.node.zoneName() == g.r.opts.Zone:
 			tier = 0

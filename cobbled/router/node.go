@@ -34,6 +34,44 @@ type node struct {
 
 	// counters for Stats
 	rpcs, errs atomic.Int64
+
+	// notServed remembers (version, partition) pairs the node answered
+	// KEY_NOT_SERVED for, until a unix-nanos instant: while the table
+	// still lists it as holding them (stale applied seqs, a publication
+	// being rebuilt there), it is tried after the other replicas.
+	notServed  sync.Map // notServedKey → int64
+	notServedN atomic.Int64
+}
+
+type notServedKey struct {
+	version string
+	p       int
+}
+
+// markNotServed records that n does not serve (version, p) until until.
+func (n *node) markNotServed(version string, p int, until time.Time) {
+	if _, loaded := n.notServed.Swap(notServedKey{version, p}, until.UnixNano()); !loaded {
+		n.notServedN.Add(1)
+	}
+}
+
+// servesNot reports whether n recently answered that it does not serve
+// (version, p).
+func (n *node) servesNot(version string, p int, now int64) bool {
+	if n.notServedN.Load() == 0 {
+		return false
+	}
+	v, ok := n.notServed.Load(notServedKey{version, p})
+	if !ok {
+		return false
+	}
+	if now >= v.(int64) {
+		if n.notServed.CompareAndDelete(notServedKey{version, p}, v) {
+			n.notServedN.Add(-1)
+		}
+		return false
+	}
+	return true
 }
 
 func (r *Router) newNode(id, addr, zone string) (*node, error) {

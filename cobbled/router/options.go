@@ -31,10 +31,11 @@ type Options struct {
 	// live.
 	Version string
 	// CandidateFraction is the A/B split: this fraction of the requests
-	// that read the live publication (by default: all that name no
-	// version) read the candidate instead, while the control plane lists a
-	// ready candidate; with a caller id (ReadOptions.Caller), the fraction
-	// is of callers, by a hash of the id. The default value is 0: none.
+	// that name no version (and so read the live publication) read the
+	// candidate instead, while the control plane lists a ready candidate;
+	// with a caller id (ReadOptions.Caller), the fraction is of callers, by
+	// a hash of the id. A request naming a version, also "live", is not
+	// split. The default value is 0: none.
 	CandidateFraction float64
 
 	// Spread chooses each partition's replica on its own, so a request's

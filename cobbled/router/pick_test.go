@@ -59,6 +59,8 @@ func runPick(t *testing.T, cmd string, reps []string) string {
 	t.Helper()
 	o := Options{Source: RoutingFunc(nil)}
 	var tried []string
+	var version, role string
+	var base int64 = -1
 	for _, arg := range strings.Fields(cmd)[1:] {
 		k, v, _ := strings.Cut(arg, "=")
 		switch k {
@@ -72,6 +74,16 @@ func runPick(t *testing.T, cmd string, reps []string) string {
 			o.MaxLagBatches = n
 		case "tried":
 			tried = strings.Split(v, ",")
+		case "version":
+			version = v
+		case "role":
+			role = v
+		case "base":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", cmd, err)
+			}
+			base = n
 		default:
 			t.Fatalf("%s: unknown argument %s", cmd, arg)
 		}
@@ -80,11 +92,12 @@ func runPick(t *testing.T, cmd string, reps []string) string {
 	r := &Router{opts: o, nodes: map[string]*node{}}
 	rt := &control.Routing{Version: 1, Partitions: 1, Replicas: [][]control.Replica{nil}, NewestSeq: []int64{1000}}
 	type tweak struct {
-		ejected bool
-		ewma    time.Duration
-		idle    time.Duration
-		p50     time.Duration
-		out     int64
+		ejected   bool
+		notServed bool
+		ewma      time.Duration
+		idle      time.Duration
+		p50       time.Duration
+		out       int64
 	}
 	tweaks := map[string]tweak{}
 	for _, line := range reps {
@@ -104,6 +117,8 @@ func runPick(t *testing.T, cmd string, reps []string) string {
 				rep.AppliedSeq = 1000 - n
 			case "ejected":
 				tw.ejected = true
+			case "notserved":
+				tw.notServed = true
 			case "ewma":
 				tw.ewma, err = time.ParseDuration(v)
 			case "p50":
@@ -121,6 +136,15 @@ func runPick(t *testing.T, cmd string, reps []string) string {
 		}
 		rt.Replicas[0] = append(rt.Replicas[0], rep)
 		tweaks[rep.NodeID] = tw
+	}
+	if version != "" {
+		if role == "" {
+			role = control.RoleLive
+		}
+		rt.Publications = []control.Publication{{ID: version, Role: role, BaseSeq: []int64{max(base, 0)}}}
+		if role == control.RoleLive {
+			rt.Live = version
+		}
 	}
 	if err := r.install(rt); err != nil {
 		t.Fatal(err)
@@ -146,9 +170,22 @@ func runPick(t *testing.T, cmd string, reps []string) string {
 			n.lastObs.Store(time.Now().UnixNano())
 		}
 		n.outstanding.Store(tw.out)
+		if tw.notServed {
+			n.markNotServed(version, 0, time.Now().Add(time.Hour))
+		}
 	}
 	g := &gather{r: r, t: r.table.Load(), assigned: map[*node]int{}}
 	pt := &part{p: 0}
+	if version != "" {
+		if g.c = r.resolve(g.t, &ReadOptions{Version: version}); g.c.err != nil {
+			return "none: " + g.c.err.Error()
+		}
+		allow, err := g.versionFilter(0)
+		if err != nil {
+			return "none: " + err.Error()
+		}
+		pt.allow = allow
+	}
 	for _, id := range tried {
 		pt.tried = append(pt.tried, byID[id])
 	}

@@ -26,8 +26,9 @@ import (
 // request, to a concrete id, sends that id to every node, and checks that
 // each node answered for it (a node names the version it read). Aliases:
 // "" (Options.Version, then live), "live", "candidate", "previous". With
-// Options.CandidateFraction F, a request that names no version (or
-// "live") reads the candidate, while one is ready, with probability F, or,
+// Options.CandidateFraction F, a request that names no version (while
+// Options.Version is live) reads the candidate, while one is ready, with
+// probability F, or,
 // when the request carries a caller id, when a hash of the caller id falls
 // in the first F of the hash space (so a caller always sees the same
 // side).
@@ -39,6 +40,9 @@ import (
 // no replica of a partition holds the version by the table, the up
 // replicas are tried anyway (a node answers KEY_NOT_SERVED, naming the
 // version, when it has no database of it, and the router fails over). A
+// node that answered KEY_NOT_SERVED for (version, partition) is tried
+// after the other replicas for EjectFor (the table may still say it holds
+// it: applied seqs are stale, or the node rebuilds that publication). A
 // retired or unknown version, or one with no snapshot on a partition yet,
 // fails each key with an error naming the version (ErrVersion). Retired
 // versions are never sent to a node: nodes drop a retired version's data
@@ -110,10 +114,11 @@ func (r *Router) resolve(t *table, ro *ReadOptions) choice {
 	if ro != nil {
 		v, caller = ro.Version, ro.Caller
 	}
+	named := v != "" // a request that names a version (also "live") is not split
 	if v == "" {
 		v = r.opts.Version
 	}
-	if (v == "" || v == AliasLive) && r.opts.CandidateFraction > 0 {
+	if !named && (v == "" || v == AliasLive) && r.opts.CandidateFraction > 0 {
 		if id := t.byRole[control.RoleCandidate]; id != "" && t.pubs[id].ready && r.pickCandidate(caller) {
 			v = id
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/sstbuilder"
@@ -350,9 +351,11 @@ func TestCandidateFraction(t *testing.T) {
 	if callers[pubB] < 60 || callers[pubB] > 140 {
 		t.Fatalf("candidate got %d of 200 callers at fraction 0.5", callers[pubB])
 	}
-	// An explicit version is not split.
-	resp, err := r.Read(ctx, f.keys, &ReadOptions{Version: pubA})
-	checkVersion(t, f.keys, resp, err, pubA)
+	// A request naming a version, "live" too, is not split.
+	for range 20 {
+		resp, err := r.Read(ctx, f.keys, &ReadOptions{Version: AliasLive})
+		checkVersion(t, f.keys, resp, err, pubA)
+	}
 
 	// Not ready (n1 lost it): no A/B traffic to it.
 	f.setRouting(func(*control.Routing) {}, []int64{2, 1})
@@ -557,5 +560,36 @@ func TestVersionLegacyWithoutSnapshot(t *testing.T) {
 	g.c = r.resolve(tb, &ReadOptions{Version: pubA})
 	if allow, err := g.versionFilter(0); err != nil || len(allow) != 2 || !allow[0] || !allow[1] {
 		t.Fatalf("%s: allow %v, err %v", pubA, allow, err)
+	}
+}
+
+// TestVersionNotServedRemembered: the table says n0 holds the candidate
+// but n0 answers KEY_NOT_SERVED (it does not have it): the read fails over
+// to n1, and for EjectFor n0 is tried after the others for that version
+// and partition, so it is not asked again.
+func TestVersionNotServedRemembered(t *testing.T) {
+	f := startFleet(t, 2, 1)                               // only n1 has B
+	f.setRouting(func(*control.Routing) {}, []int64{2, 2}) // the table says both do
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	r := newRouter(t, f, func(o *Options) { o.Clock, o.DisableHedging = clk, true })
+	ctx := context.Background()
+	for range 20 {
+		resp, err := r.Read(ctx, f.keys, &ReadOptions{Version: pubB})
+		checkVersion(t, f.keys, resp, err, pubB)
+	}
+	// One sub-request per partition at most reached n0 (the first time it
+	// was picked for it); A reads still go to n0.
+	if got := nodeVersionReads(t, f.metrics[0], "(not held)") + nodeVersionReads(t, f.metrics[0], pubB); got > float64(f.parts) {
+		t.Fatalf("n0 was asked for %s %v times; want at most once per partition (%d)", pubB, got, f.parts)
+	}
+	for range 20 {
+		resp, err := r.Read(ctx, f.keys, &ReadOptions{Version: pubA})
+		checkVersion(t, f.keys, resp, err, pubA)
+	}
+	if nodeVersionReads(t, f.metrics[0], pubA) == 0 {
+		t.Fatalf("n0 got no reads of %s", pubA)
+	}
+	if n := r.Stats(); n.Failovers == 0 {
+		t.Fatalf("no failover recorded: %+v", n)
 	}
 }
