@@ -149,7 +149,15 @@ func runPublishServe(c *cli.Context) error {
 			r.Published.ChunkVersion, r.Published.Model, r.Publication, role, r.Export.Reason)
 		return nil
 	}
-	if r.Export.Bulk && c.String("objstore") == "" {
+	// A bulk mark left by an earlier run whose export did not finish is
+	// this run's work too.
+	needExport := r.Export.Bulk
+	if !needExport {
+		if needExport, err = bulkMarked(ctx, st); err != nil {
+			return err
+		}
+	}
+	if needExport && c.String("objstore") == "" {
 		return fmt.Errorf("publish --serve: publication %s needs a snapshot in the serving tier: give --objstore (where its batches go); the store now publishes the pair, so rerunning with --objstore exports it", r.Publication)
 	}
 	// Registered before its batches, so the first snapshot finds it as the
@@ -159,7 +167,7 @@ func runPublishServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if r.Export.Bulk {
+	if needExport {
 		if out.Export, err = servingExport(c, st, cl); err != nil {
 			return fmt.Errorf("publish --serve: the store publishes %s and the control plane has it as %s, but its export failed (rerun the same command): %w", r.Publication, ch.Publication.Role, err)
 		}
@@ -197,6 +205,20 @@ func runPublishServe(c *cli.Context) error {
 		fmt.Fprintf(c.App.Writer, "  next: `pillar versions --control %s` shows its readiness; `pillar promote --control %s` makes it live\n", c.String("control"), c.String("control"))
 	}
 	return nil
+}
+
+// bulkMarked reports whether the store has a bulk rebuild marked.
+func bulkMarked(ctx context.Context, st pillar.Store) (bool, error) {
+	sn, err := st.Snapshot(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer sn.Release()
+	err = sn.Attr(ctx, pipeline.AttrBulk, new(pipeline.BulkMark))
+	if errors.Is(err, pillar.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // servingExport runs the bulk export protocol for the published pair.

@@ -102,7 +102,11 @@ func TestPublicationCycleCLI(t *testing.T) {
 	if _, err := run("rollback", "--store", store, "--dry-run"); err == nil || !strings.Contains(err.Error(), "only chunks "+c1.ID()) {
 		t.Fatalf("rollback --dry-run after the first publish: %v", err)
 	}
-	// The second pair: a candidate; --wait times out naming the replica.
+	// The second pair, published in the store first (a bulk rebuild is
+	// marked), then made servable: --serve exports what the mark asks for
+	// and registers it as the candidate; --wait times out naming the
+	// replica that has not applied it.
+	must("publish", "--store", store, "--chunks", c2.ID(), "--model", "hash:dim=8")
 	_, err = run(append([]string{"publish", "--chunks", c2.ID(), "--wait", "300ms"}, serve...)...)
 	pub2 := pillar.EmbedVersionID(c2.ID(), "hash-d8-ec732edd")
 	if err == nil || !strings.Contains(err.Error(), "not ready after 300ms") || !strings.Contains(err.Error(), "n1/p0 (up, applied") {

@@ -122,3 +122,56 @@ func BenchmarkListBatches(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGetRouting measures GetRouting (what routers and nodes read
+// after every routing change) on 64 partitions × 3 replicas with a log of
+// 20 batches per partition, once with the legacy publication only and once
+// with three publications (live, previous, candidate) interleaved in the
+// log, which adds the derived base seqs and readiness to every read; it
+// reports publications/legacy.
+//
+//	go test ./cobbled/control -run '^$' -bench GetRouting -benchtime 200x
+func BenchmarkGetRouting(b *testing.B) {
+	for _, be := range backends() {
+		b.Run(be.name, func(b *testing.B) {
+			const P = 64
+			per := map[string]time.Duration{}
+			for _, pubs := range [][]string{{""}, {"c1/m", "c2/m", "c3/m"}} {
+				name := "legacy"
+				if len(pubs) > 1 {
+					name = "publications"
+				}
+				e := startEnv(b, be.dsn(b), P, nil)
+				ctx := context.Background()
+				for i := 0; i < 4; i++ {
+					if err := e.client.RegisterNode(ctx, Node{fmt.Sprintf("bn%d", i), fmt.Sprintf("h:%d", i), string(rune('a' + i%3))}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for p := 0; p < P; p++ {
+					for i := 0; i < 20; i++ {
+						kind := batch.KindDelta
+						if i%5 == 0 {
+							kind = batch.KindSnapshot
+						}
+						m := manifest(fmt.Sprintf("%s-p%d-%d", name, p, i), p, P, kind)
+						m.Publication = pubs[i/5%len(pubs)]
+						if _, err := e.client.RegisterBatch(ctx, m); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				start := time.Now()
+				for i := 0; i < b.N; i++ {
+					r, err := e.client.GetRouting(ctx)
+					if err != nil || len(r.Publications) != len(pubs) {
+						b.Fatalf("routing: %v, %d publications", err, len(r.Publications))
+					}
+				}
+				per[name] = time.Since(start) / time.Duration(b.N)
+				b.ReportMetric(float64(per[name].Microseconds())/1000, name+"_ms/op")
+			}
+			b.ReportMetric(float64(per["publications"])/float64(per["legacy"]), "publications/legacy")
+		})
+	}
+}

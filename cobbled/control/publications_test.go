@@ -243,3 +243,37 @@ func TestPublicationRetention(t *testing.T) {
 		}
 	})
 }
+
+// TestMigrationLegacyPublication: a database from before publications
+// (schema 2) that holds batches is migrated with the legacy publication ""
+// live, so its replicas go on holding and serving what they served.
+func TestMigrationLegacyPublication(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		dsn := b.dsn(t)
+		st := openStore(t, dsn, 1)
+		if _, _, err := st.RegisterBatch(ctx, manifest("old-s", 0, 1, batch.KindSnapshot), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		// Back to schema 2: what a binary before publications left.
+		for _, q := range []string{
+			`DROP INDEX batches_snapshots`, `DROP INDEX batches_by_publication`,
+			`ALTER TABLE batches DROP COLUMN publication`, `ALTER TABLE progress DROP COLUMN publication_bytes`,
+			`DROP TABLE publications`, `DELETE FROM schema_migrations WHERE version = 3`,
+		} {
+			if _, err := st.db.ExecContext(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		st.Close()
+		st = openStore(t, dsn, 1)
+		defer st.Close()
+		pubs, live, err := st.Publications(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if live != "" || len(pubs) != 1 || pubs[0].ID != "" || pubs[0].Role != RoleLive || pubs[0].BaseSeq[0] != 1 {
+			t.Fatalf("after migrating a schema-2 database: live %q, %+v", live, pubs)
+		}
+	})
+}

@@ -86,6 +86,27 @@ func writeReport(dir string, r *Report) (string, error) {
 	fmt.Fprintf(&b, "| **roll forward** (`pillar rollback` again) → every read on v2 | **%s** |\n", v.RollForward.Round(time.Millisecond))
 	fmt.Fprintf(&b, "| batches registered by rollback + roll-forward (no export, no SST build) | %d |\n", v.BatchesOnRollback)
 	fmt.Fprintf(&b, "| reads during the cycle / failed / from a publication not live | %d / **%d** / %d |\n", v.ReadsDuring, v.FailedDuring, v.WrongVersionDuring)
+	if len(v.Bytes) > 0 {
+		fmt.Fprintf(&b, "\nDisk per replica after the cycle (each retained publication's databases on each node, as the nodes report them):\n\n| publication | node | MB |\n|---|---|---|\n")
+		ids := make([]string, 0, len(v.Bytes))
+		for id := range v.Bytes {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			nodes := make([]string, 0, len(v.Bytes[id]))
+			for n := range v.Bytes[id] {
+				nodes = append(nodes, n)
+			}
+			sort.Strings(nodes)
+			for _, n := range nodes {
+				fmt.Fprintf(&b, "| `%s` | %s | %.2f |\n", id, n, float64(v.Bytes[id][n])/1e6)
+			}
+		}
+	}
+	if v.Status != "" {
+		fmt.Fprintf(&b, "\n`pillar status` after the cycle:\n\n```\n%s\n```\n", v.Status)
+	}
 	fmt.Fprintf(&b, "\n## Convergence\n\n| event | every replica caught up after |\n|---|---|\n")
 	fmt.Fprintf(&b, "| bulk export 1 registered | %s |\n| v2 published as candidate (publish --serve --wait) | %s |\n| Lorry drain started (incremental) | %s |\n",
 		r.ConvergeBulk1.Round(time.Millisecond), r.ConvergeBulk2.Round(time.Millisecond), r.ConvergeLorry.Round(time.Millisecond))

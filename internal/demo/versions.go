@@ -37,6 +37,11 @@ type Versions struct {
 	ReadsDuring        int           // background reads over the whole step
 	FailedDuring       int
 	WrongVersionDuring int // a read of the live publication answered by another one
+	// Bytes is each retained publication's databases per node (all its
+	// partitions), as the nodes report them, after the cycle.
+	Bytes map[string]map[string]int64
+	// Status is the publication table of `pillar status` after the cycle.
+	Status string
 }
 
 // pillarCmd runs the pillar binary and returns its standard output.
@@ -389,6 +394,29 @@ func (d *demo) step5() error {
 			return err
 		}
 		d.say("    all %d records now carry chunk version %s", n, r.Version)
+		// Disk: what each retained publication takes on each node.
+		pubs, _, err := d.cl.client.ListPublications(d.ctx)
+		if err != nil {
+			return err
+		}
+		vr.Bytes = map[string]map[string]int64{}
+		for _, p := range pubs {
+			if p.Role == control.RoleRetired {
+				continue
+			}
+			vr.Bytes[p.ID] = map[string]int64{}
+			for _, rep := range p.Replicas {
+				vr.Bytes[p.ID][rep.NodeID] += rep.Bytes
+			}
+		}
+		out, err = d.pillarCmd("status", "--control", d.cl.control)
+		if err != nil {
+			return err
+		}
+		if i := strings.Index(out, "PUBLICATION"); i >= 0 {
+			vr.Status = strings.TrimSpace(out[i:])
+			d.say("    `pillar status`:\n      %s", indent(vr.Status, "      "))
+		}
 		return nil
 	})
 }

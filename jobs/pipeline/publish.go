@@ -181,6 +181,15 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 		// rebuild, however much changed.
 		opts.BulkMinPages = math.MaxInt
 	}
+	// Re-publishing the pair a bulk rebuild is still marked for: export/state
+	// is stale until that export runs (it rewrites it), so diffing against
+	// it would queue records the export supersedes anyway. The mark stays.
+	var mark BulkMark
+	if !switching && res.Previous != nil && sn.Attr(ctx, AttrBulk, &mark) == nil &&
+		mark.Published.ChunkVersion == cv && mark.Published.Model == model {
+		res.Export = &ExportPlan{Bulk: true, Reason: fmt.Sprintf("a bulk rebuild of %s is marked already (%s): `pillar export` (or `pillar publish --serve`) carries it out", eid, mark.Reason)}
+		return res, nil
+	}
 	if opts.DryRun {
 		members, err := exportedSubsets(ctx, sn)
 		if err != nil {

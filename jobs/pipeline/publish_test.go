@@ -414,6 +414,16 @@ func TestRollbackQueuesChangesSince(t *testing.T) {
 	if first.RollbackTo != nil || !first.Export.Bulk {
 		t.Fatalf("first publish: rollback target %+v, plan %+v", first.RollbackTo, first.Export)
 	}
+	// Re-publishing it before the export ran keeps the mark and queues
+	// nothing (export/state is stale until the export rewrites it).
+	ends0 := queueEnds(st)
+	again, err := Publish(ctx, st, r1.Version, "hash:dim=16", o)
+	if err != nil || !again.Export.Bulk || !strings.Contains(again.Export.Reason, "marked already") {
+		t.Fatalf("re-publish with a bulk rebuild pending: %v %+v", err, again.Export)
+	}
+	if pr := priorities(t, st, ends0); pr != "" {
+		t.Fatalf("re-publish with a bulk rebuild pending queued %q records", pr)
+	}
 	dry := o
 	dry.DryRun = true
 	if _, err := Rollback(ctx, st, dry); !errors.Is(err, ErrNoPrevious) || !strings.Contains(err.Error(), "only chunks "+r1.Version) {
