@@ -166,8 +166,9 @@ func (r *run) checkChain(ctx context.Context) {
 		if next < sure || next > sure+maybe {
 			bad = append(bad, fmt.Sprintf("partition %d: registered batches cover [0,%d), the writer committed %d records (+%d unknown)", p, next, sure, maybe))
 		}
-		if s.Committed != next || s.QueueEnd != next || s.Pending != nil {
-			bad = append(bad, fmt.Sprintf("partition %d: Lorry committed offset %d, queue end %d, pending %v; batches cover [0,%d)", p, s.Committed, s.QueueEnd, s.Pending != nil, next))
+		if s.Committed != next || s.QueueEnd != next || s.Pending != nil || s.FreshPending != nil {
+			bad = append(bad, fmt.Sprintf("partition %d: Lorry committed offset %d, queue end %d, pending %v, fresh pending %v; batches cover [0,%d)",
+				p, s.Committed, s.QueueEnd, s.Pending != nil, s.FreshPending != nil, next))
 		}
 	}
 	rt, err := r.client.GetRouting(cctx)

@@ -108,23 +108,8 @@ func (r *run) write(ctx context.Context, stop <-chan struct{}) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var seq int64
-	for {
-		select {
-		case <-stop:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-		n := 1 + rng.IntN(4)
-		// One commit in three is bulk work (a republish, larger), the rest
-		// fresh updates: Lorry's lanes deliver them out of queue order, and
-		// a kill of Lorry lands mid-backlog with the other lane's traffic
-		// still flowing; the checks hold per-key order to the history.
-		pri := pillar.PriorityFresh
-		if rng.IntN(3) == 0 {
-			pri, n = pillar.PriorityBulk, min(4+rng.IntN(12), max(1, r.o.Keys/2))
-		}
+	// one commits n changes at priority pri.
+	one := func(pri string, n int) error {
 		used := map[int]bool{}
 		var ops []op
 		var recs []pillar.ExportRecord
@@ -190,6 +175,49 @@ func (r *run) write(ctx context.Context, stop <-chan struct{}) error {
 				present[o.key] = !o.del
 			}
 			fmt.Fprintf(log, "%d %s %s %x %s\n", o.seq, r.ks.keys[o.key], what, o.sum, outcome)
+		}
+		return nil
+	}
+	for {
+		burst := 0
+		select {
+		case <-stop:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case burst = <-r.burst:
+		case <-t.C:
+		}
+		if burst > 0 {
+			// A bulk backlog at once (a republish), for the kill-lorry
+			// fault to land in.
+			for done := 0; done < burst; {
+				n := min(16, max(1, r.o.Keys/2), burst-done)
+				if err := one(pillar.PriorityBulk, n); err != nil {
+					return err
+				}
+				done += n
+			}
+			select {
+			case r.burstDone <- struct{}{}:
+			default:
+			}
+			continue
+		}
+		// One commit in three is bulk work (a republish, larger), the rest
+		// fresh updates: Lorry's lanes deliver them out of queue order, and
+		// a kill of Lorry lands mid-backlog with the other lane's traffic
+		// still flowing (fresh only from the kill until its heal); the
+		// checks hold per-key order to the history.
+		n, pri := 1+rng.IntN(4), pillar.PriorityFresh
+		if !r.freshOnly.Load() && rng.IntN(3) == 0 {
+			pri, n = pillar.PriorityBulk, min(4+rng.IntN(12), max(1, r.o.Keys/2))
+		}
+		if r.freshOnly.Load() {
+			r.freshDuringKill.Add(1)
+		}
+		if err := one(pri, n); err != nil {
+			return err
 		}
 	}
 }
@@ -336,7 +364,7 @@ func (r *run) notConverged(ctx context.Context) string {
 		return "lorry status: " + err.Error()
 	}
 	for _, s := range ls {
-		if s.Depth > 0 || s.Pending != nil {
+		if s.Depth > 0 || s.Pending != nil || s.FreshPending != nil {
 			return fmt.Sprintf("partition %d: %d records undelivered", s.Partition, s.Depth)
 		}
 	}

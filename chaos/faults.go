@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pillarkit/pillar/lorry"
 	"os"
 	"syscall"
 	"time"
@@ -98,6 +99,9 @@ func (r *run) inject(f Fault) (func() error, error) {
 		}
 		if p == nil {
 			return nil, fmt.Errorf("no process %q", f.Target)
+		}
+		if f.Kind == FaultKillLorry {
+			return r.killLorryMidBacklog(p)
 		}
 		p.kill(true)
 		return func() error { return r.restart(p) }, nil
@@ -202,4 +206,47 @@ func (r *run) healAll() {
 			}
 		}
 	}
+}
+
+// killLorryMidBacklog is the kill-lorry fault: the writer queues a bulk
+// backlog (a republish) and from then on writes fresh changes only; Lorry is
+// killed (-9) while that backlog is undelivered, and restarted by the heal
+// with the fresh traffic still flowing (it switches back to mixed traffic
+// once Lorry runs again). The four checks then hold the result to the
+// history: nothing lost, nothing applied twice or skipped, no replica went
+// back (per-key order).
+func (r *run) killLorryMidBacklog(p *proc) (func() error, error) {
+	r.freshOnly.Store(true)
+	before := r.freshDuringKill.Load()
+	queued := false
+	select {
+	case r.burst <- 10 * max(16, r.o.Keys/4):
+		select {
+		case <-r.burstDone:
+			queued = true
+		case <-time.After(30 * time.Second):
+		}
+	case <-time.After(5 * time.Second): // the writer is not running
+	}
+	var bulk, fresh int64
+	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+	if ls, err := lorry.Status(ctx, r.store, time.Now()); err == nil {
+		for _, s := range ls {
+			bulk, fresh = bulk+s.BulkBacklog, fresh+s.FreshBacklog
+		}
+	}
+	cancel()
+	p.kill(true)
+	r.mu.Lock()
+	r.sum.LorryKills = append(r.sum.LorryKills, LorryKill{BacklogQueued: queued, BulkUndelivered: bulk, FreshUndelivered: fresh})
+	i := len(r.sum.LorryKills) - 1
+	r.mu.Unlock()
+	return func() error {
+		err := r.restart(p)
+		r.freshOnly.Store(false)
+		r.mu.Lock()
+		r.sum.LorryKills[i].FreshCommitsWhileDown = r.freshDuringKill.Load() - before
+		r.mu.Unlock()
+		return err
+	}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -58,6 +59,14 @@ type run struct {
 	client  *control.Client
 	rt      *router.Router
 	store   *local.Store
+
+	// The kill-lorry fault asks the writer for a bulk backlog (burst,
+	// answered on burstDone) and has it write fresh changes only until its
+	// heal (freshOnly), counting them (freshDuringKill).
+	burst           chan int
+	burstDone       chan struct{}
+	freshOnly       atomic.Bool
+	freshDuringKill atomic.Int64
 	// corruptN numbers the batches FaultCorruptObject registered.
 	corruptN int
 
@@ -96,7 +105,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	r := &run{o: opts, ctx: ctx, sum: newSummary(opts)}
+	r := &run{o: opts, ctx: ctx, sum: newSummary(opts), burst: make(chan int), burstDone: make(chan struct{}, 1)}
 	removeDir := false
 	defer func() {
 		r.cleanup() // children killed and file systems unmounted first

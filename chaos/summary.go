@@ -44,11 +44,22 @@ type Summary struct {
 	// replicas that applied one (must stay empty).
 	CorruptDetected int
 	CorruptApplied  []string
-	Converge        time.Duration
-	Batches         int
-	FinalChecked    int
-	Checks          []CheckResult
-	Error           string
+	// LorryKills describes each kill-lorry fault: whether its bulk
+	// backlog was queued, what was undelivered when Lorry died, and how
+	// many fresh commits the writer made until Lorry ran again.
+	LorryKills   []LorryKill
+	Converge     time.Duration
+	Batches      int
+	FinalChecked int
+	Checks       []CheckResult
+	Error        string
+}
+
+// LorryKill is one kill-lorry fault (see Summary.LorryKills).
+type LorryKill struct {
+	BacklogQueued                     bool
+	BulkUndelivered, FreshUndelivered int64
+	FreshCommitsWhileDown             int64
 }
 
 func newSummary(o Options) *Summary {
@@ -145,6 +156,10 @@ func (s *Summary) Write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "batches registered: %d; time to converge after the faults stopped: %s; final state checked on %d (node, key) pairs\n",
 		s.Batches, s.Converge.Round(time.Millisecond), s.FinalChecked)
+	for i, k := range s.LorryKills {
+		fmt.Fprintf(w, "lorry kill %d: bulk backlog queued %v; at the kill %d bulk and %d fresh records undelivered; %d fresh-only commits until it ran again\n",
+			i+1, k.BacklogQueued, k.BulkUndelivered, k.FreshUndelivered, k.FreshCommitsWhileDown)
+	}
 	for _, c := range s.Checks {
 		res := "PASS"
 		if !c.OK {

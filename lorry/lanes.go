@@ -126,6 +126,10 @@ type loop struct {
 	shareAt   time.Time
 	planned   *plan // the follow-up the last commit recorded as pending
 	pre       *prefetch
+	// fplanned is the fresh batch the last fresh commit recorded as
+	// FreshPending (its files uploading in fpre).
+	fplanned *plan
+	fpre     *prefetch
 
 	lossAt   time.Time
 	progress bool // the last fill read something
@@ -282,9 +286,15 @@ func (lp *loop) fetchFresh(ctx context.Context) (bool, error) {
 }
 
 // bulkLimit is where the bulk lane must stop: the first undelivered fresh
-// record, or the end of what the scan classified.
+// record (the recorded FreshPending's range counts as undelivered), or the
+// end of what the scan classified.
 func (lp *loop) bulkLimit() int64 {
 	limit := lp.scan
+	if fp := lp.l.st.FreshPending; fp != nil {
+		// A fresh batch recorded and not committed: its records count as
+		// undelivered (they left the buffer).
+		limit = min(limit, fp.First)
+	}
 	if len(lp.fbuf) > 0 {
 		limit = min(limit, lp.fbuf[0].Offset)
 	}
@@ -527,10 +537,15 @@ func (lp *loop) freshPlan(ordinaryFree bool) *plan {
 func (lp *loop) bulkPlan() *plan {
 	first, last := lp.O(), lp.bnext-1
 	recs := lp.supersede(lp.bbuf)
-	if len(recs) > 0 && len(lp.fbuf)+len(lp.fresh) > 0 {
+	if len(recs) > 0 && (len(lp.fbuf)+len(lp.fresh) > 0 || lp.fplanned != nil) {
 		queued := make(map[string]bool, len(lp.fbuf)+len(lp.fresh))
 		for _, r := range lp.fbuf {
 			queued[ident(&r)] = true
+		}
+		if lp.fplanned != nil {
+			for _, r := range lp.fplanned.recs {
+				queued[ident(&r)] = true
+			}
 		}
 		for _, h := range lp.fresh {
 			queued[h.key] = true
@@ -612,6 +627,19 @@ func (lp *loop) committed(pl *plan, st PartitionState) {
 		}
 		lp.bnext = max(lp.bnext, st.Offset)
 		lp.scan = max(lp.scan, st.Offset)
+		// Bulk records read ahead that this batch covered (a recorded
+		// batch delivered after the buffer was filled) are delivered.
+		n := 0
+		for n < len(lp.bbuf) && lp.bbuf[n].Offset < st.Offset {
+			lp.bbytes -= int64(len(lp.bbuf[n].Value)) + 64
+			n++
+		}
+		if n > 0 {
+			lp.bbuf = lp.bbuf[n:]
+			if len(lp.bbuf) == 0 {
+				lp.bbuf, lp.bbytes, lp.bseen, lp.bcut = nil, 0, time.Time{}, false
+			}
+		}
 	}
 	F := st.FreshOffset()
 	for len(lp.fbuf) > 0 && lp.fbuf[0].Offset < F {
@@ -739,6 +767,9 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 		if lp.bfl != nil {
 			<-lp.bfl.pre.done // the batch stays recorded: the next holder finishes it
 		}
+		if lp.fpre != nil {
+			<-lp.fpre.done
+		}
 		lp.fbuf, lp.bbuf, lp.fbytes, lp.bbytes, lp.inflight = nil, nil, 0, 0, 0
 		lp.setBuffered()
 		w.setBacklog(p, nil)
@@ -767,12 +798,31 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 			return err
 		}
 		lp.checkLoss()
+		if f := lp.bfl; f != nil && f.uploaded() {
+			// The ordinary batch's files are up: manifest, register, commit
+			// (bulk goes before any further fresh batch).
+			lp.bfl = nil
+			if err := w.deliver(ctx, lp, f.pl, f.pre); err != nil {
+				return err
+			}
+			continue
+		}
 		if pend := l.st.FreshPending; pend != nil {
-			// Recorded by a previous holder or a crashed run: delivered
-			// before the ordinary batch recorded with it, whose contents,
-			// when they are read again, then leave out the keys it
-			// supersedes (see doc.go).
-			if err := w.deliver(ctx, lp, &plan{pend: *pend}, nil); err != nil {
+			// The follow-up the last fresh commit recorded, or one recorded
+			// by a previous holder or a crashed run: delivered before the
+			// ordinary batch recorded with it, whose contents, when they
+			// are read again, then leave out the keys it supersedes (see
+			// doc.go).
+			pl, pre := &plan{pend: *pend}, lp.fpre
+			if lp.fplanned != nil && lp.fplanned.pend == *pend {
+				pl = lp.fplanned
+			}
+			lp.fplanned, lp.fpre = nil, nil
+			err := w.deliver(ctx, lp, pl, pre)
+			if pre != nil {
+				<-pre.done
+			}
+			if err != nil {
 				return err
 			}
 			continue
@@ -795,15 +845,6 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 				<-pre.done
 			}
 			if err != nil {
-				return err
-			}
-			continue
-		}
-		if f := lp.bfl; f != nil && f.uploaded() {
-			// The ordinary batch's files are up: manifest, register, commit
-			// (bulk goes before any further fresh batch).
-			lp.bfl = nil
-			if err := w.deliver(ctx, lp, f.pl, f.pre); err != nil {
 				return err
 			}
 			continue
@@ -917,7 +958,39 @@ func (lp *loop) followUp(ctx context.Context, cur *plan, after PartitionState) *
 		return nil
 	}
 	lp.take(pl)
-	lp.planned = pl
-	lp.pre = lp.w.startPrefetch(ctx, lp.pt.id, pl.pend, pl.recs)
+	// It flies from now on (the fresh lane keeps clear of its keys), though
+	// the commit that records it runs yet.
+	lp.bfl = newFlight(pl, lp.w.startPrefetch(ctx, lp.pt.id, pl.pend, pl.recs))
 	return &pl.pend
+}
+
+// freshFollowUp is followUp for a fresh batch: before its commit, it reads
+// once and, if a fresh batch is due, names it (as the state after the
+// commit will see it) so the same commit records it as FreshPending while
+// its files are uploaded: one store commit per fresh batch while fresh
+// records flow. With no bulk work before them and the ordinary slot free,
+// the batch is an ordinary one (ordinary reports it), recorded as Pending
+// and flying like a bulk batch.
+func (lp *loop) freshFollowUp(ctx context.Context, cur *plan, after PartitionState) (next *Pending, ordinary bool) {
+	saved := lp.l.st
+	lp.l.st = after
+	defer func() { lp.l.st = saved }()
+	lp.committed(cur, after)
+	lp.fill(ctx)
+	if !lp.freshDue() {
+		return nil, false
+	}
+	free := lp.bfl == nil && after.Pending == nil
+	pl := lp.freshPlan(free)
+	if pl == nil || pl.pend.Lane == LaneOrdinary && !free {
+		return nil, false
+	}
+	lp.take(pl)
+	pre := lp.w.startPrefetch(ctx, lp.pt.id, pl.pend, pl.recs)
+	if pl.pend.Lane == LaneOrdinary {
+		lp.bfl = newFlight(pl, pre)
+		return &pl.pend, true
+	}
+	lp.fplanned, lp.fpre = pl, pre
+	return &pl.pend, false
 }

@@ -410,8 +410,13 @@ func TestCrashMidBacklogWithFreshTraffic(t *testing.T) {
 	<-freshDone
 	o := e.opts("lorry")
 	o.MaxBatchRecords = 7
-	_, err := e.worker(o).Drain(context.Background())
-	must(t, err)
+	dctx, dcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer dcancel()
+	dw := e.worker(o)
+	_, err := dw.Drain(dctx)
+	if err != nil {
+		t.Fatalf("drain: %v; state %+v; stats %+v", err, e.state(1), dw.Stats())
+	}
 	e.laneChain(1, total)
 	got := e.checkOrder(1, ks)
 	for _, k := range ks {

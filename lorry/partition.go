@@ -250,9 +250,13 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 	after := applyCommit(l.st, pend, seq, n)
 	after.Replay = l.st.Replay
 	var next *Pending
-	if pend.Lane == LaneOrdinary {
+	nextOrdinary := pend.Lane == LaneOrdinary
+	switch pend.Lane {
+	case LaneOrdinary:
 		next = lp.followUp(ctx, pl, after)
-	} else {
+	case LaneFresh:
+		next, nextOrdinary = lp.freshFollowUp(ctx, pl, after)
+	default:
 		lp.committed(pl, after)
 	}
 	err = w.retry(ctx, l, "commit offset", func() error {
@@ -265,8 +269,10 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 				return cur, fmt.Errorf("lorry: partition %d: pending batch changed under %s: %w", p, pend.ID, ErrLeaseLost)
 			}
 			cur = applyCommit(cur, pend, seq, n)
-			if pend.Lane != LaneFresh {
+			if nextOrdinary {
 				cur.Pending = next
+			} else {
+				cur.FreshPending = next
 			}
 			return cur, nil
 		})
