@@ -92,6 +92,7 @@ Examples:
 			&cli.BoolFlag{Name: "compaction-normal-priority", Usage: "node's compaction threads at normal CPU and I/O priority (default: nice 19, idle I/O class), both modes"},
 			&cli.StringFlag{Name: "cache", Value: "256MiB", Usage: "node's block cache"},
 			&cli.IntFlag{Name: "ingest-concurrency", Usage: "node's --ingest-concurrency (default: --delta-partitions + 1; snapshots get 1 slot)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON (results.json and results.md are written either way)"},
 		},
 		Action: benchIngest,
 	}
@@ -123,6 +124,9 @@ func benchIngest(c *cli.Context) error {
 	rep, err := ingestbench.Run(c.Context, o)
 	if err != nil {
 		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, rep)
 	}
 	fmt.Fprint(c.App.Writer, rep.Markdown())
 	fmt.Fprintf(c.App.Writer, "\nwritten to %s (results.md, results.json, latency-timeline.png)\n", o.Out)

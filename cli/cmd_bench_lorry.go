@@ -63,6 +63,7 @@ Examples:
 			&cli.IntFlag{Name: "runs", Value: 1, Usage: "run the benchmark this many times (each on a fresh cluster); every run is reported, and a target counts as met only if every run met it"},
 			&cli.BoolFlag{Name: "allow-missed", Usage: "exit 0 even when a target is missed (the report still says which)"},
 			&cli.Int64Flag{Name: "fresh-bulk-batch-bytes", Usage: "bulk batch size while fresh records flow (default: --max-batch-bytes)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON (results.json and results.md are written either way)"},
 		},
 		Action: func(c *cli.Context) error {
 			res, err := lorrybench.RunSeries(c.Context, lorrybench.Options{
@@ -78,8 +79,14 @@ Examples:
 			if err := res.Write(c.String("out")); err != nil {
 				return err
 			}
-			fmt.Fprint(c.App.Writer, res.Markdown())
-			fmt.Fprintf(c.App.Writer, "\nwrote %s/results.md, results.json, latency.png (per run: run-<n>/)\n", c.String("out"))
+			if c.Bool("json") {
+				if err := printJSON(c.App.Writer, res); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprint(c.App.Writer, res.Markdown())
+				fmt.Fprintf(c.App.Writer, "\nwrote %s/results.md, results.json, latency.png (per run: run-<n>/)\n", c.String("out"))
+			}
 			if missed := res.Missed(); len(missed) > 0 && !c.Bool("allow-missed") {
 				var names []string
 				for _, t := range missed {

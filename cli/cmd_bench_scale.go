@@ -44,6 +44,7 @@ Examples:
    pillar bench scale --out bench-out/all --from-json bench-out/scale/results.json,bench-out/big/results.json`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: "bench-out/scale", Usage: "folder for results.md, results.json and the plots"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON (results.json and results.md are written either way)"},
 			&cli.StringFlag{Name: "data", Usage: "working folder for corpora and stores (default: a temporary folder, removed afterwards)"},
 			&cli.StringFlag{Name: "n", Value: "10000,40000,160000", Usage: "comma-separated corpus sizes"},
 			&cli.StringFlag{Name: "sizes", Value: "4KiB,20KiB", Usage: "comma-separated page sizes (bytes of HTML)"},
@@ -64,6 +65,9 @@ Examples:
 				}
 				if err := rep.Write(c.String("out")); err != nil {
 					return err
+				}
+				if c.Bool("json") {
+					return printJSON(c.App.Writer, rep)
 				}
 				fmt.Print(rep.Markdown())
 				return nil
@@ -115,7 +119,13 @@ Examples:
 				if werr := rep.Write(c.String("out")); werr != nil && err == nil {
 					err = werr
 				}
-				fmt.Print(rep.Markdown())
+				if c.Bool("json") {
+					if jerr := printJSON(c.App.Writer, rep); jerr != nil && err == nil {
+						err = jerr
+					}
+				} else {
+					fmt.Print(rep.Markdown())
+				}
 			}
 			return err
 		},

@@ -220,6 +220,7 @@ Examples:
    pillar bench read --out /tmp/read --duration 2s --keys 1200 --partitions 16   # quick look`,
 			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "out", Value: "bench-out/read", Usage: "folder for results.md, results.json and latency.png"},
+				&cli.BoolFlag{Name: "json", Usage: "print the report as JSON (results.json and results.md are written either way)"},
 				&cli.StringFlag{Name: "data", Usage: "folder for the cluster's data (default: a temporary folder, removed afterwards)"},
 				&cli.DurationFlag{Name: "duration", Value: 10 * time.Second, Usage: "measured time per scenario"},
 				&cli.DurationFlag{Name: "warmup", Value: time.Second, Usage: "warm-up before each scenario"},
@@ -289,6 +290,9 @@ func benchRead(c *cli.Context) error {
 	rep, err := readbench.Run(c.Context, o)
 	if err != nil {
 		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, rep)
 	}
 	fmt.Fprint(c.App.Writer, rep.Markdown())
 	fmt.Fprintf(c.App.Writer, "\nwritten to %s (results.md, results.json, latency.png)\n", o.Out)

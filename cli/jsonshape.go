@@ -108,6 +108,10 @@ func shapeStruct(v reflect.Value, m map[string]any) {
 			continue
 		}
 		fv := v.Field(i)
+		switch fv.Kind() {
+		case reflect.Func, reflect.Chan, reflect.UnsafePointer:
+			continue // options carry hooks and callbacks: not data
+		}
 		if f.Anonymous && name == "" {
 			if fv.Kind() == reflect.Pointer {
 				if fv.IsNil() {
