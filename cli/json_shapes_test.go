@@ -25,6 +25,7 @@ import (
 	"github.com/pillarkit/pillar/internal/demo"
 	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/internal/scalebench"
+	"github.com/pillarkit/pillar/jobs/embedder"
 	"github.com/pillarkit/pillar/lorry/lorrybench"
 )
 
@@ -281,6 +282,8 @@ func TestJSONShapesEveryCommand(t *testing.T) {
 	}
 	js("lorry", "replay", "--store", store, "--objstore", objs, "--control", addr, "--partition", fmt.Sprint(rp), "--from", "0", "--to", "0", "--json")
 	js("lorry", "cleanup", "--store", store, "--objstore", objs, "--dry-run", "--json")
+	js("versions", "--store", store, "--control", addr, "--json")
+	js("promote", "--control", addr, "--publication", cv+"/"+modelID(t, "hash:dim=8"), "--force", "--json")
 	js("verify", "--store", store, "--json")
 	js("leases", "--store", store, "--json")
 	js("control", "batches", "--control", addr, "--partition", "0", "--json")
@@ -359,7 +362,7 @@ func TestJSONShapesEveryCommand(t *testing.T) {
 	for _, want := range []string{"ingest", "backfill rechunk", "backfill embed", "backfill preview", "versions", "publish", "rollback",
 		"export", "subsets validate", "subsets recompute", "subsets show", "verify", "leases", "control batches", "sst ls",
 		"sst inspect", "cobbled inspect", "plan", "lorry run", "jobs list", "jobs map", "control register", "control retract",
-		"sst synth-export", "sst upload-export", "lorry status", "lorry replay", "lorry cleanup", "signals import"} {
+		"sst synth-export", "sst upload-export", "lorry status", "lorry replay", "lorry cleanup", "signals import", "promote"} {
 		if !checked[want] {
 			t.Errorf("%s --json not checked", want)
 		}
@@ -440,4 +443,14 @@ func fillOne(v reflect.Value, depth int) {
 			fillOne(v.Elem(), depth+1)
 		}
 	}
+}
+
+// modelID is the embedding version id of a model spec.
+func modelID(t *testing.T, spec string) string {
+	t.Helper()
+	e, err := embedder.Parse(spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.ID()
 }
