@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pillarkit/pillar/jobs"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/pillar/ingest"
 	"github.com/pillarkit/pillar/pillar/local"
@@ -99,6 +100,7 @@ Examples:
 			&cli.StringSliceFlag{Name: "exclude", Usage: "leave out files whose relative path matches this glob (repeatable)"},
 			&cli.BoolFlag{Name: "rewrite", Usage: "write docs whole (a new base, folding its delta layers) instead of a delta of the new and changed pages"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
+			ytRunFlags[0], ytRunFlags[1], // --pool, --job-binary: the automatic compaction on yt:// stores
 		},
 		Action: func(c *cli.Context) error {
 			mem, err := memoryLimit(c)
@@ -114,7 +116,7 @@ Examples:
 				From: c.String("from"), BaseURL: c.String("base-url"), MaxPageBytes: c.Int64("max-page-bytes"),
 				Workers: c.Int("workers"), Logger: logger(), Progress: true, MemoryLimit: mem,
 				Canonical: c.String("canonical"), Include: c.StringSlice("include"), Exclude: c.StringSlice("exclude"),
-				Rewrite: c.Bool("rewrite"),
+				Rewrite: c.Bool("rewrite"), Compact: ingestCompaction(c),
 			})
 			if err != nil {
 				return err
@@ -134,6 +136,9 @@ Examples:
 				fmt.Fprintf(c.App.Writer, "  committed generation %d: %d rows written (%s)\n", stats.Generation, stats.RowsWritten, how)
 				if stats.Compacted > 0 {
 					fmt.Fprintf(c.App.Writer, "  compacted docs: %d deltas folded into a new base\n", stats.Compacted)
+				}
+				if stats.CompactError != "" {
+					fmt.Fprintf(c.App.Writer, "  the compaction of docs after it failed (the next ingest or pillar compact retries): %s\n", stats.CompactError)
 				}
 			}
 			return nil
@@ -234,4 +239,17 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// ingestCompaction is the automatic compaction of docs after an ingest:
+// on a yt:// store with a job binary at hand, a reduce on the cluster
+// (jobs.CompactMerge); otherwise the client's streaming merge.
+func ingestCompaction(c *cli.Context) pillar.CompactOptions {
+	var o pillar.CompactOptions
+	if r := ytRunner(c); r != nil {
+		if _, bad := r.(errRunner); !bad {
+			o.Merge = jobs.CompactMerge(r)
+		}
+	}
+	return o
 }
