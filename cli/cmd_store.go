@@ -179,9 +179,13 @@ func tablesCommand() *cli.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TABLE\tROWS\tSIZE\tFILES\tSORTED BY\tGEN")
+			fmt.Fprintln(tw, "TABLE\tROWS\tSIZE\tFILES\tSORTED BY\tGEN\tDELTAS")
 			for _, t := range tables {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\n", t.Name, t.Rows, humanBytes(t.Bytes), t.Files, strings.Join(t.SortedBy, ","), t.Generation)
+				deltas := "" // a layered table's delta layers (pillar compact folds them)
+				if ls, err := pillar.Layers(c.Context, sn, t.Name); err == nil && pillar.Deltas(ls) > 0 {
+					deltas = fmt.Sprint(pillar.Deltas(ls))
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\t%s\n", t.Name, t.Rows, humanBytes(t.Bytes), t.Files, strings.Join(t.SortedBy, ","), t.Generation, deltas)
 			}
 			var qrows int64
 			for p := 0; p < info.Partitions; p++ {
@@ -191,7 +195,7 @@ func tablesCommand() *cli.Command {
 				}
 				qrows += n
 			}
-			fmt.Fprintf(tw, "(export queue)\t%d\t\t\t\t\n", qrows)
+			fmt.Fprintf(tw, "(export queue)\t%d\t\t\t\t\t\n", qrows)
 			tw.Flush()
 			if c.Bool("schema") {
 				fmt.Println()
