@@ -57,6 +57,11 @@ func TestCompactCLI(t *testing.T) {
 		res.Compacted[0].Layers != 1 || res.Compacted[0].Rows != 20 || res.Compacted[0].DurationMS == nil {
 		t.Fatalf("compact --all --json: %+v %v\n%s", res, err, out)
 	}
+	var shape any
+	if err := json.Unmarshal([]byte(out), &shape); err != nil {
+		t.Fatal(err)
+	}
+	checkJSONShape(t, "pillar compact --json", shape)
 	out, _, err = runSubsets(t, "compact", "--store", store, "--table", "docs")
 	if err != nil || !strings.Contains(out, "docs: 0 deltas, left as it is") {
 		t.Fatalf("second compact: %v\n%s", err, out)

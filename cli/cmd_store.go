@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pillarkit/pillar/jobs"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/pillar/ingest"
 	"github.com/pillarkit/pillar/pillar/local"
@@ -99,6 +100,7 @@ Examples:
 			&cli.StringSliceFlag{Name: "exclude", Usage: "leave out files whose relative path matches this glob (repeatable)"},
 			&cli.BoolFlag{Name: "rewrite", Usage: "write docs whole (a new base, folding its delta layers) instead of a delta of the new and changed pages"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
+			ytRunFlags[0], ytRunFlags[1], // --pool, --job-binary: the automatic compaction on yt:// stores
 		},
 		Action: func(c *cli.Context) error {
 			mem, err := memoryLimit(c)
@@ -114,7 +116,7 @@ Examples:
 				From: c.String("from"), BaseURL: c.String("base-url"), MaxPageBytes: c.Int64("max-page-bytes"),
 				Workers: c.Int("workers"), Logger: logger(), Progress: true, MemoryLimit: mem,
 				Canonical: c.String("canonical"), Include: c.StringSlice("include"), Exclude: c.StringSlice("exclude"),
-				Rewrite: c.Bool("rewrite"),
+				Rewrite: c.Bool("rewrite"), Compact: ingestCompaction(c),
 			})
 			if err != nil {
 				return err
@@ -134,6 +136,9 @@ Examples:
 				fmt.Fprintf(c.App.Writer, "  committed generation %d: %d rows written (%s)\n", stats.Generation, stats.RowsWritten, how)
 				if stats.Compacted > 0 {
 					fmt.Fprintf(c.App.Writer, "  compacted docs: %d deltas folded into a new base\n", stats.Compacted)
+				}
+				if stats.CompactError != "" {
+					fmt.Fprintf(c.App.Writer, "  the compaction of docs after it failed (the next ingest or pillar compact retries): %s\n", stats.CompactError)
 				}
 			}
 			return nil
@@ -174,9 +179,13 @@ func tablesCommand() *cli.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TABLE\tROWS\tSIZE\tFILES\tSORTED BY\tGEN")
+			fmt.Fprintln(tw, "TABLE\tROWS\tSIZE\tFILES\tSORTED BY\tGEN\tDELTAS")
 			for _, t := range tables {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\n", t.Name, t.Rows, humanBytes(t.Bytes), t.Files, strings.Join(t.SortedBy, ","), t.Generation)
+				deltas := "" // a layered table's delta layers (pillar compact folds them)
+				if ls, err := pillar.Layers(c.Context, sn, t.Name); err == nil && pillar.Deltas(ls) > 0 {
+					deltas = fmt.Sprint(pillar.Deltas(ls))
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\t%s\n", t.Name, t.Rows, humanBytes(t.Bytes), t.Files, strings.Join(t.SortedBy, ","), t.Generation, deltas)
 			}
 			var qrows int64
 			for p := 0; p < info.Partitions; p++ {
@@ -186,7 +195,7 @@ func tablesCommand() *cli.Command {
 				}
 				qrows += n
 			}
-			fmt.Fprintf(tw, "(export queue)\t%d\t\t\t\t\n", qrows)
+			fmt.Fprintf(tw, "(export queue)\t%d\t\t\t\t\t\n", qrows)
 			tw.Flush()
 			if c.Bool("schema") {
 				fmt.Println()
@@ -234,4 +243,17 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// ingestCompaction is the automatic compaction of docs after an ingest:
+// on a yt:// store with a job binary at hand, a reduce on the cluster
+// (jobs.CompactMerge); otherwise the client's streaming merge.
+func ingestCompaction(c *cli.Context) pillar.CompactOptions {
+	var o pillar.CompactOptions
+	if r := ytRunner(c); r != nil {
+		if _, bad := r.(errRunner); !bad {
+			o.Merge = jobs.CompactMerge(r)
+		}
+	}
+	return o
 }

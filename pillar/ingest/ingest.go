@@ -147,8 +147,11 @@ type Stats struct {
 	Delta bool `json:"delta"`
 	// Compacted is the number of delta layers the automatic compaction
 	// after the ingest folded (0: none).
-	Compacted  int   `json:"compacted"`
-	DurationMS int64 `json:"duration_ms"` // wall time
+	Compacted int `json:"compacted"`
+	// CompactError says why the automatic compaction after a committed
+	// ingest failed ("": it did not fail); the ingest stands.
+	CompactError string `json:"compact_error,omitempty"`
+	DurationMS   int64  `json:"duration_ms"` // wall time
 	// Rejected names the files rejected as too large.
 	Rejected []string `json:"rejected,omitempty"`
 	// Outcomes is the end-of-run summary: files by outcome, with a few
@@ -272,7 +275,10 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 	if stats.Delta && opts.Compact.MaxLayers >= 0 {
 		cs, err := pillar.AutoCompact(ctx, st, pillar.TableDocs, &opts.Compact)
 		if err != nil {
-			return stats, fmt.Errorf("ingest: committed (generation %d), but the compaction of docs after it failed: %w", stats.Generation, err)
+			// The ingest is committed; the next one (or pillar compact)
+			// compacts.
+			stats.CompactError = err.Error()
+			opts.Logger.Warn("ingest: committed, but the compaction of docs after it failed; the next ingest or `pillar compact` retries", "generation", stats.Generation, "err", err)
 		}
 		if cs != nil {
 			stats.Compacted = cs.Layers
