@@ -73,7 +73,9 @@ Examples:
 				return nil
 			}
 			opts := scalebench.Options{Data: c.String("data"), MemoryLimit: c.String("memory-limit"),
-				EditFraction: c.Float64("edit-fraction"), Workers: c.Int("workers"), Partitions: c.Int("partitions"), Log: os.Stderr, Keep: c.Bool("keep")}
+				EditFraction: c.Float64("edit-fraction"), Workers: c.Int("workers"), Partitions: c.Int("partitions"), Log: os.Stderr, Keep: c.Bool("keep"),
+				// A long run saves what it measured after every round.
+				AfterRound: func(r *scalebench.Report) { _ = r.Write(c.String("out")) }}
 			if _, err := bytesize.ParseFlag("memory-limit", opts.MemoryLimit); err != nil {
 				return err
 			}

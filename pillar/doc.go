@@ -120,10 +120,13 @@
 //     8). A crash (kill -9) at any point of a delta write or a compaction
 //     leaves the store before or after: each is one commit.
 //   - What is layered: docs (pillar/ingest writes one delta per run: k
-//     rows for k new or changed pages). export/state and subset membership
-//     are to use the same API from jobs/pipeline (ReserveDelta for a
-//     reduce's outputs); until they do, they are rewritten whole by a
-//     reduce. Version tables (chunks, embeddings) are not layered yet.
+//     rows for k new or changed pages); export/state (the reconcile of a
+//     publish, rollback or subsets recompute writes its puts and deletes as
+//     one delta; a bulk `pillar export` rewrites it); the chunk and
+//     embedding version tables (an incremental backfill of a complete
+//     version writes the changed pages' rows and the removed pages as one
+//     delta; a first build writes the base). Subset membership is still
+//     rewritten whole by a reduce.
 //   - Where the merge runs: by default in the client (a streaming merge
 //     through the store's readers, bounded memory). With
 //     CompactOptions.Merge = jobs.CompactMerge(runner) — what `pillar

@@ -51,6 +51,10 @@ type Options struct {
 	// Keep leaves each round's corpus and store under Data. The default
 	// value (false) removes them after the round.
 	Keep bool
+	// AfterRound, when set, is called with the report after each round
+	// (its checks evaluated so far), e.g. to save partial results of a
+	// long run. The default value is nil.
+	AfterRound func(*Report)
 }
 
 func (o *Options) ensureDefaults() error {
@@ -168,6 +172,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			}
 			if err != nil {
 				return rep, fmt.Errorf("scalebench: %s pages, N=%d: %w", sizeName(size), n, err)
+			}
+			if opts.AfterRound != nil {
+				rep.evaluate()
+				opts.AfterRound(rep)
 			}
 		}
 	}

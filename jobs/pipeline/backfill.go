@@ -448,10 +448,16 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 	hasPending := perr == nil
 	ti, terr := sn.Table(ctx, v.Table)
 	sn.Release()
-	rewrite := hasPending || pl.stalePages > 0 || terr != nil || strings.Join(ti.SortedBy, ",") != "page_key,chunk_no"
+	sorted := terr == nil && strings.Join(ti.SortedBy, ",") == "page_key,chunk_no"
+	rewrite := hasPending || pl.stalePages > 0 || !sorted
 	rowType := any(pillar.Chunk{})
 	if v.Kind == pillar.KindEmbeddings {
 		rowType = pillar.Embedding{}
+	}
+	if rewrite && sorted && hasPending && v.SourceGeneration > 0 {
+		// An incremental run over a complete version: a delta layer of
+		// what changed instead of rewriting the table.
+		return finishDelta(ctx, st, opts, v, source, pl, res, rowType)
 	}
 	if rewrite {
 		tx, err := st.Begin(ctx)
@@ -512,6 +518,12 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 			}
 		}
 	}
+	return completeVersion(ctx, tx, v, pl, res)
+}
+
+// completeVersion marks v complete in tx (as of the plan's source
+// generation), commits tx and reports the counts.
+func completeVersion(ctx context.Context, tx pillar.Tx, v *pillar.Version, pl *backfillPlan, res *Result) error {
 	// The source as the plan saw it: a change made since is not in the
 	// version, and makes the next run plan again (upToDate).
 	v.SourceGeneration = pl.generation

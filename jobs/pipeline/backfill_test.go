@@ -133,6 +133,24 @@ func TestRechunkEmbedIncremental(t *testing.T) {
 	if err != nil || e3.PendingPages != 6 || e3.Rows != r3.Rows {
 		t.Fatalf("embed after edit %+v %v (chunks %d)", e3, err, r3.Rows)
 	}
+	// The incremental runs wrote delta layers of what changed, and the
+	// merged tables hold as many rows as the versions count.
+	sn, _ = st.Snapshot(ctx)
+	for _, vt := range []struct{ id, table string }{{r3.Version, r3.Table}, {e3.Version, e3.Table}} {
+		ls, err := pillar.Layers(ctx, sn, vt.table)
+		if err != nil || pillar.Deltas(ls) != 1 {
+			t.Fatalf("%s: layers %+v %v, want the base and one delta", vt.table, ls, err)
+		}
+		v, _ := pillar.LoadVersion(ctx, sn, vt.id)
+		n := int64(0) // read, not the recorded count
+		if err := eachRow(ctx, sn, vt.table, false, func(*pageHash) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if n != v.Rows+v.EmptyPages || rows(t, st, vt.table) != n || v.Pages != 60 {
+			t.Fatalf("%s: %d merged rows, version counts %d rows + %d empty pages, %d pages", vt.table, n, v.Rows, v.EmptyPages, v.Pages)
+		}
+	}
+	sn.Release()
 	// Versions coexist.
 	before := rows(t, st, r1.Table)
 	r4, err := Rechunk(ctx, st, "tokens:size=32,overlap=4", o)
