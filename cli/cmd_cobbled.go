@@ -119,7 +119,11 @@ Examples:
 				fmt.Printf("%s: %d partitions, %d replicas held\n\n", info.Dir, info.Partitions, len(info.Replicas))
 				fmt.Printf("%-9s  %8s  %-10s  %10s  %s\n", "PARTITION", "APPLIED", "GENERATION", "BYTES", "BATCH")
 				for _, r := range info.Replicas {
-					fmt.Printf("%-9d  %8d  %-10s  %10d  %s\n", r.Partition, r.AppliedSeq, r.Generation, r.Bytes, r.Batch)
+					gen := r.Generation // the legacy "" publication's
+					if gen == "" {
+						gen = "-"
+					}
+					fmt.Printf("%-9d  %8d  %-10s  %10d  %s\n", r.Partition, r.AppliedSeq, gen, r.Bytes, r.Batch)
 					for _, pi := range r.Publications {
 						note := ""
 						if pi.RebuildUntil > 0 {

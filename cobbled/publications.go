@@ -112,6 +112,12 @@ func (n *Node) dropEverywhere(ctx context.Context, pub string) bool {
 		if p == nil {
 			continue
 		}
+		p.mu.RLock()
+		_, has := p.dbs[pub] // dbs mirrors the recorded publications
+		p.mu.RUnlock()
+		if !has {
+			continue // dropped already: do not wait for the apply lock every tick
+		}
 		p.applyMu.Lock()
 		ok := false
 		var err error

@@ -90,8 +90,8 @@ func compilePubs(rt *control.Routing) (map[string]*pubInfo, map[string]string) {
 		pi := &pubInfo{id: p.ID, role: p.Role, ready: p.Ready, base: p.BaseSeq}
 		pubs[p.ID] = pi
 		// Several in one role (should not happen): the newest wins.
-		if at := p.RoleAt.UnixNano(); byRole[p.Role] == "" || at > roleAt[p.Role] {
-			byRole[p.Role], roleAt[p.Role] = p.ID, at
+		if _, seen := byRole[p.Role]; !seen || p.RoleAt.UnixNano() > roleAt[p.Role] {
+			byRole[p.Role], roleAt[p.Role] = p.ID, p.RoleAt.UnixNano()
 		}
 	}
 	if rt.Live != "" || pubs[""] != nil {

@@ -11,7 +11,11 @@
 //   - DecodeBatchGetResponse is that decoder on its own; BufferPool is the
 //     non-zeroing mem.BufferPool both ends use.
 //
-// Semantics: one Result per requested key, in request order. KEY_OK with
+// Semantics: one Result per requested key, in request order, all read
+// from one publication: the request's version ("" = the live one; a node
+// resolves it from the routing it last saw, a router to a concrete id once
+// per request), named in BatchGetResponse.version. A version the node does
+// not hold gives each of its keys KEY_NOT_SERVED naming the version. KEY_OK with
 // found=false means the node holds the key's partition and the key is
 // absent; KEY_NOT_SERVED means it does not hold the partition; KEY_ERROR is
 // a read failure of that partition. An empty request, a key that is not 16
