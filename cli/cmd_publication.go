@@ -530,15 +530,18 @@ func promoteCommand() *cli.Command {
 one becomes previous, for ` + "`pillar rollback`" + `; the one previous before is retired).
 A candidate that not every replica holds yet is refused, naming the lagging replicas;
 --force promotes it anyway (reads of keys on lagging replicas fail over or fail).
---publication promotes a retained publication by id (a roll-forward by name).
+--publication promotes a retained publication by id (a roll-forward by name). With --store,
+the store then publishes the new live pair too (against its saved export state) when it
+published another one, so Lorry's updates go to what is served.
 
 Examples:
    pillar promote --control 127.0.0.1:7000 --token-file control.token
    pillar promote --control 127.0.0.1:7000 --force
-   pillar promote --publication recursive-s512-o64-54906c2d/hash-d384-ea4b8133 --json`,
+   pillar promote --publication recursive-s512-o64-54906c2d/hash-d384-ea4b8133 --store data/store --json`,
 		Flags: controlClientFlags(
 			&cli.StringFlag{Name: "publication", Usage: "publication id (chunk version/model) to promote (default: the candidate)"},
 			&cli.BoolFlag{Name: "force", Usage: "promote even if not every replica holds it"},
+			rollbackStoreFlag, // optional: the store follows the new live pair
 			controlJSONFlag,
 		),
 		Action: func(c *cli.Context) error {
@@ -553,9 +556,16 @@ Examples:
 				return err
 			}
 			took := time.Since(start)
+			store, err := storeFollows(c, cl, ch.Publication.ID)
+			if err != nil {
+				return fmt.Errorf("promote: serving switched to %s, but the store did not follow (rerun with the same flags): %w", pubLabel(ch.Publication.ID), err)
+			}
 			if c.Bool("json") {
 				return printJSON(c.App.Writer, map[string]any{"live": ch.Publication.ID, "was_live": ch.WasLive, "unchanged": ch.Unchanged,
-					"routing_version": ch.RoutingVersion, "switch_ms": took.Milliseconds()})
+					"routing_version": ch.RoutingVersion, "switch_ms": took.Milliseconds(), "store": store})
+			}
+			if store != nil {
+				defer fmt.Fprintf(c.App.Writer, "  store: now publishes %s (export state %s: %d puts, %d deletes queued)\n", pubLabel(ch.Publication.ID), store.ExportState, store.Export.Puts, store.Export.Deletes)
 			}
 			if ch.Unchanged {
 				fmt.Fprintf(c.App.Writer, "%s is live already\n", pubLabel(ch.Publication.ID))
@@ -566,6 +576,33 @@ Examples:
 			return nil
 		},
 	}
+}
+
+// storeFollows makes the store (--store, when given) publish the serving
+// tier's live publication if it publishes another pair; nil when nothing
+// was to do.
+func storeFollows(c *cli.Context, cl *control.Client, live string) (*pipeline.PublishResult, error) {
+	if c.String("store") == "" {
+		return nil, nil
+	}
+	st, err := openStore(c, false, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	cur, _, err := storePair(c.Context, st)
+	if err != nil || cur == live {
+		return nil, err
+	}
+	cv, model := splitPublication(live)
+	if cv == "" || model == "" {
+		return nil, fmt.Errorf("the live publication %s is not a (chunk version, model) pair the store can publish", pubLabel(live))
+	}
+	pubs, _, err := cl.ListPublications(c.Context)
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.ReturnTo(c.Context, st, cv, model, pipelineOptions(c), &pipeline.PublishOptions{Retained: retainedFunc(pubs)})
 }
 
 func retireCommand() *cli.Command {

@@ -187,14 +187,28 @@ func TestPublicationCycleCLI(t *testing.T) {
 	if r, _ := cl.GetRouting(ctx); r.Live != pub1 {
 		t.Fatalf("after finishing: live %s", r.Live)
 	}
-	st, err = local.Open(store, nil)
-	if err != nil {
-		t.Fatal(err)
+	storeChunks := func() string {
+		t.Helper()
+		st, err := local.Open(store, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		sn, _ := st.Snapshot(ctx)
+		defer sn.Release()
+		p, _ := pillar.LoadPublished(ctx, sn)
+		return p.ChunkVersion
 	}
-	defer st.Close()
-	sn, _ = st.Snapshot(ctx)
-	defer sn.Release()
-	if p, _ := pillar.LoadPublished(ctx, sn); p.ChunkVersion != c1.ID() {
-		t.Fatalf("store after finishing: %s", p.ChunkVersion)
+	if got := storeChunks(); got != c1.ID() {
+		t.Fatalf("store after finishing: %s", got)
+	}
+	// Promote by name (roll forward to the previous one) with --store: the
+	// store follows the new live pair.
+	out = must("promote", "--control", addr, "--publication", pub2, "--store", store)
+	if !strings.Contains(out, "promoted "+pub2) || !strings.Contains(out, "store: now publishes "+pub2+" (export state saved") {
+		t.Fatalf("promote --publication --store:\n%s", out)
+	}
+	if got := storeChunks(); got != c2.ID() {
+		t.Fatalf("store after promote --store: %s", got)
 	}
 }
