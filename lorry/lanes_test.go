@@ -735,3 +735,64 @@ func TestSteadyFreshOnFewKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowUpAfterRecordedFresh: a bulk batch's files finish uploading
+// while a fresh batch is recorded (FreshPending, the follow-up of the last
+// fresh commit) and more fresh records of the same key are due: the bulk
+// batch finishes first, then the recorded fresh batch, then the rest.
+// Applied batch by batch, the key never goes back and ends with its newest
+// update. (The interleaving that broke order — the bulk batch's follow-up
+// making the due fresh records an ordinary batch from the fresh position —
+// needs the bulk lane to have nothing left there; the loop now plans no
+// fresh batch at all while one is recorded.)
+func TestFollowUpAfterRecordedFresh(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	ks := keysIn(5, 0, 1)
+	var rs []rec
+	for i, k := range ks[:4] {
+		rs = append(rs, rec{key: k, val: val(i, 300), pri: pillar.PriorityBulk})
+	}
+	e.enqueue(rs...)
+	gate := make(chan struct{})
+	e.objs.blockOrdinary(gate)
+	o := e.opts("w")
+	o.MaxBatchRecords, o.MaxBatchAge = 4, 10*time.Millisecond
+	var once sync.Once
+	o.hook = func(point string, p int) error {
+		if point != "committed" {
+			return nil
+		}
+		// The first commit is the first fresh batch's (the bulk batch
+		// hangs): it recorded the second one. Let the bulk batch's
+		// upload finish before the loop goes on.
+		once.Do(func() {
+			close(gate)
+			deadline := time.Now().Add(10 * time.Second)
+			for e.objs.ordinaryPuts.Load() < 1 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond)
+		})
+		return nil
+	}
+	w := e.worker(o)
+	runWorker(t, w)
+	waitFor(t, "the bulk batch's upload hanging", 20*time.Second, func() bool {
+		st := e.state(0)
+		return st.Pending != nil && e.objs.blocked.Load() > 0
+	})
+	rs = nil
+	for i := 0; i < 12; i++ {
+		rs = append(rs, rec{key: ks[4], val: val(100+i, 40)})
+	}
+	e.enqueue(rs...)
+	waitFor(t, "everything delivered", 20*time.Second, func() bool {
+		st := e.state(0)
+		return st.Offset == 16 && st.Pending == nil && st.FreshPending == nil
+	})
+	e.laneChain(0, 16)
+	if got := e.checkOrder(0, ks); counter(got[ks[4]]) != 111 {
+		t.Fatalf("fresh key: update %d, want 111; batches %v", counter(got[ks[4]]), e.sources(0))
+	}
+}
