@@ -292,7 +292,7 @@ func lorryHeldUndelivered(ctx context.Context, st pillar.Store, parts []int) ([]
 	var held []int
 	var latest time.Time
 	for _, s := range ls {
-		if !want[s.Partition] || (s.Depth == 0 && s.Pending == nil) || s.Owner == "" {
+		if !want[s.Partition] || (s.Depth == 0 && s.Pending == nil && s.FreshPending == nil) || s.Owner == "" {
 			continue
 		}
 		held = append(held, s.Partition)

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -62,11 +63,18 @@ Examples:
 					continue
 				}
 				pend, lease := "-", "free"
-				if s.Pending != nil {
-					pend = fmt.Sprintf("%d-%d", s.Pending.First, s.Pending.Last)
-					if s.Pending.Lane != "" {
-						pend += " " + s.Pending.Lane
+				var pends []string
+				for _, pd := range []*lorry.Pending{s.Pending, s.FreshPending} {
+					if pd != nil {
+						one := fmt.Sprintf("%d-%d", pd.First, pd.Last)
+						if pd.Lane != "" {
+							one += " " + pd.Lane
+						}
+						pends = append(pends, one)
 					}
+				}
+				if len(pends) > 0 {
+					pend = strings.Join(pends, ", ")
 				}
 				if s.Owner != "" {
 					if s.LeaseExpires.After(now) {

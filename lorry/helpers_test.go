@@ -266,6 +266,8 @@ type faultObjects struct {
 	// until it is closed; blocked counts the Puts held.
 	gate    atomic.Pointer[chan struct{}]
 	blocked atomic.Int64
+	// ordinaryPuts counts the Puts into ordinary batches' prefixes done.
+	ordinaryPuts atomic.Int64
 }
 
 var ordinaryPrefix = regexp.MustCompile(`^batches/p\d{5}/lorry-[0-9a-f]+-p\d{5}-\d+-\d+/`)
@@ -300,6 +302,9 @@ func (f *faultObjects) Put(ctx context.Context, key string, r io.Reader, size in
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	if ordinaryPrefix.MatchString(key) {
+		defer f.ordinaryPuts.Add(1)
 	}
 	f.mu.Lock()
 	if f.crashAfter > 0 && strings.HasPrefix(key, f.crashIn) {

@@ -454,8 +454,8 @@ func (lp *loop) bulkDue() bool {
 // log in queue order whichever registers first).
 func (lp *loop) nextFresh() *plan {
 	lp.held = false
-	if !lp.freshDue() {
-		return nil
+	if !lp.freshDue() || lp.l.st.FreshPending != nil {
+		return nil // a recorded fresh batch goes first (the loop delivers it)
 	}
 	free := lp.bfl == nil && lp.l.st.Pending == nil
 	if lp.bfl != nil && lp.bfl.pl.fresh {
@@ -777,6 +777,21 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 	if st.Pending != nil || st.FreshPending != nil {
 		w.o.Logger.Info("lorry: finishing pending batches", "partition", p, "batch", st.Pending, "fresh_batch", st.FreshPending)
 	}
+	if pd := l.st.Pending; pd != nil && pd.Lane == LaneFresh && l.st.FreshPending == nil {
+		// Recorded by a version without the fresh slot: move it there.
+		err := w.retry(ctx, l, "move fresh batch to its slot", func() error {
+			return l.cas(ctx, func(cur PartitionState) (PartitionState, error) {
+				if cur.Pending == nil || cur.Pending.Lane != LaneFresh || cur.FreshPending != nil {
+					return cur, errUnchanged
+				}
+				cur.FreshPending, cur.Pending = cur.Pending, nil
+				return cur, nil
+			})
+		})
+		if err != nil {
+			return err
+		}
+	}
 	// Learn what was delivered out of order: scan up to F first.
 	for lp.scan < lp.F() {
 		if err := ctx.Err(); err != nil {
@@ -947,9 +962,12 @@ func (lp *loop) followUp(ctx context.Context, cur *plan, after PartitionState) *
 		}
 	}
 	pl := lp.nextBulk()
-	if pl == nil && lp.freshDue() {
+	if pl == nil && after.FreshPending == nil && lp.freshDue() {
 		// No bulk work: fresh records that make an ordinary batch (O = F,
-		// no bulk head among them) follow up as well.
+		// no bulk head among them) follow up as well — unless a fresh
+		// batch is recorded: the fresh position does not count its
+		// records yet, so a batch from it would cover them again, and
+		// could land before them with newer records of their keys.
 		if fp := lp.freshPlan(true); fp != nil && fp.pend.Lane == LaneOrdinary {
 			pl = fp
 		}

@@ -655,3 +655,144 @@ func TestFreshGoesAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestFreshPendingOfAnOlderVersion: a fresh batch recorded in Pending (as
+// versions without the fresh slot did) moves to FreshPending at takeover
+// and is delivered as recorded; nothing stays pending.
+func TestFreshPendingOfAnOlderVersion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	ks := keysIn(4, 0, 1)
+	e.enqueue(rec{key: ks[0], val: "b0", pri: pillar.PriorityBulk}, rec{key: ks[1], val: "b1", pri: pillar.PriorityBulk})
+	e.enqueue(rec{key: ks[2], val: "f2"}, rec{key: ks[0], val: "f0"})
+	ctx := context.Background()
+	sid, err := storeID(ctx, e.store)
+	must(t, err)
+	old := Pending{ID: FreshBatchID(sid, 0, 0, 3), First: 0, Last: 3, Lane: LaneFresh}
+	_, err = update(ctx, e.store, 0, func(cur PartitionState) (PartitionState, error) {
+		cur.Pending = &old
+		return cur, nil
+	})
+	must(t, err)
+	o := e.opts("w")
+	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
+	_, err = e.worker(o).Drain(ctx)
+	must(t, err)
+	src := e.laneChain(0, 4)
+	if src[0] != "lorry:p0:fresh:0-3" {
+		t.Fatalf("batches %v: want the recorded fresh batch first", src)
+	}
+	if st := e.state(0); st.Pending != nil || st.FreshPending != nil || st.Offset != 4 {
+		t.Fatalf("state %+v", st)
+	}
+	got := e.checkOrder(0, ks)
+	if got[ks[0]] != "f0" || got[ks[1]] != "b1" || got[ks[2]] != "f2" {
+		t.Fatalf("served %v", got)
+	}
+}
+
+// TestSteadyFreshOnFewKeys: fresh updates of a few keys arrive steadily
+// while a bulk backlog of the same keys drains and after it (fresh batches
+// recorded by the previous fresh commit, bulk batches flying, fresh records
+// made ordinary batches once the backlog is gone): applied batch by batch,
+// no key ever goes back, and each ends with its newest update.
+func TestSteadyFreshOnFewKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	ks := keysIn(4, 0, 1)
+	n := 0
+	want := map[string]string{}
+	var rs []rec
+	for i := 0; i < 21; i++ {
+		n++
+		k := ks[i%len(ks)]
+		rs = append(rs, rec{key: k, val: val(n, 300), pri: pillar.PriorityBulk})
+		want[k] = val(n, 300)
+	}
+	e.enqueue(rs...)
+	o := e.opts("w")
+	o.MaxBatchRecords, o.MaxBatchAge = 7, 15*time.Millisecond
+	w := e.worker(o)
+	stop := runWorker(t, w)
+	for i := 0; i < 60; i++ {
+		n++
+		k := ks[i%3]
+		e.enqueue(rec{key: k, val: val(n, 40)})
+		want[k] = val(n, 40)
+		time.Sleep(3 * time.Millisecond)
+	}
+	end := int64(21 + 60)
+	waitFor(t, "everything delivered", 30*time.Second, func() bool {
+		st := e.state(0)
+		return st.Offset == end && st.Pending == nil && st.FreshPending == nil
+	})
+	stop()
+	e.laneChain(0, end)
+	got := e.checkOrder(0, ks)
+	for _, k := range ks {
+		if got[k] != want[k] {
+			t.Errorf("key %s: update %d, want %d", k, counter(got[k]), counter(want[k]))
+		}
+	}
+}
+
+// TestFollowUpAfterRecordedFresh: a bulk batch's files finish uploading
+// while a fresh batch is recorded (FreshPending, the follow-up of the last
+// fresh commit) and more fresh records of the same key are due: the bulk
+// batch finishes first, then the recorded fresh batch, then the rest.
+// Applied batch by batch, the key never goes back and ends with its newest
+// update. (The interleaving that broke order — the bulk batch's follow-up
+// making the due fresh records an ordinary batch from the fresh position —
+// needs the bulk lane to have nothing left there; the loop now plans no
+// fresh batch at all while one is recorded.)
+func TestFollowUpAfterRecordedFresh(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	ks := keysIn(5, 0, 1)
+	var rs []rec
+	for i, k := range ks[:4] {
+		rs = append(rs, rec{key: k, val: val(i, 300), pri: pillar.PriorityBulk})
+	}
+	e.enqueue(rs...)
+	gate := make(chan struct{})
+	e.objs.blockOrdinary(gate)
+	o := e.opts("w")
+	o.MaxBatchRecords, o.MaxBatchAge = 4, 10*time.Millisecond
+	var once sync.Once
+	o.hook = func(point string, p int) error {
+		if point != "committed" {
+			return nil
+		}
+		// The first commit is the first fresh batch's (the bulk batch
+		// hangs): it recorded the second one. Let the bulk batch's
+		// upload finish before the loop goes on.
+		once.Do(func() {
+			close(gate)
+			deadline := time.Now().Add(10 * time.Second)
+			for e.objs.ordinaryPuts.Load() < 1 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond)
+		})
+		return nil
+	}
+	w := e.worker(o)
+	runWorker(t, w)
+	waitFor(t, "the bulk batch's upload hanging", 20*time.Second, func() bool {
+		st := e.state(0)
+		return st.Pending != nil && e.objs.blocked.Load() > 0
+	})
+	rs = nil
+	for i := 0; i < 12; i++ {
+		rs = append(rs, rec{key: ks[4], val: val(100+i, 40)})
+	}
+	e.enqueue(rs...)
+	waitFor(t, "everything delivered", 20*time.Second, func() bool {
+		st := e.state(0)
+		return st.Offset == 16 && st.Pending == nil && st.FreshPending == nil
+	})
+	e.laneChain(0, 16)
+	if got := e.checkOrder(0, ks); counter(got[ks[4]]) != 111 {
+		t.Fatalf("fresh key: update %d, want 111; batches %v", counter(got[ks[4]]), e.sources(0))
+	}
+}
