@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -8,13 +10,17 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/cobbled/readbench"
 	"github.com/pillarkit/pillar/cobbled/router"
 	"github.com/pillarkit/pillar/cobbled/switchbench"
+	"github.com/pillarkit/pillar/internal/clock"
+	"github.com/pillarkit/pillar/internal/health"
 )
 
 // routerFlags are the router's tuning flags, shared by `router serve` and
@@ -89,7 +95,9 @@ request's keys by partition, sends one sub-request per chosen node in parallel (
 replicas first, then the least loaded of two random choices), hedges a sub-request that
 has not answered after its node's recent p95 (within a 5% extra-request budget), fails
 over on errors and honours the caller's deadline. Results come back in request order;
-a key fails only when every replica of its partition failed.
+a key fails only when every replica of its partition failed. Started before the control
+plane answers, it retries the first routing fetch (backoff up to 15s) while --http's
+/readyz answers 503 "starting" (waiting on the control plane).
 
 Versions: every request reads one publication, resolved once per request to a concrete
 id and sent only to replicas that hold it (failover and hedges stay among them). The
@@ -139,17 +147,38 @@ func routerServe(c *cli.Context) error {
 	metrics := router.NewMetrics()
 	o := router.Options{Source: cc, Logger: log, Metrics: metrics, Version: c.String("version"), CandidateFraction: c.Float64("candidate-fraction")}
 	routerOptionsFrom(c, &o, false)
-	r, err := router.New(ctx, o)
-	if err != nil {
-		return fmt.Errorf("%w (is the control plane running at %s?)", err, c.String("control"))
-	}
-	defer r.Close()
-
-	hsrv, err := startDaemonHTTP("router serve", c.String("http"), r.HealthHandler(), metrics.Collectors()...) // daemon.go: /metrics, /healthz, /readyz
+	// --http answers from the start: "starting" while the first routing
+	// fetch waits for an unreachable control plane (retried with backoff;
+	// any other error ends the start).
+	var started atomic.Pointer[router.Router]
+	var waitingOn atomic.Value // string
+	waitingOn.Store("routing from the control plane at " + c.String("control"))
+	hsrv, err := startDaemonHTTP("router serve", c.String("http"), health.New(health.Options{Component: "router"}, func(ctx context.Context) health.Status {
+		if r := started.Load(); r != nil {
+			return r.Health(ctx)
+		}
+		return health.Status{Status: health.Starting, WaitingOn: []string{waitingOn.Load().(string)}}
+	}), metrics.Collectors()...) // daemon.go: /metrics, /healthz, /readyz
 	if err != nil {
 		return err
 	}
 	defer hsrv.Close()
+	var r *router.Router
+	for backoff := time.Second; ; backoff = min(2*backoff, 15*time.Second) {
+		if r, err = router.New(ctx, o); err == nil {
+			break
+		}
+		if !errors.Is(err, control.ErrUnavailable) || ctx.Err() != nil {
+			return fmt.Errorf("%w (is the control plane running at %s?)", err, c.String("control"))
+		}
+		waitingOn.Store(fmt.Sprintf("routing from the control plane at %s: %v", c.String("control"), err))
+		log.Warn("router: waiting for the control plane", "control", c.String("control"), "err", err, "retry_in", backoff)
+		if !clock.Sleep(ctx, clock.Real{}, backoff) {
+			return fmt.Errorf("%w (is the control plane running at %s? stopped waiting: %w)", err, c.String("control"), ctx.Err())
+		}
+	}
+	defer r.Close()
+	started.Store(r)
 
 	lis, err := net.Listen("tcp", c.String("listen"))
 	if err != nil {

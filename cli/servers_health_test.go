@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +84,49 @@ func TestServersHealthCLI(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("a server did not stop on cancel")
 		}
+	}
+}
+
+// TestRouterServeWaitsForControl: `router serve` started before its control
+// plane answers /healthz 200 "starting", waiting on the control plane, and
+// /readyz 503, retrying; it stops on cancel.
+func TestRouterServeWaitsForControl(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	httpAddr, ctl := freeAddr(t), freeAddr(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := runControlCLI(t, ctx, "router", "serve", "--control", ctl, "--listen", freeAddr(t), "--http", httpAddr)
+		done <- err
+	}()
+	var resp *http.Response
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if resp, err = http.Get("http://" + httpAddr + "/readyz"); err == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("router serve ended before serving /readyz: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no /readyz: %v", err)
+		}
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	rep, err := health.DecodeBody(b)
+	if err != nil || resp.StatusCode != 503 || rep.Status != health.Starting || len(rep.WaitingOn) != 1 || !strings.Contains(rep.WaitingOn[0], ctl) {
+		t.Fatalf("/readyz before the control plane: %d %s (%v)", resp.StatusCode, b, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("router serve without a control plane returned no error")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("router serve did not stop on cancel")
 	}
 }
