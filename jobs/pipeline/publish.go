@@ -247,7 +247,9 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 			return nil, fmt.Errorf("%s: %w", verb, err)
 		}
 	}
-	plan, err := reconcile(ctx, st, tx, opts, desired, skipped, verb+" "+eid, priority, res.Published)
+	// Against a saved state the changes are not relative to export/state
+	// (the replaced pair's): it is rewritten from desired.
+	plan, err := reconcileState(ctx, st, tx, opts, desired, skipped, verb+" "+eid, priority, res.Published, res.ExportState == StateSaved)
 	if err != nil {
 		return nil, err
 	}

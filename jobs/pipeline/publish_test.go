@@ -458,6 +458,12 @@ func TestRollbackQueuesChangesSince(t *testing.T) {
 		}
 	}
 	sn.Release()
+	// export/state is r1's again (rewritten from the saved state, not r2's
+	// state changed by the deltas against r1's): re-publishing r1 queues
+	// nothing.
+	if again, err := Publish(ctx, st, r1.Version, "hash:dim=16", o); err != nil || again.Export.Bulk || again.Export.Puts+again.Export.Deletes != 0 {
+		t.Fatalf("re-publish after the rollback: %v plan %+v", err, again.Export)
+	}
 	// Roll forward: r2's saved state already reflects the narrower subset.
 	fw, err := Rollback(ctx, st, o)
 	if err != nil || fw.Published.ChunkVersion != r2.Version || fw.ExportState != StateSaved || fw.Export.Bulk || fw.Export.Puts+fw.Export.Deletes != 0 {

@@ -296,6 +296,15 @@ type ExportPlan struct {
 // streams just those rows into the queue (the change, not the corpus), and the
 // new export/state is a reduce of desired on the runner inside tx.
 func reconcile(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Options, desired, skipped, cause, priority string, pub pillar.Published) (*ExportPlan, error) {
+	return reconcileState(ctx, st, tx, opts, desired, skipped, cause, priority, pub, false)
+}
+
+// reconcileState is reconcile; with rewrite, the puts and deletes were
+// computed against another state than export/state (a publication's saved
+// state, on a return to it), so export/state is rewritten whole from desired
+// instead of changed by a delta layer of them (which would apply them to the
+// other pair's state).
+func reconcileState(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Options, desired, skipped, cause, priority string, pub pillar.Published, rewrite bool) (*ExportPlan, error) {
 	if opts.Priority != "" {
 		priority = opts.Priority
 	}
@@ -335,16 +344,25 @@ func reconcile(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Options,
 		}
 		return plan, nil
 	}
+	var state stateWriter = discardState{}
+	if rewrite {
+		if err := writeState(ctx, tx, opts, desired); err != nil {
+			return nil, err
+		}
+	}
 	if changes == 0 {
 		return plan, nil
 	}
-	// export/state changes by the same puts and deletes: a delta layer of
-	// O(changes) rows (the first state is its base), not a rewrite.
-	state, err := pillar.WriteDelta(ctx, tx, TableExportState, ExportState{}, int64(plan.Desired))
-	if err != nil {
-		return nil, err
+	if !rewrite {
+		// export/state changes by the same puts and deletes: a delta layer
+		// of O(changes) rows (the first state is its base), not a rewrite.
+		w, err := pillar.WriteDelta(ctx, tx, TableExportState, ExportState{}, int64(plan.Desired))
+		if err != nil {
+			return nil, err
+		}
+		defer w.Close()
+		state = w
 	}
-	defer state.Close()
 	var batch []pillar.ExportRecord
 	flush := func() error {
 		if len(batch) == 0 {
@@ -384,6 +402,21 @@ func reconcile(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Options,
 	}
 	return plan, state.Close()
 }
+
+// stateWriter is the part of a pillar delta writer reconcile uses.
+type stateWriter interface {
+	Put(row any) error
+	Delete(ctx context.Context, pageKey string) error
+	Close() error
+}
+
+// discardState is the stateWriter of a rewrite (export/state is written
+// from desired instead).
+type discardState struct{}
+
+func (discardState) Put(any) error                        { return nil }
+func (discardState) Delete(context.Context, string) error { return nil }
+func (discardState) Close() error                         { return nil }
 
 func init() {
 	// export/state is layered (reconcile writes deltas): compaction folds
