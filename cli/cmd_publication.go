@@ -50,7 +50,8 @@ With --serve it also makes the pair servable, in one command: the publication (c
 version/model) is registered with the control plane as the candidate (live once ready
 with --live), and when the serving tier does not hold it yet its snapshot batches are
 exported, built, uploaded to --objstore and registered. The live publication keeps
-serving meanwhile; ` + "`pillar promote`" + ` switches reads to the candidate in one step,
+serving meanwhile, and the store goes back to publishing the live pair (against its saved
+export state), so Lorry's updates keep reaching what is served; ` + "`pillar promote --store`" + ` switches reads and the store to the candidate in one step,
 ` + "`pillar rollback`" + ` switches back. Reads can name the candidate before that
 (` + "`pillar get --version candidate`" + `, the router's --candidate-fraction).
 
@@ -110,6 +111,27 @@ type publishServeResult struct {
 	Publication *pubView                `json:"publication"`
 	Export      *bulkexport.Result      `json:"export,omitempty"`
 	Waited      time.Duration           `json:"waited"`
+	// StoreKept is the store's return to the live pair after a candidate's
+	// export (nil when the publication went live, or the live one is not
+	// a pair the store can publish, such as the legacy "" publication).
+	StoreKept *pipeline.PublishResult `json:"store_kept,omitempty"`
+}
+
+// keepStoreOnLive returns the store to the serving tier's live pair after
+// publish --serve made it publish candidate cand; nil when there is no live
+// pair to return to.
+func keepStoreOnLive(c *cli.Context, st pillar.Store, pubs []control.PublicationStatus, cand string) (*pipeline.PublishResult, error) {
+	live := ""
+	for _, p := range pubs {
+		if p.Role == control.RoleLive {
+			live = p.ID
+		}
+	}
+	cv, model := splitPublication(live)
+	if live == cand || cv == "" || model == "" {
+		return nil, nil
+	}
+	return pipeline.ReturnTo(c.Context, st, cv, model, pipelineOptions(c), &pipeline.PublishOptions{Retained: retainedFunc(pubs)})
 }
 
 // runPublishServe is `pillar publish --serve`.
@@ -172,8 +194,23 @@ func runPublishServe(c *cli.Context) error {
 			return fmt.Errorf("publish --serve: the store publishes %s and the control plane has it as %s, but its export failed (rerun the same command): %w", r.Publication, ch.Publication.Role, err)
 		}
 	}
+	// A candidate is evaluated beside the live publication: the store goes
+	// back to publishing the live pair (against its saved export state, so
+	// nothing is queued unless pages changed meanwhile), so that Lorry's
+	// updates keep reaching what is served. The candidate's export state is
+	// saved by that step; `pillar promote --store` returns the store to it
+	// the same way.
+	if ch.Publication.Role == control.RoleCandidate {
+		if out.StoreKept, err = keepStoreOnLive(c, st, pubs, r.Publication); err != nil {
+			return fmt.Errorf("publish --serve: %s is a candidate and exported, but the store did not return to the live pair (rerun the same command): %w", r.Publication, err)
+		}
+	}
 	if !c.Bool("json") {
 		printPublish(c, "published", r)
+		if out.StoreKept != nil {
+			fmt.Fprintf(c.App.Writer, "  store: keeps publishing the live pair %s (export state %s: %d puts, %d deletes queued) while %s is a candidate; `pillar promote --store` moves it\n",
+				pubLabel(out.StoreKept.Publication), out.StoreKept.ExportState, out.StoreKept.Export.Puts, out.StoreKept.Export.Deletes, r.Publication)
+		}
 		fmt.Fprintf(c.App.Writer, "  serving: publication %s is %s", r.Publication, ch.Publication.Role)
 		if c.Bool("live") && ch.Publication.Role != control.RoleLive {
 			fmt.Fprint(c.App.Writer, " (live once every replica holds it)")
@@ -573,6 +610,9 @@ Examples:
 			}
 			fmt.Fprintf(c.App.Writer, "promoted %s to live (was %s, now previous) in %s, routing version %d\n  `pillar rollback` returns to %s\n",
 				pubLabel(ch.Publication.ID), pubLabel(ch.WasLive), took.Round(time.Millisecond), ch.RoutingVersion, pubLabel(ch.WasLive))
+			if c.String("store") == "" {
+				fmt.Fprintf(c.App.Writer, "  store: not given: if it publishes another pair, Lorry's updates go there; `pillar promote --store DIR` (rerun: serving is switched already) makes it follow\n")
+			}
 			return nil
 		},
 	}

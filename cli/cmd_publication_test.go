@@ -88,6 +88,18 @@ func TestPublicationCycleCLI(t *testing.T) {
 			}
 		}
 	}
+	storeChunks := func() string {
+		t.Helper()
+		st, err := local.Open(store, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		sn, _ := st.Snapshot(ctx)
+		defer sn.Release()
+		p, _ := pillar.LoadPublished(ctx, sn)
+		return p.ChunkVersion
+	}
 	serve := []string{"--store", store, "--model", "hash:dim=8", "--serve", "--objstore", objs, "--control", addr}
 	out := must(append([]string{"publish", "--chunks", c1.ID(), "--live"}, serve...)...)
 	pub1 := pillar.EmbedVersionID(c1.ID(), "hash-d8-ec732edd")
@@ -116,6 +128,11 @@ func TestPublicationCycleCLI(t *testing.T) {
 		t.Fatalf("promote of a candidate not ready: %v", err)
 	}
 	applyAll()
+	// While pub2 is a candidate the store publishes the live pair again,
+	// so Lorry's updates reach what is served.
+	if got := storeChunks(); got != c1.ID() {
+		t.Fatalf("store while %s is a candidate publishes %s, want the live pair %s", pub2, got, c1.ID())
+	}
 	must("versions", "--store", store, "--control", addr) // prints to stdout; status below shows the same table
 	out = must("status", "--control", addr)
 	for _, want := range []string{pub1 + "  live  yes  2/2", pub2 + "  candidate  yes  2/2", "live: " + pub1} {
@@ -123,8 +140,8 @@ func TestPublicationCycleCLI(t *testing.T) {
 			t.Fatalf("versions --control lacks %q:\n%s", want, out)
 		}
 	}
-	out = must("promote", "--control", addr)
-	if !strings.Contains(out, "promoted "+pub2+" to live (was "+pub1) {
+	out = must("promote", "--control", addr, "--store", store)
+	if !strings.Contains(out, "promoted "+pub2+" to live (was "+pub1) || !strings.Contains(out, "store: now publishes "+pub2+" (export state saved: 0 puts, 0 deletes") {
 		t.Fatalf("promote:\n%s", out)
 	}
 	js := must("status", "--control", addr, "--json")
@@ -186,18 +203,6 @@ func TestPublicationCycleCLI(t *testing.T) {
 	}
 	if r, _ := cl.GetRouting(ctx); r.Live != pub1 {
 		t.Fatalf("after finishing: live %s", r.Live)
-	}
-	storeChunks := func() string {
-		t.Helper()
-		st, err := local.Open(store, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		sn, _ := st.Snapshot(ctx)
-		defer sn.Release()
-		p, _ := pillar.LoadPublished(ctx, sn)
-		return p.ChunkVersion
 	}
 	if got := storeChunks(); got != c1.ID() {
 		t.Fatalf("store after finishing: %s", got)

@@ -307,7 +307,7 @@ func (d *demo) step5() error {
 		// 3. Promote.
 		bg.allow(vr.V1, vr.V2)
 		t0 = time.Now()
-		wait, err := d.pillarStart("promote", "--control", d.cl.control)
+		wait, err := d.pillarStart("promote", "--store", d.storeDir(), "--control", d.cl.control)
 		if err != nil {
 			return err
 		}
