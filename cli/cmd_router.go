@@ -366,7 +366,8 @@ With --out, also writes results.md and results.json there.
 Examples:
    pillar bench switch
    pillar bench switch --switches 20 --readers 4 --out bench-out/switch
-   pillar bench switch --nodes 3 --partitions 16 --keys 256 --json`,
+   pillar bench switch --nodes 3 --partitions 16 --keys 256 --json
+   pillar bench switch --via-server --switches 10`,
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "switches", Value: 10, Usage: "switches: a promote, then rollbacks back and forth"},
 			&cli.IntFlag{Name: "readers", Value: 3, Usage: "closed-loop readers"},
@@ -375,6 +376,7 @@ Examples:
 			&cli.IntFlag{Name: "keys", Value: 96, Usage: "keys, all read by every request (at most 1024)"},
 			&cli.StringFlag{Name: "data", Usage: "folder for the cluster's data (default: a temporary folder, removed afterwards)"},
 			&cli.StringFlag{Name: "out", Usage: "also write results.md and results.json to this folder"},
+			&cli.BoolFlag{Name: "via-server", Usage: "read through the router's gRPC server on loopback instead of the library"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 		},
 		Action: benchSwitch,
@@ -383,7 +385,7 @@ Examples:
 
 func benchSwitch(c *cli.Context) error {
 	o := switchbench.Options{Dir: c.String("data"), Nodes: c.Int("nodes"), Partitions: c.Int("partitions"), Keys: c.Int("keys"),
-		Readers: c.Int("readers"), Switches: c.Int("switches"), Logger: logger()}
+		Readers: c.Int("readers"), Switches: c.Int("switches"), ViaServer: c.Bool("via-server"), Logger: logger()}
 	if err := o.Validate(); err != nil {
 		return err
 	}

@@ -16,7 +16,9 @@ import (
 // heartbeat tick:
 //
 //   - a BatchGet without a version reads the live publication as last
-//     seen (routers always name a concrete one);
+//     seen, so a direct reader of a node follows a promote or rollback
+//     within one Options.Heartbeat (routers always name a concrete id and
+//     switch as soon as their watch sees the new routing);
 //   - a publication the routing lists as retired stops receiving batches
 //     (they are recorded as passed), and its databases are dropped once it
 //     has been retired for Options.RetireGrace, so a router still reading

@@ -32,9 +32,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/cobbled/router"
+	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/pillar"
@@ -67,6 +71,10 @@ type Options struct {
 	Switches int
 	// SwitchTimeout bounds one switch. The default value is 30s.
 	SwitchTimeout time.Duration
+	// ViaServer sends the readers through the router's gRPC server
+	// (what `pillar router serve` runs) on loopback instead of the
+	// library. The default value is false.
+	ViaServer bool
 	// Logger receives progress. The default value discards.
 	Logger *slog.Logger
 }
@@ -124,6 +132,7 @@ type Switch struct {
 // Report is a run's result.
 type Report struct {
 	Nodes, Partitions, Keys, Readers int
+	ViaServer                        bool // readers went through the router's gRPC server
 	Switches                         []Switch
 	Max, Mean                        time.Duration
 	Reads, FailedReads, MixedReads   int64
@@ -139,7 +148,11 @@ const Target = 2 * time.Second
 // Markdown renders the report as a table with the target evaluated.
 func (r *Report) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Version switch: %d nodes, %d partitions, %d keys per read, %d readers\n\n", r.Nodes, r.Partitions, r.Keys, r.Readers)
+	via := "the router library"
+	if r.ViaServer {
+		via = "the router's gRPC server"
+	}
+	fmt.Fprintf(&b, "# Version switch: %d nodes, %d partitions, %d keys per read, %d readers through %s\n\n", r.Nodes, r.Partitions, r.Keys, r.Readers, via)
 	fmt.Fprintf(&b, "| # | switch | from → to | every read on the new version after | control-plane call |\n|---|---|---|---|---|\n")
 	for i, s := range r.Switches {
 		fmt.Fprintf(&b, "| %d | %s | %s → %s | %.1f ms | %.1f ms |\n", i+1, s.Kind, s.From, s.To, ms(s.Took), ms(s.Call))
@@ -166,7 +179,9 @@ type Rig struct {
 	Control *control.Client
 	Router  *router.Router
 	Keys    [][]byte
-	stop    []func()
+	// server is the router's gRPC server's client (Options.ViaServer).
+	server servepb.ServeClient
+	stop   []func()
 }
 
 // Close stops everything, in reverse order of start.
@@ -261,7 +276,52 @@ func Start(ctx context.Context, dir string, o Options, ropts func(*router.Option
 		return nil, fmt.Errorf("switchbench: %w", err)
 	}
 	s.stop = append(s.stop, func() { s.Router.Close() })
+	if o.ViaServer {
+		rl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("switchbench: router server: %w", err)
+		}
+		rs := router.NewServer(s.Router).GRPCServer()
+		go rs.Serve(rl)
+		s.stop = append(s.stop, rs.Stop)
+		conn, err := grpc.NewClient(rl.Addr().String(), append(servepb.DialOptions(0), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+		if err != nil {
+			return nil, fmt.Errorf("switchbench: router server: %w", err)
+		}
+		s.stop = append(s.stop, func() { conn.Close() })
+		s.server = servepb.NewServeClient(conn)
+	}
 	return s, nil
+}
+
+// read reads every key once, through the library or the router's server,
+// and returns the version read and whether every value is from it.
+func (s *Rig) read(ctx context.Context) (version string, consistent bool, err error) {
+	if s.server == nil {
+		resp, err := s.Router.Read(ctx, s.Keys, nil)
+		if err != nil {
+			return "", false, err
+		}
+		for i, x := range resp.Results {
+			if !x.Found || string(x.Value) != ValueOf(resp.Version, s.Keys[i]) {
+				return resp.Version, false, nil
+			}
+		}
+		return resp.Version, true, nil
+	}
+	resp, err := s.server.BatchGet(ctx, &servepb.BatchGetRequest{Keys: s.Keys})
+	if err != nil {
+		return "", false, err
+	}
+	for i, x := range resp.Results {
+		if x.Status != servepb.KeyStatus_KEY_OK {
+			return "", false, fmt.Errorf("key %d: %s: %s", i, x.Status, x.Error)
+		}
+		if !x.Found || string(x.Value) != ValueOf(resp.Version, s.Keys[i]) {
+			return resp.Version, false, nil
+		}
+	}
+	return resp.Version, true, nil
 }
 
 // publish builds and registers one snapshot batch of pub per partition.
@@ -346,7 +406,7 @@ func (s *Rig) Readers(c int, stop <-chan struct{}, rs *Reads) *sync.WaitGroup {
 				default:
 				}
 				start := time.Now()
-				resp, err := s.Router.Read(context.Background(), s.Keys, nil)
+				version, consistent, err := s.read(context.Background())
 				end := time.Now()
 				rs.n.Add(1)
 				if err != nil {
@@ -358,14 +418,11 @@ func (s *Rig) Readers(c int, stop <-chan struct{}, rs *Reads) *sync.WaitGroup {
 					rs.mu.Unlock()
 					continue
 				}
-				for i, x := range resp.Results {
-					if !x.Found || string(x.Value) != ValueOf(resp.Version, s.Keys[i]) {
-						rs.mixed.Add(1)
-						break
-					}
+				if !consistent {
+					rs.mixed.Add(1)
 				}
 				rs.mu.Lock()
-				rs.log = append(rs.log, read{start, end, resp.Version})
+				rs.log = append(rs.log, read{start, end, version})
 				rs.mu.Unlock()
 			}
 		}()
@@ -442,7 +499,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	var once sync.Once
 	stopReaders := func() { once.Do(func() { close(stop); wg.Wait() }) }
 	defer stopReaders()
-	rep := &Report{Nodes: o.Nodes, Partitions: o.Partitions, Keys: o.Keys, Readers: o.Readers}
+	rep := &Report{Nodes: o.Nodes, Partitions: o.Partitions, Keys: o.Keys, Readers: o.Readers, ViaServer: o.ViaServer}
 	from, to := PubA, PubB
 	for i := range o.Switches {
 		sw := Switch{Kind: "rollback", From: from, To: to}

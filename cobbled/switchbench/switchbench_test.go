@@ -28,6 +28,18 @@ func TestRun(t *testing.T) {
 	t.Logf("\n%s", rep.Markdown())
 }
 
+// TestRunViaServer: the same through the router's gRPC server (the
+// response names the version read).
+func TestRunViaServer(t *testing.T) {
+	rep, err := Run(context.Background(), Options{Dir: t.TempDir(), Switches: 2, ViaServer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.FailedReads != 0 || rep.MixedReads != 0 || rep.Reads == 0 || len(rep.Switches) != 2 || !rep.ViaServer {
+		t.Fatalf("report %+v", rep)
+	}
+}
+
 func TestOptionsValidate(t *testing.T) {
 	if err := (Options{Keys: 5000}).Validate(); err == nil || !strings.Contains(err.Error(), "Keys 5000") {
 		t.Fatalf("Keys over the limit: %v", err)
