@@ -995,6 +995,12 @@ func (lp *loop) freshFollowUp(ctx context.Context, cur *plan, after PartitionSta
 	lp.l.st = after
 	defer func() { lp.l.st = saved }()
 	lp.committed(cur, after)
+	if after.Pending != nil && lp.bfl == nil {
+		// A recorded ordinary batch (a previous holder's, or a crashed
+		// run's) waits for this fresh one: it goes next, or steady fresh
+		// traffic would chain follow-ups ahead of it for ever.
+		return nil, false
+	}
 	lp.fill(ctx)
 	if !lp.freshDue() {
 		return nil, false
