@@ -83,10 +83,14 @@
 // The fresh lane has a slot of its own (FreshPending beside Pending), so
 // fresh delivery never waits for bulk work: an ordinary batch's SST is
 // built and uploaded in the background while the partition's loop goes on
-// building, uploading, registering and committing fresh batches; once the
-// upload is done, the ordinary batch is registered (before the next fresh
-// batch) and committed. The loop itself (reads, plans, registrations,
-// state commits) is one goroutine per partition.
+// building, uploading, registering and committing fresh batches; once its
+// files are up and its pending record is committed, the background upload
+// writes its manifest and registers it too (the loop retries what failed),
+// and the loop commits it (before the next fresh batch). A fresh commit
+// records the next due fresh batch as FreshPending (its files upload
+// meanwhile), so steady fresh traffic costs one store commit per batch.
+// The loop itself (reads, plans, state commits) is one goroutine per
+// partition.
 //
 // Per-key order (no replica ever sees a key go back to an older record):
 //
@@ -95,11 +99,13 @@
 //     of its key.
 //   - A bulk record older than a fresh record of its key, delivered or
 //     queued, is left out (the fresh one supersedes it).
-//   - A fresh batch holds no key of the ordinary batch in flight: it ends
-//     before the first fresh record of such a key, which waits for that
-//     batch's registration. So an ordinary batch and a fresh batch in
-//     flight together never share a key, and their registration order
-//     does not matter.
+//   - A fresh batch holds no key of the ordinary batch in flight until
+//     that batch is registered: it ends before the first fresh record of
+//     such a key, which waits for the registration. So an ordinary batch
+//     and a fresh batch in flight together never share a key, and their
+//     registration order does not matter. No fresh batch is planned while
+//     one is recorded (FreshPending): the fresh position does not count
+//     its records yet, and the bulk lane stops at its range.
 //   - Within a batch the newest record of a key wins.
 //   - A worker that takes a partition over (or restarts) delivers a
 //     recorded FreshPending first, then the recorded Pending: an ordinary

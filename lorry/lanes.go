@@ -509,7 +509,7 @@ func (lp *loop) freshPlan(ordinaryFree bool) *plan {
 	n := len(lp.fbuf)
 	var bytes int64
 	for i, r := range lp.fbuf {
-		if i > 0 && (lp.full(bytes, i) || r.Publication != lp.fbuf[0].Publication) || lp.bfl != nil && lp.bfl.keys[ident(&r)] {
+		if i > 0 && (lp.full(bytes, i) || r.Publication != lp.fbuf[0].Publication) || lp.bfl != nil && !lp.bfl.pre.registered() && lp.bfl.keys[ident(&r)] {
 			n = i
 			break
 		}
@@ -765,6 +765,7 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 			<-lp.pre.done
 		}
 		if lp.bfl != nil {
+			lp.bfl.pre.stop()
 			<-lp.bfl.pre.done // the batch stays recorded: the next holder finishes it
 		}
 		if lp.fpre != nil {
@@ -904,7 +905,7 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 					return err
 				}
 				pl.flown = true
-				lp.bfl = newFlight(pl, w.startPrefetch(ctx, p, pl.pend, pl.recs))
+				lp.bfl = newFlight(pl, w.startFlight(ctx, p, pl.pend, pl.recs, true))
 				continue
 			}
 		}
@@ -978,7 +979,7 @@ func (lp *loop) followUp(ctx context.Context, cur *plan, after PartitionState) *
 	lp.take(pl)
 	// It flies from now on (the fresh lane keeps clear of its keys), though
 	// the commit that records it runs yet.
-	lp.bfl = newFlight(pl, lp.w.startPrefetch(ctx, lp.pt.id, pl.pend, pl.recs))
+	lp.bfl = newFlight(pl, lp.w.startFlight(ctx, lp.pt.id, pl.pend, pl.recs, false))
 	return &pl.pend
 }
 
@@ -994,6 +995,12 @@ func (lp *loop) freshFollowUp(ctx context.Context, cur *plan, after PartitionSta
 	lp.l.st = after
 	defer func() { lp.l.st = saved }()
 	lp.committed(cur, after)
+	if after.Pending != nil && lp.bfl == nil {
+		// A recorded ordinary batch (a previous holder's, or a crashed
+		// run's) waits for this fresh one: it goes next, or steady fresh
+		// traffic would chain follow-ups ahead of it for ever.
+		return nil, false
+	}
 	lp.fill(ctx)
 	if !lp.freshDue() {
 		return nil, false
@@ -1004,11 +1011,11 @@ func (lp *loop) freshFollowUp(ctx context.Context, cur *plan, after PartitionSta
 		return nil, false
 	}
 	lp.take(pl)
-	pre := lp.w.startPrefetch(ctx, lp.pt.id, pl.pend, pl.recs)
 	if pl.pend.Lane == LaneOrdinary {
-		lp.bfl = newFlight(pl, pre)
+		lp.bfl = newFlight(pl, lp.w.startFlight(ctx, lp.pt.id, pl.pend, pl.recs, false))
 		return &pl.pend, true
 	}
+	pre := lp.w.startPrefetch(ctx, lp.pt.id, pl.pend, pl.recs)
 	lp.fplanned, lp.fpre = pl, pre
 	return &pl.pend, false
 }

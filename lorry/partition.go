@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/pillarkit/pillar/cobbled/control"
@@ -214,7 +215,13 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 		return err
 	}
 	var seq int64
+	if pre != nil && pre.register && pre.id == pend.ID && pre.seq > 0 && pre.m != nil && pre.m.ID == m.ID {
+		seq = pre.seq // registered by the flight
+	}
 	err = w.retry(ctx, l, "register", func() error {
+		if seq > 0 {
+			return nil
+		}
 		var err error
 		seq, err = w.o.Registry.RegisterBatch(ctx, m)
 		if errors.Is(err, control.ErrConflict) {
@@ -283,6 +290,9 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 	w.count(func(s *Stats) { step(&s.CommitTime)(s) })
 	if next != nil {
 		w.count(func(s *Stats) { s.FollowUps++ })
+		if f := lp.bfl; nextOrdinary && f != nil && f.pl.pend == *next {
+			f.pre.markRecorded() // it may write its manifest and register now
+		}
 	}
 	if err := w.hook("committed", p); err != nil {
 		return err
@@ -542,6 +552,45 @@ type prefetch struct {
 	done chan struct{}
 	m    *batch.Manifest
 	err  error
+
+	// A flight's prefetch (register) also writes the manifest and
+	// registers the batch, once recorded is closed (its pending record
+	// committed; abort instead: the loop ended first). seq is the batch's
+	// sequence number when that registration succeeded (0: the loop
+	// registers it, with retries).
+	register         bool
+	recorded, abort  chan struct{}
+	recordOnce       sync.Once
+	abortOnce        sync.Once
+	registeredSignal chan struct{}
+	seq              int64
+}
+
+// markRecorded says the flight's pending record is committed.
+func (pre *prefetch) markRecorded() {
+	if pre != nil && pre.register {
+		pre.recordOnce.Do(func() { close(pre.recorded) })
+	}
+}
+
+// stop makes a flight's prefetch give up waiting for its record.
+func (pre *prefetch) stop() {
+	if pre != nil && pre.register {
+		pre.abortOnce.Do(func() { close(pre.abort) })
+	}
+}
+
+// registered reports whether the background registration is done.
+func (pre *prefetch) registered() bool {
+	if pre == nil || !pre.register {
+		return false
+	}
+	select {
+	case <-pre.registeredSignal:
+		return pre.seq > 0
+	default:
+		return false
+	}
 }
 
 func (w *Worker) startPrefetch(ctx context.Context, p int, pend Pending, recs []pillar.ExportRecord) *prefetch {
@@ -551,6 +600,45 @@ func (w *Worker) startPrefetch(ctx context.Context, p int, pend Pending, recs []
 		defer w.wg.Done()
 		defer close(pre.done)
 		pre.m, pre.err = w.uploadFiles(ctx, p, pend, recs)
+	}()
+	return pre
+}
+
+// startFlight is startPrefetch for an ordinary batch flying beside the
+// fresh lane: once its files are up and its pending record committed, it
+// also writes the manifest and registers the batch (one attempt; the loop
+// retries what failed). Registering it here is safe in any order against
+// the fresh batches delivered meanwhile: they hold none of its keys.
+func (w *Worker) startFlight(ctx context.Context, p int, pend Pending, recs []pillar.ExportRecord, recorded bool) *prefetch {
+	pre := &prefetch{id: pend.ID, done: make(chan struct{}), register: true, recorded: make(chan struct{}), abort: make(chan struct{}),
+		registeredSignal: make(chan struct{})}
+	if recorded {
+		close(pre.recorded)
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer close(pre.done)
+		defer close(pre.registeredSignal)
+		pre.m, pre.err = w.uploadFiles(ctx, p, pend, recs)
+		if pre.err != nil {
+			return
+		}
+		select {
+		case <-pre.recorded:
+		case <-pre.abort:
+			return
+		case <-ctx.Done():
+			return
+		}
+		m, err := w.putManifest(ctx, pre.m)
+		if err != nil {
+			return
+		}
+		pre.m = m
+		if seq, err := w.o.Registry.RegisterBatch(ctx, m); err == nil {
+			pre.seq = seq
+		}
 	}()
 	return pre
 }
