@@ -38,6 +38,7 @@ func routerFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "hedge-min", Value: 2 * time.Millisecond, Usage: "floor of the hedge delay"},
 		&cli.Float64Flag{Name: "hedge-budget", Value: 0.05, Usage: "most hedges per primary sub-request (token bucket)"},
 		&cli.DurationFlag{Name: "refresh", Value: 2 * time.Second, Usage: "routing refresh interval (and long-poll wait)"},
+		&cli.StringFlag{Name: "transport", Value: router.TransportGRPC, Usage: "how the router reaches nodes: grpc, or wire (cobbled's lean protocol on the nodes' own port: length-prefixed frames over TCP, pipelined)"},
 	}
 }
 
@@ -47,6 +48,9 @@ func routerOptionsFrom(c *cli.Context, o *router.Options, onlySet bool) {
 	set := func(name string) bool { return !onlySet || c.IsSet(name) }
 	if set("zone") {
 		o.Zone = c.String("zone")
+	}
+	if set("transport") {
+		o.Transport = c.String("transport")
 	}
 	if set("timeout") {
 		o.Timeout = c.Duration("timeout")
@@ -297,7 +301,7 @@ func benchRead(c *cli.Context) error {
 		Zone: c.String("zone"), SlowNode: c.Int("slow-node"), SlowFraction: frac, SlowDelay: delay,
 		DegradedNode: c.Int("degraded-node"), DegradedDelay: c.Duration("degraded-delay"), SaturationClients: c.Int("saturation-clients"),
 		KillNode: c.Int("kill-node"), DownAfter: c.Duration("down-after"), Deadline: c.Duration("deadline"),
-		ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, GCPercent: c.Int("gogc"), Spread: c.Bool("spread"), Interleave: c.Bool("interleave"), Logger: logger(),
+		Transport: c.String("transport"), ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, GCPercent: c.Int("gogc"), Spread: c.Bool("spread"), Interleave: c.Bool("interleave"), Logger: logger(),
 		Router: func(ro *router.Options) {
 			// The scenario decides hedging, --deadline the request deadline.
 			noHedge := ro.DisableHedging

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"runtime"
 	"slices"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/cobbled/wire"
 	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -360,4 +362,31 @@ func innerSize(s *getScratch, i int) int {
 // resultSize is the encoded size of Result i within the response.
 func resultSize(s *getScratch, i int) int {
 	return 1 + protowire.SizeBytes(innerSize(s, i))
+}
+
+// WireHandler answers the lean protocol's BatchGet (package wire) with the
+// same code path, limits, metrics and errors as the gRPC method: the
+// response bytes are the encoded BatchGetResponse gRPC would send.
+func (n *Node) WireHandler() wire.Handler {
+	return func(ctx context.Context, req *servepb.BatchGetRequest) ([]byte, func(), error) {
+		out, err := n.batchGet(ctx, req)
+		if err != nil {
+			return nil, nil, err
+		}
+		r := out.(*encodedResponse)
+		return r.buf.ReadOnlyData(), r.buf.Free, nil
+	}
+}
+
+// Serve serves gRPC (gs, from NewGRPCServer) and the lean wire protocol on
+// one listener (wire.Split tells them apart by a connection's first bytes)
+// until gs stops, which also closes the wire side and its connections.
+// Callers in other languages use gRPC; the Go router may use either.
+func (n *Node) Serve(lis net.Listener, gs *grpc.Server) error {
+	other, wl := wire.Split(lis, 0)
+	ws := wire.NewServer(n.WireHandler(), wire.ServerOptions{MaxFrame: maxRecvMsg, Logger: n.opts.Logger})
+	go ws.ServeConns(wl)
+	err := gs.Serve(other)
+	ws.Close()
+	return err
 }
