@@ -121,7 +121,8 @@ Examples:
    pillar router serve --control cp.internal:7000 --listen :7400 --http :8400 --hedge-budget 0.02
    pillar router serve --control 127.0.0.1:7000 --no-hedge   # compare tails without hedging
    pillar router serve --control 127.0.0.1:7000 --candidate-fraction 0.05   # 5% A/B to the candidate
-   pillar router serve --control 127.0.0.1:7000 --listen 127.0.0.1:7401 --version candidate`,
+   pillar router serve --control 127.0.0.1:7000 --listen 127.0.0.1:7401 --version candidate
+   pillar router serve --control 127.0.0.1:7000 --transport wire   # nodes over the lean wire protocol`,
 			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true, EnvVars: []string{envControl}},
 				controlTokenFileFlag, hiddenControlTokenFlag(), controlTLSCAFlag,
@@ -240,8 +241,10 @@ its own gRPC server on 127.0.0.1 (distinct zones), loads --keys synthetic keys (
                 alone: throughput in MB/s
 
 With --interleave the Redis scenario also measures, batch by batch in the same clients,
-straight to one node (direct/interleaved) and a bare grpc-go call with a raw codec
-around the same MultiGet (bare/interleaved): the floor the node's BatchGet is held to.
+straight to one node (direct/interleaved), a bare grpc-go call with a raw codec
+around the same MultiGet (bare/interleaved): the floor the node's BatchGet is held to,
+and the same BatchGet over cobbled's lean wire protocol (wire/interleaved).
+--transport wire sends the router's own sub-requests over that protocol.
 
 Writes results.md (table and targets), results.json and latency.png (latency by
 percentile per scenario) to --out, and prints the table.
@@ -250,6 +253,7 @@ Examples:
    pillar bench read --out bench-out/read
    pillar bench read --out /tmp/read --duration 30s --clients 8 --keys 12000
    pillar bench read --out /tmp/read --scenarios healthy,redis --via-server
+   pillar bench read --out /tmp/read --transport wire --clients 1   # router over the lean wire protocol
    pillar bench read --out /tmp/read --duration 2s --keys 1200 --partitions 16   # quick look`,
 			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "out", Value: "bench-out/read", Usage: "folder for results.md, results.json and latency.png"},
