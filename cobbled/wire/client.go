@@ -244,6 +244,10 @@ func (cc *cconn) start(ctx context.Context, req *servepb.BatchGetRequest, done f
 	cc.mu.Unlock()
 
 	cc.wmu.Lock()
+	if ctx.Err() != nil { // the AfterFunc answers it; do not make the node read for nobody
+		cc.wmu.Unlock()
+		return
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		cc.c.SetWriteDeadline(dl)
 	} else {
