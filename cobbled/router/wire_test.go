@@ -60,3 +60,29 @@ func TestTransportValidated(t *testing.T) {
 		t.Fatal("Transport quic accepted")
 	}
 }
+
+// Over the wire transport every request reads one version, sent to the
+// replicas holding it only, and failover stays within it (as over gRPC:
+// TestVersionOnlyToHolders).
+func TestWireVersions(t *testing.T) {
+	f := startFleet(t, 3, 0, 1) // n2 has not applied B
+	ctx := context.Background()
+	r := newRouter(t, f, func(o *Options) { o.Transport = TransportWire })
+	for range 20 {
+		resp, err := r.Read(ctx, f.keys, nil)
+		checkVersion(t, f.keys, resp, err, pubA)
+		resp, err = r.Read(ctx, f.keys, &ReadOptions{Version: pubB})
+		checkVersion(t, f.keys, resp, err, pubB)
+	}
+	if got := nodeVersionReads(t, f.metrics[2], pubB); got != 0 {
+		t.Fatalf("n2, which does not hold %s, got %v requests for it", pubB, got)
+	}
+	f.srvs[0].Stop() // closes its wire side too (Node.Serve)
+	for range 10 {
+		resp, err := r.Read(ctx, f.keys, &ReadOptions{Version: pubB})
+		checkVersion(t, f.keys, resp, err, pubB)
+	}
+	if got := nodeVersionReads(t, f.metrics[2], pubB); got != 0 {
+		t.Fatalf("after failover: n2 got %v requests for %s", got, pubB)
+	}
+}
