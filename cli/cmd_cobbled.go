@@ -221,7 +221,7 @@ func cobbledServe(c *cli.Context) error {
 	}
 	gsrv := node.NewGRPCServer()
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- gsrv.Serve(lis) }()
+	go func() { serveErr <- node.Serve(lis, gsrv) }() // gRPC and the lean wire protocol (router --transport wire) on one port
 
 	runCtx, stopRun := context.WithCancel(ctx)
 	runErr := make(chan error, 1)

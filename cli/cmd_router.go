@@ -38,6 +38,7 @@ func routerFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "hedge-min", Value: 2 * time.Millisecond, Usage: "floor of the hedge delay"},
 		&cli.Float64Flag{Name: "hedge-budget", Value: 0.05, Usage: "most hedges per primary sub-request (token bucket)"},
 		&cli.DurationFlag{Name: "refresh", Value: 2 * time.Second, Usage: "routing refresh interval (and long-poll wait)"},
+		&cli.StringFlag{Name: "transport", Value: router.TransportGRPC, Usage: "how the router reaches nodes: grpc, or wire (cobbled's lean protocol on the nodes' own port: length-prefixed frames over TCP, pipelined)"},
 	}
 }
 
@@ -47,6 +48,9 @@ func routerOptionsFrom(c *cli.Context, o *router.Options, onlySet bool) {
 	set := func(name string) bool { return !onlySet || c.IsSet(name) }
 	if set("zone") {
 		o.Zone = c.String("zone")
+	}
+	if set("transport") {
+		o.Transport = c.String("transport")
 	}
 	if set("timeout") {
 		o.Timeout = c.Duration("timeout")
@@ -117,7 +121,8 @@ Examples:
    pillar router serve --control cp.internal:7000 --listen :7400 --http :8400 --hedge-budget 0.02
    pillar router serve --control 127.0.0.1:7000 --no-hedge   # compare tails without hedging
    pillar router serve --control 127.0.0.1:7000 --candidate-fraction 0.05   # 5% A/B to the candidate
-   pillar router serve --control 127.0.0.1:7000 --listen 127.0.0.1:7401 --version candidate`,
+   pillar router serve --control 127.0.0.1:7000 --listen 127.0.0.1:7401 --version candidate
+   pillar router serve --control 127.0.0.1:7000 --transport wire   # nodes over the lean wire protocol`,
 			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true, EnvVars: []string{envControl}},
 				controlTokenFileFlag, hiddenControlTokenFlag(), controlTLSCAFlag,
@@ -236,8 +241,10 @@ its own gRPC server on 127.0.0.1 (distinct zones), loads --keys synthetic keys (
                 alone: throughput in MB/s
 
 With --interleave the Redis scenario also measures, batch by batch in the same clients,
-straight to one node (direct/interleaved) and a bare grpc-go call with a raw codec
-around the same MultiGet (bare/interleaved): the floor the node's BatchGet is held to.
+straight to one node (direct/interleaved), a bare grpc-go call with a raw codec
+around the same MultiGet (bare/interleaved): the floor the node's BatchGet is held to,
+and the same BatchGet over cobbled's lean wire protocol (wire/interleaved).
+--transport wire sends the router's own sub-requests over that protocol.
 
 Writes results.md (table and targets), results.json and latency.png (latency by
 percentile per scenario) to --out, and prints the table.
@@ -246,6 +253,7 @@ Examples:
    pillar bench read --out bench-out/read
    pillar bench read --out /tmp/read --duration 30s --clients 8 --keys 12000
    pillar bench read --out /tmp/read --scenarios healthy,redis --via-server
+   pillar bench read --out /tmp/read --transport wire --clients 1   # router over the lean wire protocol
    pillar bench read --out /tmp/read --duration 2s --keys 1200 --partitions 16   # quick look`,
 			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "out", Value: "bench-out/read", Usage: "folder for results.md, results.json and latency.png"},
@@ -297,7 +305,7 @@ func benchRead(c *cli.Context) error {
 		Zone: c.String("zone"), SlowNode: c.Int("slow-node"), SlowFraction: frac, SlowDelay: delay,
 		DegradedNode: c.Int("degraded-node"), DegradedDelay: c.Duration("degraded-delay"), SaturationClients: c.Int("saturation-clients"),
 		KillNode: c.Int("kill-node"), DownAfter: c.Duration("down-after"), Deadline: c.Duration("deadline"),
-		ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, GCPercent: c.Int("gogc"), Spread: c.Bool("spread"), Interleave: c.Bool("interleave"), Logger: logger(),
+		Transport: c.String("transport"), ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, GCPercent: c.Int("gogc"), Spread: c.Bool("spread"), Interleave: c.Bool("interleave"), Logger: logger(),
 		Router: func(ro *router.Options) {
 			// The scenario decides hedging, --deadline the request deadline.
 			noHedge := ro.DisableHedging

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"runtime"
 	"slices"
 	"sync"
@@ -18,17 +19,22 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/pillarkit/pillar/cobbled/mget"
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/cobbled/wire"
 	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/pillar"
 )
 
 // The read path. BatchGet groups the request's keys by partition and issues
-// one RocksDB MultiGet per partition, holding each partition's read lock
-// (acquired in increasing partition order, so readers and snapshot swaps
-// cannot deadlock) until the response is encoded. Values are copied once,
-// from RocksDB's result straight into a pooled wire buffer holding the
-// encoded BatchGetResponse, which gRPC sends and then returns to the pool.
+// one RocksDB MultiGet per partition (package mget: DB::MultiGet with pinned
+// values, read in place from the block cache, not copied into malloc'd
+// strings), holding each partition's read lock (acquired in increasing
+// partition order, so readers and snapshot swaps cannot deadlock) until the
+// response is encoded. Values are copied once, from the pinned block
+// straight into a pooled wire buffer holding the encoded BatchGetResponse,
+// which gRPC (or the wire protocol, with one writev) sends and then returns
+// to the pool.
 
 // Transport tuning shared by the server and servepb.DialOptions: responses
 // are ~600 KB (12 × 50 KB), so windows must cover several in flight.
@@ -110,8 +116,11 @@ var respPool = new(servepb.BufferPool)
 type getScratch struct {
 	part   []int
 	order  []int
-	pkeys  [][]byte
-	vals   []*grocksdb.Slice // per key; nil when not read
+	kbuf   []byte        // one partition's keys, back to back
+	val    [][]byte      // per key: the value (pinned by mr or res) when found
+	found  []bool        // per key
+	mr     []mget.Result // one per partition read, reused
+	nmr    int           // mr in use
 	status []servepb.KeyStatus
 	msg    []string // per key error text (shared per partition)
 	held   []*partition
@@ -123,10 +132,12 @@ var scratchPool = sync.Pool{New: func() any { return new(getScratch) }}
 func (s *getScratch) reset(n int) {
 	s.part = slices.Grow(s.part[:0], n)[:n]
 	s.order = slices.Grow(s.order[:0], n)[:n]
-	s.vals = slices.Grow(s.vals[:0], n)[:n]
+	s.val = slices.Grow(s.val[:0], n)[:n]
+	s.found = slices.Grow(s.found[:0], n)[:n]
 	s.status = slices.Grow(s.status[:0], n)[:n]
 	s.msg = slices.Grow(s.msg[:0], n)[:n]
-	clear(s.vals)
+	clear(s.val)
+	clear(s.found)
 	clear(s.status)
 	clear(s.msg)
 }
@@ -143,9 +154,20 @@ func (s *getScratch) release() {
 	}
 	clear(s.held)
 	s.held = s.held[:0]
-	clear(s.pkeys)
-	s.pkeys = s.pkeys[:0]
-	clear(s.vals)
+	for i := range s.nmr {
+		s.mr[i].Release()
+	}
+	s.nmr = 0
+	clear(s.val)
+}
+
+// nextResult is a pinned-MultiGet result to read one partition into.
+func (s *getScratch) nextResult() *mget.Result {
+	if s.nmr == len(s.mr) {
+		s.mr = append(s.mr, mget.Result{})
+	}
+	s.nmr++
+	return &s.mr[s.nmr-1]
 }
 
 func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ any, err error) {
@@ -242,21 +264,21 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 			notServed += len(run)
 			continue
 		}
-		s.pkeys = s.pkeys[:0]
+		s.kbuf = s.kbuf[:0]
 		for _, i := range run {
-			s.pkeys = append(s.pkeys, keys[i])
+			s.kbuf = append(s.kbuf, keys[i]...)
 		}
 		held = true
-		vals, err := db.MultiGet(n.ro, s.pkeys...)
-		if err != nil {
+		// Pinned: the values are read in place (block cache) until release.
+		mr := s.nextResult()
+		if err := mget.Get(db, n.ro, s.kbuf, pillar.KeySize, mr); err != nil {
 			// One bad key fails the whole MultiGet: read the keys one by
 			// one, so only those that fail get an error.
 			failed += n.getEach(p, db, version, q, keys, run, s, err)
 			continue
 		}
-		s.res = append(s.res, vals)
 		for j, i := range run {
-			s.vals[i] = vals[j]
+			s.val[i], s.found[i] = mr.Value(j)
 		}
 	}
 
@@ -277,11 +299,11 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 	for i := range keys {
 		b = protowire.AppendTag(b, 1, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(innerSize(s, i)))
-		if v := s.vals[i]; v != nil && v.Exists() {
+		if s.found[i] {
 			found++
 			b = protowire.AppendTag(b, 1, protowire.VarintType)
 			b = append(b, 1)
-			if d := v.Data(); len(d) > 0 {
+			if d := s.val[i]; len(d) > 0 {
 				b = protowire.AppendTag(b, 2, protowire.BytesType)
 				b = protowire.AppendBytes(b, d)
 				valueBytes += len(d)
@@ -333,7 +355,7 @@ func (n *Node) getEach(p *partition, db *grocksdb.DB, version string, q int, key
 			continue
 		}
 		s.res = append(s.res, grocksdb.Slices{v})
-		s.vals[i] = v
+		s.val[i], s.found[i] = v.Data(), v.Exists()
 	}
 	if corrupt {
 		n.markCorrupt(p, version, fmt.Errorf("partition %d: read: %w", q, mgErr))
@@ -344,9 +366,9 @@ func (n *Node) getEach(p *partition, db *grocksdb.DB, version string, q int, key
 // innerSize is the encoded size of Result i's fields.
 func innerSize(s *getScratch, i int) int {
 	size := 0
-	if v := s.vals[i]; v != nil && v.Exists() {
+	if s.found[i] {
 		size += 2 // found
-		if l := v.Size(); l > 0 {
+		if l := len(s.val[i]); l > 0 {
 			size += 1 + protowire.SizeBytes(l)
 		}
 	}
@@ -360,4 +382,31 @@ func innerSize(s *getScratch, i int) int {
 // resultSize is the encoded size of Result i within the response.
 func resultSize(s *getScratch, i int) int {
 	return 1 + protowire.SizeBytes(innerSize(s, i))
+}
+
+// WireHandler answers the lean protocol's BatchGet (package wire) with the
+// same code path, limits, metrics and errors as the gRPC method: the
+// response bytes are the encoded BatchGetResponse gRPC would send.
+func (n *Node) WireHandler() wire.Handler {
+	return func(ctx context.Context, req *servepb.BatchGetRequest) ([]byte, func(), error) {
+		out, err := n.batchGet(ctx, req)
+		if err != nil {
+			return nil, nil, err
+		}
+		r := out.(*encodedResponse)
+		return r.buf.ReadOnlyData(), r.buf.Free, nil
+	}
+}
+
+// Serve serves gRPC (gs, from NewGRPCServer) and the lean wire protocol on
+// one listener (wire.Split tells them apart by a connection's first bytes)
+// until gs stops, which also closes the wire side and its connections.
+// Callers in other languages use gRPC; the Go router may use either.
+func (n *Node) Serve(lis net.Listener, gs *grpc.Server) error {
+	other, wl := wire.Split(lis, 0)
+	ws := wire.NewServer(n.WireHandler(), wire.ServerOptions{MaxFrame: maxRecvMsg, Logger: n.opts.Logger})
+	go ws.ServeConns(wl)
+	err := gs.Serve(other)
+	ws.Close()
+	return err
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
+	"github.com/pillarkit/pillar/cobbled/mget"
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/internal/rocks"
 	"github.com/pillarkit/pillar/pillar"
@@ -134,16 +135,17 @@ func (s *bareServer) handle(_ any, ctx context.Context, dec func(any) error, _ g
 		keys[i] = in[i*pillar.KeySize : (i+1)*pillar.KeySize]
 		part[i] = pillar.Partition(keys[i], len(s.dbs))
 	}
-	vals := make([]*grocksdb.Slice, n)
-	var res []grocksdb.Slices
+	vals := make([][]byte, n)
+	found := make([]bool, n)
+	var res []*mget.Result
 	defer func() {
 		for _, r := range res {
-			r.Destroy()
+			r.Release()
 		}
 	}()
-	// One MultiGet per partition, as the node does.
+	// One pinned MultiGet per partition, as the node does (package mget).
 	done := make([]bool, n)
-	var pk [][]byte
+	var pk []byte
 	var idx []int
 	for i := range keys {
 		if done[i] {
@@ -152,30 +154,29 @@ func (s *bareServer) handle(_ any, ctx context.Context, dec func(any) error, _ g
 		pk, idx = pk[:0], idx[:0]
 		for j := i; j < n; j++ {
 			if !done[j] && part[j] == part[i] {
-				pk, idx, done[j] = append(pk, keys[j]), append(idx, j), true
+				pk, idx, done[j] = append(pk, keys[j]...), append(idx, j), true
 			}
 		}
-		got, err := s.dbs[part[i]].MultiGet(s.ro, pk...)
-		if err != nil {
+		got := new(mget.Result)
+		if err := mget.Get(s.dbs[part[i]], s.ro, pk, pillar.KeySize, got); err != nil {
 			return nil, status.Errorf(codes.Internal, "bare: %v", err)
 		}
 		res = append(res, got)
 		for j, k := range idx {
-			vals[k] = got[j]
+			vals[k], found[k] = got.Value(j)
 		}
 	}
 	total := 0
 	for _, v := range vals {
-		total += binary.MaxVarintLen64 + v.Size()
+		total += binary.MaxVarintLen64 + len(v)
 	}
 	bufp := s.pool.Get(total)
 	b := (*bufp)[:0]
-	for _, v := range vals {
-		if !v.Exists() {
+	for i, d := range vals {
+		if !found[i] {
 			b = binary.AppendUvarint(b, 0)
 			continue
 		}
-		d := v.Data()
 		b = binary.AppendUvarint(b, uint64(len(d))+1)
 		b = append(b, d...)
 	}

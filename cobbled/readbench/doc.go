@@ -14,7 +14,9 @@
 // measured apart from the serving node's cost over Redis, plus
 // bare/interleaved: a grpc-go unary call with a raw codec around the same
 // MultiGet per partition on a copy of the same SSTs, the floor under the
-// node's BatchGet); slow-nohedge and slow-hedge (one node restarted with
+// node's BatchGet, and wire/interleaved: the same BatchGet straight to the
+// node over cobbled's lean wire protocol); Options.Transport picks the
+// router's own node transport (gRPC or wire); slow-nohedge and slow-hedge (one node restarted with
 // cobbled's fault delay, delaying 3% of its requests, with the router in its zone so it is
 // every request's primary; the fault's reach,
 // the share of requests it touched, is reported); degraded (one node adds

@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +44,7 @@ const (
 	RedisInterleaved   = "redis/interleaved"
 	DirectInterleaved  = "direct/interleaved"
 	BareInterleaved    = "bare/interleaved"
+	WireInterleaved    = "wire/interleaved"
 )
 
 // AllScenarios lists every scenario in run order.
@@ -112,6 +114,10 @@ type Options struct {
 	// its own). The default value false sends a request to as few nodes as
 	// possible.
 	Spread bool
+	// Transport is the router's node transport (router.Options.Transport):
+	// "grpc" or "wire". The default value "" is gRPC. The interleaved rows
+	// measure both straight to a node either way.
+	Transport string
 	// ViaServer sends requests through the router's gRPC server on
 	// loopback instead of the library. The default value is false.
 	ViaServer bool
@@ -220,6 +226,9 @@ func (o Options) Validate() error {
 	if o.Replicas < 2 {
 		fail("Replicas %d: hedging and failover need at least 2", o.Replicas)
 	}
+	if o.Transport != "" && o.Transport != router.TransportGRPC && o.Transport != router.TransportWire {
+		fail("Transport %q: want %q or %q", o.Transport, router.TransportGRPC, router.TransportWire)
+	}
 	if o.Clients < 1 || o.Duration <= 0 {
 		fail("Clients and Duration must be positive")
 	}
@@ -304,6 +313,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	log := opts.Logger
 	rep := &Report{Options: opts, Started: time.Now()}
+	startLoad := loadavg()
 	if opts.GCPercent > 0 {
 		defer debug.SetGCPercent(debug.SetGCPercent(opts.GCPercent))
 	}
@@ -402,6 +412,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.Results = append(rep.Results, res)
 		rep.Results = append(rep.Results, extra...)
 	}
+	rep.Notes = append(rep.Notes, fmt.Sprintf("Machine load (1/5/15-minute averages from /proc/loadavg): %s at the start, %s at the end.", startLoad, loadavg()))
 	rep.evaluate()
 	if opts.Out != "" {
 		if err := rep.Write(opts.Out); err != nil {
@@ -446,7 +457,7 @@ func (b *bench) prewarm(ctx context.Context) error {
 type getter func(ctx context.Context, keys [][]byte) error
 
 func (b *bench) newRouter(ctx context.Context, mutate func(*router.Options)) (*router.Router, getter, func(), error) {
-	o := router.Options{Source: b.c, Zone: b.opts.Zone, Spread: b.opts.Spread, Timeout: b.opts.Deadline, RefreshInterval: 500 * time.Millisecond}
+	o := router.Options{Source: b.c, Zone: b.opts.Zone, Spread: b.opts.Spread, Timeout: b.opts.Deadline, RefreshInterval: 500 * time.Millisecond, Transport: b.opts.Transport}
 	if mutate != nil {
 		mutate(&o)
 	}
@@ -827,4 +838,14 @@ func pct(sorted []time.Duration, q float64) time.Duration {
 	}
 	i := int(float64(len(sorted))*q+0.999999) - 1
 	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// loadavg is the machine's load averages, or "unknown".
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if err != nil || len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/cobbled/wire"
 )
 
 var errRedisUnavailable = errors.New("readbench: Redis unavailable")
@@ -127,8 +128,17 @@ func (b *bench) interleaved(ctx context.Context, out []*Result, get getter) ([]*
 		}
 		return b.verify(keys, len(resp.Results), func(i int) (bool, []byte) { return resp.Results[i].Found, resp.Results[i].Value })
 	}
+	wc := wire.NewClient(m.Addr, wire.ClientOptions{})
+	defer wc.Close()
+	wget := func(ctx context.Context, keys [][]byte) error {
+		resp, err := wc.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys})
+		if err != nil {
+			return err
+		}
+		return b.verify(keys, len(resp.Results), func(i int) (bool, []byte) { return resp.Results[i].Found, resp.Results[i].Value })
+	}
 	gets := []getter{rget, get}
-	bareAt := -1
+	bareAt, wireAt := -1, -1
 	if o.Replicas == o.Nodes {
 		gets = append(gets, dget)
 		bs, err := b.startBare(filepath.Join(b.dir, "bare"))
@@ -143,6 +153,8 @@ func (b *bench) interleaved(ctx context.Context, out []*Result, get getter) ([]*
 		defer closeBare()
 		bareAt = len(gets)
 		gets = append(gets, bget)
+		wireAt = len(gets)
+		gets = append(gets, wget)
 	}
 	b.log.Info("readbench: scenario", "scenario", "interleaved", "what", "each batch through the router, from Redis, and straight to a node")
 	b.loadN(ctx, o.Warmup, gets, nil)
@@ -163,6 +175,11 @@ func (b *bench) interleaved(ctx context.Context, out []*Result, get getter) ([]*
 		bi := &Result{Scenario: BareInterleaved, Description: "the floor under the node: a bare grpc-go unary call with a raw codec around the same MultiGet per partition (same table options, cache size and HTTP/2 windows), alternating with the others"}
 		ss[bareAt].fill(bi)
 		extra = append(extra, bi)
+	}
+	if wireAt > 0 {
+		wi := &Result{Scenario: WireInterleaved, Description: fmt.Sprintf("the same BatchGet straight to %s over cobbled's lean wire protocol (package wire, same port, same encoding), alternating with the others", m.ID)}
+		ss[wireAt].fill(wi)
+		extra = append(extra, wi)
 	}
 	ri.Primaries, ri.Hedges, ri.HedgesWon = after.Primaries-before.Primaries, after.Hedges-before.Hedges, after.HedgesWon-before.HedgesWon
 	ri.HedgesDenied, ri.Failovers = after.HedgesDenied-before.HedgesDenied, after.Failovers-before.Failovers

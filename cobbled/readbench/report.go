@@ -60,6 +60,10 @@ func (r *Report) evaluate() {
 	if hi, ri := r.Result(HealthyInterleaved), r.Result(RedisInterleaved); hi != nil && ri != nil {
 		add("healthy router p50 ≤ 1.5 × Redis MGET p50 (interleaved)", fmt.Sprintf("%s vs %s (%.2f×)", ms(hi.P50), ms(ri.P50), ratio(hi.P50, ri.P50)), float64(hi.P50) <= 1.5*float64(ri.P50))
 		add("healthy router p99 ≤ Redis MGET p99 (interleaved)", fmt.Sprintf("%s vs %s (%.2f×)", ms(hi.P99), ms(ri.P99), ratio(hi.P99, ri.P99)), hi.P99 <= ri.P99)
+		if di, wi := r.Result(DirectInterleaved), r.Result(WireInterleaved); di != nil && wi != nil {
+			r.Notes = append(r.Notes, fmt.Sprintf("Lean protocol (interleaved): straight to a node over wire p50 %s / p99 %s, %.2f× / %.2f× the same node over gRPC, %.2f× / %.2f× Redis MGET.",
+				ms(wi.P50), ms(wi.P99), ratio(wi.P50, di.P50), ratio(wi.P99, di.P99), ratio(wi.P50, ri.P50), ratio(wi.P99, ri.P99)))
+		}
 		if di := r.Result(DirectInterleaved); di != nil {
 			r.Notes = append(r.Notes, fmt.Sprintf("Attribution (interleaved): straight to a node without the router p50 %s / p99 %s; the router adds %.2f× at p50 and %.2f× at p99 over that floor; the floor itself is %.2f× / %.2f× Redis MGET.",
 				ms(di.P50), ms(di.P99), ratio(hi.P50, di.P50), ratio(hi.P99, di.P99), ratio(di.P50, ri.P50), ratio(di.P99, ri.P99)))
@@ -84,6 +88,11 @@ func (r *Report) Markdown() string {
 	if o.ViaServer {
 		via = "router gRPC server on loopback"
 	}
+	tr := o.Transport
+	if tr == "" {
+		tr = "grpc"
+	}
+	via += ", router→node transport " + tr
 	fmt.Fprintf(&b, "# pillar bench read\n\n")
 	fmt.Fprintf(&b, "%d cobbled nodes on 127.0.0.1 (zones zone-a…), %d partitions × %d replicas, %d keys in %d-key batches, values %d B–%d KiB (mean ≈ %d KB), %d closed-loop clients, %v per scenario after %v warm-up, request deadline %v, through the %s, router zone %q, %s, GOGC %s, GOMAXPROCS %d. %s\n\n",
 		o.Nodes, o.Partitions, o.Replicas, o.Keys, o.BatchKeys, o.MinValue, o.MaxValue>>10, (o.MinValue+o.MaxValue)/2/1000, o.Clients, o.Duration, o.Warmup, o.Deadline, via, o.Zone, map[bool]string{false: "a request to as few nodes as possible", true: "partitions spread over nodes"}[o.Spread], gogc(o.GCPercent), runtime.GOMAXPROCS(0), r.Started.UTC().Format(time.RFC3339))
@@ -91,7 +100,7 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
 		hedges, extra, fo := "–", "–", "–"
-		if !slices.Contains([]string{Redis, RedisInterleaved, DirectInterleaved, BareInterleaved, SaturationRedis}, x.Scenario) {
+		if !slices.Contains([]string{Redis, RedisInterleaved, DirectInterleaved, BareInterleaved, WireInterleaved, SaturationRedis}, x.Scenario) {
 			hedges = fmt.Sprintf("%d (%d)", x.Hedges, x.HedgesWon)
 			extra = fmt.Sprintf("%.2f%%", 100*x.ExtraRatio)
 			fo = fmt.Sprint(x.Failovers)
@@ -171,7 +180,7 @@ func optionsJSON(o Options) map[string]any {
 		"min_value": o.MinValue, "max_value": o.MaxValue, "zone": o.Zone, "slow_node": o.SlowNode, "slow_fraction": o.SlowFraction,
 		"slow_delay": o.SlowDelay.String(), "degraded_node": o.DegradedNode, "degraded_delay": o.DegradedDelay.String(),
 		"saturation_clients": o.SaturationClients, "gc_percent": o.GCPercent, "kill_node": o.KillNode, "down_after": o.DownAfter.String(), "deadline": o.Deadline.String(),
-		"via_server": o.ViaServer, "interleave": o.Interleave, "spread": o.Spread, "redis": o.RedisAddr, "scenarios": o.Scenarios}
+		"via_server": o.ViaServer, "transport": o.Transport, "interleave": o.Interleave, "spread": o.Spread, "redis": o.RedisAddr, "scenarios": o.Scenarios}
 }
 
 // palette gives each scenario its own colour (Redis lines are grey/black).

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -299,12 +301,27 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 			a.timer = r.opts.Clock.AfterFunc(r.hedgeDelay(n, len(keys), g.t.nodes), func() { g.send(event{a: a, hedge: true}) })
 		}
 	}
-	go func() {
-		start := r.opts.Clock.Now()
-		resp, err := n.client.BatchGet(actx, &servepb.BatchGetRequest{Keys: keys, Version: g.c.id})
+	req := &servepb.BatchGetRequest{Keys: keys, Version: g.c.id}
+	start := r.opts.Clock.Now()
+	var launched atomic.Bool
+	done := func(resp *servepb.BatchGetResponse, err error) {
 		n.outstanding.Add(-1)
-		g.send(event{a: a, resp: resp, err: err, d: clock.Since(r.opts.Clock, start)})
-	}()
+		e := event{a: a, resp: resp, err: err, d: clock.Since(r.opts.Clock, start)}
+		if !launched.Load() {
+			go g.send(e) // answered inside Go, on this goroutine: never block the loop on itself
+			return
+		}
+		g.send(e)
+	}
+	if n.wire != nil {
+		// Pipelined on the node's connections; the answer is posted from
+		// the connection's reader: no goroutine per sub-request.
+		n.wire.Go(actx, req, done)
+		launched.Store(true)
+		return
+	}
+	launched.Store(true)
+	go func() { done(n.client.BatchGet(actx, req)) }()
 }
 
 func (g *gather) send(e event) {
@@ -518,25 +535,46 @@ func (g *gather) group(parts []*part) (map[*node][]*part, []*node, []*part) {
 }
 
 // pick chooses a replica of pt not tried yet: among the usable (up, not
-// lagging) replicas, the caller's zone first, then other zones, and nodes
-// that failed recently last; within the first non-empty tier, a node in
-// prefer if there is one, else the better of two random choices by
-// latency × load.
+// lagging) replicas, the caller's zone first, then other zones, then
+// degraded nodes (latency level above 1.5 × the best candidate's + 1 ms,
+// both with MinSamples answers: slower on every request, which replica
+// choice, not hedging, must steer away from), and nodes that failed recently
+// (or answered "not served" for this version and partition) last; within
+// the first non-empty tier, a node in prefer if there is one, else the better of two
+// random choices by latency × load.
 func (g *gather) pick(pt *part, prefer []*node) *node {
 	now := g.r.opts.Clock.Now().UnixNano()
-	var tiers [3][]*node
+	var tiers [4][]*node
+	var cand [8]*node
+	var lvls [8]float64
+	c := cand[:0]
+	lv := lvls[:0]
+	best := math.Inf(1)
+	minN := int64(g.r.opts.MinSamples)
 	for i, rep := range g.t.reps[pt.p] {
 		if !rep.eligible || slices.Contains(pt.tried, rep.node) || (pt.allow != nil && !pt.allow[i]) {
 			continue
 		}
+		if rep.node.ejected(now) || rep.node.servesNot(g.c.id, pt.p, now) {
+			tiers[3] = append(tiers[3], rep.node) // failed recently, or answered "not served" for this version here
+			continue
+		}
+		l := math.NaN() // not measured enough to compare
+		if rep.node.lat.count.Load() >= minN {
+			l = rep.node.level(now)
+			best = min(best, l)
+		}
+		c, lv = append(c, rep.node), append(lv, l)
+	}
+	for i, n := range c {
 		tier := 1
 		switch {
-		case rep.node.ejected(now), rep.node.servesNot(g.c.id, pt.p, now):
-			tier = 2
-		case g.r.opts.Zone != "" && rep.node.zoneName() == g.r.opts.Zone:
+		case !math.IsNaN(lv[i]) && degradedAgainst(lv[i], best):
+			tier = 2 // slower across the board than a peer: steer away
+		case g.r.opts.Zone != "" && n.zoneName() == g.r.opts.Zone:
 			tier = 0
 		}
-		tiers[tier] = append(tiers[tier], rep.node)
+		tiers[tier] = append(tiers[tier], n)
 	}
 	for _, c := range tiers {
 		if len(c) == 0 {

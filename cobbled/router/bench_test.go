@@ -10,6 +10,7 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/cobbled/wire"
 )
 
 // BenchmarkBatchGet measures a 12-key BatchGet (values 100 B–100 KiB)
@@ -35,6 +36,41 @@ func BenchmarkBatchGet(b *testing.B) {
 	}
 	// Alternate the two paths request by request, so that noise from the
 	// rest of the machine falls on both alike.
+	var spent [2]time.Duration
+	n := 0
+	for b.Loop() {
+		keys := batches[n%len(batches)]
+		n++
+		t0 := time.Now()
+		if _, err := direct.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys}); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := r.BatchGet(ctx, keys); err != nil {
+			b.Fatal(err)
+		}
+		spent[0] += t1.Sub(t0)
+		spent[1] += time.Since(t1)
+	}
+	b.ReportMetric(float64(spent[0].Microseconds())/float64(n), "direct-µs/req")
+	b.ReportMetric(float64(spent[1].Microseconds())/float64(n), "router-µs/req")
+	b.ReportMetric(float64(spent[1])/float64(spent[0]), "router/direct")
+}
+
+// BenchmarkBatchGetWire is BenchmarkBatchGet over the lean wire transport:
+// the router (Transport wire) against a wire.Client straight to the node.
+func BenchmarkBatchGetWire(b *testing.B) {
+	c := startCluster(b, func(o *cluster.Options) { o.Keys = 1200; o.MaxValue = 100 << 10; o.CacheBytes = 256 << 20 })
+	batches := c.Batches(12)
+	ctx := context.Background()
+	direct := wire.NewClient(c.Members()[0].Addr, wire.ClientOptions{})
+	defer direct.Close()
+	r := newRouter(b, c, func(o *Options) { o.Zone = "zone-a"; o.DisableHedging = true; o.Transport = TransportWire })
+	for _, keys := range batches {
+		if _, err := direct.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys}); err != nil {
+			b.Fatal(err)
+		}
+	}
 	var spent [2]time.Duration
 	n := 0
 	for b.Loop() {

@@ -50,8 +50,14 @@
 //	                                                                               └ error / "not my partition": next replica
 //
 // Picking: among the usable replicas not tried yet for the partition, those
-// in Options.Zone first, then the others, then nodes that failed with a
-// transport error in the last EjectFor; within a tier, the better of two
+// in Options.Zone first, then the others, then degraded nodes, then nodes
+// that failed with a transport error in the last EjectFor. A node is
+// degraded when its latency level (the lower of its recent median and its
+// EWMA, so one stall does not count and a healed node is trusted again
+// within a few answers) is above 1.5 × the best candidate's + 1 ms, both
+// with MinSamples answers: slower on every request (a failing disk), which
+// replica choice, not hedging, steers away from, even in the caller's zone;
+// nodes of comparable latency keep the zone preference. Within a tier, the better of two
 // random choices by recent latency × (outstanding sub-requests + 1), where
 // the latency estimate of a node that has not answered for a while decays
 // (halving every second) so a node once slow is tried again. A
@@ -71,6 +77,17 @@
 // deadline passed first (context.DeadlineExceeded); BatchGet then also
 // returns an error wrapping the first of them, next to all results. A
 // request without a deadline gets Options.Timeout.
+//
+// # Transport
+//
+// Options.Transport picks how sub-requests reach the nodes: gRPC (the
+// default; the Serve API other languages use too) or the lean wire
+// protocol (package wire: length-prefixed frames over TCP on the node's
+// own port, WireConns pipelined connections per node, the same request and
+// response encoding, version included). Over wire a sub-request costs no
+// goroutine of its own: the answer is posted to the request's event loop
+// from the connection's reader. Errors keep gRPC's codes either way, so
+// failover, ejection and the deadline rules are the same.
 //
 // # Concurrency
 //

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/cobbled/wire"
 )
 
 // node is one serving node as the router sees it: its connection, its
@@ -22,6 +23,7 @@ type node struct {
 	zone     atomic.Pointer[string]
 	conn     *grpc.ClientConn
 	client   servepb.ServeClient
+	wire     *wire.Client // with TransportWire: sub-requests go here
 
 	outstanding atomic.Int64
 	ewmaNanos   atomic.Int64 // smoothed latency of answered sub-requests
@@ -81,9 +83,20 @@ func (r *Router) newNode(id, addr, zone string) (*node, error) {
 		return nil, err
 	}
 	n := &node{id: id, addr: addr, conn: conn, client: servepb.NewServeClient(conn)}
+	if r.opts.Transport == TransportWire {
+		n.wire = wire.NewClient(addr, wire.ClientOptions{Conns: r.opts.WireConns})
+	}
 	n.zone.Store(&zone)
 	n.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile)
 	return n, nil
+}
+
+// close closes the node's connections.
+func (n *node) close() {
+	n.conn.Close()
+	if n.wire != nil {
+		n.wire.Close()
+	}
 }
 
 func (n *node) zoneName() string { return *n.zone.Load() }
@@ -148,14 +161,49 @@ func (n *node) score(now int64, extra int) float64 {
 	if est == 0 {
 		est = float64(n.ewmaNanos.Load())
 	}
+	return n.gate(now, est) * float64(n.outstanding.Load()+1+int64(extra))
+}
+
+// level is the node's latency level without load, for telling a degraded
+// node (slower on every request: a failing disk) from its peers: the lower
+// of its recent median and its EWMA, so one stall (EWMA up, median not) does
+// not mark a node degraded and a healed node (EWMA down within ~8 answers,
+// the median only after half a window) is trusted again soon. The same
+// sample gate and idle decay as score apply, so a node steered away from is
+// probed again about once per idleHalfLife and re-measured.
+func (n *node) level(now int64) float64 {
+	p50, ewma := float64(n.lat.p50.Load()), float64(n.ewmaNanos.Load())
+	est := p50
+	if est == 0 || (ewma != 0 && ewma < est) {
+		est = ewma
+	}
+	return n.gate(now, est)
+}
+
+// gate applies the sample gate (at most 1 ms until scoreSamples answers; a
+// node without samples counts as 1 ms) and the idle decay to an estimate.
+func (n *node) gate(now int64, est float64) float64 {
 	if est == 0 || (n.lat.count.Load() < scoreSamples && est > float64(time.Millisecond)) {
 		est = float64(time.Millisecond)
 	}
 	if last := n.lastObs.Load(); last != 0 && now-last > int64(idleHalfLife/10) {
 		est *= math.Exp2(-float64(now-last) / float64(idleHalfLife))
 	}
-	return est * float64(n.outstanding.Load()+1+int64(extra))
+	return est
 }
+
+// degradedAgainst reports whether a node at latency level lvl is degraded
+// next to the best level among its peers: above degradedRatio × best +
+// degradedMargin. Comparable nodes (a busy machine's ordinary spread) stay
+// together, so the caller's zone keeps its preference among them.
+func degradedAgainst(lvl, best float64) bool {
+	return lvl > degradedRatio*best+float64(degradedMargin)
+}
+
+const (
+	degradedRatio  = 1.5
+	degradedMargin = time.Millisecond
+)
 
 const (
 	idleHalfLife = time.Second

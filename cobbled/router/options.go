@@ -114,6 +114,15 @@ type Options struct {
 	// DialOptions are appended to the node connections' own
 	// (servepb.DialOptions and plaintext). The default value is none.
 	DialOptions []grpc.DialOption
+	// Transport is how sub-requests reach the nodes: TransportGRPC (the
+	// Serve API over gRPC) or TransportWire (cobbled's lean protocol,
+	// package wire, served on the same port: length-prefixed frames over
+	// TCP, pipelined on WireConns connections per node, same request and
+	// response encoding, version included). The default value "" is gRPC.
+	Transport string
+	// WireConns is the connections per node with TransportWire. The
+	// default value is 2.
+	WireConns int
 
 	// Clock is the time source of hedge timers, request timeouts, routing
 	// refreshes, ejections and latency measurements. The default value is
@@ -186,6 +195,12 @@ func (o *Options) ensureDefaults() {
 	}
 }
 
+// Transports (Options.Transport).
+const (
+	TransportGRPC = "grpc"
+	TransportWire = "wire"
+)
+
 // Validate checks the options, with defaults applied, against each other.
 func (o Options) Validate() error {
 	o.ensureDefaults()
@@ -226,6 +241,12 @@ func (o Options) Validate() error {
 	}
 	if o.HedgeBurst < 1 {
 		fail("HedgeBurst %v must be at least 1", o.HedgeBurst)
+	}
+	if o.Transport != "" && o.Transport != TransportGRPC && o.Transport != TransportWire {
+		fail("Transport %q: want %q or %q", o.Transport, TransportGRPC, TransportWire)
+	}
+	if o.WireConns < 0 {
+		fail("WireConns %d is negative", o.WireConns)
 	}
 	if o.LatencyWindow < 16 || o.MinSamples < 1 || o.MinSamples > o.LatencyWindow {
 		fail("LatencyWindow %d must be at least 16 and MinSamples %d in [1, LatencyWindow]", o.LatencyWindow, o.MinSamples)

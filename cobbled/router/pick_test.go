@@ -162,7 +162,7 @@ func runPick(t *testing.T, cmd string, reps []string) string {
 			n.ejectUntil.Store(time.Now().Add(time.Hour).UnixNano())
 		}
 		n.ewmaNanos.Store(int64(tw.ewma))
-		n.lat.count.Store(scoreSamples) // measured
+		n.lat.count.Store(int64(max(scoreSamples, o.MinSamples))) // measured
 		n.lat.p50.Store(int64(tw.p50))
 		if tw.idle > 0 {
 			n.lastObs.Store(time.Now().Add(-tw.idle).UnixNano())

@@ -113,11 +113,11 @@ func (r *Router) Close() error {
 	r.installMu.Lock()
 	defer r.installMu.Unlock()
 	for key, n := range r.nodes {
-		n.conn.Close()
+		n.close()
 		delete(r.nodes, key)
 	}
 	for n := range r.retiring {
-		n.conn.Close()
+		n.close()
 		delete(r.retiring, n)
 	}
 	return nil

@@ -161,7 +161,7 @@ func (r *Router) retire(n *node) {
 		r.installMu.Lock()
 		delete(r.retiring, n)
 		r.installMu.Unlock()
-		n.conn.Close()
+		n.close()
 	})
 }
 

@@ -122,7 +122,7 @@ func startFleetOpts(t *testing.T, n int, nodeOpt func(i int, o *cobbled.Options)
 			t.Fatal(err)
 		}
 		srv := node.NewGRPCServer()
-		go srv.Serve(lis)
+		go node.Serve(lis, srv) // gRPC and the wire protocol (TestWireVersions)
 		f.nodes, f.metrics, f.srvs, f.addrs = append(f.nodes, node), append(f.metrics, m), append(f.srvs, srv), append(f.addrs, lis.Addr().String())
 	}
 	t.Cleanup(func() {

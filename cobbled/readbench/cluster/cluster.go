@@ -380,7 +380,7 @@ func (m *Member) serve(addr string) error {
 	}
 	m.srv = m.node.NewGRPCServer()
 	m.up = true
-	go m.srv.Serve(lis)
+	go m.node.Serve(lis, m.srv) // gRPC and the lean wire protocol on one port
 	return nil
 }
 

@@ -1,0 +1,10 @@
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+void* pillar_mget(void* db, void* ro, size_t n, const char* keys, size_t keylen, void** data, size_t* sizes, int* st, char** err);
+void pillar_mget_free(void* h);
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,321 @@
+package wire
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pillarkit/pillar/cobbled/servepb"
+)
+
+// ClientOptions configure a Client. The zero value of every field means its
+// default.
+type ClientOptions struct {
+	// Conns is the number of connections to the node; requests are
+	// pipelined on each and spread over them. The default value is 2.
+	Conns int
+	// MaxFrame bounds a response frame. The default value is
+	// DefaultMaxFrame.
+	MaxFrame int
+	// DialTimeout bounds connecting (and the request's context bounds it
+	// further). The default value is 5s.
+	DialTimeout time.Duration
+}
+
+// Client sends BatchGets to one node over a pool of pipelined
+// connections. It is safe for concurrent use; connections are dialled on
+// first use and again after they break.
+type Client struct {
+	addr  string
+	opts  ClientOptions
+	next  atomic.Uint64
+	slots []slot
+
+	closed atomic.Bool
+}
+
+type slot struct {
+	mu sync.Mutex
+	c  *cconn
+}
+
+// NewClient returns a client of the node at addr; it dials nothing yet.
+func NewClient(addr string, opts ClientOptions) *Client {
+	if opts.Conns <= 0 {
+		opts.Conns = 2
+	}
+	if opts.MaxFrame == 0 {
+		opts.MaxFrame = DefaultMaxFrame
+	}
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = 5 * time.Second
+	}
+	return &Client{addr: addr, opts: opts, slots: make([]slot, opts.Conns)}
+}
+
+// Addr is the node's address.
+func (c *Client) Addr() string { return c.addr }
+
+// Close closes every connection; requests in flight fail with
+// codes.Unavailable.
+func (c *Client) Close() error {
+	c.closed.Store(true)
+	for i := range c.slots {
+		s := &c.slots[i]
+		s.mu.Lock()
+		if s.c != nil {
+			s.c.fail(status.Errorf(codes.Unavailable, "wire: node %s: client closed", c.addr))
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// BatchGet sends req and waits for the answer or ctx. The response's values
+// alias one buffer read off the connection. Errors are gRPC status errors:
+// the node's own (same codes and messages as over gRPC), codes.Unavailable
+// for a connection that fails or a peer that breaks the protocol (naming
+// the node's address), and the context's.
+func (c *Client) BatchGet(ctx context.Context, req *servepb.BatchGetRequest) (*servepb.BatchGetResponse, error) {
+	ch := chanPool.Get().(chan result)
+	c.Go(ctx, req, func(resp *servepb.BatchGetResponse, err error) { ch <- result{resp, err} })
+	r := <-ch
+	chanPool.Put(ch)
+	return r.resp, r.err
+}
+
+// Go is BatchGet without waiting: it sends req and calls done exactly once
+// with the answer, the connection's failure or ctx's error (when ctx ends
+// first, the node is told to cancel). done runs on the connection's reader
+// (or the context's, or the caller's) goroutine and must not block: a
+// router posts it to its event loop, so a sub-request costs no goroutine
+// of its own.
+func (c *Client) Go(ctx context.Context, req *servepb.BatchGetRequest, done func(*servepb.BatchGetResponse, error)) {
+	if c.closed.Load() {
+		done(nil, status.Errorf(codes.Unavailable, "wire: node %s: client closed", c.addr))
+		return
+	}
+	cc, err := c.conn(ctx)
+	if err != nil {
+		done(nil, err)
+		return
+	}
+	cc.start(ctx, req, done)
+}
+
+// conn returns a live connection of the next slot, dialling it if needed.
+func (c *Client) conn(ctx context.Context) (*cconn, error) {
+	s := &c.slots[c.next.Add(1)%uint64(len(c.slots))]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c != nil && s.c.alive() {
+		return s.c, nil
+	}
+	d := net.Dialer{Timeout: c.opts.DialTimeout}
+	nc, err := d.DialContext(ctx, "tcp", c.addr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		return nil, status.Errorf(codes.Unavailable, "wire: node %s: %v", c.addr, err)
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	if _, err := io.WriteString(nc, Magic); err != nil {
+		nc.Close()
+		return nil, status.Errorf(codes.Unavailable, "wire: node %s: handshake: %v", c.addr, err)
+	}
+	s.c = &cconn{cl: c, c: nc, pending: map[uint64]*call{}}
+	go s.c.read()
+	return s.c, nil
+}
+
+type result struct {
+	resp *servepb.BatchGetResponse
+	err  error
+}
+
+var chanPool = sync.Pool{New: func() any { return make(chan result, 1) }}
+
+// call is one request in flight: whoever removes it from pending (the
+// reader with the answer, fail, or the context's AfterFunc) calls done.
+type call struct {
+	done func(*servepb.BatchGetResponse, error)
+	stop func() bool // stops the context's AfterFunc
+}
+
+// cconn is one pipelined connection.
+type cconn struct {
+	cl  *Client
+	c   net.Conn
+	wmu sync.Mutex
+
+	mu      sync.Mutex
+	pending map[uint64]*call
+	nextID  uint64
+	err     error // set once broken
+}
+
+func (cc *cconn) alive() bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.err == nil
+}
+
+// fail breaks the connection: every pending request gets err.
+func (cc *cconn) fail(err error) {
+	cc.mu.Lock()
+	if cc.err != nil {
+		cc.mu.Unlock()
+		return
+	}
+	cc.err = err
+	p := cc.pending
+	cc.pending = nil
+	cc.mu.Unlock()
+	cc.c.Close()
+	for _, cl := range p {
+		cl.stop()
+		cl.done(nil, err)
+	}
+}
+
+// take removes request id from pending; it reports whether it was there.
+func (cc *cconn) take(id uint64) *call {
+	cc.mu.Lock()
+	cl := cc.pending[id]
+	delete(cc.pending, id)
+	cc.mu.Unlock()
+	return cl
+}
+
+func (cc *cconn) start(ctx context.Context, req *servepb.BatchGetRequest, done func(*servepb.BatchGetResponse, error)) {
+	var timeout uint64
+	if dl, ok := ctx.Deadline(); ok {
+		t := time.Until(dl)
+		if t <= 0 {
+			done(nil, status.FromContextError(context.DeadlineExceeded).Err())
+			return
+		}
+		timeout = uint64(t)
+	}
+	if err := ctx.Err(); err != nil {
+		done(nil, status.FromContextError(err).Err())
+		return
+	}
+	body := make([]byte, 8, 8+proto.Size(req))
+	binary.BigEndian.PutUint64(body, timeout)
+	body, err := proto.MarshalOptions{}.MarshalAppend(body, req)
+	if err != nil {
+		done(nil, status.Errorf(codes.Internal, "wire: node %s: encode request: %v", cc.cl.addr, err))
+		return
+	}
+	cl := &call{done: done}
+	cc.mu.Lock()
+	if cc.err != nil {
+		err := cc.err
+		cc.mu.Unlock()
+		done(nil, err)
+		return
+	}
+	cc.nextID++
+	id := cc.nextID
+	cc.pending[id] = cl
+	// Registered before the AfterFunc can run: it finds the call or an
+	// answer already took it.
+	cl.stop = context.AfterFunc(ctx, func() {
+		if cl := cc.take(id); cl != nil {
+			cc.cancel(id)
+			cl.done(nil, status.FromContextError(ctx.Err()).Err())
+		}
+	})
+	cc.mu.Unlock()
+
+	cc.wmu.Lock()
+	if ctx.Err() != nil { // the AfterFunc answers it; do not make the node read for nobody
+		cc.wmu.Unlock()
+		return
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		cc.c.SetWriteDeadline(dl)
+	} else {
+		cc.c.SetWriteDeadline(time.Time{})
+	}
+	err = writeFrame(cc.c, KindRequest, id, body)
+	cc.wmu.Unlock()
+	if err != nil {
+		// A partial frame leaves the stream unusable.
+		cc.fail(status.Errorf(codes.Unavailable, "wire: node %s: send: %v", cc.cl.addr, err))
+	}
+}
+
+// cancel tells the node to stop working on id (best effort).
+func (cc *cconn) cancel(id uint64) {
+	cc.wmu.Lock()
+	defer cc.wmu.Unlock()
+	cc.c.SetWriteDeadline(time.Now().Add(time.Second))
+	if err := writeFrame(cc.c, KindCancel, id); err != nil {
+		cc.fail(status.Errorf(codes.Unavailable, "wire: node %s: send cancel: %v", cc.cl.addr, err))
+	}
+}
+
+// read delivers answers until the connection breaks or the node breaks
+// the protocol.
+func (cc *cconn) read() {
+	addr := cc.cl.addr
+	r := bufio.NewReaderSize(cc.c, 64<<10)
+	for {
+		f, err := readHeader(r, "node "+addr, cc.cl.opts.MaxFrame)
+		if err == nil && f.kind != KindResponse && f.kind != KindError {
+			err = fmt.Errorf("wire: peer node %s: a node does not send frames of kind %d (request id %d)", addr, f.kind, f.id)
+		}
+		var buf []byte
+		if err == nil {
+			// One read into the buffer the values will alias: bufio hands
+			// large reads straight to the socket once its buffer is empty.
+			buf = make([]byte, f.n)
+			_, err = io.ReadFull(r, buf)
+		}
+		if err != nil {
+			switch {
+			case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+				err = fmt.Errorf("wire: node %s closed the connection", addr)
+			case errors.Is(err, net.ErrClosed):
+				err = fmt.Errorf("wire: node %s: connection closed", addr)
+			}
+			cc.fail(status.Error(codes.Unavailable, err.Error()))
+			return
+		}
+		var res result
+		if f.kind == KindError {
+			if len(buf) < 4 {
+				cc.fail(status.Errorf(codes.Unavailable, "wire: peer node %s: error frame of %d bytes, shorter than its code (request id %d)", addr, len(buf), f.id))
+				return
+			}
+			res.err = status.Error(codes.Code(binary.BigEndian.Uint32(buf)), string(buf[4:]))
+		} else {
+			resp := new(servepb.BatchGetResponse)
+			if err := servepb.DecodeBatchGetResponse(buf, resp); err != nil {
+				cc.fail(status.Errorf(codes.Unavailable, "wire: peer node %s: malformed BatchGetResponse (request id %d): %v", addr, f.id, err))
+				return
+			}
+			res.resp = resp
+		}
+		if cl := cc.take(f.id); cl != nil {
+			cl.stop()
+			cl.done(res.resp, res.err)
+		} // else cancelled by its caller: drop the answer
+	}
+}
