@@ -354,6 +354,10 @@ func (y *YT) run(ctx context.Context, k Kind, op *Op, jobsOf []any, start startF
 	if err := y.createOutputs(ctx, tx, op); err != nil {
 		return fmt.Errorf("jobs: %s: %w", title, err)
 	}
+	// An output replacing a layered table drops its layers (layers.go).
+	if err := y.replaceLayers(ctx, tx, op); err != nil {
+		return fmt.Errorf("jobs: %s: %w", title, err)
+	}
 	// Layered inputs are resolved to their merged rows first (layers.go).
 	// (Temporary tables are made in tx: a failed operation's go with it.)
 	temps, err := y.resolveLayers(ctx, mr, tx, s, op, log)
