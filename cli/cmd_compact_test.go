@@ -132,3 +132,34 @@ func TestCompactCLIOnFakeYT(t *testing.T) {
 		t.Fatalf("compaction reduces on the fake cluster: %d, want 1", n)
 	}
 }
+
+// TestIngestMaxLayers: --max-layers compacts docs after the ingest that
+// gives it more deltas; 0 is refused with a clear error.
+func TestIngestMaxLayers(t *testing.T) {
+	dir, store := t.TempDir(), filepath.Join(t.TempDir(), "store")
+	page := func(text string) {
+		if err := os.WriteFile(filepath.Join(dir, "p.txt"), []byte("Page\n\n"+text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page("v0")
+	if _, _, err := runSubsets(t, "ingest", "--store", store, "--from", dir, "--partitions", "4"); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{0, 0, 3} {
+		page(fmt.Sprint("v", i+1))
+		out, _, err := runSubsets(t, "ingest", "--store", store, "--from", dir, "--max-layers", "2", "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct {
+			Compacted int `json:"compacted"`
+		}
+		if err := json.Unmarshal([]byte(out), &st); err != nil || st.Compacted != want {
+			t.Fatalf("ingest %d with --max-layers 2: compacted %d (%v), want %d\n%s", i+1, st.Compacted, err, want, out)
+		}
+	}
+	if _, _, err := runSubsets(t, "ingest", "--store", store, "--from", dir, "--max-layers", "0"); err == nil || !strings.Contains(err.Error(), "--max-layers 0") {
+		t.Fatalf("--max-layers 0: %v", err)
+	}
+}

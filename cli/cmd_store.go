@@ -85,6 +85,7 @@ Examples:
        --base-url https://www.postgresql.org/docs/15/
    pillar ingest --store data/store --from ./pages --json
    pillar ingest --store data/store --from ./pages --rewrite
+   pillar ingest --store data/store --from ./crawl/today --max-layers 4
    pillar ingest --store data/store --from /usr/share/doc/libxslt1-dev/html --base-url https://gnome.pages.gitlab.gnome.org/libxslt/ \
        --exclude 'html/**' --canonical ignore`,
 		Flags: []cli.Flag{
@@ -98,6 +99,7 @@ Examples:
 			&cli.StringFlag{Name: "canonical", Value: ingest.CanonicalPrefer, Usage: "canonical links: prefer (an http(s) one is the URL, any other is ignored), ignore (always --base-url + path), require (skip pages without an http(s) one)"},
 			&cli.StringSliceFlag{Name: "include", Usage: "keep only files whose relative path matches this glob (repeatable; \"*.html\", \"api/**\")"},
 			&cli.StringSliceFlag{Name: "exclude", Usage: "leave out files whose relative path matches this glob (repeatable)"},
+			&cli.IntFlag{Name: "max-layers", Value: pillar.DefaultMaxLayers, Usage: "compact docs after the ingest once it has more than this many delta layers (-1: never; see pillar compact)"},
 			&cli.BoolFlag{Name: "rewrite", Usage: "write docs whole (a new base, folding its delta layers) instead of a delta of the new and changed pages"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
 			ytRunFlags[0], ytRunFlags[1], // --pool, --job-binary: the automatic compaction on yt:// stores
@@ -106,6 +108,9 @@ Examples:
 			mem, err := memoryLimit(c)
 			if err != nil {
 				return err
+			}
+			if n := c.Int("max-layers"); n == 0 || n < -1 {
+				return fmt.Errorf("ingest: --max-layers %d: want a count of at least 1, or -1 (never compact)", n)
 			}
 			st, err := openStore(c, true, c.Int("partitions"))
 			if err != nil {
@@ -249,7 +254,7 @@ func humanBytes(n int64) string {
 // on a yt:// store with a job binary at hand, a reduce on the cluster
 // (jobs.CompactMerge); otherwise the client's streaming merge.
 func ingestCompaction(c *cli.Context) pillar.CompactOptions {
-	var o pillar.CompactOptions
+	o := pillar.CompactOptions{MaxLayers: c.Int("max-layers")}
 	if r := ytRunner(c); r != nil {
 		if _, bad := r.(errRunner); !bad {
 			o.Merge = jobs.CompactMerge(r)

@@ -219,3 +219,52 @@ func CompactMerge(r Runner) func(ctx context.Context, tx pillar.Tx, m pillar.Mer
 			Outputs: []Output{{Table: m.Table, RowType: m.RowType, SortedBy: m.SortedBy}}, ReduceBy: []string{"page_key"}, Tx: tx})
 	}
 }
+
+// replaceLayers: an output that replaces a layered table takes the table's
+// delta layers with it, as a Replace through the store does (pillar's
+// DropLayers): in the caller's store transaction (dropped at its commit,
+// and its commit fails if a delta was committed meanwhile), or, in the
+// runner's own transaction, by removing the layer tables with the output.
+// Appending onto a layered table is refused.
+func (y *YT) replaceLayers(ctx context.Context, tx yt.Tx, op *Op) error {
+	for _, o := range op.Outputs {
+		layers, err := y.layersOf(ctx, tx, o.Table)
+		if err != nil {
+			return err
+		}
+		if layers == nil {
+			continue
+		}
+		if o.Append {
+			return fmt.Errorf("output %q has delta layers: append is not supported on a layered table (write a delta, or replace it)", o.Table)
+		}
+		if op.Tx != nil {
+			// The layers of the store transaction's Begin state.
+			ls, err := pillar.Layers(ctx, op.Tx, o.Table)
+			if err != nil {
+				return fmt.Errorf("output %q: %w", o.Table, err)
+			}
+			for _, l := range ls {
+				if l.Kind == pillar.LayerBase {
+					continue
+				}
+				if err := op.Tx.DropTable(ctx, l.Table); err != nil {
+					return fmt.Errorf("output %q: %w", o.Table, err)
+				}
+			}
+			if err := op.Tx.ExpectAttr(ctx, pillar.AttrLayerPrefix+o.Table); err != nil {
+				return fmt.Errorf("output %q: %w", o.Table, err)
+			}
+			continue
+		}
+		for _, l := range layers {
+			if l.Kind == pillar.LayerBase {
+				continue
+			}
+			if err := tx.RemoveNode(ctx, y.opts.TablePath(l.Table), &yt.RemoveNodeOptions{Force: true}); err != nil {
+				return fmt.Errorf("output %q: remove layer %s: %w", o.Table, l.Table, err)
+			}
+		}
+	}
+	return nil
+}

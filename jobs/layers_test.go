@@ -110,6 +110,29 @@ func TestLayeredInputs(t *testing.T) {
 			if got := readDocTitles(t, b.store, "range"); len(got) != 5 {
 				t.Errorf("rows [2,7) of layered docs: %d rows, want 5", len(got))
 			}
+			// An output that replaces the layered table takes its layers
+			// along: docs is then exactly the operation's rows, in the
+			// runner's own transaction and in a store transaction.
+			for _, inTx := range []bool{false, true} {
+				op = &jobs.Op{Inputs: []string{"plain"}, Outputs: []jobs.Output{{Table: "docs", RowType: pillar.Doc{}, SortedBy: []string{"page_key"}}}, SortBy: []string{"page_key"}}
+				if inTx {
+					delta("again", []string{keys[1]}, nil)
+					if op.Tx, err = b.store.Begin(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := b.runner.Sort(ctx, op); err != nil {
+					t.Fatal(err)
+				}
+				if inTx {
+					if err := op.Tx.Commit(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got := readDocTitles(t, b.store, "docs"); len(got) != 1 || got[k.String()] != "plain" {
+					t.Errorf("docs replaced by an operation (in a store tx: %v): %d rows %v, want only the plain row", inTx, len(got), got)
+				}
+			}
 			if b.fake != nil {
 				n := 0
 				for _, s := range b.fake.Specs() {

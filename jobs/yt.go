@@ -190,12 +190,6 @@ type YTTxer interface {
 	YTTx() yt.Tx
 }
 
-// layerReplacer is the YTsaurus store transaction's hook for an operation
-// that replaces a whole table: the table's delta layers go with the old
-// rows (pillar/ytstore ReplacingTable).
-type layerReplacer interface {
-	ReplacingTable(ctx context.Context, name string) error
-}
 
 // YT runs jobs as YTsaurus operations through mapreduce.New(client).
 type YT struct {
@@ -361,14 +355,9 @@ func (y *YT) run(ctx context.Context, k Kind, op *Op, jobsOf []any, start startF
 	if err := y.createOutputs(ctx, tx, op); err != nil {
 		return fmt.Errorf("jobs: %s: %w", title, err)
 	}
-	if lr, ok := op.Tx.(layerReplacer); ok {
-		for _, o := range op.Outputs {
-			if !o.Append {
-				if err := lr.ReplacingTable(ctx, o.Table); err != nil {
-					return fmt.Errorf("jobs: %s: output %s: %w", title, o.Table, err)
-				}
-			}
-		}
+	// An output replacing a layered table drops its layers (layers.go).
+	if err := y.replaceLayers(ctx, tx, op); err != nil {
+		return fmt.Errorf("jobs: %s: %w", title, err)
 	}
 	// Layered inputs are resolved to their merged rows first (layers.go).
 	// (Temporary tables are made in tx: a failed operation's go with it.)

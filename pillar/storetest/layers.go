@@ -253,4 +253,39 @@ func testCompactKeepsSnapshots(t *testing.T, st pillar.Store) {
 	if _, err := pillar.Compact(ctx, st, "nosuch", nil); !errors.Is(err, pillar.ErrNotFound) || !strings.Contains(err.Error(), `"nosuch"`) {
 		t.Errorf("compacting an unknown table: %v, want ErrNotFound naming it", err)
 	}
+
+	// A delta committed while a compaction writes is not lost: the
+	// compaction conflicts, starts over and folds it too; with no retry it
+	// fails with ErrConflict and the store keeps every delta.
+	race := func(retries int) error {
+		tx := begin(t, st)
+		writeDelta(t, tx, "docs", "pre", -1, []string{ks[8]}, nil)
+		commit(t, tx)
+		raced := false
+		_, err := pillar.Compact(ctx, st, "docs", &pillar.CompactOptions{Retries: retries, Point: func(p string) {
+			if p == "written" && !raced {
+				raced = true
+				tx := begin(t, st)
+				writeDelta(t, tx, "docs", "raced", -1, []string{ks[9]}, nil)
+				commit(t, tx)
+			}
+		}})
+		return err
+	}
+	if err := race(0); err != nil {
+		t.Fatalf("compaction racing a delta: %v", err)
+	}
+	sn = snap(t, st)
+	if ls, _ := pillar.Layers(ctx, sn, "docs"); len(ls) != 1 {
+		t.Errorf("after a compaction that raced a delta: layers %+v, want the base only", ls)
+	}
+	if got := docTags(readDocs(t, sn, "docs", nil)); !strings.Contains(got, "raced") || !strings.Contains(got, "pre") {
+		t.Errorf("after a compaction that raced a delta, docs reads %s: a delta was lost", got)
+	}
+	if err := race(-1); !errors.Is(err, pillar.ErrConflict) {
+		t.Errorf("compaction racing a delta without retries: %v, want ErrConflict", err)
+	}
+	if ls, _ := pillar.Layers(ctx, snap(t, st), "docs"); pillar.Deltas(ls) != 2 {
+		t.Errorf("after a failed compaction: %d deltas, want the 2 written", pillar.Deltas(ls))
+	}
 }

@@ -160,14 +160,6 @@ func (t *tx) replaceLayers(ctx context.Context, name string, opts *pillar.WriteO
 	return err
 }
 
-// ReplacingTable drops the delta layers of table name, as a Replace
-// through WriteTable does: the YT runner calls it before an operation
-// writes the whole table in this transaction (its output goes straight to
-// the Cypress path), so the old layers are not merged over the new rows.
-func (t *tx) ReplacingTable(ctx context.Context, name string) error {
-	return t.replaceLayers(ctx, name, nil)
-}
-
 func (t *tx) DropTable(ctx context.Context, name string) error {
 	if _, err := pillar.DropLayers(ctx, t.snapshot, name, t.dropRaw, func(a string) error { return t.ExpectAttr(ctx, a) }); err != nil {
 		return err
