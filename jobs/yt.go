@@ -190,7 +190,6 @@ type YTTxer interface {
 	YTTx() yt.Tx
 }
 
-
 // YT runs jobs as YTsaurus operations through mapreduce.New(client).
 type YT struct {
 	yc   yt.Client
