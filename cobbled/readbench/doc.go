@@ -20,13 +20,16 @@
 // cobbled's fault delay, delaying 3% of its requests, with the router in its zone so it is
 // every request's primary; the fault's reach,
 // the share of requests it touched, is reported); degraded (one node adds
-// 5 ms to every request: replica choice must steer away; p50 from 2 s on);
+// 5 ms to every request: replica choice must steer away; p50 from 2 s on), compared with
+// degraded/reference, a router whose routing table marks that node down,
+// interleaved batch by batch in the same clients);
 // kill (a node's gRPC server and listener stopped a third of the way in,
 // then marked down in routing DownAfter later, as the control plane would);
 // saturation (16 clients through the router, then against Redis: MB/s). Each router scenario uses a fresh router with a
 // warm-up, and reports the router's counters over the measured part only.
 //
 // The report (Report.Markdown, results.json, a latency-by-percentile PNG)
-// includes the targets, evaluated. Run is not safe for concurrent
+// includes the targets, evaluated. Interleaved getters take turns
+// in an order that rotates batch by batch, so none always runs first. Run is not safe for concurrent
 // use with another Run on the same Dir.
 package readbench

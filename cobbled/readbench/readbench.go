@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pillarkit/pillar/cobbled"
+	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
 	"github.com/pillarkit/pillar/cobbled/router"
 	"github.com/pillarkit/pillar/cobbled/servepb"
@@ -45,6 +46,10 @@ const (
 	DirectInterleaved  = "direct/interleaved"
 	BareInterleaved    = "bare/interleaved"
 	WireInterleaved    = "wire/interleaved"
+
+	// The degraded scenario's reference router (the degraded node marked
+	// down in its routing table), interleaved with it.
+	DegradedReference = "degraded/reference"
 )
 
 // AllScenarios lists every scenario in run order.
@@ -389,7 +394,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 				res.FaultReach = opts.SlowFraction * float64(res.NodeRPCs[slow.ID]) / float64(res.Requests)
 			}
 		case Degraded:
-			res, err = b.degradedScenario(ctx)
+			var more []*Result
+			more, err = b.degradedScenario(ctx)
+			if err == nil {
+				res, extra = more[0], more[1:]
+			}
 		case Saturation:
 			var more []*Result
 			more, err = b.saturationScenario(ctx)
@@ -557,22 +566,7 @@ func (b *bench) routerScenario(ctx context.Context, name, desc string, mutate fu
 	after := r.Stats()
 	s.fill(res)
 	res.s = s
-	res.Primaries = after.Primaries - before.Primaries
-	res.Hedges = after.Hedges - before.Hedges
-	res.HedgesWon = after.HedgesWon - before.HedgesWon
-	res.HedgesDenied = after.HedgesDenied - before.HedgesDenied
-	res.Failovers = after.Failovers - before.Failovers
-	res.NodeRPCs = map[string]int64{}
-	for _, n := range after.Nodes {
-		res.NodeRPCs[n.ID] = n.RPCs
-	}
-	for _, n := range before.Nodes {
-		res.NodeRPCs[n.ID] -= n.RPCs
-	}
-	if res.Primaries > 0 {
-		res.HedgeRatio = float64(res.Hedges) / float64(res.Primaries)
-		res.ExtraRatio = float64(res.Hedges+res.Failovers) / float64(res.Primaries)
-	}
+	counters(res, before, after)
 	return res, nil
 }
 
@@ -623,32 +617,97 @@ func (b *bench) killScenario(ctx context.Context) (*Result, error) {
 
 // degradedScenario adds DegradedDelay to every request of one node: the
 // router's replica choice (recent median × load) must move traffic off it,
-// so after 2 s the p50 is the healthy cluster's.
-func (b *bench) degradedScenario(ctx context.Context) (*Result, error) {
+// so after 2 s the p50 is the healthy cluster's. Each client also sends
+// every batch, in turn, through a reference router whose routing table
+// marks the degraded node down (what perfect steering achieves), so the
+// two are compared at the same moments (DegradedReference).
+func (b *bench) degradedScenario(ctx context.Context) (_ []*Result, err error) {
 	o := b.opts
 	m := b.c.Members()[o.DegradedNode]
 	if err := m.Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: o.DegradedDelay}); err != nil {
 		return nil, err
 	}
-	desc := fmt.Sprintf("node-%d adds %v to every request (a failing disk), hedging on", o.DegradedNode, o.DegradedDelay)
-	res, err := b.routerScenario(ctx, Degraded, desc, nil, nil)
-	if rerr := m.Restart(ctx, cobbled.FaultDelay{}); rerr != nil && err == nil {
-		err = rerr
-	}
+	defer func() {
+		if rerr := m.Restart(ctx, cobbled.FaultDelay{}); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	without := router.RoutingFunc(func(ctx context.Context) (*control.Routing, error) {
+		rt, err := b.c.GetRouting(ctx)
+		if err != nil {
+			return nil, err
+		}
+		cp := *rt
+		cp.Replicas = make([][]control.Replica, len(rt.Replicas))
+		for p, reps := range rt.Replicas {
+			cp.Replicas[p] = slices.Clone(reps)
+			for i := range cp.Replicas[p] {
+				if cp.Replicas[p][i].NodeID == m.ID {
+					cp.Replicas[p][i].State = control.StateDown
+				}
+			}
+		}
+		return &cp, nil
+	})
+	r, get, closeFn, err := b.newRouter(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
+	defer closeFn()
+	_, refGet, closeRef, err := b.newRouter(ctx, func(ro *router.Options) { ro.Source = without })
+	if err != nil {
+		return nil, err
+	}
+	defer closeRef()
+	desc := fmt.Sprintf("node-%d adds %v to every request (a failing disk), hedging on; each batch alternating with the reference router", o.DegradedNode, o.DegradedDelay)
+	b.log.Info("readbench: scenario", "scenario", Degraded, "what", desc)
+	gets := []getter{get, refGet}
+	b.loadN(ctx, o.Warmup, gets, nil)
+	before := r.Stats()
+	ss := b.loadN(ctx, o.Duration, gets, nil)
+	after := r.Stats()
+	res := &Result{Scenario: Degraded, Description: desc}
+	ref := &Result{Scenario: DegradedReference, Description: fmt.Sprintf("the reference: a router whose routing table marks node-%d down, alternating with the degraded row (same clients, same moments)", o.DegradedNode)}
+	ss[0].fill(res)
+	ss[1].fill(ref)
+	res.s, ref.s = ss[0], ss[1]
+	counters(res, before, after)
 	// The router met the node at the start of the warm-up.
 	from := max(0, 2*time.Second-o.Warmup)
+	res.P50After, ref.P50After = p50From(ss[0], from), p50From(ss[1], from)
+	return []*Result{res, ref}, nil
+}
+
+// p50From is the p50 of the requests of s that completed from offset on.
+func p50From(s *sample, from time.Duration) time.Duration {
 	var after []time.Duration
-	for i, at := range res.s.at {
+	for i, at := range s.at {
 		if at >= from {
-			after = append(after, res.s.lat[i])
+			after = append(after, s.lat[i])
 		}
 	}
 	slices.Sort(after)
-	res.P50After = pct(after, 0.5)
-	return res, nil
+	return pct(after, 0.5)
+}
+
+// counters fills res's router counters from two Stats snapshots.
+func counters(res *Result, before, after router.Stats) {
+	res.Primaries = after.Primaries - before.Primaries
+	res.Hedges = after.Hedges - before.Hedges
+	res.HedgesWon = after.HedgesWon - before.HedgesWon
+	res.HedgesDenied = after.HedgesDenied - before.HedgesDenied
+	res.Failovers = after.Failovers - before.Failovers
+	res.NodeRPCs = map[string]int64{}
+	for _, n := range after.Nodes {
+		res.NodeRPCs[n.ID] = n.RPCs
+	}
+	for _, n := range before.Nodes {
+		res.NodeRPCs[n.ID] -= n.RPCs
+	}
+	if res.Primaries > 0 {
+		res.HedgeRatio = float64(res.Hedges) / float64(res.Primaries)
+		res.ExtraRatio = float64(res.Hedges+res.Failovers) / float64(res.Primaries)
+	}
 }
 
 // saturationScenario runs SaturationClients closed-loop clients through the
@@ -731,10 +790,14 @@ func (b *bench) loadClients(ctx context.Context, d time.Duration, clients int, g
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
-			for ctx.Err() == nil {
+			for iter := 0; ctx.Err() == nil; iter++ {
 				bi := rng.IntN(len(b.batches))
 				keys := b.batches[bi]
-				for j, get := range gets {
+				// The order rotates batch by batch, so no getter always
+				// runs first (or right after another).
+				for o := range gets {
+					j := (o + iter) % len(gets)
+					get := gets[j]
 					s := per[w][j]
 					rctx, rcancel := context.WithTimeout(context.Background(), b.opts.Deadline)
 					t0 := time.Now()
