@@ -34,7 +34,8 @@ build: deps
 ## their timing tests run on a fake clock (internal/clock), so parallel load cannot
 ## starve them. PILLAR_REQUIRE_POSTGRES=1 makes the control plane's PostgreSQL tests
 ## fail instead of skipping when PostgreSQL is not reachable.
-RACE_PKGS := ./internal/clock/... ./cobbled ./cobbled/control/... ./cobbled/router/... \
+RACE_PKGS := ./internal/clock/... ./cobbled ./cobbled/control/... ./cobbled/router/... ./cobbled/wire/... \
+  ./cobbled/mget/... ./cobbled/switchbench/... ./internal/health/... \
   ./cobbled/servepb/... ./lorry/... ./jobs/... ./pillar/... ./sstbuilder/... \
   ./internal/objstore/... ./internal/s3test/... ./badinput/...
 TEST_ENV := PILLAR_VERSITYGW=$(BIN)/versitygw PILLAR_REQUIRE_POSTGRES=1
