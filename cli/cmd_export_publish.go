@@ -8,8 +8,11 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pillarkit/pillar/bulkexport"
+	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/internal/progress"
 	"github.com/pillarkit/pillar/internal/rocks"
+	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/sstbuilder"
 )
 
@@ -67,22 +70,7 @@ func runExportPublish(c *cli.Context) error {
 	if id == "" {
 		id = strings.ToLower(filepath.Base(out))
 	}
-	opts := pipelineOptions(c)
-	opts.Encoding = c.String("encoding")
-	log := logger()
-	var bar *progress.Bar
-	res, err := bulkexport.Run(c.Context, &bulkexport.Options{
-		Store: st, Pipeline: opts, Dir: out, ID: id, Objects: objs, Control: client, Partitions: cp,
-		WaitDelivered: c.Duration("wait-delivered"), Table: rocks.TableConfig{Compression: c.String("compression")},
-		Parallelism: c.Int("parallel"), Logger: log,
-		Progress: func(rows int64, id string) sstbuilder.Progress {
-			bar = progress.New(rows, "sst build "+id, &progress.Options{Logger: log})
-			return bar
-		},
-	})
-	if bar != nil {
-		bar.Done()
-	}
+	res, err := runBulkExport(c, st, objs, client, cp, out, id)
 	if err != nil {
 		return err
 	}
@@ -118,4 +106,28 @@ func runExportPublish(c *cli.Context) error {
 		}
 	}
 	return nil
+}
+
+// runBulkExport runs the bulk export protocol (bulkexport.Run) for the
+// store's published pair into dir as export id, with the command's
+// pipeline, compression, parallelism and wait flags and a progress bar:
+// `pillar export --objstore` and `pillar publish --serve` share it.
+func runBulkExport(c *cli.Context, st pillar.Store, objs objstore.Store, cl *control.Client, cp int, dir, id string) (*bulkexport.Result, error) {
+	opts := pipelineOptions(c)
+	opts.Encoding = c.String("encoding")
+	log := logger()
+	var bar *progress.Bar
+	res, err := bulkexport.Run(c.Context, &bulkexport.Options{
+		Store: st, Pipeline: opts, Dir: dir, ID: id, Objects: objs, Control: cl, Partitions: cp,
+		WaitDelivered: c.Duration("wait-delivered"), Table: rocks.TableConfig{Compression: c.String("compression")},
+		Parallelism: c.Int("parallel"), Logger: log,
+		Progress: func(rows int64, id string) sstbuilder.Progress {
+			bar = progress.New(rows, "sst build "+id, &progress.Options{Logger: log})
+			return bar
+		},
+	})
+	if bar != nil {
+		bar.Done()
+	}
+	return res, err
 }

@@ -22,11 +22,8 @@ import (
 
 	"github.com/pillarkit/pillar/bulkexport"
 	"github.com/pillarkit/pillar/cobbled/control"
-	"github.com/pillarkit/pillar/internal/progress"
-	"github.com/pillarkit/pillar/internal/rocks"
 	"github.com/pillarkit/pillar/jobs/pipeline"
 	"github.com/pillarkit/pillar/pillar"
-	"github.com/pillarkit/pillar/sstbuilder"
 )
 
 // publishServeFlags make `pillar publish` register the publication with the
@@ -279,23 +276,7 @@ func servingExport(c *cli.Context, st pillar.Store, cl *control.Client) (*bulkex
 		id = fmt.Sprintf("serve-%d", time.Now().UnixMilli())
 		dir = filepath.Join(tmp, id)
 	}
-	opts := pipelineOptions(c)
-	opts.Encoding = c.String("encoding")
-	log := logger()
-	var bar *progress.Bar
-	res, err := bulkexport.Run(c.Context, &bulkexport.Options{
-		Store: st, Pipeline: opts, Dir: dir, ID: id, Objects: objs, Control: cl, Partitions: cp,
-		WaitDelivered: c.Duration("wait-delivered"), Table: rocks.TableConfig{Compression: c.String("compression")},
-		Parallelism: c.Int("parallel"), Logger: log,
-		Progress: func(rows int64, id string) sstbuilder.Progress {
-			bar = progress.New(rows, "sst build "+id, &progress.Options{Logger: log})
-			return bar
-		},
-	})
-	if bar != nil {
-		bar.Done()
-	}
-	return res, err
+	return runBulkExport(c, st, objs, cl, cp, dir, id)
 }
 
 func findPublication(ctx context.Context, cl *control.Client, id string) (*control.PublicationStatus, error) {
