@@ -4,14 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"go.ytsaurus.tech/yt/go/yt"
-
-	"github.com/pillarkit/pillar/jobs/ytfake"
 )
 
 // TestCompactCLI: two ingests leave docs with a delta; `pillar compact`
@@ -81,18 +76,7 @@ func TestCompactCLIOnFakeYT(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds the job binary")
 	}
-	bin := filepath.Join(t.TempDir(), "pillar-job")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/pillarkit/pillar/jobs/cmd/pillar-job")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build pillar-job: %v\n%s", err, out)
-	}
-	fake := ytfake.New(&ytfake.Options{SandboxDir: t.TempDir()})
-	t.Cleanup(func() { fake.Close() })
-	old := newYTClient
-	newYTClient = func(string) (yt.Client, error) { return fake, nil }
-	t.Cleanup(func() { newYTClient = old })
-	t.Setenv("YT_PROXY", "fake.invalid")
+	fake, bin := fakeYTForCLI(t)
 	dir := t.TempDir()
 	for i := 0; i < 12; i++ {
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("p%02d.txt", i)), []byte(fmt.Sprintf("Page %d\n\ntext %d", i, i)), 0o644); err != nil {

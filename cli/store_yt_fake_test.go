@@ -17,14 +17,11 @@ import (
 	"github.com/pillarkit/pillar/pillar/ytstore"
 )
 
-// TestYTStoreOnFakeCluster runs the README's commands with --store yt://…
-// against the FAKE cluster (jobs/ytfake) in place of YT_PROXY's: ingest,
-// backfill rechunk and embed (operations of the job binary), subsets
-// recompute, publish, export, a second pair, rollback.
-func TestYTStoreOnFakeCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: builds the job binary")
-	}
+// fakeYTForCLI builds the job binary and points the CLI's YTsaurus client
+// at a FAKE cluster (jobs/ytfake) for the test; it returns the cluster and
+// the binary's path (for --job-binary).
+func fakeYTForCLI(t *testing.T) (*ytfake.Cluster, string) {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "pillar-job")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/pillarkit/pillar/jobs/cmd/pillar-job")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -37,6 +34,18 @@ func TestYTStoreOnFakeCluster(t *testing.T) {
 	newYTClient = func(string) (yt.Client, error) { return fake, nil }
 	t.Cleanup(func() { newYTClient = old })
 	t.Setenv("YT_PROXY", "fake.invalid")
+	return fake, bin
+}
+
+// TestYTStoreOnFakeCluster runs the README's commands with --store yt://…
+// against the FAKE cluster (jobs/ytfake) in place of YT_PROXY's: ingest,
+// backfill rechunk and embed (operations of the job binary), subsets
+// recompute, publish, export, a second pair, rollback.
+func TestYTStoreOnFakeCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds the job binary")
+	}
+	fake, bin := fakeYTForCLI(t)
 	// Flags, not PILLAR_STORE / PILLAR_JOB_BINARY: urfave/cli stores an
 	// environment value in the (package-level) flag itself, where it would
 	// outlive this test.
