@@ -236,7 +236,7 @@ func (y *YT) replaceLayers(ctx context.Context, tx yt.Tx, op *Op) error {
 			continue
 		}
 		if o.Append {
-			return fmt.Errorf("output %q has delta layers: append is not supported on a layered table (write a delta, or replace it)", o.Table)
+			return fmt.Errorf("output %q has delta layers: %w", o.Table, pillar.ErrAppendLayered)
 		}
 		if op.Tx != nil {
 			// The layers of the store transaction's Begin state.

@@ -643,6 +643,25 @@ func (w *DeltaWriter) Close() error {
 	return err
 }
 
+// ErrAppendLayered: an Append onto a layered table (its rows would sit
+// under the deltas).
+var ErrAppendLayered = errors.New("append is not supported on a layered table (write a delta, or replace it)")
+
+// WriteLayers is what a backend's WriteTable does to t's layers before
+// writing t: a Replace drops them with the old rows (DropLayers); an Append
+// onto a layered table is refused with ErrAppendLayered unless this
+// transaction wrote t already (touched).
+func WriteLayers(ctx context.Context, src LayerSource, t string, appending, touched bool, drop func(name string) error, expect func(attr string) error) error {
+	if appending {
+		if LayersOf(src, t) != nil && !touched {
+			return fmt.Errorf("table %q has delta layers: %w", t, ErrAppendLayered)
+		}
+		return nil
+	}
+	_, err := DropLayers(ctx, src, t, drop, expect)
+	return err
+}
+
 // DropLayers records in tx that every layer of t in tx's Begin state goes,
 // and that the commit must see t's LayerMeta unchanged (so a delta
 // committed meanwhile makes it fail with ErrConflict instead of being

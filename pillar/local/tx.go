@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -228,13 +229,11 @@ func (w *rowWriter) Close() error {
 // it (the rows written are the whole table); an Append onto one is
 // refused (its rows would sit under the deltas).
 func (t *tx) replaceLayers(ctx context.Context, name string, opts *pillar.WriteOptions) error {
-	if opts != nil && opts.Mode == pillar.Append {
-		if pillar.LayersOf(t.snapshot, name) != nil && !t.ws.Touches(name) {
-			return t.errf("table %q has delta layers: append is not supported on a layered table (write a delta, or replace it)", name)
-		}
-		return nil
+	appending := opts != nil && opts.Mode == pillar.Append
+	err := pillar.WriteLayers(ctx, t.snapshot, name, appending, t.ws.Touches(name), t.dropRaw, func(a string) error { return t.ExpectAttr(ctx, a) })
+	if errors.Is(err, pillar.ErrAppendLayered) {
+		return t.errf("%w", err)
 	}
-	_, err := pillar.DropLayers(ctx, t.snapshot, name, t.dropRaw, func(a string) error { return t.ExpectAttr(ctx, a) })
 	return err
 }
 
