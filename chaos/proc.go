@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"github.com/pillarkit/pillar/internal/freeport"
 	"net"
 	"os"
 	"os/exec"
@@ -170,11 +171,6 @@ func tail(s string, n int) string {
 	return s
 }
 
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// freePort returns an address outside the ephemeral port range (see
+// internal/freeport): a child process binds it a while later.
+func freePort() (string, error) { return freeport.Addr() }

@@ -8,8 +8,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/pillarkit/pillar/internal/freeport"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -35,12 +35,11 @@ func runControlCLI(t *testing.T, ctx context.Context, args ...string) (string, e
 }
 
 func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 // TestControlServeCLI runs `pillar control serve` on SQLite and on

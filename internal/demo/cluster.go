@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"fmt"
+	"github.com/pillarkit/pillar/internal/freeport"
 	"net"
 	"os"
 	"os/exec"
@@ -92,14 +93,9 @@ func logSize(path string) int64 {
 	return fi.Size()
 }
 
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// freePort returns an address outside the ephemeral port range (see
+// internal/freeport): a child process binds it a while later.
+func freePort() (string, error) { return freeport.Addr() }
 
 func (c *cluster) start(name string, args ...string) (*proc, error) {
 	logPath := filepath.Join(c.dir, "logs", name+".log")

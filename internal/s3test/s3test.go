@@ -16,7 +16,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
+	"github.com/pillarkit/pillar/internal/freeport"
 	"net/http"
 	"os"
 	"os/exec"
@@ -143,15 +143,9 @@ func repoRoot() (string, error) {
 	}
 }
 
-// FreeAddr returns a 127.0.0.1 address with a port that was free a moment ago.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// FreeAddr returns a 127.0.0.1 address with a port that was free a moment
+// ago, outside the ephemeral range (see internal/freeport).
+func FreeAddr() (string, error) { return freeport.Addr() }
 
 // Start runs a server for the test and creates a bucket in it. It fails the
 // test if the server cannot run.
