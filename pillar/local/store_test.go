@@ -230,6 +230,7 @@ func TestConcurrentProcessesRefused(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(os.Getenv("PILLAR_LOCAL_DIR"), "GO")); err == nil {
 				break
 			}
+			syscall.Nanosleep(&syscall.Timespec{Nsec: 1e6}, nil) // don't spin: the sibling needs the CPU to begin
 		}
 		err = tx.Commit(ctx)
 		if errors.Is(err, pillar.ErrConflict) {
@@ -268,7 +269,9 @@ func TestConcurrentProcessesRefused(t *testing.T) {
 
 func waitFor(t *testing.T, f func() bool) {
 	t.Helper()
-	for i := 0; i < 2000; i++ {
+	// Polled, not timed: two child test binaries (race-built) may take long to
+	// start on a loaded 2-core machine; 3 minutes only bounds a hang.
+	for i := 0; i < 36000; i++ {
 		if f() {
 			return
 		}
