@@ -28,6 +28,11 @@ func printPlan(p *pipeline.ExportPlan) {
 		fmt.Printf("  export: bulk rebuild marked: %s\n", p.Reason)
 		return
 	}
+	if p.Incremental {
+		fmt.Printf("  export: incremental: %d pages changed since export/state's watermark; %d pages desired; queued %d puts and %d deletes; %d unchanged; %d changed member pages skipped (no current chunks/vectors)\n",
+			p.Changed, p.Desired, p.Puts, p.Deletes, p.Unchanged, p.Skipped)
+		return
+	}
 	fmt.Printf("  export: %d pages desired; queued %d puts and %d deletes; %d unchanged; %d member pages skipped (no current chunks/vectors)\n",
 		p.Desired, p.Puts, p.Deletes, p.Unchanged, p.Skipped)
 }
@@ -46,10 +51,16 @@ Examples:
    pillar publish --store data/store --chunks recursive-s512-o64-54906c2d --model hash:dim=384
    pillar publish --store data/store --chunks recursive-s512-o64-54906c2d --model hash-d384-ea4b8133 --dry-run
    pillar publish --store data/store --chunks recursive-s512-o64-54906c2d --model hash:dim=384 --priority bulk
+   pillar publish --store data/store --chunks recursive-s512-o64-54906c2d --model hash:dim=384 --full-reconcile
+
+Re-publishing the live pair reconciles only the pages changed since export/state's watermark
+(the deltas written since the last publish or export) when it applies, else every page;
+--full-reconcile always compares every page.
 ` + publishServeHelp, // serving publications: cmd_publication.go
 		Flags: append(append([]cli.Flag{storeFlag,
 			&cli.StringFlag{Name: "chunks", Required: true, Usage: "chunk version id"},
 			&cli.StringFlag{Name: "model", Required: true, Usage: "model id or spec (e.g. hash:dim=384)"}, priorityFlag,
+			&cli.BoolFlag{Name: "full-reconcile", Usage: "compute every exported page's record and compare all of export/state, ignoring its watermark (default: only the pages changed since it, when it applies)"},
 		}, runFlags...), publishServeFlags...),
 		Action: func(c *cli.Context) error {
 			if c.Bool("serve") || c.Bool("live") || c.IsSet("wait") {
@@ -60,7 +71,9 @@ Examples:
 				return err
 			}
 			defer st.Close()
-			r, err := pipeline.Publish(c.Context, st, c.String("chunks"), c.String("model"), pipelineOptions(c))
+			o := pipelineOptions(c)
+			o.FullReconcile = c.Bool("full-reconcile")
+			r, err := pipeline.Publish(c.Context, st, c.String("chunks"), c.String("model"), o)
 			if err != nil {
 				return err
 			}

@@ -260,6 +260,35 @@ func countMerged(ctx context.Context, src LayerSource, t string, layers []Layer)
 	return n, nil
 }
 
+// ReadKeys reads the rows of table t whose page_key is one of keys
+// (sorted, distinct), resolved as ReadTable resolves a layered table (an
+// ordinary table is its base alone). It is the merge of ReadTable that
+// scans a row only when its key is selected: the rows it passes over are
+// read for their key column alone, and it stops after the last key. The
+// incremental reconcile of jobs/pipeline reads the changed pages this way
+// on the embedded store.
+func ReadKeys(ctx context.Context, sn Snapshot, t string, keys []string) (RowReader, error) {
+	src, err := layerSourceOf(sn)
+	if err != nil {
+		return nil, err
+	}
+	ls, err := Layers(ctx, sn, t)
+	if err != nil {
+		return nil, err
+	}
+	for i := 1; i < len(keys); i++ {
+		if keys[i] <= keys[i-1] {
+			return nil, fmt.Errorf("table %q: ReadKeys: key %s after %s: keys must be sorted and distinct", t, keys[i], keys[i-1])
+		}
+	}
+	m, err := openMerged(ctx, src, t, ls, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	m.want, m.filter = keys, true
+	return m, nil
+}
+
 // OpenMerged reads layered table t as one sorted stream: rows [r.Start,
 // r.End) of the merged rows (nil: all). Backends call it from ReadTable;
 // callers read a layered table with Snapshot.ReadTable.
@@ -367,6 +396,11 @@ type mergedReader struct {
 	left     int64  // merged rows still to return; -1: no limit
 	n        int64
 	err      error
+	// filter: only the keys of want (sorted) are returned (ReadKeys); wi
+	// is the first of them not passed yet.
+	filter bool
+	want   []string
+	wi     int
 }
 
 func (m *mergedReader) Next() bool {
@@ -427,6 +461,20 @@ func (m *mergedReader) step() (bool, error) {
 		}
 		if !found {
 			return false, nil
+		}
+		if m.filter {
+			for m.wi < len(m.want) && m.want[m.wi] < min {
+				m.wi++
+			}
+			if m.wi == len(m.want) {
+				return false, nil // past the last key wanted
+			}
+			if m.want[m.wi] != min {
+				if err := m.skipAll(min); err != nil {
+					return false, err
+				}
+				continue
+			}
 		}
 		win := -1
 		for i, c := range m.layers {

@@ -211,3 +211,123 @@ func copyStore(t *testing.T, from, to string) {
 		t.Fatalf("cp: %v: %s", err, out)
 	}
 }
+
+// TestPublishIncrementalCrashPoints kills an incremental re-publish in a
+// child process after each of its runner operations (the selection of
+// the changed pages, the export records, the reconcile) and checks that
+// the store — export/state, the queue, the watermark — is exactly as
+// before, and that a re-run then completes incrementally with the result
+// of an uninterrupted run.
+func TestPublishIncrementalCrashPoints(t *testing.T) {
+	opts := Options{}
+	var cv string
+	if spec := os.Getenv("PILLAR_PUBLISH_CRASH"); spec != "" {
+		parts := strings.Split(spec, "|")
+		killAt, _ := strconv.Atoi(parts[2])
+		st, err := local.Open(parts[0], nil)
+		if err != nil {
+			os.Exit(3)
+		}
+		o := opts
+		o.Runner = &reduceKiller{Runner: jobs.NewLocal(st, nil), killAt: killAt}
+		Publish(ctx, st, parts[1], "hash:dim=16", o)
+		os.Exit(4) // finished before the kill point
+	}
+	st := newStore(t, 40)
+	r, err := Rechunk(ctx, st, "tokens:size=40,overlap=8", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cv = r.Version
+	if _, err := Embed(ctx, st, cv, "hash:dim=16", opts); err != nil {
+		t.Fatal(err)
+	}
+	asOf := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	if _, err := Recompute(ctx, st, policies(t, incrementalPolicies), asOf, opts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Publish(ctx, st, cv, "hash:dim=16", opts); err != nil {
+		t.Fatal(err)
+	}
+	_, pending, err := Export(ctx, st, &memSink{}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pending.Commit("exp1", "/tmp/exp1"); err != nil {
+		t.Fatal(err)
+	}
+	editDocs(t, st, []int{1, 22}, []int{12}, []int{13})
+	if _, err := Rechunk(ctx, st, "tokens:size=40,overlap=8", opts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Embed(ctx, st, cv, "hash:dim=16", opts); err != nil {
+		t.Fatal(err)
+	}
+	dir := st.Dir()
+	st.Close()
+	state := func(s pillar.Store) string {
+		t.Helper()
+		sn, err := s.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sn.Release()
+		var wm Watermark
+		if err := sn.Attr(ctx, AttrWatermark, &wm); err != nil {
+			t.Fatalf("no watermark: %v", err)
+		}
+		return fmt.Sprintf("%s\nwatermark %+v", crashState(t, s), wm)
+	}
+	clean := filepath.Join(t.TempDir(), "clean")
+	copyStore(t, dir, clean)
+	cs, err := local.Open(clean, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := state(cs)
+	pr, err := Publish(ctx, cs, cv, "hash:dim=16", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pr.Export.Incremental || pr.Export.Puts == 0 {
+		t.Fatalf("the re-publish: %+v; want an incremental one with puts", pr.Export)
+	}
+	after := state(cs)
+	cs.Close()
+	for killAt := 1; ; killAt++ {
+		work := filepath.Join(t.TempDir(), fmt.Sprintf("kill%d", killAt))
+		copyStore(t, dir, work)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPublishIncrementalCrashPoints$")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("PILLAR_PUBLISH_CRASH=%s|%s|%d", work, cv, killAt))
+		out, _ := cmd.CombinedOutput()
+		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if ok && ws.Exited() && ws.ExitStatus() == 4 {
+			if killAt < 4 {
+				t.Fatalf("the publish ran only %d operations", killAt-1)
+			}
+			t.Logf("killed after each of %d operations", killAt-1)
+			break
+		}
+		if !ok || !ws.Signaled() {
+			t.Fatalf("kill point %d: child was not killed: %v\n%s", killAt, cmd.ProcessState, out)
+		}
+		ks, err := local.Open(work, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := state(ks); stripScratch(got) != before {
+			t.Fatalf("killed after operation %d: the store is not as before the publish:\n%s\n--- want\n%s", killAt, got, before)
+		}
+		pr, err := Publish(ctx, ks, cv, "hash:dim=16", opts)
+		if err != nil {
+			t.Fatalf("re-run after the kill after operation %d: %v", killAt, err)
+		}
+		if !pr.Export.Incremental {
+			t.Fatalf("re-run after the kill after operation %d: %+v; want incremental", killAt, pr.Export)
+		}
+		if got := state(ks); got != after {
+			t.Fatalf("after the kill at %d and a re-run, the store differs from an uninterrupted run:\n%s\n--- want\n%s", killAt, got, after)
+		}
+		ks.Close()
+	}
+}

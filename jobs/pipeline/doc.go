@@ -25,10 +25,51 @@
 //     process, sliced by row ranges) and its completion (FinishJob, then
 //     CopyJob into the version table), subset evaluation, the export
 //     records (ExportJob), and the reconcile of publish, rollback and
-//     recompute (ReconcileJob → puts and deletes tables; StateJob rewrites
-//     export/state). Drivers read row counts, small summaries, and the
-//     rows of the change itself (the puts and deletes they enqueue).
+//     recompute (ReconcileJob → puts and deletes tables, applied as a delta
+//     of export/state; StateJob rewrites it for a bulk export or a return
+//     to a saved state). Drivers read row counts, small summaries, and the
+//     rows of the change itself (the puts and deletes they enqueue, and
+//     the keys of the deltas an incremental reconcile looks at).
 //   - A backfill is up to date, and a re-run commits nothing, when its
 //     version is complete and its source table has not changed since the
 //     generation its last plan read.
+//
+// # Watermark: the incremental reconcile
+//
+// A small change costs the change in publish too. export/state carries a
+// watermark (the attribute export/watermark, Watermark): the pair,
+// encoding, partition count and exported member tables its rows were
+// computed for, and per input table (docs, the chunk and embedding
+// tables, the member tables) the layers reflected — the base's generation
+// and the first delta seq not seen (LayerMark) — plus export/state's own
+// next delta seq. Re-publishing the live pair reads the watermark and,
+// when it applies, reconciles only the pages of the delta and deletes
+// layers written since:
+//
+//  1. the keys of those layers (small tables) are read, sorted and
+//     deduplicated (at most MaxIncrementalPages, else the full path);
+//  2. the rows of those pages are selected from docs, chunks,
+//     embeddings, the member tables and export/state — on the local
+//     runner in this process with pillar.ReadKeys (a merge that scans only
+//     the selected rows and reads the others' key column only), on another
+//     runner (YTsaurus) by one SelectJob reduce on the cluster;
+//  3. ExportJob and ReconcileJob run over those small tables as they run
+//     over the whole ones, so the puts and deletes, the queued records and
+//     the delta of export/state are the full reconcile's, and the number
+//     of pages export/state holds is its row count adjusted by the change.
+//
+// Everything in 1–2 reads one transaction's state, and the new watermark
+// names those layers, so a delta committed meanwhile is picked up by the
+// next publish. The watermark is written in the transaction that writes
+// export/state (reconcile, the bulk export's commit) and removed in the
+// one that leaves export/state stale (a bulk mark) or whose inputs it
+// cannot name (a subset recompute's reconcile: the members come from
+// scratch tables). It does not apply — the full reconcile runs — when
+// there is none, for another pair, encoding, partition count or set of
+// exported subsets, when export/state has another delta than the one it
+// names, when an input's base was replaced (a compaction folds the deltas
+// it counts on, a rewrite or a first build replaces them), for a return
+// to a saved state, and with Options.FullReconcile. ExportPlan.Incremental
+// and Changed say which path ran; an incremental plan's Skipped counts the
+// changed pages only.
 package pipeline

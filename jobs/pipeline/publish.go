@@ -217,11 +217,10 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 		return nil, err
 	}
 	run := fmt.Sprintf("tmp/%s-%d", verb, time.Now().UnixNano())
-	desired, skipped := run+"/desired", run+"/skipped"
-	if err := computeDesired(ctx, st, opts, res.Published, members, desired, skipped, ""); err != nil {
-		return nil, fmt.Errorf("%s: %w", verb, err)
-	}
-	if err := diffStateFrom(ctx, st, opts, desired, stateFrom); err != nil {
+	// Re-publishing the live pair: only the pages changed since
+	// export/state's watermark, when it applies (see Watermark).
+	work, err := prepareExport(ctx, st, opts, res.Published, members, run, stateFrom, "", res.ExportState == StateCurrent && !opts.FullReconcile)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", verb, err)
 	}
 	tx, err := st.Begin(ctx)
@@ -249,7 +248,7 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 	}
 	// Against a saved state the changes are not relative to export/state
 	// (the replaced pair's): it is rewritten from desired.
-	plan, err := reconcileState(ctx, st, tx, opts, desired, skipped, verb+" "+eid, priority, res.Published, res.ExportState == StateSaved)
+	plan, err := reconcileState(ctx, st, tx, opts, work, verb+" "+eid, priority, res.Published, res.ExportState == StateSaved)
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +370,8 @@ func Export(ctx context.Context, st pillar.Store, sink ExportSink, opts Options)
 	}
 	run := fmt.Sprintf("tmp/export-%d", time.Now().UnixNano())
 	desired, skipped := run+"/desired", run+"/skipped"
-	if err := computeDesired(ctx, st, opts, *pub, members, desired, skipped, opts.encoding()); err != nil {
+	mark, err := computeDesired(ctx, st, opts, *pub, members, desired, skipped, opts.encoding())
+	if err != nil {
 		return nil, nil, fmt.Errorf("export: %w", err)
 	}
 	tx, err := st.Begin(ctx)
@@ -415,6 +415,10 @@ func Export(ctx context.Context, st pillar.Store, sink ExportSink, opts Options)
 	handed = true
 	return res, &Pending{tx: tx, lock: lk, commit: func(id, dir string) error {
 		if err := writeState(ctx, tx, opts, desired); err != nil {
+			return err
+		}
+		// export/state is the desired records computed from mark's layers.
+		if err := setWatermark(ctx, tx, mark, -1); err != nil {
 			return err
 		}
 		if err := tx.DeleteAttr(ctx, AttrBulk); err != nil {

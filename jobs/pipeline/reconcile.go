@@ -234,18 +234,45 @@ func exportedSubsets(ctx context.Context, sn pillar.Snapshot) ([]string, error) 
 // computeDesired runs the export job for pub over memberTables into the
 // scratch table desired (and skipped), committed on their own (scratch
 // tables are harmless: they are dropped by the operation's final commit).
-func computeDesired(ctx context.Context, st pillar.Store, opts Options, pub pillar.Published, memberTables []string, desired, skipped, encoding string) error {
-	inputs := append([]string{pillar.TableDocs, pillar.ChunksTable(pub.ChunkVersion), pillar.EmbeddingsTable(pub.ChunkVersion, pub.Model)}, memberTables...)
-	types := []any{&pillar.Doc{}, &pillar.Chunk{}, &pillar.Embedding{}}
-	for range memberTables {
-		types = append(types, &pillar.SubsetMember{})
+// It returns the watermark of the inputs it read (see Watermark).
+func computeDesired(ctx context.Context, st pillar.Store, opts Options, pub pillar.Published, memberTables []string, desired, skipped, encoding string) (*Watermark, error) {
+	tx, err := st.Begin(ctx)
+	if err != nil {
+		return nil, err
 	}
+	defer tx.Abort()
+	mark, err := newWatermark(ctx, tx, pub, memberTables, encoding)
+	if err != nil {
+		return nil, err
+	}
+	if err := exportOp(ctx, tx, st, opts, pub, exportInputs(pub, memberTables), len(memberTables), desired, skipped, encoding); err != nil {
+		return nil, err
+	}
+	return mark, tx.Commit(ctx)
+}
+
+// runExport is computeDesired over other inputs (ExportJob's: docs,
+// chunks, embeddings, then members member tables), without a watermark.
+func runExport(ctx context.Context, st pillar.Store, opts Options, pub pillar.Published, inputs []string, members int, desired, skipped, encoding string) error {
 	tx, err := st.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Abort()
-	if len(memberTables) == 0 {
+	if err := exportOp(ctx, tx, st, opts, pub, inputs, members, desired, skipped, encoding); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// exportOp runs the export job over inputs into desired and skipped,
+// inside tx.
+func exportOp(ctx context.Context, tx pillar.Tx, st pillar.Store, opts Options, pub pillar.Published, inputs []string, members int, desired, skipped, encoding string) error {
+	types := []any{&pillar.Doc{}, &pillar.Chunk{}, &pillar.Embedding{}}
+	for range members {
+		types = append(types, &pillar.SubsetMember{})
+	}
+	if members == 0 {
 		// Nothing is exported: an empty desired set.
 		for _, t := range []struct {
 			name string
@@ -259,7 +286,7 @@ func computeDesired(ctx context.Context, st pillar.Store, opts Options, pub pill
 				return err
 			}
 		}
-		return tx.Commit(ctx)
+		return nil
 	}
 	op := &jobs.Op{
 		Title: "export " + pub.ChunkVersion + "/" + pub.Model, Inputs: inputs, InputTypes: types,
@@ -268,50 +295,58 @@ func computeDesired(ctx context.Context, st pillar.Store, opts Options, pub pill
 		Progress: opts.Progress, Logger: opts.Logger,
 	}
 	job := &ExportJob{ChunkVersion: pub.ChunkVersion, ModelVersion: pub.Model, Partitions: st.Info().Partitions, Encoding: encoding}
-	if err := opts.Runner.Reduce(ctx, job, op); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
+	return opts.Runner.Reduce(ctx, job, op)
 }
 
 // ExportPlan is the export work a publish or recompute produced.
 type ExportPlan struct {
-	Desired   int    `json:"desired"` // pages the serving tier should hold
-	Puts      int    `json:"puts"`
-	Deletes   int    `json:"deletes"`
-	Unchanged int    `json:"unchanged"`
-	Skipped   int    `json:"skipped"` // member pages without current chunks/vectors
-	Bulk      bool   `json:"bulk"`    // a bulk rebuild was marked instead of queueing
-	Reason    string `json:"reason,omitempty"`
+	Desired   int `json:"desired"` // pages the serving tier should hold
+	Puts      int `json:"puts"`
+	Deletes   int `json:"deletes"`
+	Unchanged int `json:"unchanged"`
+	// Skipped counts member pages without current chunks/vectors; in an
+	// incremental plan, among the changed pages only.
+	Skipped int    `json:"skipped"`
+	Bulk    bool   `json:"bulk"` // a bulk rebuild was marked instead of queueing
+	Reason  string `json:"reason,omitempty"`
+	// Incremental: only the pages changed since export/state's watermark
+	// were computed and compared (Changed of them); see Watermark.
+	Incremental bool `json:"incremental,omitempty"`
+	Changed     int  `json:"changed,omitempty"`
 }
 
-// reconcile compares the committed scratch table desired with export/state
-// (diffState must have run, before tx began, so that tx drops its scratch) inside tx: it enqueues a put for every page whose record is new or changed
-// and a delete for every page no longer desired, and rewrites export/state —
-// or, when the changes exceed BulkRatio of the pages, marks a bulk rebuild.
+// reconcile applies the committed export work w (prepareExport) inside tx:
+// it enqueues a put for every page whose record is new or changed and a
+// delete for every page no longer desired, and changes export/state by a
+// delta of them — or, when the changes exceed BulkRatio of the pages,
+// marks a bulk rebuild. It records export/state's watermark in tx (or
+// removes it, when export/state is left stale by a bulk mark).
 //
 // Nothing here is keyed by page in this process: the comparison is a reduce
 // by page_key on the runner (ReconcileJob) into two scratch tables, puts and
 // deletes, committed on their own; the driver reads their row counts, then
-// streams just those rows into the queue (the change, not the corpus), and the
-// new export/state is a reduce of desired on the runner inside tx.
-func reconcile(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Options, desired, skipped, cause, priority string, pub pillar.Published) (*ExportPlan, error) {
-	return reconcileState(ctx, st, tx, opts, desired, skipped, cause, priority, pub, false)
+// streams just those rows into the queue (the change, not the corpus).
+func reconcile(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Options, w *exportWork, cause, priority string, pub pillar.Published) (*ExportPlan, error) {
+	return reconcileState(ctx, st, tx, opts, w, cause, priority, pub, false)
 }
 
 // reconcileState is reconcile; with rewrite, the puts and deletes were
 // computed against another state than export/state (a publication's saved
-// state, on a return to it), so export/state is rewritten whole from desired
-// instead of changed by a delta layer of them (which would apply them to the
-// other pair's state).
-func reconcileState(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Options, desired, skipped, cause, priority string, pub pillar.Published, rewrite bool) (*ExportPlan, error) {
+// state, on a return to it), so export/state is rewritten whole from
+// desired instead of changed by a delta layer of them (which would apply
+// them to the other pair's state).
+func reconcileState(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Options, w *exportWork, cause, priority string, pub pillar.Published, rewrite bool) (*ExportPlan, error) {
 	if opts.Priority != "" {
 		priority = opts.Priority
 	}
 	if _, err := pillar.ParsePriority(priority); err != nil {
 		return nil, err
 	}
-	plan := &ExportPlan{}
+	if rewrite && w.incremental {
+		return nil, errors.New("pipeline: an incremental reconcile cannot rewrite export/state")
+	}
+	desired, skipped := w.desired, w.skipped
+	plan := &ExportPlan{Incremental: w.incremental, Changed: w.changed}
 	if ti, err := tx.Table(ctx, skipped); err == nil {
 		plan.Skipped = int(ti.Rows)
 	}
@@ -333,6 +368,10 @@ func reconcileState(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Opt
 		stateRows = int(ti.Rows)
 	}
 	plan.Desired, plan.Puts, plan.Deletes = rows(desired), rows(puts), rows(deletes)
+	if w.incremental {
+		// The unchanged pages keep their rows of export/state.
+		plan.Desired = stateRows - int(w.stateK) + int(w.desiredK)
+	}
 	plan.Unchanged = plan.Desired - plan.Puts
 	changes := plan.Puts + plan.Deletes
 	base := max(stateRows, plan.Desired, 1)
@@ -342,7 +381,8 @@ func reconcileState(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Opt
 		if err := tx.SetAttr(ctx, AttrBulk, BulkMark{Reason: cause + ": " + plan.Reason, At: time.Now().UTC(), Published: pub, Changes: changes}); err != nil {
 			return nil, err
 		}
-		return plan, nil
+		// export/state stays as it was until the export rewrites it.
+		return plan, setWatermark(ctx, tx, nil, 0)
 	}
 	var state stateWriter = discardState{}
 	if rewrite {
@@ -351,17 +391,21 @@ func reconcileState(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Opt
 		}
 	}
 	if changes == 0 {
-		return plan, nil
+		return plan, setWatermark(ctx, tx, w.mark, -1)
 	}
+	nextSeq := int64(-1)
 	if !rewrite {
 		// export/state changes by the same puts and deletes: a delta layer
 		// of O(changes) rows (the first state is its base), not a rewrite.
-		w, err := pillar.WriteDelta(ctx, tx, TableExportState, ExportState{}, int64(plan.Desired))
+		dw, err := pillar.WriteDelta(ctx, tx, TableExportState, ExportState{}, int64(plan.Desired))
 		if err != nil {
 			return nil, err
 		}
-		defer w.Close()
-		state = w
+		defer dw.Close()
+		state = dw
+		if d := dw.Delta(); !d.Base {
+			nextSeq = d.Seq + 1
+		}
 	}
 	var batch []pillar.ExportRecord
 	flush := func() error {
@@ -400,7 +444,35 @@ func reconcileState(ctx context.Context, st pillar.Store, tx pillar.Tx, opts Opt
 	if err := flush(); err != nil {
 		return nil, err
 	}
-	return plan, state.Close()
+	if err := state.Close(); err != nil {
+		return nil, err
+	}
+	return plan, setWatermark(ctx, tx, w.mark, nextSeq)
+}
+
+// setWatermark records in tx that export/state reflects mark once tx
+// commits (nil: removes the watermark, export/state is stale or its
+// inputs unknown). nextSeq is export/state's next delta seq after tx (-1:
+// tx writes no delta of it, its current one holds).
+func setWatermark(ctx context.Context, tx pillar.Tx, mark *Watermark, nextSeq int64) error {
+	if mark == nil {
+		var old Watermark
+		if err := tx.Attr(ctx, AttrWatermark, &old); errors.Is(err, pillar.ErrNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		return tx.DeleteAttr(ctx, AttrWatermark)
+	}
+	m := *mark
+	if nextSeq < 0 {
+		var err error
+		if nextSeq, err = stateSeq(ctx, tx); err != nil {
+			return err
+		}
+	}
+	m.State = nextSeq
+	return tx.SetAttr(ctx, AttrWatermark, m)
 }
 
 // stateWriter is the part of a pillar delta writer reconcile uses.
@@ -449,16 +521,12 @@ func diffTables(desired string) (puts, deletes string) {
 	return desired + "-puts", desired + "-deletes"
 }
 
-// diffState runs ReconcileJob over desired and export/state into the scratch
-// tables of diffTables, committed on their own (scratch tables are dropped
-// by the operation's final commit). It must run after computeDesired and
-// before the transaction that calls reconcile begins.
-func diffState(ctx context.Context, st pillar.Store, opts Options, desired string) error {
-	return diffStateFrom(ctx, st, opts, desired, TableExportState)
-}
-
-// diffStateFrom is diffState against the export state table state (a
-// publication's saved state, see publish.go).
+// diffStateFrom runs ReconcileJob over desired and the export state
+// table state (export/state; a publication's saved state, see publish.go;
+// or the changed pages' rows of export/state) into the scratch tables of
+// diffTables, committed on their own (scratch tables are dropped by the
+// operation's final commit). It must run before the transaction that calls
+// reconcile begins.
 func diffStateFrom(ctx context.Context, st pillar.Store, opts Options, desired, state string) error {
 	puts, deletes := diffTables(desired)
 	tx, err := st.Begin(ctx)

@@ -392,7 +392,7 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 
 	// Pass 2 (when something is published): the records of the new exported
 	// membership.
-	var desired, skipped string
+	var work *exportWork
 	if pub != nil {
 		var memberTables []string
 		for _, name := range names {
@@ -400,13 +400,12 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 				memberTables = append(memberTables, newTable(name))
 			}
 		}
-		desired, skipped = scratch+"/desired", scratch+"/skipped"
-		if err := computeDesired(ctx, st, opts, *pub, memberTables, desired, skipped, opts.encoding()); err != nil {
+		var err error
+		if work, err = prepareExport(ctx, st, opts, *pub, memberTables, scratch, TableExportState, opts.encoding(), false); err != nil {
 			return nil, fmt.Errorf("subsets recompute: %w", err)
 		}
-		if err := diffState(ctx, st, opts, desired); err != nil {
-			return nil, fmt.Errorf("subsets recompute: %w", err)
-		}
+		// The watermark would name the scratch member tables.
+		work.mark = nil
 	}
 
 	// The one transaction: generations, history, export work, consumed mark.
@@ -478,7 +477,7 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 	}
 	sort.Slice(res.Subsets, func(i, j int) bool { return res.Subsets[i].Name < res.Subsets[j].Name })
 	if pub != nil {
-		plan, err := reconcile(ctx, st, tx, opts, desired, skipped, "subsets recompute "+asOf.UTC().Format(time.RFC3339), pillar.PriorityFresh, *pub)
+		plan, err := reconcile(ctx, st, tx, opts, work, "subsets recompute "+asOf.UTC().Format(time.RFC3339), pillar.PriorityFresh, *pub)
 		if err != nil {
 			return nil, err
 		}

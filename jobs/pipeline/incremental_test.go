@@ -1,0 +1,384 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.ytsaurus.tech/yt/go/mapreduce"
+
+	"github.com/pillarkit/pillar/jobs"
+	"github.com/pillarkit/pillar/pillar"
+	"github.com/pillarkit/pillar/pillar/local"
+)
+
+// countingFS counts the bytes written into the store's table files (not
+// the manifests, whose size follows the number of tables and files).
+type countingFS struct {
+	local.OSFS
+	n atomic.Int64
+}
+
+func (c *countingFS) Create(name string) (local.File, error) {
+	f, err := c.OSFS.Create(name)
+	if err != nil || !strings.HasSuffix(name, ".parquet") {
+		return f, err
+	}
+	return &countingFile{File: f, n: &c.n}, nil
+}
+
+type countingFile struct {
+	local.File
+	n *atomic.Int64
+}
+
+func (f *countingFile) Write(b []byte) (int, error) {
+	n, err := f.File.Write(b)
+	f.n.Add(int64(n))
+	return n, err
+}
+
+// wrappedRunner is a runner that is not *jobs.Local: the incremental
+// reconcile selects the changed pages with SelectJob on it, as on
+// YTsaurus.
+type wrappedRunner struct{ jobs.Runner }
+
+func (w wrappedRunner) Reduce(ctx context.Context, job mapreduce.Job, op *jobs.Op) error {
+	return w.Runner.Reduce(ctx, job, op)
+}
+
+// publishedState is what a publish leaves that the serving tier sees:
+// export/state and the records queued after from (key, op, value hash,
+// cause, priority, publication), each partition in queue order.
+func publishedState(t *testing.T, st pillar.Store, from map[int]int64) string {
+	t.Helper()
+	sn, err := st.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Release()
+	var b strings.Builder
+	err = eachRow(ctx, sn, TableExportState, false, func(s *ExportState) error {
+		fmt.Fprintf(&b, "state %s %d %s\n", s.PageKey, s.Partition, s.RecordHash)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ti, err := sn.Table(ctx, TableExportState); err == nil {
+		fmt.Fprintf(&b, "state rows %d\n", ti.Rows)
+	}
+	for p := 0; p < st.Info().Partitions; p++ {
+		recs, err := sn.ReadQueue(ctx, p, from[p], 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			fmt.Fprintf(&b, "queue %d %s %s %x %s %s %s\n", p, r.Op, r.PageKey, sha256.Sum256(r.Value), r.Cause, r.Priority, r.Publication)
+		}
+	}
+	return b.String()
+}
+
+// editDocs changes the docs of the store by one delta: new text for
+// edited, a new title (the same content) for retitled, removed for gone.
+func editDocs(t *testing.T, st pillar.Store, edited, retitled, gone []int) {
+	t.Helper()
+	change := map[string]func(*pillar.Doc) bool{}
+	for _, i := range edited {
+		change[key(i)] = func(d *pillar.Doc) bool {
+			d.Text += " Edited again."
+			d.ContentHash = hashOf(d.Text)
+			return true
+		}
+	}
+	for _, i := range retitled {
+		change[key(i)] = func(d *pillar.Doc) bool { d.Title = "retitled"; return true }
+	}
+	for _, i := range gone {
+		change[key(i)] = func(*pillar.Doc) bool { return false }
+	}
+	tx, err := st.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Abort()
+	var puts []pillar.Doc
+	var dels []string
+	err = eachRow(ctx, tx, pillar.TableDocs, false, func(d *pillar.Doc) error {
+		if f, ok := change[d.PageKey]; ok {
+			if f(d) {
+				puts = append(puts, *d)
+			} else {
+				dels = append(dels, d.PageKey)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ti, _ := tx.Table(ctx, pillar.TableDocs)
+	w, err := pillar.WriteDelta(ctx, tx, pillar.TableDocs, pillar.Doc{}, ti.Rows-int64(len(dels)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range puts {
+		if err := w.Put(&puts[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range dels {
+		if err := w.Delete(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const incrementalPolicies = `
+policies:
+  - name: all
+    exported: true
+    where: url ~ "/page/"
+  - name: some
+    exported: true
+    where: url ~ "/page/(1|2|3|4|5|12|13)$"
+`
+
+// pubOutcome is what one publish of TestPublishIncrementalEqualsFull left.
+type pubOutcome struct {
+	plan  *ExportPlan
+	state string
+	mark  Watermark
+	bytes int64
+}
+
+// TestPublishIncrementalEqualsFull: after a bulk export, edits of a few
+// pages (new content, a new title only, a removed page) and incremental
+// backfills, re-publishing the pair reconciles only the changed pages —
+// on the local runner (pillar.ReadKeys) and on another runner (SelectJob)
+// — and leaves exactly what the full reconcile leaves: export/state, the
+// queued records and the watermark. What it writes does not grow with
+// the corpus (4× the pages, the same 7 changed), while the full
+// reconcile's does.
+func TestPublishIncrementalEqualsFull(t *testing.T) {
+	small := publishIncrementalVsFull(t, 100)
+	big := publishIncrementalVsFull(t, 400)
+	for i, name := range []string{"local runner", "select job"} {
+		s, b := small[i].bytes, big[i].bytes
+		t.Logf("%s: %d bytes written at 100 pages, %d at 400 (full reconcile: %d, %d)", name, s, b, small[2].bytes, big[2].bytes)
+		if float64(b) > 1.25*float64(s) {
+			t.Errorf("%s: the incremental publish wrote %d bytes at 400 pages, %d at 100: it grows with the corpus", name, b, s)
+		}
+	}
+	if float64(big[2].bytes) < 2*float64(small[2].bytes) {
+		t.Errorf("the full reconcile wrote %d bytes at 400 pages, %d at 100: want it to grow with the corpus (the test measures nothing otherwise)", big[2].bytes, small[2].bytes)
+	}
+}
+
+// publishIncrementalVsFull builds a store of n pages, exports it, edits 7
+// pages and re-publishes copies of it: incrementally on the local runner,
+// incrementally on a wrapped runner, and in full. It checks that the
+// three agree and returns their outcomes in that order.
+func publishIncrementalVsFull(t *testing.T, n int) []pubOutcome {
+	dir := filepath.Join(t.TempDir(), "store")
+	st, err := local.Create(dir, &local.Options{Partitions: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeDocs(t, st, n, "v1")
+	o := Options{}
+	r, err := Rechunk(ctx, st, "tokens:size=40,overlap=8", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Embed(ctx, st, r.Version, "hash:dim=16", o); err != nil {
+		t.Fatal(err)
+	}
+	asOf := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	if _, err := Recompute(ctx, st, policies(t, incrementalPolicies), asOf, o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Publish(ctx, st, r.Version, "hash:dim=16", o); err != nil {
+		t.Fatal(err)
+	}
+	_, pending, err := Export(ctx, st, &memSink{}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pending.Commit("exp1", "/tmp/exp1"); err != nil {
+		t.Fatal(err)
+	}
+	sn, _ := st.Snapshot(ctx)
+	var wm Watermark
+	if err := sn.Attr(ctx, AttrWatermark, &wm); err != nil {
+		t.Fatalf("the bulk export left no watermark: %v", err)
+	}
+	sn.Release()
+
+	editDocs(t, st, []int{1, 40, 77}, []int{12, 90}, []int{13, 60})
+	if _, err := Rechunk(ctx, st, "tokens:size=40,overlap=8", o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Embed(ctx, st, r.Version, "hash:dim=16", o); err != nil {
+		t.Fatal(err)
+	}
+	ends := queueEnds(st)
+	st.Close()
+
+	publishCopy := func(name string, o Options, runner func(pillar.Store) jobs.Runner) pubOutcome {
+		d := filepath.Join(t.TempDir(), name)
+		copyStore(t, dir, d)
+		fs := &countingFS{}
+		s, err := local.Open(d, &local.Options{FS: fs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if runner != nil {
+			o.Runner = runner(s)
+		}
+		pr, err := Publish(ctx, s, r.Version, "hash:dim=16", o)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var out pubOutcome
+		out.plan, out.state, out.bytes = pr.Export, publishedState(t, s, ends), fs.n.Load()
+		sn, _ := s.Snapshot(ctx)
+		defer sn.Release()
+		if err := sn.Attr(ctx, AttrWatermark, &out.mark); err != nil {
+			t.Fatalf("%s: no watermark after the publish: %v", name, err)
+		}
+		out.mark.Tables = nil // the copies' generations differ
+		return out
+	}
+	full := publishCopy("full", Options{FullReconcile: true}, nil)
+	if full.plan.Incremental || full.plan.Puts == 0 || full.plan.Deletes != 2 {
+		t.Fatalf("full reconcile: %+v; want puts and 2 deletes", full.plan)
+	}
+	var out []pubOutcome
+	for _, c := range []struct {
+		name   string
+		runner func(pillar.Store) jobs.Runner
+	}{
+		{"local runner", nil},
+		{"select job", func(s pillar.Store) jobs.Runner { return wrappedRunner{jobs.NewLocal(s, nil)} }},
+	} {
+		inc := publishCopy(strings.ReplaceAll(c.name, " ", "-"), Options{}, c.runner)
+		t.Logf("%d pages, %s: plan %+v", n, c.name, inc.plan)
+		if !inc.plan.Incremental || inc.plan.Changed != 7 {
+			t.Errorf("%d pages, %s: plan %+v; want incremental over the 7 changed pages", n, c.name, inc.plan)
+		}
+		if inc.plan.Puts != full.plan.Puts || inc.plan.Deletes != full.plan.Deletes || inc.plan.Desired != full.plan.Desired ||
+			inc.plan.Unchanged != full.plan.Unchanged || inc.plan.Bulk != full.plan.Bulk {
+			t.Errorf("%d pages, %s: plan %+v, full %+v", n, c.name, inc.plan, full.plan)
+		}
+		if inc.state != full.state {
+			t.Errorf("%d pages, %s: export/state and queue differ from the full reconcile:\nincremental:\n%s\nfull:\n%s", n, c.name, inc.state, full.state)
+		}
+		if fmt.Sprintf("%+v", inc.mark) != fmt.Sprintf("%+v", full.mark) {
+			t.Errorf("%d pages, %s: watermark %+v, full %+v", n, c.name, inc.mark, full.mark)
+		}
+		out = append(out, inc)
+	}
+	return append(out, full)
+}
+
+// TestWatermarkFallsBack: the incremental reconcile applies only while
+// the watermark describes export/state and the inputs' bases.
+func TestWatermarkFallsBack(t *testing.T) {
+	st := newStore(t, 30)
+	o := Options{}
+	r, _ := Rechunk(ctx, st, "tokens:size=40,overlap=8", o)
+	if _, err := Embed(ctx, st, r.Version, "hash:dim=16", o); err != nil {
+		t.Fatal(err)
+	}
+	asOf := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	if _, err := Recompute(ctx, st, policies(t, incrementalPolicies), asOf, o); err != nil {
+		t.Fatal(err)
+	}
+	bulk := o
+	bulk.BulkMinPages = 1
+	pr, err := Publish(ctx, st, r.Version, "hash:dim=16", bulk)
+	if err != nil || !pr.Export.Bulk {
+		t.Fatalf("first publish: %+v %v", pr, err)
+	}
+	sn, _ := st.Snapshot(ctx)
+	if err := sn.Attr(ctx, AttrWatermark, new(Watermark)); !errors.Is(err, pillar.ErrNotFound) {
+		t.Fatalf("a bulk mark leaves export/state stale, but the watermark is there: %v", err)
+	}
+	sn.Release()
+	_, pending, err := Export(ctx, st, &memSink{}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pending.Commit("exp1", "/tmp/exp1"); err != nil {
+		t.Fatal(err)
+	}
+	republish := func() *ExportPlan {
+		t.Helper()
+		pr, err := Publish(ctx, st, r.Version, "hash:dim=16", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pr.Export
+	}
+	if p := republish(); !p.Incremental || p.Changed != 0 || p.Puts != 0 {
+		t.Fatalf("nothing changed: %+v", p)
+	}
+	editDocs(t, st, nil, []int{3}, nil)
+	if p := republish(); !p.Incremental || p.Changed != 1 || p.Puts != 1 {
+		t.Fatalf("one page retitled: %+v", p)
+	}
+	// A compaction of docs folds the layers the watermark counts on.
+	editDocs(t, st, nil, []int{4}, nil)
+	if _, err := pillar.Compact(ctx, st, pillar.TableDocs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if p := republish(); p.Incremental || p.Puts != 1 {
+		t.Fatalf("after a compaction of docs: %+v; want a full reconcile with one put", p)
+	}
+	// Another delta of export/state than the watermark's.
+	editDocs(t, st, nil, []int{5}, nil)
+	tx, _ := st.Begin(ctx)
+	w, err := pillar.WriteDelta(ctx, tx, TableExportState, ExportState{}, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := republish(); p.Incremental || p.Puts != 1 {
+		t.Fatalf("after a foreign delta of export/state: %+v; want a full reconcile with one put", p)
+	}
+	if p := republish(); !p.Incremental || p.Puts != 0 {
+		t.Fatalf("after the full reconcile: %+v; want an incremental one with nothing to do", p)
+	}
+	// Different exported subsets.
+	if _, err := Recompute(ctx, st, policies(t, `
+policies:
+  - name: all
+    exported: true
+    where: url ~ "/page/"
+`), asOf, o); err != nil {
+		t.Fatal(err)
+	}
+	if p := republish(); p.Incremental {
+		t.Fatalf("after the exported subsets changed: %+v; want a full reconcile", p)
+	}
+}
