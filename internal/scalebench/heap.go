@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"runtime/metrics"
+	"runtime/pprof"
 	"time"
 )
 
@@ -11,6 +12,13 @@ import (
 // it is set, `pillar` samples the Go runtime's metrics (SampleHeap) for the
 // whole run. The benchmark sets it for every step.
 const HeapEnv = "PILLAR_BENCH_HEAP_FILE"
+
+// ProfileEnv, set (to anything) beside HeapEnv, makes the child also write
+// a heap profile (pprof, in-use = what the last collection found live) to
+// the HeapEnv path + ".pprof" each time its peak live heap grows by a MiB:
+// the file left holds the allocations behind the peak. For diagnosis
+// (go tool pprof -sample_index=inuse_space); the benchmark does not set it.
+const ProfileEnv = "PILLAR_BENCH_HEAP_PROFILE"
 
 // HeapPeaks are a child's peaks, from runtime/metrics.
 type HeapPeaks struct {
@@ -31,6 +39,8 @@ type HeapPeaks struct {
 func SampleHeap(path string) {
 	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/total:bytes"}}
 	var peak, saved HeapPeaks
+	profile := os.Getenv(ProfileEnv) != ""
+	var profiled int64
 	for {
 		metrics.Read(s)
 		if s[0].Value.Kind() == metrics.KindUint64 {
@@ -38,6 +48,16 @@ func SampleHeap(path string) {
 		}
 		if s[1].Value.Kind() == metrics.KindUint64 {
 			peak.Mapped = max(peak.Mapped, int64(s[1].Value.Uint64()))
+		}
+		if profile && peak.Live > profiled+1<<20 {
+			if f, err := os.Create(path + ".pprof.tmp"); err == nil {
+				if pprof.WriteHeapProfile(f) == nil && f.Close() == nil {
+					os.Rename(path+".pprof.tmp", path+".pprof")
+					profiled = peak.Live
+				} else {
+					f.Close()
+				}
+			}
 		}
 		if peak.Live > saved.Live+1<<20 || peak.Mapped > saved.Mapped+1<<20 || saved == (HeapPeaks{}) {
 			if b, err := json.Marshal(peak); err == nil && os.WriteFile(path+".tmp", b, 0o644) == nil && os.Rename(path+".tmp", path) == nil {

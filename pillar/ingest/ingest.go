@@ -60,9 +60,11 @@ type Options struct {
 	// Exclude leaves out files matching any of these globs. The default
 	// value leaves out none.
 	Exclude []string
-	// MemoryLimit bounds the cleaned pages held in memory, in bytes; beyond
-	// it they are spilled, sorted, to TempDir. The default value is
-	// DefaultMemoryLimit.
+	// MemoryLimit is the memory of the ingest, in bytes (--memory-limit):
+	// the cleaned pages are buffered in a quarter of it (SortShare) and
+	// spilled, sorted, to TempDir beyond that; the rest is for the
+	// cleaners, the merge's read buffers and the docs writer, as in the
+	// runner's operations. The default value is DefaultMemoryLimit.
 	MemoryLimit int64
 	// TempDir receives the spilled runs (removed at the end). The default
 	// value is os.TempDir().
@@ -162,8 +164,17 @@ type Stats struct {
 // ChangedPages is New + Changed.
 func (s Stats) ChangedPages() int { return s.New + s.Changed }
 
-// DefaultMemoryLimit is Options.MemoryLimit's default (64 MiB).
-const DefaultMemoryLimit = 64 << 20
+// DefaultMemoryLimit is Options.MemoryLimit's default (256 MiB: a sort
+// buffer of 64 MiB).
+const DefaultMemoryLimit = 256 << 20
+
+// SortShare is the part of Options.MemoryLimit the sort of cleaned pages
+// buffers: a quarter, as the local runner's sorts (jobs.Op.MemoryLimit). The
+// buffer is full, and the ingest at its peak, once the cleaned text exceeds
+// it (about 5,000 pages of 4 KB at --memory-limit 64MiB), so the peak does not
+// grow with the corpus beyond that; the whole limit for the buffer would add
+// the buffer's growth on top of everything else at large N.
+func SortShare(limit int64) int64 { return limit / 4 }
 
 // Run ingests every page under opts.From into the docs table of st in one
 // transaction. Pages whose content hash is unchanged keep their row (same
@@ -316,9 +327,12 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 		path string
 	}
 	sorters := make([]*extsort.Sorter, opts.Workers)
+	sortMem := SortShare(opts.MemoryLimit)
 	for i := range sorters {
-		sorters[i] = extsort.New(extsort.Options{MemoryLimit: max(opts.MemoryLimit/int64(opts.Workers), 64<<10), Dir: dir,
-			BufferSize: int(min(max(opts.MemoryLimit/64, 4<<10), 256<<10))})
+		// Read buffers of 1/512 of the sort budget keep the merge's fan-in
+		// near 256 (one pass) within half the budget.
+		sorters[i] = extsort.New(extsort.Options{MemoryLimit: max(sortMem/int64(opts.Workers), 64<<10), Dir: dir,
+			BufferSize: int(min(max(sortMem/512, 4<<10), 256<<10))})
 	}
 	closeAll := func() {
 		for _, s := range sorters {
