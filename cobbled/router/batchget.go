@@ -92,6 +92,7 @@ type gather struct {
 	assigned map[*node]int
 	counts   [3]int
 	won      int
+	held     []*servepb.BatchGetResponse // answers some result aliases (Response.Release)
 }
 
 // BatchGet returns one Result per key, in request order, read from the
@@ -112,6 +113,21 @@ type Response struct {
 	// Version is the concrete publication id read ("" = the unnamed
 	// legacy one); Role its role in the routing table used.
 	Version, Role string
+
+	held []*servepb.BatchGetResponse
+}
+
+// Release gives the buffers the values alias (the nodes' answers, read into
+// pooled buffers by the transport) back for reuse; no Result value may be
+// used afterwards (Results is cleared). It saves a large allocation per
+// request (~600 KB for 12 keys of ~50 KB: its zeroing, its fresh pages and
+// the collection it brings on). Calling it is optional (an unreleased
+// Response is left to the garbage collector) and safe more than once.
+func (r *Response) Release() {
+	for _, x := range r.held {
+		servepb.Release(x)
+	}
+	r.held, r.Results = nil, nil
 }
 
 // Read returns one Result per key, in request order, all read from one
@@ -168,7 +184,7 @@ func (r *Router) Read(ctx context.Context, keys [][]byte, ro *ReadOptions) (*Res
 		}
 	}
 	r.account(g, len(keys), failed, clock.Since(clk, start))
-	resp := &Response{Results: out, Version: g.c.id, Role: g.c.role}
+	resp := &Response{Results: out, Version: g.c.id, Role: g.c.role, held: g.held}
 	if failed > 0 {
 		return resp, fmt.Errorf("router: %d of %d keys failed: %w", failed, len(keys), first)
 	}
@@ -321,13 +337,16 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 		return
 	}
 	launched.Store(true)
-	go func() { done(n.client.BatchGet(actx, req)) }()
+	go func() { done(n.client.BatchGet(actx, req, servepb.PooledCallOption())) }()
 }
 
 func (g *gather) send(e event) {
 	select {
 	case g.ev <- e:
 	case <-g.quit:
+		if e.resp != nil { // the request is over: nobody sees this answer
+			servepb.Release(e.resp)
+		}
 	}
 }
 
@@ -368,6 +387,17 @@ func (g *gather) cancelFinished() {
 
 func (g *gather) onAnswer(e event) {
 	a := e.a
+	used := false // some partition's results alias e.resp
+	defer func() {
+		if e.resp == nil {
+			return
+		}
+		if used {
+			g.held = append(g.held, e.resp)
+		} else {
+			servepb.Release(e.resp)
+		}
+	}()
 	if a.over { // cancelled by us before the answer arrived
 		return
 	}
@@ -438,6 +468,7 @@ func (g *gather) onAnswer(e event) {
 			continue
 		}
 		pt.res, pt.done = rs, true
+		used = true
 		g.open--
 		if a.kind == kindHedge && !a.won {
 			a.won = true

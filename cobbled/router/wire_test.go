@@ -1,7 +1,10 @@
 package router
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,5 +87,60 @@ func TestWireVersions(t *testing.T) {
 	}
 	if got := nodeVersionReads(t, f.metrics[2], pubB); got != 0 {
 		t.Fatalf("after failover: n2 got %v requests for %s", got, pubB)
+	}
+}
+
+// Response.Release gives the answers' buffers back to the pool: concurrent
+// reads that release as they go (with hedges and their losers in flight,
+// both transports) still read exactly the values, and a released response
+// keeps no values.
+func TestResponseRelease(t *testing.T) {
+	c := startCluster(t, nil)
+	ctx := context.Background()
+	for _, tr := range []string{TransportGRPC, TransportWire} {
+		t.Run(tr, func(t *testing.T) {
+			r := newRouter(t, c, func(o *Options) {
+				// Hedge almost at once: losers answer after their request
+				// ended and must not be handed back twice or while in use.
+				o.Transport, o.HedgeInitialDelay, o.HedgeMinDelay, o.HedgeBudget, o.HedgeBurst = tr, time.Microsecond, time.Microsecond, 1, 1000
+			})
+			batches := c.Batches(12)
+			var wg sync.WaitGroup
+			errs := make(chan error, 4)
+			for w := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 40 {
+						keys := batches[(w*40+i)%len(batches)]
+						resp, err := r.Read(ctx, keys, nil)
+						if err != nil {
+							errs <- err
+							return
+						}
+						for j, k := range keys {
+							if x := resp.Results[j]; !x.Found || !bytes.Equal(x.Value, c.Value(k)) {
+								errs <- fmt.Errorf("key %x: found %v, %d bytes, want its %d-byte value", k, x.Found, len(x.Value), len(c.Value(k)))
+								return
+							}
+						}
+						resp.Release()
+						if resp.Results != nil {
+							errs <- fmt.Errorf("Release kept the results")
+							return
+						}
+						resp.Release() // twice is harmless
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			if s := r.Stats(); s.Hedges == 0 || s.Cancelled == 0 {
+				t.Errorf("%d hedges, %d cancelled: the losers' path was not exercised", s.Hedges, s.Cancelled)
+			}
+		})
 	}
 }

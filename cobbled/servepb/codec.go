@@ -41,6 +41,28 @@ func (c ClientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	bufp := decodePool.Get(data.Len())
 	data.CopyTo(*bufp)
+	return DecodePooled(bufp, resp)
+}
+
+var (
+	decodePool = new(BufferPool)
+	pooledMu   sync.Mutex
+	pooled     = map[*BatchGetResponse]*[]byte{}
+)
+
+// PooledBuffer returns a buffer of n bytes (contents unspecified) from the
+// pool behind Release, for a transport that reads a response into it and
+// decodes it with DecodePooled (package wire does). A buffer that is not
+// handed to DecodePooled goes back with PutBuffer, or is simply dropped.
+func PooledBuffer(n int) *[]byte { return decodePool.Get(n) }
+
+// PutBuffer returns a buffer from PooledBuffer that no response aliases.
+func PutBuffer(bufp *[]byte) { decodePool.Put(bufp) }
+
+// DecodePooled decodes *bufp into resp (values alias it) and ties the
+// buffer to resp: Release(resp) returns it to the pool. On error the buffer
+// is returned at once.
+func DecodePooled(bufp *[]byte, resp *BatchGetResponse) error {
 	if err := DecodeBatchGetResponse(*bufp, resp); err != nil {
 		decodePool.Put(bufp)
 		return err
@@ -50,12 +72,6 @@ func (c ClientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	pooledMu.Unlock()
 	return nil
 }
-
-var (
-	decodePool = new(BufferPool)
-	pooledMu   sync.Mutex
-	pooled     = map[*BatchGetResponse]*[]byte{}
-)
 
 // Release returns the buffer behind a response decoded by a Pooled
 // ClientCodec to the pool; its values must not be used afterwards. It is a

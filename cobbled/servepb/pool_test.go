@@ -22,3 +22,25 @@ func TestBufferPool(t *testing.T) {
 		t.Fatalf("class of 2048: cap %d", cap(*b))
 	}
 }
+
+// Every size gets the smallest class at or above it, within 25% above it
+// (from 1 KiB up), and classes are distinct and increasing.
+func TestBufferClasses(t *testing.T) {
+	last := 0
+	for n := 1; n <= 1<<maxShift; n = n*9/8 + 1 {
+		idx, size, ok := class(n)
+		if !ok || size < n || (n > 1<<minShift && float64(size) > 1.25*float64(n)) {
+			t.Fatalf("class(%d) = %d, %d, %v", n, idx, size, ok)
+		}
+		if idx2, size2, _ := class(size); idx2 != idx || size2 != size {
+			t.Fatalf("class(%d) = %d/%d but class(%d) = %d/%d", n, idx, size, size, idx2, size2)
+		}
+		if idx < last || idx >= numClasses {
+			t.Fatalf("class(%d) index %d after %d (of %d)", n, idx, last, numClasses)
+		}
+		last = idx
+	}
+	if _, _, ok := class(1<<maxShift + 1); ok {
+		t.Fatal("a class above the largest")
+	}
+}

@@ -83,7 +83,9 @@ func (c *Client) Close() error {
 }
 
 // BatchGet sends req and waits for the answer or ctx. The response's values
-// alias one buffer read off the connection. Errors are gRPC status errors:
+// alias one buffer read off the connection, taken from servepb's pool:
+// servepb.Release(resp) gives it back once no value is used any more (a
+// response never released is left to the garbage collector). Errors are gRPC status errors:
 // the node's own (same codes and messages as over gRPC), codes.Unavailable
 // for a connection that fails or a peer that breaks the protocol (naming
 // the node's address), and the context's.
@@ -282,11 +284,23 @@ func (cc *cconn) read() {
 			err = fmt.Errorf("wire: peer node %s: a node does not send frames of kind %d (request id %d)", addr, f.kind, f.id)
 		}
 		var buf []byte
+		var bufp *[]byte
 		if err == nil {
 			// One read into the buffer the values will alias: bufio hands
 			// large reads straight to the socket once its buffer is empty.
-			buf = make([]byte, f.n)
+			// A response's buffer comes from servepb's pool (not zeroed,
+			// no fresh pages per response): the caller may give it back
+			// with servepb.Release.
+			if f.kind == KindResponse {
+				bufp = servepb.PooledBuffer(f.n)
+				buf = *bufp
+			} else {
+				buf = make([]byte, f.n)
+			}
 			_, err = io.ReadFull(r, buf)
+			if err != nil && bufp != nil {
+				servepb.PutBuffer(bufp)
+			}
 		}
 		if err != nil {
 			switch {
@@ -307,7 +321,7 @@ func (cc *cconn) read() {
 			res.err = status.Error(codes.Code(binary.BigEndian.Uint32(buf)), string(buf[4:]))
 		} else {
 			resp := new(servepb.BatchGetResponse)
-			if err := servepb.DecodeBatchGetResponse(buf, resp); err != nil {
+			if err := servepb.DecodePooled(bufp, resp); err != nil {
 				cc.fail(status.Errorf(codes.Unavailable, "wire: peer node %s: malformed BatchGetResponse (request id %d): %v", addr, f.id, err))
 				return
 			}
@@ -316,6 +330,8 @@ func (cc *cconn) read() {
 		if cl := cc.take(f.id); cl != nil {
 			cl.stop()
 			cl.done(res.resp, res.err)
-		} // else cancelled by its caller: drop the answer
+		} else if res.resp != nil { // cancelled by its caller: nobody sees the answer
+			servepb.Release(res.resp)
+		}
 	}
 }
