@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -112,6 +113,15 @@ type Options struct {
 	IngestConcurrency int
 	// Deadline per read. The default value is 2s.
 	Deadline time.Duration
+	// Reference, when set, is the command line (argv) that starts the
+	// reference node: a process that runs ServeReferenceIfAsked first (the
+	// pillar CLI, or a test binary's TestMain). The reader then sends every
+	// batch to both nodes in turn (reference.go). The default value nil
+	// runs without one.
+	Reference []string
+	// ProfileDir, when set, gets a Go CPU profile of each window
+	// (cpu-<n>-<mode>-<scenario>.pprof). The default value "" writes none.
+	ProfileDir string
 	// Logger receives progress. The default value discards.
 	Logger *slog.Logger
 	// Quiet hides progress bars. The default value shows them on a terminal.
@@ -208,6 +218,10 @@ type Result struct {
 	Start, End     time.Duration // offsets from the run's start
 	Reads, Errors  int
 	P50, P99, P999 time.Duration
+	// Ref* are the reference node's reads in the same window (at the same
+	// moments; zero without a reference).
+	RefReads                int
+	RefP50, RefP99, RefP999 time.Duration
 	// Idle is the idle window before it (nil for idle windows).
 	Idle *Result `json:"-"`
 	// IngestBytes, IngestTime and MBps: for a snapshot or the floor, its
@@ -244,15 +258,19 @@ type Result struct {
 
 // Report is the outcome of Run.
 type Report struct {
-	Options  Options
-	Started  time.Time
-	Elapsed  time.Duration
-	LoadAvg  [2]string // uptime before and after
-	Results  []*Result
-	Checks   []Check
-	Notes    []string
-	Timeline []Sample `json:"-"`
-	Spans    []Span   `json:"-"`
+	Options Options
+	Started time.Time
+	Elapsed time.Duration
+	LoadAvg [2]string // uptime before and after
+	// Reference: the run read a same-moment reference node.
+	Reference bool
+	Results   []*Result
+	Checks    []Check
+	Notes     []string
+	Timeline  []Sample `json:"-"`
+	// RefTimeline is the reference node's reads (empty without one).
+	RefTimeline []Sample `json:"-"`
+	Spans       []Span   `json:"-"`
 }
 
 // Check is one target of the issue, evaluated.
@@ -299,10 +317,14 @@ type bench struct {
 	deltaPools [][]deltaBatch
 	perBatch   int // updates per delta batch
 
-	mu       sync.Mutex
-	timeline []Sample
-	seq      map[int]int64 // next seq per partition
-	readErr  error
+	ref *reference // nil without one
+
+	mu          sync.Mutex
+	timeline    []Sample
+	refTimeline []Sample
+	windows     int
+	seq         map[int]int64 // next seq per partition
+	readErr     error
 
 	pacerMin atomic.Int64 // lowest adaptive rate seen while sampling
 }
@@ -360,6 +382,17 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	defer conn.Close()
 	b.cli = servepb.NewServeClient(conn)
+	if len(opts.Reference) > 0 {
+		log.Info("ingestbench: starting the reference node", "argv", opts.Reference)
+		ref, err := startReference(ctx, opts.Reference, referenceConfig{Dir: referenceDir(dir), Partitions: opts.Partitions,
+			Keys: opts.Keys, MinValue: opts.MinValue, MaxValue: opts.MaxValue, CacheBytes: opts.CacheBytes})
+		if err != nil {
+			return nil, err
+		}
+		defer ref.close()
+		b.ref = ref
+		rep.Reference = true
+	}
 
 	if err := b.buildSnapshot(ctx, filepath.Join(dir, "build")); err != nil {
 		return nil, err
@@ -387,6 +420,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.LoadAvg[1] = loadAvg()
 	b.mu.Lock()
 	rep.Timeline = b.timeline
+	rep.RefTimeline = b.refTimeline
 	readErr := b.readErr
 	b.mu.Unlock()
 	if err != nil {
@@ -467,6 +501,11 @@ func (b *bench) window(ctx context.Context, mode, scenario string, d time.Durati
 	hBefore := b.histograms()
 	b.pacerMin.Store(0)
 	var nodeP99s []time.Duration
+	stopProfile, err := b.profile(mode, scenario)
+	if err != nil {
+		return nil, err
+	}
+	defer stopProfile()
 	stopSample := b.sampleNode(ctx, res, &nodeP99s)
 	if work == nil {
 		select {
@@ -508,14 +547,47 @@ func (b *bench) window(ctx context.Context, mode, scenario string, d time.Durati
 			}
 		}
 	}
+	var ref []time.Duration
+	for _, s := range b.refTimeline {
+		if s.At >= res.Start && s.At < res.End {
+			ref = append(ref, s.Latency)
+		}
+	}
 	b.mu.Unlock()
 	slices.Sort(res.lat)
 	res.P50, res.P99, res.P999 = pct(res.lat, 0.5), pct(res.lat, 0.99), pct(res.lat, 0.999)
+	slices.Sort(ref)
+	res.RefReads = len(ref)
+	res.RefP50, res.RefP99, res.RefP999 = pct(ref, 0.5), pct(ref, 0.99), pct(ref, 0.999)
 	if len(nodeP99s) > 0 {
 		slices.Sort(nodeP99s)
 		res.nodeP99 = nodeP99s[len(nodeP99s)/2]
 	}
 	return res, nil
+}
+
+// profile starts a CPU profile of the window when Options.ProfileDir is
+// set; the returned function stops it.
+func (b *bench) profile(mode, scenario string) (func(), error) {
+	if b.o.ProfileDir == "" {
+		return func() {}, nil
+	}
+	b.mu.Lock()
+	b.windows++
+	n := b.windows
+	b.mu.Unlock()
+	if err := os.MkdirAll(b.o.ProfileDir, 0o755); err != nil {
+		return nil, fmt.Errorf("ingestbench: profile: %w", err)
+	}
+	f, err := os.Create(filepath.Join(b.o.ProfileDir, fmt.Sprintf("cpu-%02d-%s-%s.pprof", n, mode, scenario)))
+	if err != nil {
+		return nil, fmt.Errorf("ingestbench: profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("ingestbench: profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // sampleNode records, every 250 ms, the node's compaction backlog and its
@@ -789,7 +861,7 @@ func (b *bench) readLoad(ctx context.Context) {
 	defer wg.Wait()
 	rng := rand.New(rand.NewPCG(7, uint64(b.start.UnixNano())))
 	next := time.Now()
-	for ctx.Err() == nil {
+	for k := 0; ctx.Err() == nil; k++ {
 		next = next.Add(interval)
 		if w := time.Until(next); w > 0 {
 			select {
@@ -808,22 +880,35 @@ func (b *bench) readLoad(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			rctx, cancel := context.WithTimeout(context.Background(), b.o.Deadline)
-			t0 := time.Now()
-			resp, err := b.cli.BatchGet(rctx, &servepb.BatchGetRequest{Keys: keys})
-			lat := time.Since(t0)
-			cancel()
-			if err == nil {
-				err = b.verify(keys, resp)
+			// With a reference, both nodes get the batch, in an order
+			// that alternates.
+			if b.ref != nil && k%2 == 1 {
+				b.readOne(b.ref.cli, keys, &b.refTimeline)
 			}
-			b.mu.Lock()
-			b.timeline = append(b.timeline, Sample{At: t0.Sub(b.start), Latency: lat, Failed: err != nil})
-			if err != nil && b.readErr == nil {
-				b.readErr = err
+			b.readOne(b.cli, keys, &b.timeline)
+			if b.ref != nil && k%2 == 0 {
+				b.readOne(b.ref.cli, keys, &b.refTimeline)
 			}
-			b.mu.Unlock()
 		}()
 	}
+}
+
+// readOne sends one BatchGet, verifies it and records it on tl.
+func (b *bench) readOne(cli servepb.ServeClient, keys [][]byte, tl *[]Sample) {
+	rctx, cancel := context.WithTimeout(context.Background(), b.o.Deadline)
+	t0 := time.Now()
+	resp, err := cli.BatchGet(rctx, &servepb.BatchGetRequest{Keys: keys})
+	lat := time.Since(t0)
+	cancel()
+	if err == nil {
+		err = b.verify(keys, resp)
+	}
+	b.mu.Lock()
+	*tl = append(*tl, Sample{At: t0.Sub(b.start), Latency: lat, Failed: err != nil})
+	if err != nil && b.readErr == nil {
+		b.readErr = err
+	}
+	b.mu.Unlock()
 }
 
 func (b *bench) verify(keys [][]byte, resp *servepb.BatchGetResponse) error {
@@ -843,13 +928,19 @@ func (b *bench) verify(keys [][]byte, resp *servepb.BatchGetResponse) error {
 
 // prewarm reads every batch once, so the first idle window is warm.
 func (b *bench) prewarm(ctx context.Context) error {
-	for _, keys := range b.batches {
-		resp, err := b.cli.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys})
-		if err == nil {
-			err = b.verify(keys, resp)
-		}
-		if err != nil {
-			return fmt.Errorf("ingestbench: prewarm: %w", err)
+	clis := []servepb.ServeClient{b.cli}
+	if b.ref != nil {
+		clis = append(clis, b.ref.cli)
+	}
+	for _, cli := range clis {
+		for _, keys := range b.batches {
+			resp, err := cli.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys})
+			if err == nil {
+				err = b.verify(keys, resp)
+			}
+			if err != nil {
+				return fmt.Errorf("ingestbench: prewarm: %w", err)
+			}
 		}
 	}
 	return nil
