@@ -406,6 +406,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 
 	// The steady read load runs for the whole measurement.
 	b.start = time.Now()
+	if b.ref != nil {
+		if err := b.ref.startReader(ctx, opts.Reference, readerConfig{Addrs: []string{c.Members()[0].Addr, b.ref.addr}, Keys: opts.Keys,
+			BatchKeys: opts.BatchKeys, MinValue: opts.MinValue, MaxValue: opts.MaxValue, ReadRate: opts.ReadRate, Deadline: opts.Deadline,
+			Start: b.start.UnixNano()}); err != nil {
+			return nil, err
+		}
+	}
 	lctx, stopLoad := context.WithCancel(ctx)
 	var loadWG sync.WaitGroup
 	loadWG.Add(1)
@@ -870,14 +877,52 @@ func (b *bench) floor(ctx context.Context, res *Result, dir string) error {
 	return ctx.Err()
 }
 
-// readLoad sends ReadRate requests per second (open loop: each at its
-// scheduled time, whatever the previous ones do, at most 64 in flight).
+// readLoad runs the steady read load until ctx ends: in this process
+// against the node alone, or, with a reference, in a reader process of
+// its own against both nodes (reference.go), whose samples it collects.
 func (b *bench) readLoad(ctx context.Context) {
-	interval := time.Second / time.Duration(b.o.ReadRate)
+	if b.ref == nil {
+		runLoad(ctx, []servepb.ServeClient{b.cli}, b.batches, b.o.ReadRate, b.o.Deadline, b.o.MinValue, b.o.MaxValue, b.start,
+			func(_ int, at, lat time.Duration, err error) { b.record(&b.timeline, at, lat, err) })
+		return
+	}
+	err := b.ref.readFrom(ctx, func(i int, at, lat time.Duration, err error) {
+		tl := &b.timeline
+		if i == 1 {
+			tl = &b.refTimeline
+		}
+		b.record(tl, at, lat, err)
+	})
+	if err != nil && ctx.Err() == nil {
+		b.mu.Lock()
+		if b.readErr == nil {
+			b.readErr = err
+		}
+		b.mu.Unlock()
+	}
+}
+
+func (b *bench) record(tl *[]Sample, at, lat time.Duration, err error) {
+	b.mu.Lock()
+	*tl = append(*tl, Sample{At: at, Latency: lat, Failed: err != nil})
+	if err != nil && b.readErr == nil {
+		b.readErr = err
+	}
+	b.mu.Unlock()
+}
+
+// runLoad sends rate batches per second (open loop: each at its scheduled
+// time, whatever the previous ones do, at most 64 in flight), each to
+// every client in turn, the order rotating from one batch to the next;
+// rec gets client index, start (since t0), latency and the verification
+// error of every read.
+func runLoad(ctx context.Context, clis []servepb.ServeClient, batches [][][]byte, rate int, deadline time.Duration, lo, hi int, t0 time.Time,
+	rec func(i int, at, lat time.Duration, err error)) {
+	interval := time.Second / time.Duration(rate)
 	sem := make(chan struct{}, 64)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	rng := rand.New(rand.NewPCG(7, uint64(b.start.UnixNano())))
+	rng := rand.New(rand.NewPCG(7, uint64(t0.UnixNano())))
 	next := time.Now()
 	for k := 0; ctx.Err() == nil; k++ {
 		next = next.Add(interval)
@@ -888,7 +933,7 @@ func (b *bench) readLoad(ctx context.Context) {
 			case <-time.After(w):
 			}
 		}
-		keys := b.batches[rng.IntN(len(b.batches))]
+		keys := batches[rng.IntN(len(batches))]
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -898,38 +943,28 @@ func (b *bench) readLoad(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			// With a reference, both nodes get the batch, in an order
-			// that alternates.
-			if b.ref != nil && k%2 == 1 {
-				b.readOne(b.ref.cli, keys, &b.refTimeline)
-			}
-			b.readOne(b.cli, keys, &b.timeline)
-			if b.ref != nil && k%2 == 0 {
-				b.readOne(b.ref.cli, keys, &b.refTimeline)
+			for j := range clis {
+				i := (k + j) % len(clis)
+				rctx, cancel := context.WithTimeout(context.Background(), deadline)
+				start := time.Now()
+				resp, err := clis[i].BatchGet(rctx, &servepb.BatchGetRequest{Keys: keys})
+				lat := time.Since(start)
+				cancel()
+				if err == nil {
+					err = verifyResp(keys, resp, lo, hi)
+				}
+				rec(i, start.Sub(t0), lat, err)
 			}
 		}()
 	}
 }
 
-// readOne sends one BatchGet, verifies it and records it on tl.
-func (b *bench) readOne(cli servepb.ServeClient, keys [][]byte, tl *[]Sample) {
-	rctx, cancel := context.WithTimeout(context.Background(), b.o.Deadline)
-	t0 := time.Now()
-	resp, err := cli.BatchGet(rctx, &servepb.BatchGetRequest{Keys: keys})
-	lat := time.Since(t0)
-	cancel()
-	if err == nil {
-		err = b.verify(keys, resp)
-	}
-	b.mu.Lock()
-	*tl = append(*tl, Sample{At: t0.Sub(b.start), Latency: lat, Failed: err != nil})
-	if err != nil && b.readErr == nil {
-		b.readErr = err
-	}
-	b.mu.Unlock()
+func (b *bench) verify(keys [][]byte, resp *servepb.BatchGetResponse) error {
+	return verifyResp(keys, resp, b.o.MinValue, b.o.MaxValue)
 }
 
-func (b *bench) verify(keys [][]byte, resp *servepb.BatchGetResponse) error {
+// verifyResp checks that every key was found with its value's length.
+func verifyResp(keys [][]byte, resp *servepb.BatchGetResponse, lo, hi int) error {
 	if len(resp.Results) != len(keys) {
 		return fmt.Errorf("%d results for %d keys", len(resp.Results), len(keys))
 	}
@@ -937,7 +972,7 @@ func (b *bench) verify(keys [][]byte, resp *servepb.BatchGetResponse) error {
 		if !r.Found {
 			return fmt.Errorf("key %x not found (%s %s)", keys[i], r.Status, r.Error)
 		}
-		if want := cluster.ValueLen(keys[i], b.o.MinValue, b.o.MaxValue); len(r.Value) != want {
+		if want := cluster.ValueLen(keys[i], lo, hi); len(r.Value) != want {
 			return fmt.Errorf("key %x: %d bytes, want %d", keys[i], len(r.Value), want)
 		}
 	}

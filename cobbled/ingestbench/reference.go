@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -21,22 +22,37 @@ import (
 )
 
 // The reference node: a second node, in a process of its own, holding the
-// same data set and ingesting nothing. The reader sends every batch to both
-// nodes in turn (the order alternates), so the reference's latencies are
-// taken at the same moments as the measured node's and share the machine's
-// noise; only the measured node's process ingests. On a machine that other
-// work keeps busy, an idle window before and after an ingest is a different
-// moment of that noise, which is why the targets are also judged against
-// the reference (see Report.evaluate). What the reference does not remove:
-// the reader (client) lives in the measured node's process, so ingest CPU
-// there slows the decoding of the reference's answers too, and on an
-// otherwise idle machine the measured process's ingest takes cores from
-// the reference's process; both make the reference ratio understate
-// ingest's cost, which is why the idle-window ratio is kept beside it.
+// same data set and ingesting nothing; and the reader, a third process
+// that sends every batch to both nodes in turn (the order alternates) and
+// streams each read's start and latency back. So the reference's
+// latencies are taken at the same moments as the measured node's and share
+// the machine's noise, and the two node processes differ only in that one
+// ingests (with the reader in the measured node's process, that node was
+// 1.0–1.9× slower than the reference even when idle: it also decoded both
+// nodes' answers). On a machine other work keeps busy, an idle window
+// before and after an ingest is a different moment of that noise, which is
+// why the targets are also judged against the reference (see
+// Report.evaluate). What the reference does not remove: on an otherwise
+// idle machine the measured process's ingest takes cores from the other
+// two processes as well, which makes the reference ratio understate
+// ingest's cost; the idle-window ratio is kept beside it.
 
-// referenceEnv names the environment variable that turns a process into
-// the reference node: it holds the JSON referenceConfig.
-const referenceEnv = "PILLAR_INGESTBENCH_REFERENCE"
+// referenceEnv and readerEnv name the environment variables that turn a
+// process into the reference node or the reader: they hold the JSON
+// referenceConfig or readerConfig.
+const (
+	referenceEnv = "PILLAR_INGESTBENCH_REFERENCE"
+	readerEnv    = "PILLAR_INGESTBENCH_READER"
+)
+
+type readerConfig struct {
+	Addrs                        []string // measured node, reference
+	Seed                         uint64   // the data set's (cluster.Options.Seed)
+	Keys, BatchKeys              int
+	MinValue, MaxValue, ReadRate int
+	Deadline                     time.Duration
+	Start                        int64 // the run's t0, Unix ns
+}
 
 type referenceConfig struct {
 	Dir                string
@@ -52,6 +68,9 @@ type referenceConfig struct {
 // Options.Reference re-executes (the CLI, a test binary's TestMain) call it
 // first.
 func ServeReferenceIfAsked() (bool, error) {
+	if js := os.Getenv(readerEnv); js != "" {
+		return true, serveReader(js)
+	}
 	js := os.Getenv(referenceEnv)
 	if js == "" {
 		return false, nil
@@ -73,12 +92,75 @@ func ServeReferenceIfAsked() (bool, error) {
 	return true, nil
 }
 
-// reference is the parent's handle on the reference process.
+// serveReader runs the read load against the configured nodes, writing
+// one line per read to stdout ("<node index> <start ns since t0> <latency
+// ns> <error or ->"), until stdin is closed.
+func serveReader(js string) error {
+	var rc readerConfig
+	if err := json.Unmarshal([]byte(js), &rc); err != nil {
+		return fmt.Errorf("ingestbench: reader: %s: %w", readerEnv, err)
+	}
+	var clis []servepb.ServeClient
+	for _, a := range rc.Addrs {
+		conn, err := grpc.NewClient(a, append(servepb.DialOptions(0), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+		if err != nil {
+			return fmt.Errorf("ingestbench: reader: %w", err)
+		}
+		defer conn.Close()
+		clis = append(clis, servepb.NewServeClient(conn))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { io.Copy(io.Discard, os.Stdin); cancel() }()
+	out := bufio.NewWriter(os.Stdout)
+	var mu sync.Mutex
+	flush := time.NewTicker(100 * time.Millisecond)
+	defer flush.Stop()
+	go func() {
+		for range flush.C {
+			mu.Lock()
+			out.Flush()
+			mu.Unlock()
+		}
+	}()
+	runLoad(ctx, clis, readerBatches(rc), rc.ReadRate, rc.Deadline, rc.MinValue, rc.MaxValue, time.Unix(0, rc.Start),
+		func(i int, at, lat time.Duration, err error) {
+			e := "-"
+			if err != nil {
+				e = strings.ReplaceAll(err.Error(), "\n", " ")
+			}
+			mu.Lock()
+			fmt.Fprintf(out, "%d %d %d %s\n", i, int64(at), int64(lat), e)
+			mu.Unlock()
+		})
+	mu.Lock()
+	defer mu.Unlock()
+	return out.Flush()
+}
+
+// readerBatches are the data set's request batches, as
+// cluster.Cluster.Batches cuts them.
+func readerBatches(rc readerConfig) [][][]byte {
+	var out [][][]byte
+	for i := 0; i+rc.BatchKeys <= rc.Keys; i += rc.BatchKeys {
+		var b [][]byte
+		for j := range rc.BatchKeys {
+			b = append(b, cluster.KeyOf(rc.Seed, i+j))
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// reference is the parent's handle on the reference and reader processes.
 type reference struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	conn  *grpc.ClientConn
-	cli   servepb.ServeClient
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	addr   string
+	conn   *grpc.ClientConn
+	cli    servepb.ServeClient
+	reader *exec.Cmd
+	rIn    io.WriteCloser
+	rOut   io.ReadCloser
 }
 
 // startReference starts the reference process with argv and waits for its
@@ -125,6 +207,7 @@ func startReference(ctx context.Context, argv []string, rc referenceConfig) (*re
 		r.close()
 		return nil, errors.New("ingestbench: reference: the process printed no address")
 	}
+	r.addr = a
 	r.conn, err = grpc.NewClient(a, append(servepb.DialOptions(0), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		r.close()
@@ -134,7 +217,71 @@ func startReference(ctx context.Context, argv []string, rc referenceConfig) (*re
 	return r, nil
 }
 
+// startReader starts the reader process with argv.
+func (r *reference) startReader(ctx context.Context, argv []string, rc readerConfig) error {
+	if rc.Seed == 0 {
+		rc.Seed = 1 // cluster.Options' default, which the bench uses
+	}
+	js, err := json.Marshal(rc)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), readerEnv+"="+string(js))
+	cmd.Stderr = os.Stderr
+	if r.rIn, err = cmd.StdinPipe(); err != nil {
+		return err
+	}
+	if r.rOut, err = cmd.StdoutPipe(); err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("ingestbench: reader: %w", err)
+	}
+	r.reader = cmd
+	return nil
+}
+
+// readFrom passes every read the reader reports to rec until ctx ends,
+// then stops the reader and returns once its last report is in.
+func (r *reference) readFrom(ctx context.Context, rec func(i int, at, lat time.Duration, err error)) error {
+	stop := context.AfterFunc(ctx, func() { r.rIn.Close() })
+	defer stop()
+	sc := bufio.NewScanner(r.rOut)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var i int
+		var at, lat int64
+		var e string
+		if _, err := fmt.Sscanf(sc.Text(), "%d %d %d", &i, &at, &lat); err != nil {
+			return fmt.Errorf("ingestbench: reader: line %q: %w", sc.Text(), err)
+		}
+		if f := strings.SplitN(sc.Text(), " ", 4); len(f) == 4 {
+			e = f[3]
+		}
+		var err error
+		if e != "-" {
+			err = errors.New(e)
+		}
+		rec(i, time.Duration(at), time.Duration(lat), err)
+	}
+	r.rIn.Close()
+	werr := r.reader.Wait()
+	r.reader = nil
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("ingestbench: reader: %w", err)
+	}
+	if werr != nil {
+		return fmt.Errorf("ingestbench: reader: %w", werr)
+	}
+	return nil
+}
+
 func (r *reference) close() {
+	if r.reader != nil { // readFrom never ran
+		r.rIn.Close()
+		r.reader.Wait()
+	}
 	if r.conn != nil {
 		r.conn.Close()
 	}
