@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -68,10 +69,17 @@ is visible, throttle waits and the compaction backlog. Writes results.md (table 
 issue's targets), results.json and latency-timeline.png (latency over time, ingest
 windows shaded) to --out, and prints the table. Needs about 3× --snapshot of disk.
 
+With --reference (the default) a second node, in a child process (this command run
+again), holds the same data and ingests nothing; every batch is also sent to it, the
+order alternating, so each window also has the reference's p99 at the same moments:
+on a machine other work keeps busy, that separates ingest's cost from the machine's
+noise better than idle windows before and after, which are other moments.
+
 Examples:
    pillar bench ingest --out bench-out/ingest                       # 1 GiB snapshot (several minutes)
    pillar bench ingest --out /tmp/ingest --snapshot 128MiB --phase 4s  # quick look
-   pillar bench ingest --out /tmp/ingest --modes paced --target 3ms --compaction-rate 64`,
+   pillar bench ingest --out /tmp/ingest --modes paced --target 3ms --compaction-rate 64
+   pillar bench ingest --out /tmp/ingest --snapshot 256MiB --reference=false   # idle windows only`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: "bench-out/ingest", Usage: "folder for results.md, results.json and latency-timeline.png"},
 			&cli.StringFlag{Name: "data", Usage: "folder for the node's data and object store (default: a temporary folder, removed afterwards)"},
@@ -92,6 +100,8 @@ Examples:
 			&cli.BoolFlag{Name: "compaction-normal-priority", Usage: "node's compaction threads at normal CPU and I/O priority (default: nice 19, idle I/O class), both modes"},
 			&cli.StringFlag{Name: "cache", Value: "256MiB", Usage: "node's block cache"},
 			&cli.IntFlag{Name: "ingest-concurrency", Usage: "node's --ingest-concurrency (default: --delta-partitions + 1; snapshots get 1 slot)"},
+			&cli.BoolFlag{Name: "reference", Value: true, Usage: "also read, at the same moments, a reference node in a child process that holds the same data and ingests nothing (judges ratios against the machine's noise as well as against the idle windows)"},
+			&cli.StringFlag{Name: "cpuprofile-dir", Hidden: true, Usage: "write a Go CPU profile of every window into this folder"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON (results.json and results.md are written either way)"},
 		},
 		Action: benchIngest,
@@ -99,6 +109,10 @@ Examples:
 }
 
 func benchIngest(c *cli.Context) error {
+	// The reference node is this command re-executed (--reference).
+	if child, err := ingestbench.ServeReferenceIfAsked(); child {
+		return err
+	}
 	snap, err := bytesize.ParseFlag("snapshot", c.String("snapshot"))
 	if err != nil {
 		return err
@@ -121,6 +135,14 @@ func benchIngest(c *cli.Context) error {
 		DeltaPartitions: c.Int("delta-partitions"), DeltaInterval: c.Duration("delta-interval"), Modes: modes,
 		TargetRatio: c.Float64("target-ratio"), Target: c.Duration("target"), MinRate: int64(c.Float64("min-rate") * 1e6), CacheBytes: cache, IngestConcurrency: c.Int("ingest-concurrency"),
 		Background: rocks.Background{CompactionRate: int64(c.Float64("compaction-rate") * 1e6), NormalPriority: c.Bool("compaction-normal-priority")}, Logger: logger()}
+	o.ProfileDir = c.String("cpuprofile-dir")
+	if c.Bool("reference") {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--reference: %w", err)
+		}
+		o.Reference = []string{exe, "bench", "ingest"}
+	}
 	rep, err := ingestbench.Run(c.Context, o)
 	if err != nil {
 		return err

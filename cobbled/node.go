@@ -494,7 +494,7 @@ func (n *Node) download(ctx context.Context, p *partition, b *Batch) (_ []string
 		if err := n.fetchFile(ctx, key, path, f); err != nil {
 			return nil, fmt.Errorf("cobbled: partition %d: batch %s: %s: %w", p.id, m.ID, key, err)
 		}
-		if _, err := sstverify.Verify(path); err != nil {
+		if err := n.verifySST(ctx, path); err != nil { // pace.go
 			if errors.Is(err, sstverify.ErrCorrupt) {
 				err = fmt.Errorf("%w: %w", ErrCorruptSST, err)
 			}

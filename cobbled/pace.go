@@ -10,6 +10,7 @@ import (
 
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/pace"
+	"github.com/pillarkit/pillar/internal/sstverify"
 )
 
 // Ingest pacing: the hook around the download and ingest step. Every batch
@@ -99,6 +100,17 @@ func (p pacedObjects) Get(ctx context.Context, key string) (io.ReadCloser, error
 		io.Reader
 		io.Closer
 	}{p.l.Reader(ctx, rc, class), rc}, nil
+}
+
+// verifySST verifies every block checksum of the staged SST at path
+// (internal/sstverify). A snapshot's verification under the adaptive mode
+// (pace.Limiter.LowPriority) runs on a thread of its own at nice 19 and
+// idle I/O class (pace.RunLow): it is one long C call that reads the whole
+// file again, a burst of CPU and I/O the byte pacing of the download does
+// not cover. Deltas and unpaced snapshots verify at normal priority.
+func (n *Node) verifySST(ctx context.Context, path string) error {
+	class, _ := ctx.Value(paceClassKey{}).(pace.Class)
+	return n.pacer.RunClass(class, func() error { _, err := sstverify.Verify(path); return err })
 }
 
 // CompactionStats sums RocksDB's compaction backlog over held partitions.

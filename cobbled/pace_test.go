@@ -43,7 +43,9 @@ func TestPacedApply(t *testing.T) {
 	delta := writeBatch(t, objects, parts, p, "d-02", batch.KindDelta, deltaOps, 0)
 	metrics := NewMetrics()
 	n := openTestNode(t, dir, objects, parts, func(o *Options) {
-		o.Pace = pace.Options{Rate: 16 << 20, Burst: 64 << 10}
+		// Adaptive on (a target no read reaches): the snapshot's
+		// verification runs deprioritised (pace.RunClass).
+		o.Pace = pace.Options{Rate: 16 << 20, Burst: 64 << 10, TargetP99: time.Hour}
 		o.Background = rocks.Background{CompactionRate: 8 << 20}
 		o.Metrics = metrics
 	})
@@ -60,6 +62,9 @@ func TestPacedApply(t *testing.T) {
 	}
 	if got, want := s.Class[pace.Fresh].Bytes, manifestBytes(delta); got != want {
 		t.Fatalf("delta bytes through the pacer %d, want %d", got, want)
+	}
+	if s.Class[pace.Bulk].LowRuns != int64(len(snap.Files)) || s.Class[pace.Fresh].LowRuns != 0 {
+		t.Fatalf("verifications run deprioritised: snapshot %d (want one per file, %d), delta %d (want 0)", s.Class[pace.Bulk].LowRuns, len(snap.Files), s.Class[pace.Fresh].LowRuns)
 	}
 	if s.Class[pace.Bulk].Waits == 0 || s.Rate != 16<<20 {
 		t.Fatalf("a %d-byte snapshot at 16 MiB/s with a 64 KiB burst never waited: %+v", manifestBytes(snap), s)

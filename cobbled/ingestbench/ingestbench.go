@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -112,6 +113,15 @@ type Options struct {
 	IngestConcurrency int
 	// Deadline per read. The default value is 2s.
 	Deadline time.Duration
+	// Reference, when set, is the command line (argv) that starts the
+	// reference node: a process that runs ServeReferenceIfAsked first (the
+	// pillar CLI, or a test binary's TestMain). The reader then sends every
+	// batch to both nodes in turn (reference.go). The default value nil
+	// runs without one.
+	Reference []string
+	// ProfileDir, when set, gets a Go CPU profile of each window
+	// (cpu-<n>-<mode>-<scenario>.pprof). The default value "" writes none.
+	ProfileDir string
 	// Logger receives progress. The default value discards.
 	Logger *slog.Logger
 	// Quiet hides progress bars. The default value shows them on a terminal.
@@ -208,6 +218,10 @@ type Result struct {
 	Start, End     time.Duration // offsets from the run's start
 	Reads, Errors  int
 	P50, P99, P999 time.Duration
+	// Ref* are the reference node's reads in the same window (at the same
+	// moments; zero without a reference).
+	RefReads                int
+	RefP50, RefP99, RefP999 time.Duration
 	// Idle is the idle window before it (nil for idle windows).
 	Idle *Result `json:"-"`
 	// IngestBytes, IngestTime and MBps: for a snapshot or the floor, its
@@ -244,15 +258,19 @@ type Result struct {
 
 // Report is the outcome of Run.
 type Report struct {
-	Options  Options
-	Started  time.Time
-	Elapsed  time.Duration
-	LoadAvg  [2]string // uptime before and after
-	Results  []*Result
-	Checks   []Check
-	Notes    []string
-	Timeline []Sample `json:"-"`
-	Spans    []Span   `json:"-"`
+	Options Options
+	Started time.Time
+	Elapsed time.Duration
+	LoadAvg [2]string // uptime before and after
+	// Reference: the run read a same-moment reference node.
+	Reference bool
+	Results   []*Result
+	Checks    []Check
+	Notes     []string
+	Timeline  []Sample `json:"-"`
+	// RefTimeline is the reference node's reads (empty without one).
+	RefTimeline []Sample `json:"-"`
+	Spans       []Span   `json:"-"`
 }
 
 // Check is one target of the issue, evaluated.
@@ -299,10 +317,14 @@ type bench struct {
 	deltaPools [][]deltaBatch
 	perBatch   int // updates per delta batch
 
-	mu       sync.Mutex
-	timeline []Sample
-	seq      map[int]int64 // next seq per partition
-	readErr  error
+	ref *reference // nil without one
+
+	mu          sync.Mutex
+	timeline    []Sample
+	refTimeline []Sample
+	windows     int
+	seq         map[int]int64 // next seq per partition
+	readErr     error
 
 	pacerMin atomic.Int64 // lowest adaptive rate seen while sampling
 }
@@ -360,6 +382,17 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	defer conn.Close()
 	b.cli = servepb.NewServeClient(conn)
+	if len(opts.Reference) > 0 {
+		log.Info("ingestbench: starting the reference node", "argv", opts.Reference)
+		ref, err := startReference(ctx, opts.Reference, referenceConfig{Dir: referenceDir(dir), Partitions: opts.Partitions,
+			Keys: opts.Keys, MinValue: opts.MinValue, MaxValue: opts.MaxValue, CacheBytes: opts.CacheBytes})
+		if err != nil {
+			return nil, err
+		}
+		defer ref.close()
+		b.ref = ref
+		rep.Reference = true
+	}
 
 	if err := b.buildSnapshot(ctx, filepath.Join(dir, "build")); err != nil {
 		return nil, err
@@ -373,6 +406,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 
 	// The steady read load runs for the whole measurement.
 	b.start = time.Now()
+	if b.ref != nil {
+		if err := b.ref.startReader(ctx, opts.Reference, readerConfig{Addrs: []string{c.Members()[0].Addr, b.ref.addr}, Keys: opts.Keys,
+			BatchKeys: opts.BatchKeys, MinValue: opts.MinValue, MaxValue: opts.MaxValue, ReadRate: opts.ReadRate, Deadline: opts.Deadline,
+			Start: b.start.UnixNano()}); err != nil {
+			return nil, err
+		}
+	}
 	lctx, stopLoad := context.WithCancel(ctx)
 	var loadWG sync.WaitGroup
 	loadWG.Add(1)
@@ -387,6 +427,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.LoadAvg[1] = loadAvg()
 	b.mu.Lock()
 	rep.Timeline = b.timeline
+	rep.RefTimeline = b.refTimeline
 	readErr := b.readErr
 	b.mu.Unlock()
 	if err != nil {
@@ -467,6 +508,11 @@ func (b *bench) window(ctx context.Context, mode, scenario string, d time.Durati
 	hBefore := b.histograms()
 	b.pacerMin.Store(0)
 	var nodeP99s []time.Duration
+	stopProfile, err := b.profile(mode, scenario)
+	if err != nil {
+		return nil, err
+	}
+	defer stopProfile()
 	stopSample := b.sampleNode(ctx, res, &nodeP99s)
 	if work == nil {
 		select {
@@ -508,14 +554,47 @@ func (b *bench) window(ctx context.Context, mode, scenario string, d time.Durati
 			}
 		}
 	}
+	var ref []time.Duration
+	for _, s := range b.refTimeline {
+		if s.At >= res.Start && s.At < res.End {
+			ref = append(ref, s.Latency)
+		}
+	}
 	b.mu.Unlock()
 	slices.Sort(res.lat)
 	res.P50, res.P99, res.P999 = pct(res.lat, 0.5), pct(res.lat, 0.99), pct(res.lat, 0.999)
+	slices.Sort(ref)
+	res.RefReads = len(ref)
+	res.RefP50, res.RefP99, res.RefP999 = pct(ref, 0.5), pct(ref, 0.99), pct(ref, 0.999)
 	if len(nodeP99s) > 0 {
 		slices.Sort(nodeP99s)
 		res.nodeP99 = nodeP99s[len(nodeP99s)/2]
 	}
 	return res, nil
+}
+
+// profile starts a CPU profile of the window when Options.ProfileDir is
+// set; the returned function stops it.
+func (b *bench) profile(mode, scenario string) (func(), error) {
+	if b.o.ProfileDir == "" {
+		return func() {}, nil
+	}
+	b.mu.Lock()
+	b.windows++
+	n := b.windows
+	b.mu.Unlock()
+	if err := os.MkdirAll(b.o.ProfileDir, 0o755); err != nil {
+		return nil, fmt.Errorf("ingestbench: profile: %w", err)
+	}
+	f, err := os.Create(filepath.Join(b.o.ProfileDir, fmt.Sprintf("cpu-%02d-%s-%s.pprof", n, mode, scenario)))
+	if err != nil {
+		return nil, fmt.Errorf("ingestbench: profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("ingestbench: profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // sampleNode records, every 250 ms, the node's compaction backlog and its
@@ -655,7 +734,7 @@ func (b *bench) applySnapshot(ctx context.Context, res *Result) error {
 // d, or until until is closed if that is later.
 func (b *bench) streamDeltas(ctx context.Context, res *Result, d time.Duration, until <-chan struct{}) error {
 	start := time.Now()
-	var wg sync.WaitGroup
+	var wg, checks sync.WaitGroup
 	errs := make([]error, b.o.DeltaPartitions)
 	var mu sync.Mutex
 	var bytes int64
@@ -667,7 +746,10 @@ func (b *bench) streamDeltas(ctx context.Context, res *Result, d time.Duration, 
 			defer wg.Done()
 			// Batch k is due at start + k×interval (staggered by partition);
 			// if the previous one is still applying, it is late, and the
-			// lateness counts in its visibility.
+			// lateness counts in its visibility. A batch of the pool used
+			// again (a stream longer than Phase, or the second mode) finds
+			// its marker there already: its read only confirms that Apply,
+			// which is synchronous, has returned.
 			for k := 0; ; k++ {
 				due := start.Add(time.Duration(k)*b.o.DeltaInterval + time.Duration(i)*b.o.DeltaInterval/time.Duration(b.o.DeltaPartitions))
 				if due.Sub(start) >= d && !open(until) {
@@ -676,31 +758,46 @@ func (b *bench) streamDeltas(ctx context.Context, res *Result, d time.Duration, 
 				if w := time.Until(due); w > 0 {
 					select {
 					case <-ctx.Done():
-						errs[i] = ctx.Err()
+						mu.Lock()
+						errs[i] = errors.Join(errs[i], ctx.Err())
+						mu.Unlock()
 						return
 					case <-time.After(w):
 					}
 				}
 				db := pool[k%len(pool)]
 				if err := b.node.Apply(ctx, cobbled.Batch{Seq: b.nextSeq(p), Manifest: db.m}); err != nil {
-					errs[i] = fmt.Errorf("delta partition %d: %w", p, err)
+					mu.Lock()
+					errs[i] = errors.Join(errs[i], fmt.Errorf("delta partition %d: %w", p, err))
+					mu.Unlock()
 					return
 				}
-				if err := b.waitVisible(ctx, db.marker); err != nil {
-					errs[i] = fmt.Errorf("delta partition %d: %w", p, err)
-					return
-				}
-				vis := time.Since(due)
-				mu.Lock()
-				res.deltaVisible = append(res.deltaVisible, vis)
-				res.DeltaBatches++
-				res.Updates += db.updates
-				bytes += manifestBytes(&db.m)
-				mu.Unlock()
+				// The reader that confirms the batch runs beside the
+				// stream: a producer does not wait for readers, so the
+				// confirming read's own latency must not delay the next
+				// batch (it did before, and its queueing counted as lag).
+				checks.Add(1)
+				go func() {
+					defer checks.Done()
+					if err := b.waitVisible(ctx, db.marker); err != nil {
+						mu.Lock()
+						errs[i] = errors.Join(errs[i], fmt.Errorf("delta partition %d: %w", p, err))
+						mu.Unlock()
+						return
+					}
+					vis := time.Since(due)
+					mu.Lock()
+					res.deltaVisible = append(res.deltaVisible, vis)
+					res.DeltaBatches++
+					res.Updates += db.updates
+					bytes += manifestBytes(&db.m)
+					mu.Unlock()
+				}()
 			}
 		}()
 	}
 	wg.Wait()
+	checks.Wait()
 	elapsed := time.Since(start)
 	res.IngestBytes += bytes
 	if res.IngestTime == 0 { // not also a snapshot (c)
@@ -780,16 +877,54 @@ func (b *bench) floor(ctx context.Context, res *Result, dir string) error {
 	return ctx.Err()
 }
 
-// readLoad sends ReadRate requests per second (open loop: each at its
-// scheduled time, whatever the previous ones do, at most 64 in flight).
+// readLoad runs the steady read load until ctx ends: in this process
+// against the node alone, or, with a reference, in a reader process of
+// its own against both nodes (reference.go), whose samples it collects.
 func (b *bench) readLoad(ctx context.Context) {
-	interval := time.Second / time.Duration(b.o.ReadRate)
+	if b.ref == nil {
+		runLoad(ctx, []servepb.ServeClient{b.cli}, b.batches, b.o.ReadRate, b.o.Deadline, b.o.MinValue, b.o.MaxValue, b.start,
+			func(_ int, at, lat time.Duration, err error) { b.record(&b.timeline, at, lat, err) })
+		return
+	}
+	err := b.ref.readFrom(ctx, func(i int, at, lat time.Duration, err error) {
+		tl := &b.timeline
+		if i == 1 {
+			tl = &b.refTimeline
+		}
+		b.record(tl, at, lat, err)
+	})
+	if err != nil && ctx.Err() == nil {
+		b.mu.Lock()
+		if b.readErr == nil {
+			b.readErr = err
+		}
+		b.mu.Unlock()
+	}
+}
+
+func (b *bench) record(tl *[]Sample, at, lat time.Duration, err error) {
+	b.mu.Lock()
+	*tl = append(*tl, Sample{At: at, Latency: lat, Failed: err != nil})
+	if err != nil && b.readErr == nil {
+		b.readErr = err
+	}
+	b.mu.Unlock()
+}
+
+// runLoad sends rate batches per second (open loop: each at its scheduled
+// time, whatever the previous ones do, at most 64 in flight), each to
+// every client in turn, the order rotating from one batch to the next;
+// rec gets client index, start (since t0), latency and the verification
+// error of every read.
+func runLoad(ctx context.Context, clis []servepb.ServeClient, batches [][][]byte, rate int, deadline time.Duration, lo, hi int, t0 time.Time,
+	rec func(i int, at, lat time.Duration, err error)) {
+	interval := time.Second / time.Duration(rate)
 	sem := make(chan struct{}, 64)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	rng := rand.New(rand.NewPCG(7, uint64(b.start.UnixNano())))
+	rng := rand.New(rand.NewPCG(7, uint64(t0.UnixNano())))
 	next := time.Now()
-	for ctx.Err() == nil {
+	for k := 0; ctx.Err() == nil; k++ {
 		next = next.Add(interval)
 		if w := time.Until(next); w > 0 {
 			select {
@@ -798,7 +933,7 @@ func (b *bench) readLoad(ctx context.Context) {
 			case <-time.After(w):
 			}
 		}
-		keys := b.batches[rng.IntN(len(b.batches))]
+		keys := batches[rng.IntN(len(batches))]
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -808,25 +943,28 @@ func (b *bench) readLoad(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			rctx, cancel := context.WithTimeout(context.Background(), b.o.Deadline)
-			t0 := time.Now()
-			resp, err := b.cli.BatchGet(rctx, &servepb.BatchGetRequest{Keys: keys})
-			lat := time.Since(t0)
-			cancel()
-			if err == nil {
-				err = b.verify(keys, resp)
+			for j := range clis {
+				i := (k + j) % len(clis)
+				rctx, cancel := context.WithTimeout(context.Background(), deadline)
+				start := time.Now()
+				resp, err := clis[i].BatchGet(rctx, &servepb.BatchGetRequest{Keys: keys})
+				lat := time.Since(start)
+				cancel()
+				if err == nil {
+					err = verifyResp(keys, resp, lo, hi)
+				}
+				rec(i, start.Sub(t0), lat, err)
 			}
-			b.mu.Lock()
-			b.timeline = append(b.timeline, Sample{At: t0.Sub(b.start), Latency: lat, Failed: err != nil})
-			if err != nil && b.readErr == nil {
-				b.readErr = err
-			}
-			b.mu.Unlock()
 		}()
 	}
 }
 
 func (b *bench) verify(keys [][]byte, resp *servepb.BatchGetResponse) error {
+	return verifyResp(keys, resp, b.o.MinValue, b.o.MaxValue)
+}
+
+// verifyResp checks that every key was found with its value's length.
+func verifyResp(keys [][]byte, resp *servepb.BatchGetResponse, lo, hi int) error {
 	if len(resp.Results) != len(keys) {
 		return fmt.Errorf("%d results for %d keys", len(resp.Results), len(keys))
 	}
@@ -834,7 +972,7 @@ func (b *bench) verify(keys [][]byte, resp *servepb.BatchGetResponse) error {
 		if !r.Found {
 			return fmt.Errorf("key %x not found (%s %s)", keys[i], r.Status, r.Error)
 		}
-		if want := cluster.ValueLen(keys[i], b.o.MinValue, b.o.MaxValue); len(r.Value) != want {
+		if want := cluster.ValueLen(keys[i], lo, hi); len(r.Value) != want {
 			return fmt.Errorf("key %x: %d bytes, want %d", keys[i], len(r.Value), want)
 		}
 	}
@@ -843,13 +981,19 @@ func (b *bench) verify(keys [][]byte, resp *servepb.BatchGetResponse) error {
 
 // prewarm reads every batch once, so the first idle window is warm.
 func (b *bench) prewarm(ctx context.Context) error {
-	for _, keys := range b.batches {
-		resp, err := b.cli.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys})
-		if err == nil {
-			err = b.verify(keys, resp)
-		}
-		if err != nil {
-			return fmt.Errorf("ingestbench: prewarm: %w", err)
+	clis := []servepb.ServeClient{b.cli}
+	if b.ref != nil {
+		clis = append(clis, b.ref.cli)
+	}
+	for _, cli := range clis {
+		for _, keys := range b.batches {
+			resp, err := cli.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys})
+			if err == nil {
+				err = b.verify(keys, resp)
+			}
+			if err != nil {
+				return fmt.Errorf("ingestbench: prewarm: %w", err)
+			}
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package ingestbench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,6 +10,28 @@ import (
 	"testing"
 	"time"
 )
+
+// TestMain lets the test binary be the reference node (Options.Reference).
+func TestMain(m *testing.M) {
+	if child, err := ServeReferenceIfAsked(); child {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// selfReference is the command line that starts this test binary as the
+// reference node.
+func selfReference(t testing.TB) []string {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{exe, "-test.run=^$"}
+}
 
 // TestRunSmall runs every scenario at toy sizes and checks the report's
 // shape (not its figures: this is not a benchmark).
@@ -19,14 +42,15 @@ func TestRunSmall(t *testing.T) {
 	out := t.TempDir()
 	rep, err := Run(context.Background(), Options{Out: out, Dir: t.TempDir(), Partitions: 4, Keys: 240, MaxValue: 20 << 10,
 		CacheBytes: 16 << 20, ReadRate: 50, Phase: 400 * time.Millisecond, Settle: 100 * time.Millisecond, SnapshotBytes: 8 << 20,
-		DeltaPartitions: 2, UpdatesPerSec: 200, DeltaInterval: 100 * time.Millisecond, Quiet: true})
+		DeltaPartitions: 2, UpdatesPerSec: 200, DeltaInterval: 100 * time.Millisecond, Quiet: true, Reference: selfReference(t),
+		ProfileDir: filepath.Join(out, "profiles")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mode := range []string{Unpaced, Paced} {
 		for _, s := range []string{Snapshot, Deltas, Both} {
 			x := rep.Result(mode, s)
-			if x == nil || x.Reads == 0 || x.Errors != 0 || x.Idle == nil || x.P99 == 0 {
+			if x == nil || x.Reads == 0 || x.Errors != 0 || x.Idle == nil || x.P99 == 0 || x.RefReads == 0 || x.RefP99 == 0 {
 				t.Fatalf("%s %s: %+v", mode, s, x)
 			}
 			if s != Deltas && (x.SnapshotVisible == 0 || x.MBps == 0) {
@@ -40,7 +64,10 @@ func TestRunSmall(t *testing.T) {
 	if f := rep.Result(Unpaced, Floor); f == nil || f.MBps == 0 || rep.FloorMBps() == 0 {
 		t.Fatalf("floor: %+v", f)
 	}
-	if len(rep.Checks) != 8 {
+	if profs, _ := filepath.Glob(filepath.Join(out, "profiles", "cpu-*.pprof")); len(profs) != len(rep.Results) {
+		t.Fatalf("%d profiles for %d windows", len(profs), len(rep.Results))
+	}
+	if len(rep.Checks) != 11 {
 		t.Fatalf("%d checks: %+v", len(rep.Checks), rep.Checks)
 	}
 	for _, f := range []string{"results.md", "results.json", "latency-timeline.png"} {
@@ -67,7 +94,7 @@ func TestValidate(t *testing.T) {
 //
 //	INGESTBENCH_SNAPSHOT_MB=1024 go test -run '^$' -bench Ingest -benchtime 1x ./cobbled/ingestbench/
 func BenchmarkIngest(b *testing.B) {
-	o := Options{SnapshotBytes: 128 << 20, Phase: 4 * time.Second, Quiet: true}
+	o := Options{SnapshotBytes: 128 << 20, Phase: 4 * time.Second, Quiet: true, Reference: selfReference(b)}
 	if v, err := strconv.Atoi(os.Getenv("INGESTBENCH_SNAPSHOT_MB")); err == nil && v > 0 {
 		o.SnapshotBytes = int64(v) << 20
 	}
@@ -83,6 +110,7 @@ func BenchmarkIngest(b *testing.B) {
 			for _, mode := range []string{Unpaced, Paced} {
 				if x := rep.Result(mode, s); x != nil && x.Idle != nil {
 					b.ReportMetric(ratio(x.P99, x.Idle.P99), mode+"-"+s+"-p99/idle")
+					b.ReportMetric(ratio(x.P99, x.RefP99), mode+"-"+s+"-p99/ref")
 				}
 			}
 		}

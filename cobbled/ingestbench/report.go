@@ -23,8 +23,16 @@ func (r *Report) evaluate() {
 	add := func(target, value string, pass bool) { r.Checks = append(r.Checks, Check{target, value, pass}) }
 	for _, s := range []string{Snapshot, Deltas, Both} {
 		if x := r.Result(Paced, s); x != nil && x.Idle != nil {
-			add(fmt.Sprintf("paced (adaptive) %s: read p99 ≤ 1.25 × idle p99", s),
+			add(fmt.Sprintf("paced (adaptive) %s: read p99 ≤ 1.25 × idle p99 (idle windows before and after)", s),
 				fmt.Sprintf("%s vs %s (%.2f×)", ms(x.P99), ms(x.Idle.P99), ratio(x.P99, x.Idle.P99)), float64(x.P99) <= 1.25*float64(x.Idle.P99))
+		}
+	}
+	if r.Reference {
+		for _, s := range []string{Snapshot, Deltas, Both} {
+			if x := r.Result(Paced, s); x != nil && x.RefReads > 0 {
+				add(fmt.Sprintf("paced (adaptive) %s: read p99 ≤ 1.25 × the idle reference node's p99 (same moments)", s),
+					fmt.Sprintf("%s vs %s (%.2f×)", ms(x.P99), ms(x.RefP99), ratio(x.P99, x.RefP99)), float64(x.P99) <= 1.25*float64(x.RefP99))
+			}
 		}
 	}
 	if a, f := r.Result(Unpaced, Snapshot), r.FloorMBps(); a != nil && f > 0 {
@@ -89,10 +97,13 @@ func (r *Report) Markdown() string {
 		o.Partitions, o.Keys, o.MinValue, o.MaxValue>>10, o.CacheBytes>>20, o.ReadRate, o.BatchKeys,
 		float64(o.SnapshotBytes)/(1<<30), o.SnapshotPartition, o.UpdatesPerSec, o.DeltaInterval, o.DeltaPartitions, o.Phase, o.Phase, o.Settle,
 		o.IngestConcurrency, targetDesc(o), float64(o.MinRate)/1e6, bgDesc(o), runtime.GOMAXPROCS(0), r.LoadAvg[0], r.LoadAvg[1], r.Elapsed.Round(time.Second), r.Started.UTC().Format(time.RFC3339))
-	fmt.Fprintf(&b, "| mode | scenario | reads | p50 | p99 | p99.9 | idle before+after p50 / p99 / p99.9 | p99 ratio | ingest MB/s | visible | updates/s offered / delivered | download / delta apply mean (ms) | throttle waits (time) | lowest adaptive MB/s | max pending compaction MB | max L0 files |\n")
-	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	if r.Reference {
+		fmt.Fprintf(&b, "A reference node in its own process holds the same data and ingests nothing; every batch is also sent to it (the order alternates), so its latencies are taken at the same moments as the measured node's; \"ref\" columns are its reads in the same window.\n\n")
+	}
+	fmt.Fprintf(&b, "| mode | scenario | reads | p50 | p99 | p99.9 | idle before+after p50 / p99 / p99.9 | p99 ratio | ref p50 / p99 (same moments) | p99 / ref p99 | ingest MB/s | visible | updates/s offered / delivered | download / delta apply mean (ms) | throttle waits (time) | lowest adaptive MB/s | max pending compaction MB | max L0 files |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
-		if x.Scenario == Idle {
+		if x.Scenario == Idle && x.RefReads == 0 {
 			continue
 		}
 		idle, ratioS := "–", "–"
@@ -118,8 +129,13 @@ func (r *Report) Markdown() string {
 		if x.Errors > 0 {
 			errs = fmt.Sprintf(" (%d failed)", x.Errors)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d%s | %s | %s | %s | %s | %s | %.1f | %s | %s | %s / %s | %d (%.1f s) | %s | %.0f | %d |\n", x.Mode, x.Scenario, x.Reads, errs,
-			msn(x.P50), msn(x.P99), msn(x.P999), idle, ratioS, x.MBps, strings.Join(vis, "; "), ups, msn(x.DownloadMean), msn(x.DeltaApplyMean),
+		refS, refRatio := "–", "–"
+		if x.RefReads > 0 {
+			refS = fmt.Sprintf("%s / %s", msn(x.RefP50), msn(x.RefP99))
+			refRatio = fmt.Sprintf("%.2f×", ratio(x.P99, x.RefP99))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d%s | %s | %s | %s | %s | %s | %s | %s | %.1f | %s | %s | %s / %s | %d (%.1f s) | %s | %.0f | %d |\n", x.Mode, x.Scenario, x.Reads, errs,
+			msn(x.P50), msn(x.P99), msn(x.P999), idle, ratioS, refS, refRatio, x.MBps, strings.Join(vis, "; "), ups, msn(x.DownloadMean), msn(x.DeltaApplyMean),
 			x.ThrottleWaits, x.ThrottleWaited.Seconds(), rate(x.MinAdaptiveRate), float64(x.MaxPendingCompaction)/1e6, x.MaxL0)
 	}
 	fmt.Fprintf(&b, "\nLatencies in ms, client-side (gRPC round trip). Visible: from handing the batch to the node (Node.Apply) to a BatchGet finding its data, so download, pacing and queueing behind the partition's previous batch count. "+
@@ -165,7 +181,7 @@ func (r *Report) Write(dir string) error {
 	}
 	type jsonResult struct {
 		*Result
-		IdleP99ms, P50ms, P99ms, P999ms float64
+		IdleP99ms, P50ms, P99ms, P999ms, RefP99ms float64
 	}
 	out := struct {
 		Options  map[string]any
@@ -177,7 +193,7 @@ func (r *Report) Write(dir string) error {
 		Timeline []Span
 	}{Options: optionsJSON(r.Options), LoadAvg: r.LoadAvg, Elapsed: r.Elapsed.String(), Checks: r.Checks, Notes: r.Notes, Timeline: r.Spans}
 	for _, x := range r.Results {
-		j := jsonResult{Result: x, P50ms: msf(x.P50), P99ms: msf(x.P99), P999ms: msf(x.P999)}
+		j := jsonResult{Result: x, P50ms: msf(x.P50), P99ms: msf(x.P99), P999ms: msf(x.P999), RefP99ms: msf(x.RefP99)}
 		if x.Idle != nil {
 			j.IdleP99ms = msf(x.Idle.P99)
 		}
@@ -200,7 +216,7 @@ func optionsJSON(o Options) map[string]any {
 		"cache_bytes": o.CacheBytes, "read_rate": o.ReadRate, "batch_keys": o.BatchKeys, "phase": o.Phase.String(), "settle": o.Settle.String(),
 		"snapshot_bytes": o.SnapshotBytes, "snapshot_partition": o.SnapshotPartition, "delta_partitions": o.DeltaPartitions,
 		"updates_per_sec": o.UpdatesPerSec, "delta_interval": o.DeltaInterval.String(), "modes": o.Modes, "target_ratio": o.TargetRatio,
-		"target": o.Target.String(), "min_rate": o.MinRate, "ingest_concurrency": o.IngestConcurrency, "compaction_rate": o.Background.CompactionRate, "compaction_normal_priority": o.Background.NormalPriority}
+		"target": o.Target.String(), "min_rate": o.MinRate, "reference": len(o.Reference) > 0, "ingest_concurrency": o.IngestConcurrency, "compaction_rate": o.Background.CompactionRate, "compaction_normal_priority": o.Background.NormalPriority}
 }
 
 // Plot draws read latency over the run: p50 and p99 per 500 ms, every
@@ -257,13 +273,21 @@ func (r *Report) Plot(path string) error {
 	sc.GlyphStyle.Radius = vg.Points(0.6)
 	sc.GlyphStyle.Color = color.NRGBA{0x60, 0x60, 0x60, 0x70}
 	p.Add(sc)
+	refPer := make([][]time.Duration, nb)
+	for _, s := range r.RefTimeline {
+		if i := int(s.At / bucket); i < nb {
+			refPer[i] = append(refPer[i], s.Latency)
+		}
+	}
 	for _, q := range []struct {
 		q   float64
 		c   color.Color
 		lbl string
-	}{{0.5, color.RGBA{0x1f, 0x77, 0xb4, 0xff}, "p50 per 500 ms"}, {0.99, color.RGBA{0xd6, 0x27, 0x28, 0xff}, "p99 per 500 ms"}} {
+		per [][]time.Duration
+	}{{0.5, color.RGBA{0x1f, 0x77, 0xb4, 0xff}, "p50 per 500 ms", per}, {0.99, color.RGBA{0xd6, 0x27, 0x28, 0xff}, "p99 per 500 ms", per},
+		{0.99, color.RGBA{0x40, 0x40, 0x40, 0xc0}, "reference node p99 per 500 ms (same moments)", refPer}} {
 		var pts plotter.XYs
-		for i, l := range per {
+		for i, l := range q.per {
 			if len(l) == 0 {
 				continue
 			}

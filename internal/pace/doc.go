@@ -39,6 +39,17 @@
 // in, and keeps what it learnt across idle spells (ingest comes in bursts);
 // from the floor, doubling reaches 1 GiB/s in 9 windows.
 //
+// # CPU, not only bytes
+//
+// Bytes per second bound the download's CPU (copy, SHA-256) but not every
+// burst: a snapshot file's block verification is one long C call over the
+// whole file. While the adaptive mode is on, Bulk work is deprioritised
+// (LowPriority): the caller runs such a call under RunLow (a thread of its
+// own at nice 19 and idle I/O class, destroyed afterwards), and a paced
+// Reader of class Bulk yields its P after every read. Go code is never run
+// at a lowered thread priority: a thread the kernel keeps waiting would
+// hold one of the process's Ps (GOMAXPROCS) and delay the reads.
+//
 // # Time and concurrency
 //
 // All waiting and the control loop use Options.Clock (internal/clock; the

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,6 +108,8 @@ type ClassStats struct {
 	Bytes  int64         // bytes that passed (or are waiting to)
 	Waits  int64         // Wait calls that had to sleep
 	Waited time.Duration // total sleep those calls were given
+	// LowRuns counts the calls RunClass ran deprioritised (RunLow).
+	LowRuns int64
 }
 
 // Stats is a snapshot of a Limiter.
@@ -135,6 +138,8 @@ type Limiter struct {
 	lastStep    time.Time
 	stats       Stats
 
+	adaptive atomic.Bool // target > 0 (LowPriority reads it without mu)
+
 	cur  atomic.Uint32 // window Observe writes to (low bit)
 	hist [2]histogram
 }
@@ -146,6 +151,7 @@ func New(opts Options) (*Limiter, error) {
 	}
 	opts.ensureDefaults()
 	l := &Limiter{o: opts, target: opts.TargetP99}
+	l.adaptive.Store(opts.TargetP99 > 0)
 	now := opts.Clock.Now()
 	l.capB.set(now, float64(opts.Rate), opts.Burst)
 	l.adaptB.set(now, 0, opts.Burst)
@@ -188,6 +194,30 @@ func (l *Limiter) Wait(ctx context.Context, c Class, n int) error {
 	return nil
 }
 
+// LowPriority reports whether work of class c runs deprioritised: Bulk
+// work while the adaptive mode is on. The caller runs its long C calls
+// (SST verification) under RunLow, and a paced Reader of that class
+// yields its P after every read (runtime.Gosched), so that reads waiting
+// to run go first. With pacing off nothing is deprioritised, so an
+// unpaced snapshot runs at full speed.
+func (l *Limiter) LowPriority(c Class) bool { return c == Bulk && l.adaptive.Load() }
+
+// RunClass runs f as work of class c: under RunLow when LowPriority(c)
+// (counted in Stats.Class[c].LowRuns), otherwise on the caller's thread.
+// f should be one long C call (see RunLow).
+func (l *Limiter) RunClass(c Class, f func() error) error {
+	if c < 0 || c >= numClasses {
+		return fmt.Errorf("pace: unknown %v", c)
+	}
+	if !l.LowPriority(c) {
+		return f()
+	}
+	l.mu.Lock()
+	l.stats.Class[c].LowRuns++
+	l.mu.Unlock()
+	return RunLow(f)
+}
+
 // readChunk bounds one paced read, so that a rate change takes effect
 // within one chunk's time.
 const readChunk = 256 << 10
@@ -215,6 +245,9 @@ func (p *pacedReader) Read(b []byte) (int, error) {
 		if werr := p.l.Wait(p.ctx, p.c, n); werr != nil {
 			return n, werr
 		}
+		if p.l.LowPriority(p.c) {
+			runtime.Gosched()
+		}
 	}
 	return n, err
 }
@@ -240,6 +273,7 @@ func (l *Limiter) SetTarget(target time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.target = max(target, 0)
+	l.adaptive.Store(l.target > 0)
 	if l.target == 0 {
 		l.adaptB.set(l.o.Clock.Now(), 0, l.o.Burst)
 	}
