@@ -13,8 +13,8 @@ import (
 
 // incrementalRepublish runs ingest → rechunk → embed → recompute →
 // publish → export on b, edits a quarter of the pages, re-ingests and
-// backfills them, and re-publishes the pair (with full, ignoring the
-// watermark). It returns the last publish's plan.
+// backfills them, re-publishes the pair and recomputes the subsets (with
+// full, ignoring the watermark). It returns the re-publish's plan.
 func incrementalRepublish(t *testing.T, b *backend, full bool) *pipeline.ExportPlan {
 	t.Helper()
 	ctx := context.Background()
@@ -63,11 +63,31 @@ policies:
 	opts.FullReconcile = full
 	pr, err := pipeline.Publish(ctx, b.store, r.Version, "hash:dim=16", opts)
 	must("republish", err)
+	// A nightly recompute: page 7 leaves a (and so every exported
+	// subset), b loses 5 and 9 (still in a) and gains 6.
+	set2, err := subsets.Parse("test.yaml", []byte(`
+policies:
+  - name: a
+    exported: true
+    where: url ~ "/page/" and url !~ "/page/7$"
+  - name: b
+    exported: true
+    where: url ~ "/page/(1|2|3|6)$"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := pipeline.Recompute(ctx, b.store, set2, asOf.Add(24*time.Hour), opts)
+	must("nightly recompute", err)
+	if rc.Export == nil || rc.Export.Incremental == full || rc.Export.Puts != 0 || rc.Export.Deletes != 1 {
+		t.Fatalf("%s: nightly recompute: %+v; want incremental %v, 1 delete (page 7)", b.name, rc.Export, !full)
+	}
 	return pr.Export
 }
 
 // TestIncrementalPublishSameOnBothBackends: re-publishing the live pair
-// after an edit of a few pages reconciles only the changed pages on both
+// after an edit of a few pages, and a recompute that changes a few
+// members, reconcile only the changed pages on both
 // backends (the embedded store with the local runner, which reads them
 // with pillar.ReadKeys; the YTsaurus store with the YT runner on the
 // FAKE cluster, which selects them with a reduce on the cluster), and

@@ -125,8 +125,9 @@
 //     one delta; a bulk `pillar export` rewrites it); the chunk and
 //     embedding version tables (an incremental backfill of a complete
 //     version writes the changed pages' rows and the removed pages as one
-//     delta; a first build writes the base). Subset membership is still
-//     rewritten whole by a reduce.
+//     delta; a first build writes the base); subset member tables (a
+//     recompute writes the members that entered, left or changed as one
+//     delta; a change of more than half the table rewrites it).
 //   - Where the merge runs: by default in the client (a streaming merge
 //     through the store's readers, bounded memory). With
 //     CompactOptions.Merge = jobs.CompactMerge(runner) — what `pillar

@@ -30,13 +30,19 @@
 //     to a saved state). Drivers read row counts, small summaries, and the
 //     rows of the change itself (the puts and deletes they enqueue, and
 //     the keys of the deltas an incremental reconcile looks at).
+//   - A subset recompute writes each member table's change as a delta
+//     (SubsetDiffJob compares the new generation with the current one by
+//     page_key and writes the rows that entered or changed and the keys
+//     that left); when the change is over half the table (and over
+//     minMemberRewrite/2 pages), or the table is new, it is rewritten.
 //   - A backfill is up to date, and a re-run commits nothing, when its
 //     version is complete and its source table has not changed since the
 //     generation its last plan read.
 //
 // # Watermark: the incremental reconcile
 //
-// A small change costs the change in publish too. export/state carries a
+// A small change costs the change in publish and recompute too.
+// export/state carries a
 // watermark (the attribute export/watermark, Watermark): the pair,
 // encoding, partition count and exported member tables its rows were
 // computed for, and per input table (docs, the chunk and embedding
@@ -44,7 +50,9 @@
 // and the first delta seq not seen (LayerMark) — plus export/state's own
 // next delta seq. Re-publishing the live pair reads the watermark and,
 // when it applies, reconciles only the pages of the delta and deletes
-// layers written since:
+// layers written since (a subset recompute: and the pages whose membership
+// changed, its membership deltas; it reads the members from its new
+// generations):
 //
 //  1. the keys of those layers (small tables) are read, sorted and
 //     deduplicated (at most MaxIncrementalPages, else the full path);
@@ -62,9 +70,10 @@
 // names those layers, so a delta committed meanwhile is picked up by the
 // next publish. The watermark is written in the transaction that writes
 // export/state (reconcile, the bulk export's commit) and removed in the
-// one that leaves export/state stale (a bulk mark) or whose inputs it
-// cannot name (a subset recompute's reconcile: the members come from
-// scratch tables). It does not apply — the full reconcile runs — when
+// one that leaves export/state stale (a bulk mark). A watermark may name
+// older layers than export/state reflects — a recompute's names the member
+// tables as they were before its own deltas — which costs a later
+// reconcile those pages again, never a missed one. It does not apply — the full reconcile runs — when
 // there is none, for another pair, encoding, partition count or set of
 // exported subsets, when export/state has another delta than the one it
 // names, when an input's base was replaced (a compaction folds the deltas

@@ -194,13 +194,39 @@ type exportWork struct {
 	mark *Watermark
 }
 
-// prepareExport computes the export work of pub over the exported member
-// tables members (the tables export/state's rows are relative to are
-// stateFrom): incrementally — the records of the pages changed since
-// export/state's watermark only — when allowed and the watermark applies,
-// else in full. The scratch tables go under run.
-func prepareExport(ctx context.Context, st pillar.Store, opts Options, pub pillar.Published, members []string, run, stateFrom, encoding string, allowIncremental bool) (*exportWork, error) {
-	if allowIncremental && stateFrom == TableExportState {
+// memberSet names the exported member tables of an export computation.
+type memberSet struct {
+	// names are the member tables the watermark names (subsets/<name>).
+	names []string
+	// from are the tables the members are read from, index for index with
+	// names; nil: names themselves. A recompute reads its new generations
+	// from scratch tables before it writes them.
+	from []string
+	// changed are tables whose page keys changed besides those of the
+	// deltas since the watermark (a recompute's membership deltas); a
+	// missing one has none.
+	changed []string
+}
+
+func (m memberSet) inputs() []string {
+	if m.from != nil {
+		return m.from
+	}
+	return m.names
+}
+
+// prepareExport computes the export work of pub over the exported members
+// (the tables export/state's rows are relative to are stateFrom):
+// incrementally — the records of the pages changed since export/state's
+// watermark only — when allowed and the watermark applies, else in full.
+// The scratch tables go under run.
+//
+// The watermark of the work names the member tables' layers as they are
+// before the operation writes them: a later reconcile looks at the pages
+// of the deltas written since, this operation's included, which is more
+// than it must (their records are unchanged) but never less.
+func prepareExport(ctx context.Context, st pillar.Store, opts Options, pub pillar.Published, members memberSet, run, stateFrom, encoding string, allowIncremental bool) (*exportWork, error) {
+	if allowIncremental && stateFrom == TableExportState && !opts.FullReconcile {
 		w, err := prepareIncremental(ctx, st, opts, pub, members, run, encoding)
 		if err != nil || w != nil {
 			return w, err
@@ -220,7 +246,7 @@ func prepareExport(ctx context.Context, st pillar.Store, opts Options, pub pilla
 
 // prepareIncremental is prepareExport's incremental path; nil work when
 // the watermark does not apply (the reason is logged).
-func prepareIncremental(ctx context.Context, st pillar.Store, opts Options, pub pillar.Published, members []string, run, encoding string) (*exportWork, error) {
+func prepareIncremental(ctx context.Context, st pillar.Store, opts Options, pub pillar.Published, members memberSet, run, encoding string) (*exportWork, error) {
 	tx, err := st.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -233,12 +259,19 @@ func prepareIncremental(ctx context.Context, st pillar.Store, opts Options, pub 
 	} else if err != nil {
 		return nil, err
 	}
-	layers, why, err := newLayers(ctx, tx, &wm, pub, members, encoding)
+	layers, why, err := newLayers(ctx, tx, &wm, pub, members.names, encoding)
 	if err != nil || why != "" {
 		if why != "" {
 			opts.Logger.Info("pipeline: full reconcile", "why", why)
 		}
 		return nil, err
+	}
+	for _, t := range members.changed {
+		if _, err := tx.Table(ctx, t); err == nil {
+			layers = append(layers, t)
+		} else if !errors.Is(err, pillar.ErrNotFound) {
+			return nil, err
+		}
 	}
 	keys, ok, err := changedKeys(ctx, tx, layers)
 	if err != nil {
@@ -248,11 +281,11 @@ func prepareIncremental(ctx context.Context, st pillar.Store, opts Options, pub 
 		opts.Logger.Info("pipeline: full reconcile", "why", fmt.Sprintf("more than %d pages changed since the watermark", MaxIncrementalPages))
 		return nil, nil
 	}
-	mark, err := newWatermark(ctx, tx, pub, members, encoding)
+	mark, err := newWatermark(ctx, tx, pub, members.names, encoding)
 	if err != nil {
 		return nil, err
 	}
-	inputs := append(exportInputs(pub, members), TableExportState)
+	inputs := append(exportInputs(pub, members.inputs()), TableExportState)
 	sel := make([]string, len(inputs))
 	for i := range inputs {
 		sel[i] = fmt.Sprintf("%s/changed/%d", run, i)
@@ -264,7 +297,7 @@ func prepareIncremental(ctx context.Context, st pillar.Store, opts Options, pub 
 		return nil, err
 	}
 	w := &exportWork{desired: run + "/desired", skipped: run + "/skipped", incremental: true, changed: len(keys), mark: mark}
-	if err := runExport(ctx, st, opts, pub, sel[:len(sel)-1], len(members), w.desired, w.skipped, encoding); err != nil {
+	if err := runExport(ctx, st, opts, pub, sel[:len(sel)-1], len(members.names), w.desired, w.skipped, encoding); err != nil {
 		return nil, err
 	}
 	if err := diffStateFrom(ctx, st, opts, w.desired, sel[len(sel)-1]); err != nil {

@@ -296,6 +296,14 @@ func publishIncrementalVsFull(t *testing.T, n int) []pubOutcome {
 	return append(out, full)
 }
 
+// nightlyPolicies are incrementalPolicies and a subset of the retitled
+// pages.
+const nightlyPolicies = incrementalPolicies + `
+  - name: retitled
+    exported: true
+    where: title ~ "retitled"
+`
+
 // TestWatermarkFallsBack: the incremental reconcile applies only while
 // the watermark describes export/state and the inputs' bases.
 func TestWatermarkFallsBack(t *testing.T) {
@@ -369,16 +377,136 @@ func TestWatermarkFallsBack(t *testing.T) {
 	if p := republish(); !p.Incremental || p.Puts != 0 {
 		t.Fatalf("after the full reconcile: %+v; want an incremental one with nothing to do", p)
 	}
-	// Different exported subsets.
-	if _, err := Recompute(ctx, st, policies(t, `
+	// Different exported subsets: the recompute reconciles in full, and
+	// leaves a watermark of the new ones.
+	rc, err := Recompute(ctx, st, policies(t, `
 policies:
   - name: all
     exported: true
     where: url ~ "/page/"
-`), asOf, o); err != nil {
+`), asOf, o)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if p := republish(); p.Incremental {
-		t.Fatalf("after the exported subsets changed: %+v; want a full reconcile", p)
+	if rc.Export.Incremental {
+		t.Fatalf("a recompute that changes the exported subsets: %+v; want a full reconcile", rc.Export)
+	}
+	if p := republish(); !p.Incremental || p.Puts != 0 {
+		t.Fatalf("after the recompute: %+v; want an incremental publish with nothing to do", p)
+	}
+}
+
+// TestRecomputeIncrementalEqualsFull: a nightly recompute with few
+// membership changes (and a few edited pages since the last publish)
+// writes the member tables as deltas and reconciles only the pages whose
+// membership or inputs changed, with the result of the full reconcile:
+// the member tables, subset metadata, export/state and queued records.
+func TestRecomputeIncrementalEqualsFull(t *testing.T) {
+	const n = 120
+	dir := filepath.Join(t.TempDir(), "store")
+	st, err := local.Create(dir, &local.Options{Partitions: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeDocs(t, st, n, "v1")
+	o := Options{}
+	r, err := Rechunk(ctx, st, "tokens:size=40,overlap=8", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Embed(ctx, st, r.Version, "hash:dim=16", o); err != nil {
+		t.Fatal(err)
+	}
+	asOf := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	if _, err := Recompute(ctx, st, policies(t, nightlyPolicies), asOf, o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Publish(ctx, st, r.Version, "hash:dim=16", o); err != nil {
+		t.Fatal(err)
+	}
+	_, pending, err := Export(ctx, st, &memSink{}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pending.Commit("exp1", "/tmp/exp1"); err != nil {
+		t.Fatal(err)
+	}
+	// Page 40's content changes, 90 is retitled (it enters "retitled"), 60
+	// is removed (it leaves "all").
+	editDocs(t, st, []int{40}, []int{90}, []int{60})
+	if _, err := Rechunk(ctx, st, "tokens:size=40,overlap=8", o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Embed(ctx, st, r.Version, "hash:dim=16", o); err != nil {
+		t.Fatal(err)
+	}
+	ends := queueEnds(st)
+	st.Close()
+	nightly := policies(t, nightlyPolicies)
+	recompute := func(name string, o Options, runner func(pillar.Store) jobs.Runner) (*RecomputeResult, string) {
+		d := filepath.Join(t.TempDir(), name)
+		copyStore(t, dir, d)
+		s, err := local.Open(d, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if runner != nil {
+			o.Runner = runner(s)
+		}
+		rc, err := Recompute(ctx, s, nightly, asOf.Add(24*time.Hour), o)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		sn, _ := s.Snapshot(ctx)
+		defer sn.Release()
+		var b strings.Builder
+		b.WriteString(publishedState(t, s, ends))
+		for _, sub := range []string{"all", "some", "retitled"} {
+			var m SubsetMeta
+			if err := sn.Attr(ctx, AttrSubsetPrefix+sub, &m); err != nil {
+				t.Fatal(err)
+			}
+			g := m.History[len(m.History)-1]
+			fmt.Fprintf(&b, "subset %s gen %d size %d adds %d removes %d\n", sub, m.Generation, m.Size, g.Adds, g.Removes)
+			ms, err := readMembers(ctx, sn, pillar.SubsetTable(sub))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range ms {
+				fmt.Fprintf(&b, "  member %s %+v\n", sub, x)
+			}
+			ls, err := pillar.Layers(ctx, sn, pillar.SubsetTable(sub))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sub != "some" && (len(ls) < 2 || ls[len(ls)-1].Kind != pillar.LayerDelta && ls[len(ls)-1].Kind != pillar.LayerDeletes) {
+				t.Errorf("%s: %s was not written as a delta: layers %+v", name, pillar.SubsetTable(sub), ls)
+			}
+		}
+		return rc, b.String()
+	}
+	full, fullState := recompute("full", Options{FullReconcile: true}, nil)
+	if full.Export.Incremental || full.Export.Puts == 0 || full.Export.Deletes == 0 {
+		t.Fatalf("full: %+v; want puts and deletes", full.Export)
+	}
+	for _, c := range []struct {
+		name   string
+		runner func(pillar.Store) jobs.Runner
+	}{
+		{"local runner", nil},
+		{"select job", func(s pillar.Store) jobs.Runner { return wrappedRunner{jobs.NewLocal(s, nil)} }},
+	} {
+		inc, state := recompute(strings.ReplaceAll(c.name, " ", "-"), Options{}, c.runner)
+		t.Logf("%s: %+v (full %+v)", c.name, inc.Export, full.Export)
+		if !inc.Export.Incremental || inc.Export.Changed != 3 {
+			t.Errorf("%s: %+v; want an incremental reconcile of the 3 changed pages", c.name, inc.Export)
+		}
+		if e, f := inc.Export, full.Export; e.Puts != f.Puts || e.Deletes != f.Deletes || e.Desired != f.Desired || e.Unchanged != f.Unchanged {
+			t.Errorf("%s: %+v, full %+v", c.name, e, f)
+		}
+		if state != fullState {
+			t.Errorf("%s: the store differs from the full reconcile's:\n%s\n--- full:\n%s", c.name, state, fullState)
+		}
 	}
 }

@@ -219,7 +219,7 @@ func publish(ctx context.Context, st pillar.Store, cv, model, verb string, opts 
 	run := fmt.Sprintf("tmp/%s-%d", verb, time.Now().UnixNano())
 	// Re-publishing the live pair: only the pages changed since
 	// export/state's watermark, when it applies (see Watermark).
-	work, err := prepareExport(ctx, st, opts, res.Published, members, run, stateFrom, "", res.ExportState == StateCurrent && !opts.FullReconcile)
+	work, err := prepareExport(ctx, st, opts, res.Published, memberSet{names: members}, run, stateFrom, "", res.ExportState == StateCurrent)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", verb, err)
 	}
@@ -370,7 +370,7 @@ func Export(ctx context.Context, st pillar.Store, sink ExportSink, opts Options)
 	}
 	run := fmt.Sprintf("tmp/export-%d", time.Now().UnixNano())
 	desired, skipped := run+"/desired", run+"/skipped"
-	mark, err := computeDesired(ctx, st, opts, *pub, members, desired, skipped, opts.encoding())
+	mark, err := computeDesired(ctx, st, opts, *pub, memberSet{names: members}, desired, skipped, opts.encoding())
 	if err != nil {
 		return nil, nil, fmt.Errorf("export: %w", err)
 	}

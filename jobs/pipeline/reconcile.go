@@ -231,21 +231,21 @@ func exportedSubsets(ctx context.Context, sn pillar.Snapshot) ([]string, error) 
 	return out, nil
 }
 
-// computeDesired runs the export job for pub over memberTables into the
+// computeDesired runs the export job for pub over the members into the
 // scratch table desired (and skipped), committed on their own (scratch
 // tables are harmless: they are dropped by the operation's final commit).
 // It returns the watermark of the inputs it read (see Watermark).
-func computeDesired(ctx context.Context, st pillar.Store, opts Options, pub pillar.Published, memberTables []string, desired, skipped, encoding string) (*Watermark, error) {
+func computeDesired(ctx context.Context, st pillar.Store, opts Options, pub pillar.Published, members memberSet, desired, skipped, encoding string) (*Watermark, error) {
 	tx, err := st.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Abort()
-	mark, err := newWatermark(ctx, tx, pub, memberTables, encoding)
+	mark, err := newWatermark(ctx, tx, pub, members.names, encoding)
 	if err != nil {
 		return nil, err
 	}
-	if err := exportOp(ctx, tx, st, opts, pub, exportInputs(pub, memberTables), len(memberTables), desired, skipped, encoding); err != nil {
+	if err := exportOp(ctx, tx, st, opts, pub, exportInputs(pub, members.inputs()), len(members.names), desired, skipped, encoding); err != nil {
 		return nil, err
 	}
 	return mark, tx.Commit(ctx)

@@ -122,22 +122,27 @@ func (j *SubsetSplitJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out [
 
 // SubsetDiffJob is a reducer over member tables grouped by page_key: input
 // i is the old (Sides[i] = 2·s) or new (2·s+1) generation of subset
-// Names[s]. Each job writes one DiffCount per subset to output 0.
+// Names[s]. Each job writes one DiffCount per subset to output 0, and, per
+// subset s, the membership delta from old to new: to output 1+2·s the new
+// rows of pages that entered or whose row changed (score, reason), to
+// output 2+2·s the keys of pages that left (pillar.DeletedKey).
 type SubsetDiffJob struct {
 	Names []string
 	Sides []int
 }
 
 // DiffCount is the number of pages that entered and left one subset (a
-// SubsetDiffJob's summary).
+// SubsetDiffJob's summary); Changed counts the members that stayed with
+// another row.
 type DiffCount struct {
 	Subset  string `yson:"subset" parquet:"subset"`
 	Adds    int64  `yson:"adds" parquet:"adds"`
 	Removes int64  `yson:"removes" parquet:"removes"`
+	Changed int64  `yson:"changed" parquet:"changed"`
 }
 
-func (*SubsetDiffJob) InputTypes() []any  { return []any{&pageHead{}} }
-func (*SubsetDiffJob) OutputTypes() []any { return []any{&DiffCount{}} }
+func (*SubsetDiffJob) InputTypes() []any  { return []any{&pillar.SubsetMember{}} }
+func (*SubsetDiffJob) OutputTypes() []any { return nil }
 
 // pageHead projects a row on its page key.
 type pageHead struct {
@@ -150,23 +155,45 @@ func (j *SubsetDiffJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []
 	for i, n := range j.Names {
 		counts[i].Subset = n
 	}
-	in1 := make([]uint8, len(j.Names)) // bit 0: in old, bit 1: in new
+	type side struct {
+		row pillar.SubsetMember
+		ok  bool
+	}
+	old := make([]side, len(j.Names))
+	cur := make([]side, len(j.Names))
 	err := mapreduce.GroupKeys(in, func(r mapreduce.Reader) error {
-		clear(in1)
+		clear(old)
+		clear(cur)
 		for r.Next() {
-			var h pageHead
-			if err := r.Scan(&h); err != nil {
+			var m pillar.SubsetMember
+			if err := r.Scan(&m); err != nil {
 				return err
 			}
-			side := j.Sides[r.TableIndex()]
-			in1[side/2] |= 1 << (side % 2)
+			sd := j.Sides[r.TableIndex()]
+			if sd%2 == 0 {
+				old[sd/2] = side{m, true}
+			} else {
+				cur[sd/2] = side{m, true}
+			}
 		}
-		for i, b := range in1 {
-			switch b {
-			case 1:
-				counts[i].Removes++
-			case 2:
+		for i := range j.Names {
+			o, c := old[i], cur[i]
+			switch {
+			case c.ok && !o.ok:
 				counts[i].Adds++
+			case o.ok && !c.ok:
+				counts[i].Removes++
+				if err := out[2+2*i].Write(&pillar.DeletedKey{PageKey: o.row.PageKey}); err != nil {
+					return err
+				}
+				continue
+			case c.ok && o.row != c.row:
+				counts[i].Changed++
+			default:
+				continue // not a member, or the same row
+			}
+			if err := out[1+2*i].Write(&c.row); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -352,7 +379,13 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 		return nil, err
 	}
 	defer lk.abandon()
-	lk.after = func() { compactLayered(ctx, st, opts, TableExportState) } // reconcile writes it as a delta
+	// reconcile writes export/state as a delta, and the member tables are
+	// written as deltas of their changes.
+	layered := []string{TableExportState}
+	for _, name := range set.Names() {
+		layered = append(layered, pillar.SubsetTable(name))
+	}
+	lk.after = func() { compactLayered(ctx, st, opts, layered...) }
 	scratch := fmt.Sprintf("tmp/recompute-%d", time.Now().UnixNano())
 	matchesTable := scratch + "/matches"
 
@@ -392,20 +425,23 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 
 	// Pass 2 (when something is published): the records of the new exported
 	// membership.
+	// Incrementally when export/state's watermark applies: the pages whose
+	// membership changed (the membership deltas) and those changed since.
 	var work *exportWork
 	if pub != nil {
-		var memberTables []string
+		var members memberSet
 		for _, name := range names {
 			if set.Exported(name) {
-				memberTables = append(memberTables, newTable(name))
+				puts, dels := memberDelta(scratch, name)
+				members.names = append(members.names, pillar.SubsetTable(name))
+				members.from = append(members.from, newTable(name))
+				members.changed = append(members.changed, puts, dels)
 			}
 		}
 		var err error
-		if work, err = prepareExport(ctx, st, opts, *pub, memberTables, scratch, TableExportState, opts.encoding(), false); err != nil {
+		if work, err = prepareExport(ctx, st, opts, *pub, members, scratch, TableExportState, opts.encoding(), true); err != nil {
 			return nil, fmt.Errorf("subsets recompute: %w", err)
 		}
-		// The watermark would name the scratch member tables.
-		work.mark = nil
 	}
 
 	// The one transaction: generations, history, export work, consumed mark.
@@ -448,7 +484,8 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 				return nil, err
 			}
 		}
-		if err := copyMembers(ctx, tx, opts, newTable(name), pillar.SubsetTable(name)); err != nil {
+		puts, dels := memberDelta(scratch, name)
+		if _, err := writeMembers(ctx, tx, opts, newTable(name), puts, dels, name, size, diffs[name]); err != nil {
 			return nil, err
 		}
 		meta = SubsetMeta{Name: name, Exported: set.Exported(name), Table: pillar.SubsetTable(name), Generation: gen,
@@ -580,6 +617,11 @@ func computeMembers(ctx context.Context, st pillar.Store, opts Options, set *sub
 	diff.Tx = tx
 	diff.Title, diff.Inputs = "subsets diff", inputs
 	diff.Outputs = []jobs.Output{{Table: counts, RowType: DiffCount{}}}
+	for _, n := range names {
+		puts, dels := memberDelta(scratch, n)
+		diff.Outputs = append(diff.Outputs, jobs.Output{Table: puts, RowType: pillar.SubsetMember{}, SortedBy: []string{"page_key"}},
+			jobs.Output{Table: dels, RowType: pillar.DeletedKey{}, SortedBy: []string{"page_key"}})
+	}
 	diff.ReduceBy = []string{"page_key"}
 	if err := opts.Runner.Reduce(ctx, &SubsetDiffJob{Names: names, Sides: sides}, &diff); err != nil {
 		return nil, nil, err
@@ -594,11 +636,52 @@ func computeMembers(ctx context.Context, st pillar.Store, opts Options, set *sub
 	defer sn.Release()
 	err = eachRow(ctx, sn, counts, true, func(c *DiffCount) error {
 		d := diffs[c.Subset]
-		d.Subset, d.Adds, d.Removes = c.Subset, d.Adds+c.Adds, d.Removes+c.Removes
+		d.Subset, d.Adds, d.Removes, d.Changed = c.Subset, d.Adds+c.Adds, d.Removes+c.Removes, d.Changed+c.Changed
 		diffs[c.Subset] = d
 		return nil
 	})
 	return sizes, diffs, err
+}
+
+// minMemberRewrite: a member table takes its changes as a delta unless they
+// are more than half of max(its rows, minMemberRewrite); a small table's
+// deltas are folded by compaction.
+const minMemberRewrite = 1024
+
+// memberDelta names the scratch tables of subset name's membership delta
+// (SubsetDiffJob): the rows put and the keys deleted.
+func memberDelta(scratch, name string) (puts, deletes string) {
+	return scratch + "/delta/" + name + "/puts", scratch + "/delta/" + name + "/deletes"
+}
+
+// writeMembers makes the member table of subset name the committed scratch
+// table from, inside tx: as a delta of the committed membership delta
+// (puts, deletes) when the table exists and the delta is at most half of
+// its new rows or of minMemberRewrite (delta reports it; nothing is
+// written when nothing changed), else rewritten whole.
+func writeMembers(ctx context.Context, tx pillar.Tx, opts Options, from, puts, deletes, name string, size int64, d DiffCount) (delta bool, err error) {
+	to := pillar.SubsetTable(name)
+	changes := d.Adds + d.Removes + d.Changed
+	_, errOld := tx.Table(ctx, to)
+	_, errPuts := tx.Table(ctx, puts)
+	if errOld != nil || errPuts != nil || 2*changes > max(size, minMemberRewrite) {
+		return false, copyMembers(ctx, tx, opts, from, to)
+	}
+	if changes == 0 {
+		return true, nil // the same members: the table stays as it is
+	}
+	dw, err := pillar.WriteDelta(ctx, tx, to, pillar.SubsetMember{}, size)
+	if err != nil {
+		return false, err
+	}
+	defer dw.Close()
+	if err := eachRow(ctx, tx, puts, false, func(m *pillar.SubsetMember) error { return dw.Put(m) }); err != nil {
+		return false, err
+	}
+	if err := eachRow(ctx, tx, deletes, true, func(k *pillar.DeletedKey) error { return dw.Delete(ctx, k.PageKey) }); err != nil {
+		return false, err
+	}
+	return true, dw.Close()
 }
 
 // copyMembers replaces the member table to with the rows of from, inside
