@@ -9,6 +9,7 @@ import (
 
 	"go.ytsaurus.tech/yt/go/mapreduce"
 
+	"github.com/pillarkit/pillar/internal/record"
 	"github.com/pillarkit/pillar/jobs"
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -81,7 +82,7 @@ func markOf(ctx context.Context, sn pillar.Snapshot, t string) (LayerMark, error
 
 // newWatermark describes the inputs of pub's desired records in sn.
 func newWatermark(ctx context.Context, sn pillar.Snapshot, pub pillar.Published, members []string, encoding string) (*Watermark, error) {
-	w := &Watermark{ChunkVersion: pub.ChunkVersion, Model: pub.Model, Encoding: encoding, Partitions: sn.Info().Partitions,
+	w := &Watermark{ChunkVersion: pub.ChunkVersion, Model: pub.Model, Encoding: canonicalEncoding(encoding), Partitions: sn.Info().Partitions,
 		Members: sortedCopy(members), Tables: map[string]LayerMark{}}
 	for _, t := range exportInputs(pub, members) {
 		m, err := markOf(ctx, sn, t)
@@ -91,6 +92,16 @@ func newWatermark(ctx context.Context, sn pillar.Snapshot, pub pillar.Published,
 		w.Tables[t] = m
 	}
 	return w, nil
+}
+
+// canonicalEncoding names a vector encoding the one way ("" and "f16"
+// are "float16"): a publish computes records with the default, a bulk
+// export with the one its flag names.
+func canonicalEncoding(enc string) string {
+	if e, err := record.ParseEncoding(enc); err == nil {
+		return e.Short()
+	}
+	return enc
 }
 
 func sortedCopy(s []string) []string {
@@ -115,7 +126,7 @@ func newLayers(ctx context.Context, sn pillar.Snapshot, w *Watermark, pub pillar
 	switch {
 	case w.ChunkVersion != pub.ChunkVersion || w.Model != pub.Model:
 		return nil, "export/state reflects another pair", nil
-	case w.Encoding != encoding:
+	case w.Encoding != canonicalEncoding(encoding):
 		return nil, "export/state reflects another encoding", nil
 	case w.Partitions != sn.Info().Partitions:
 		return nil, "the partition count changed", nil
