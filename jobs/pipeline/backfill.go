@@ -60,10 +60,11 @@ type Options struct {
 	// queue fresh records; a publish of a new pair and a rollback
 	// (republishes) queue bulk ones.
 	Priority string
-	// FullReconcile makes a publish compute every exported page's record
-	// and compare all of export/state, as if export/state had no watermark
-	// (see Watermark). The default value false reconciles only the pages
-	// changed since the watermark when it applies.
+	// FullReconcile makes a publish or subset recompute compute every
+	// exported page's record and compare all of export/state, as if
+	// export/state had no watermark (see Watermark). The default value
+	// false reconciles only the pages changed since the watermark when it
+	// applies.
 	FullReconcile bool
 }
 
