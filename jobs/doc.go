@@ -51,9 +51,9 @@
 //   - Sort reads the inputs in parallel, sorts them the same way (ties in
 //     input order) and writes consecutive key ranges with all workers, one
 //     file each in key order, recording SortedBy on the table.
-//   - Memory: the sort's buffers, capacity included, stay within a quarter
-//     of Op.MemoryLimit (plus one read buffer per run while merging, up to
-//     another eighth); the store's writers buffer a row group per open
+//   - Memory: the sort's buffers, capacity included, stay within an eighth
+//     of Op.MemoryLimit (SortShare; plus one read buffer per run while
+//     merging, up to another sixteenth); the store's writers buffer a row group per open
 //     output file, and the readers a page per input column, in the rest.
 //   - Every job runs on its own gob-decoded copy of the job value, as on
 //     YTsaurus; JobContext.JobCookie is the job's index, LookupVault reads

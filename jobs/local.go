@@ -510,14 +510,26 @@ func (r *run) forEachSplit(splits []split, open func(worker int, s split) (any, 
 	return context.Cause(r.ctx)
 }
 
+// SortShare is the part of an operation's memory limit (Op.MemoryLimit)
+// its sorts buffer before spilling: an eighth. The sort is one consumer
+// among several that do not shrink with the data (the readers' pages, a row
+// group per open output, the reduce batches): with a larger share the
+// buffer, which fills only once the sorted rows exceed it, would make the
+// operation's peak grow with the input up to a larger N. At
+// --memory-limit 64MiB the buffer is 8 MiB (about 30,000 subset matches),
+// and the merge reads 256 runs in one pass, 1 GiB of sorted rows per
+// worker (a larger sort merges in more passes).
+func SortShare(limit int64) int64 { return limit / 8 }
+
 func (r *run) newSorters() {
 	r.sorters = make([]*extsort.Sorter, r.workers)
-	// The sorters share a quarter of the memory limit: the rest is for
-	// what the operation holds besides them and the merge's read buffers
-	// (input pages being decoded, each open output's row group, the jobs'
-	// batches), so that the whole process stays near the limit rather than
-	// the sort alone filling it at a large N and the rest coming on top.
-	sortMem := r.mem / 4
+	// The sorters share an eighth of the memory limit (SortShare): the
+	// rest is for what the operation holds besides them and the merge's
+	// read buffers (input pages being decoded, each open output's row
+	// group, the jobs' batches), so that the whole process stays near the
+	// limit rather than the sort alone filling it at a large N and the rest
+	// coming on top.
+	sortMem := SortShare(r.mem)
 	for i := range r.sorters {
 		// Read buffers of about 1/512 of the sort budget keep the merge's
 		// fan-in near 256 even for small limits, so that a sort of a few

@@ -101,8 +101,8 @@ type Op struct {
 	// transaction and commits it when the operation succeeds.
 	Tx pillar.Tx
 	// MemoryLimit bounds the memory of a local operation, in bytes: its
-	// sorts buffer at most a quarter of it before spilling (their merge read
-	// buffers, the readers, writers and jobs use the rest). On YTsaurus it
+	// sorts buffer at most an eighth of it before spilling (SortShare; their
+	// merge read buffers, the readers, writers and jobs use the rest). On YTsaurus it
 	// is the memory limit of one job. The default value is 512 MiB.
 	MemoryLimit int64
 	// Workers is the number of jobs run in parallel by the local runner, and

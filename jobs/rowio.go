@@ -227,6 +227,8 @@ type sortWriter struct {
 	row        int64
 	key        []byte
 	buf        bytes.Buffer
+	yw         *yson.Writer // writes into buf; nil until the first row
+	ye         *yson.Encoder
 	err        error
 	bytes      int64
 }
@@ -252,13 +254,25 @@ func (w *sortWriter) encode(v any) (key []byte, prefix int, payload []byte, err 
 			return nil, 0, nil, fmt.Errorf("jobs: intermediate row %T: %w", v, err)
 		}
 	}
+	// One YSON writer per sortWriter, writing a list fragment (each row
+	// followed by ';') into buf: a writer per row would allocate its 4 KiB
+	// buffer and validator for every record (garbage at the rate of the
+	// sort, which the collector has to keep up with).
 	w.buf.Reset()
-	yw := yson.NewWriterConfig(&w.buf, yson.WriterConfig{Format: yson.FormatBinary})
-	yw.Any(v)
-	if err := yw.Finish(); err != nil {
+	if w.yw == nil {
+		w.yw = yson.NewWriterConfig(&w.buf, yson.WriterConfig{Format: yson.FormatBinary, Kind: yson.StreamListFragment})
+		w.ye = yson.NewEncoderWriter(w.yw)
+	}
+	if err := w.ye.Encode(v); err != nil {
+		w.yw, w.ye = nil, nil // its state is unknown after an error
 		return nil, 0, nil, fmt.Errorf("jobs: intermediate row %T: yson: %w", v, err)
 	}
-	return w.key, prefix, w.buf.Bytes(), nil
+	b := w.buf.Bytes()
+	if len(b) == 0 || b[len(b)-1] != ';' {
+		w.yw, w.ye = nil, nil
+		return nil, 0, nil, fmt.Errorf("jobs: intermediate row %T: yson: no item separator after the row", v)
+	}
+	return w.key, prefix, b[:len(b)-1], nil
 }
 
 func (w *sortWriter) add(v any, tie uint64) error {

@@ -44,7 +44,7 @@
 //     removed at the end), and the sorted stream is merged with the docs
 //     table read in key order into the new docs table. Only the merge's
 //     current rows are in memory. The sort buffers a quarter of the limit
-//     (SortShare, as the runner's sorts): with the whole limit the buffer
+//     (SortShare): with the whole limit the buffer
 //     alone would fill it at a large N, the cleaners, the merge and the
 //     writer coming on top (peak RSS 166 → 206 MB from 10k to 160k pages at
 //     64 MiB, `pillar bench scale`).

@@ -169,7 +169,8 @@ func (s Stats) ChangedPages() int { return s.New + s.Changed }
 const DefaultMemoryLimit = 256 << 20
 
 // SortShare is the part of Options.MemoryLimit the sort of cleaned pages
-// buffers: a quarter, as the local runner's sorts (jobs.Op.MemoryLimit). The
+// buffers: a quarter (the local runner's sorts buffer an eighth,
+// jobs.SortShare, as their rows are small and fill a buffer later). The
 // buffer is full, and the ingest at its peak, once the cleaned text exceeds
 // it (about 5,000 pages of 4 KB at --memory-limit 64MiB), so the peak does not
 // grow with the corpus beyond that; the whole limit for the buffer would add
