@@ -167,9 +167,23 @@ type backfillPlan struct {
 func planBackfill(ctx context.Context, st pillar.Store, opts Options, kind, source, table string, n int) (*backfillPlan, error) {
 	pl := &backfillPlan{todo: TodoPrefix + table}
 	pl.stale = pl.todo + "-stale"
-	tx, err := st.Begin(ctx)
+	small, err := planByKeys(ctx, st, opts, kind, source, table, pl)
 	if err != nil {
 		return nil, err
+	}
+	if !small {
+		if err := planFull(ctx, st, opts, kind, source, table, pl); err != nil {
+			return nil, err
+		}
+	}
+	return slicePlan(ctx, st, kind, table, n, pl)
+}
+
+// planFull is the plan as one PlanJob reduce over the source rows.
+func planFull(ctx context.Context, st pillar.Store, opts Options, kind, source, table string, pl *backfillPlan) error {
+	tx, err := st.Begin(ctx)
+	if err != nil {
+		return err
 	}
 	defer tx.Abort()
 	var srcType, rowType any = &pillar.Doc{}, pillar.Doc{}
@@ -181,7 +195,7 @@ func planBackfill(ctx context.Context, st pillar.Store, opts Options, kind, sour
 		if _, err := tx.Table(ctx, t); err == nil {
 			inputs, types = append(inputs, t), append(types, &pageHash{})
 		} else if !errors.Is(err, pillar.ErrNotFound) {
-			return nil, err
+			return err
 		}
 	}
 	op := &jobs.Op{Title: "backfill plan " + table, Inputs: inputs, InputTypes: types,
@@ -193,11 +207,97 @@ func planBackfill(ctx context.Context, st pillar.Store, opts Options, kind, sour
 		Progress: opts.Progress, Logger: opts.Logger}
 	pl.generation = tx.Info().Generation
 	if err := opts.Runner.Reduce(ctx, &PlanJob{Source: kind}, op); err != nil {
-		return nil, fmt.Errorf("backfill plan %s: %w", table, err)
+		return fmt.Errorf("backfill plan %s: %w", table, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("backfill plan %s: commit: %w", table, err)
+		return fmt.Errorf("backfill plan %s: commit: %w", table, err)
 	}
+	return nil
+}
+
+// planByKeys is the plan of a version table that exists: PlanJob over the
+// (page, content hash) projection of the source finds the pages to process
+// (and writes the stale table); when they are at most MaxIncrementalPages,
+// the todo table is the source rows of just those pages, selected as the
+// incremental reconcile selects (selectChanged), instead of a pass that
+// decodes every source row. It reports false, having written no todo
+// table, when the version table is new or more pages are to be processed.
+//
+// The selection reads a later state than the projection did; pl.generation
+// is the earlier one, so a change in between is planned again by the next
+// run, and a page whose content changed in between is processed in its
+// newer content (the completion keeps the rows of current content only).
+func planByKeys(ctx context.Context, st pillar.Store, opts Options, kind, source, table string, pl *backfillPlan) (bool, error) {
+	tx, err := st.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Abort()
+	if _, err := tx.Table(ctx, table); errors.Is(err, pillar.ErrNotFound) {
+		return false, nil // a first build processes every page
+	} else if err != nil {
+		return false, err
+	}
+	keys := pl.todo + "-keys"
+	inputs, types := []string{source}, []any{&pageHash{}}
+	for _, t := range []string{table, pendingTable(table)} {
+		if _, err := tx.Table(ctx, t); err == nil {
+			inputs, types = append(inputs, t), append(types, &pageHash{})
+		} else if !errors.Is(err, pillar.ErrNotFound) {
+			return false, err
+		}
+	}
+	op := &jobs.Op{Title: "backfill plan " + table, Inputs: inputs, InputTypes: types,
+		Outputs: []jobs.Output{
+			{Table: keys, RowType: pageHash{}, SortedBy: []string{"page_key"}},
+			{Table: pl.stale, RowType: pageHash{}, SortedBy: []string{"page_key"}},
+		},
+		ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
+		Progress: opts.Progress, Logger: opts.Logger}
+	generation := tx.Info().Generation
+	if err := opts.Runner.Reduce(ctx, &PlanJob{Source: kind, Keys: true}, op); err != nil {
+		return false, fmt.Errorf("backfill plan %s: %w", table, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("backfill plan %s: commit: %w", table, err)
+	}
+	if tx, err = st.Begin(ctx); err != nil {
+		return false, err
+	}
+	defer tx.Abort()
+	ti, err := tx.Table(ctx, keys)
+	if err != nil {
+		return false, err
+	}
+	if ti.Rows > MaxIncrementalPages {
+		if err := tx.DropTable(ctx, keys); err != nil {
+			return false, err
+		}
+		return false, tx.Commit(ctx)
+	}
+	var todo []string
+	if _, local := opts.Runner.(*jobs.Local); local {
+		err = eachRow(ctx, tx, keys, false, func(h *pageHash) error { todo = append(todo, h.PageKey); return nil })
+		if err != nil {
+			return false, err
+		}
+	}
+	if err := selectChanged(ctx, tx, opts, todo, []string{keys}, []string{source}, []string{pl.todo}); err != nil {
+		return false, fmt.Errorf("backfill plan %s: %w", table, err)
+	}
+	if err := tx.DropTable(ctx, keys); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("backfill plan %s: commit: %w", table, err)
+	}
+	pl.generation = generation
+	return true, nil
+}
+
+// slicePlan reads the committed todo table's (page, size) projection once
+// to cut it into slices of at most n pages, and the stale table's count.
+func slicePlan(ctx context.Context, st pillar.Store, kind, table string, n int, pl *backfillPlan) (*backfillPlan, error) {
 	sn, err := st.Snapshot(ctx)
 	if err != nil {
 		return nil, err

@@ -30,8 +30,13 @@ func init() {
 // whose source content has no done rows it writes the page's source rows to
 // output 0 (chunks in chunk_no order); for a page with done rows of another
 // content (or no source any more) it writes one pageHash row to output 1.
+//
+// With Keys, input 0 is read as its (page, content hash) projection and a
+// page to process gets one pageHash row in output 0 instead of its source
+// rows (an incremental plan selects those rows afterwards).
 type PlanJob struct {
 	Source string // pillar.KindChunks (the source is docs) or pillar.KindEmbeddings (chunks)
+	Keys   bool
 }
 
 func (*PlanJob) InputTypes() []any  { return nil }
@@ -60,6 +65,14 @@ func (j *PlanJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapred
 				continue
 			}
 			have = true
+			if j.Keys {
+				var h pageHash
+				if err := r.Scan(&h); err != nil {
+					return err
+				}
+				key, hash = h.PageKey, h.ContentHash
+				continue
+			}
 			if j.Source == pillar.KindEmbeddings {
 				var c pillar.Chunk
 				if err := r.Scan(&c); err != nil {
@@ -82,6 +95,9 @@ func (j *PlanJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapred
 		}
 		if !have || current {
 			return nil
+		}
+		if j.Keys {
+			return out[0].Write(&pageHash{PageKey: key, ContentHash: hash})
 		}
 		if j.Source != pillar.KindEmbeddings {
 			return out[0].Write(&doc)
