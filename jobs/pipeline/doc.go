@@ -22,7 +22,10 @@
 //   - No driver holds anything keyed by page. Every step over the corpus is
 //     an operation on the runner (a reduce by page_key): a backfill's plan
 //     (PlanJob: source rows + done rows → the todo table of pages to
-//     process, sliced by row ranges) and its completion (FinishJob, then
+//     process, sliced by row ranges; for a version that exists it runs on
+//     the source's (page, content hash) projection and the todo pages'
+//     rows are then selected, as the incremental reconcile selects) and
+//     its completion (FinishJob, then
 //     CopyJob into the version table), subset evaluation, the export
 //     records (ExportJob), and the reconcile of publish, rollback and
 //     recompute (ReconcileJob → puts and deletes tables, applied as a delta
