@@ -404,7 +404,7 @@ func (r *run) openWriters(outs []outSpec) ([]*tableWriter, error) {
 		if o.Append {
 			mode = pillar.Append
 		}
-		w, err := r.tx.WriteTable(r.ctx, o.Table, o.rowType, &pillar.WriteOptions{Mode: mode, SortedBy: o.SortedBy})
+		w, err := r.tx.WriteTable(r.ctx, o.Table, o.rowType, &pillar.WriteOptions{Mode: mode, SortedBy: o.SortedBy, RowGroupBytes: RowGroupShare(r.mem)})
 		if err != nil {
 			return nil, fmt.Errorf("jobs: output %q: %w", o.Table, err)
 		}
@@ -520,6 +520,15 @@ func (r *run) forEachSplit(splits []split, open func(worker int, s split) (any, 
 // and the merge reads 256 runs in one pass, 1 GiB of sorted rows per
 // worker (a larger sort merges in more passes).
 func SortShare(limit int64) int64 { return limit / 8 }
+
+// RowGroupShare is what one open output of an operation buffers before it
+// flushes a row group (pillar.WriteOptions.RowGroupBytes): 1/32 of the
+// memory limit, between 1 and 8 MiB, so that the outputs open at once
+// (one per output table per worker) stay within about another eighth of
+// the limit, beside the sorts' eighth, instead of 8 MiB each whatever the
+// limit (a row group fills only once an output is that large: a peak
+// growing with the data up to 8 MiB × open outputs).
+func RowGroupShare(limit int64) int64 { return min(max(limit/32, 1<<20), 8<<20) }
 
 func (r *run) newSorters() {
 	r.sorters = make([]*extsort.Sorter, r.workers)

@@ -116,6 +116,11 @@ type WriteOptions struct {
 	// SortedBy records that the written rows are sorted by these columns.
 	// The store does not check it; writers that claim it must sort.
 	SortedBy []string
+	// RowGroupBytes bounds what the writer buffers before it flushes a row
+	// group (an operation's memory limit shared among its open outputs).
+	// A store may ignore it (YTsaurus buffers on the cluster). The default
+	// value (0) is the store's own bound (embedded: 8 MiB).
+	RowGroupBytes int64
 }
 
 // Tx is one atomic change to the store: new table contents, attribute

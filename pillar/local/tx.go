@@ -115,7 +115,11 @@ func (t *tx) WriteTable(ctx context.Context, name string, rowType any, opts *pil
 		return nil, t.errf("%w", err)
 	}
 	w := parquet.NewWriter(f, append(pageBoundsOptions(schema, opts), schema, parquet.Compression(pqzstd.Default), parquet.MaxRowsPerRowGroup(8192))...)
-	return &rowWriter{t: t, table: name, f: f, w: w, rt: rt, part: part}, nil
+	rg := int64(maxRowGroupBytes)
+	if opts != nil && opts.RowGroupBytes > 0 {
+		rg = min(opts.RowGroupBytes, rg)
+	}
+	return &rowWriter{t: t, table: name, f: f, w: w, rt: rt, part: part, rowGroup: rg}, nil
 }
 
 // pageBoundsOptions keeps page min/max bounds (the column index) only for
@@ -155,6 +159,9 @@ type rowWriter struct {
 	closed bool
 	// flushed is the writer's size after its last flushed row group.
 	flushed int64
+	// rowGroup bounds the bytes of a row group (WriteOptions.RowGroupBytes,
+	// at most maxRowGroupBytes).
+	rowGroup int64
 }
 
 func (w *rowWriter) Write(row any) error {
@@ -177,8 +184,8 @@ func (w *rowWriter) Write(row any) error {
 	w.rows++
 	// A row group is buffered whole until it is flushed: bound it by bytes
 	// too (8192 rows of 50 KB records would be 400 MB per open writer).
-	if w.rows&63 == 0 {
-		if size := w.w.Size(); size-w.flushed > maxRowGroupBytes {
+	if w.rows&15 == 0 {
+		if size := w.w.Size(); size-w.flushed > w.rowGroup {
 			if err := w.w.Flush(); err != nil {
 				w.err = fmt.Errorf("local store: table %q row %d: %w", w.table, w.rows, err)
 				return w.err
@@ -189,8 +196,10 @@ func (w *rowWriter) Write(row any) error {
 	return nil
 }
 
-// maxRowGroupBytes bounds the (uncompressed) rows a writer buffers before it
-// flushes a row group.
+// maxRowGroupBytes bounds the rows a writer buffers before it flushes a row
+// group (the writer's Size: pages encoded and compressed so far, and the
+// column buffers of the page being filled); WriteOptions.RowGroupBytes
+// lowers it.
 const maxRowGroupBytes = 8 << 20
 
 func (w *rowWriter) Close() error {
