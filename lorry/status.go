@@ -88,10 +88,24 @@ func Status(ctx context.Context, st pillar.Store, now time.Time) ([]PartitionSta
 		return nil, fmt.Errorf("lorry: status: %w", err)
 	}
 	defer sn.Release()
-	return partitionStatus(ctx, sn, now)
+	return partitionStatus(ctx, sn, now, true)
 }
 
-func partitionStatus(ctx context.Context, sn pillar.Snapshot, now time.Time) ([]PartitionStatus, error) {
+// Positions is Status without the backlog: each partition's positions,
+// pending batches, lease and queue end, read from Lorry's state and the
+// queue's end alone (the backlog counts and ages, which read every
+// undelivered record's head, stay zero). A caller that polls delivery
+// progress uses it.
+func Positions(ctx context.Context, st pillar.Store) ([]PartitionStatus, error) {
+	sn, err := st.Snapshot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lorry: positions: %w", err)
+	}
+	defer sn.Release()
+	return partitionStatus(ctx, sn, time.Time{}, false)
+}
+
+func partitionStatus(ctx context.Context, sn pillar.Snapshot, now time.Time, backlog bool) ([]PartitionStatus, error) {
 	P := sn.Info().Partitions
 	out := make([]PartitionStatus, 0, P)
 	for p := 0; p < P; p++ {
@@ -107,6 +121,10 @@ func partitionStatus(ctx context.Context, sn pillar.Snapshot, now time.Time) ([]
 			Batch: ps.Batch, Seq: ps.Seq, Pending: ps.Pending, FreshPending: ps.FreshPending, Replay: ps.Replay, Replays: ps.Replays, Delivered: ps.Delivered}
 		if ps.Owner != "" {
 			s.Owner, s.LeaseExpires, s.LeaseExpiresMS = ps.Owner, time.UnixMilli(ps.ExpiresMS), ps.ExpiresMS
+		}
+		if !backlog {
+			out = append(out, s)
+			continue
 		}
 		var oldest [2]int64
 		for next := ps.Offset; next < end; {
@@ -168,7 +186,7 @@ func Report(ctx context.Context, st pillar.Store, now time.Time) (*StatusReport,
 		return nil, fmt.Errorf("lorry: status: %w", err)
 	}
 	defer sn.Release()
-	parts, err := partitionStatus(ctx, sn, now)
+	parts, err := partitionStatus(ctx, sn, now, true)
 	if err != nil {
 		return nil, err
 	}

@@ -436,7 +436,7 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		return t.errf("commit: sync data: %w", err)
 	}
 	s.hook("data-synced")
-	if err := writeJSONAtomic(s.opts.FS, filepath.Join(s.dir, "manifests", manifestName(gen)), nm); err != nil {
+	if err := writeManifestAtomic(s.opts.FS, filepath.Join(s.dir, "manifests", manifestName(gen)), nm); err != nil {
 		return t.errf("commit: manifest: %w", err)
 	}
 	s.hook("manifest-written")
@@ -447,6 +447,10 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	s.hook("committed")
 	s.mu.Lock()
 	s.cached = nm
+	if s.retained == nil {
+		s.retained = map[string]*manifest{}
+	}
+	s.retained[manifestName(gen)] = nm // cleanup need not decode it again
 	s.mu.Unlock()
 	// Cleanup reads every retained manifest: run it every few commits, not
 	// after each one (unreferenced files wait a little longer, that's all).
