@@ -73,8 +73,8 @@
 //
 // Where the read tail comes from during ingest (per-window CPU profiles of
 // `pillar bench ingest --cpuprofile-dir`, 2 shared cores): the node's
-// MultiGet time per read doubles while deltas stream (0.15–0.28 ms idle,
-// 0.36–0.39 ms during): overwriting deltas put the read keys' newest
+// MultiGet time per read doubles while deltas stream (0.12–0.28 ms idle,
+// 0.27–0.39 ms during, over four runs): overwriting deltas put the read keys' newest
 // versions into new L0 files, and L0 compaction rewrites the partition
 // into new files every few seconds, so reads of delta partitions miss the
 // block cache and read (and checksum) blocks from the page cache. That
