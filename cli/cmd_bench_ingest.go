@@ -101,7 +101,7 @@ Examples:
 			&cli.StringFlag{Name: "cache", Value: "256MiB", Usage: "node's block cache"},
 			&cli.IntFlag{Name: "ingest-concurrency", Usage: "node's --ingest-concurrency (default: --delta-partitions + 1; snapshots get 1 slot)"},
 			&cli.BoolFlag{Name: "reference", Value: true, Usage: "also read, at the same moments, a reference node in a child process that holds the same data and ingests nothing (judges ratios against the machine's noise as well as against the idle windows)"},
-			&cli.StringFlag{Name: "cpuprofile-dir", Hidden: true, Usage: "write a Go CPU profile of every window into this folder"},
+			&cli.StringFlag{Name: "cpuprofile-dir", Usage: "write a Go CPU profile of every window into this folder (cpu-<n>-<mode>-<scenario>.pprof; go tool pprof)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON (results.json and results.md are written either way)"},
 		},
 		Action: benchIngest,

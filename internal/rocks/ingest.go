@@ -19,7 +19,11 @@ import (
 //
 //	option                          snapshot  delta  why
 //	move_files                      true      true   the staged, verified file is linked into the DB,
-//	                                                 not copied: no second write of the batch
+//	                                                 not copied: no second write of the batch. RocksDB
+//	                                                 reopens and fsyncs the linked file itself
+//	                                                 (Prepare), so the file is durable whatever the
+//	                                                 caller did; the node's own fsync of the staged
+//	                                                 file makes that second sync cheap
 //	allow_blocking_flush            false     false  the node writes nothing through the memtable, so
 //	                                                 a flush is never needed; should one ever be, the
 //	                                                 ingest fails (and is retried) instead of
@@ -47,6 +51,14 @@ import (
 //	                                                 C API setter
 //	verify_checksums_before_ingest  n/a              no C API setter in 7.8; block checksums are
 //	                                                 the node's own verification step
+//	prepopulate_block_cache         n/a              7.8 warms flushed blocks only (kFlushOnly):
+//	(table option)                                   ingested and compacted files start cold, so a
+//	                                                 delta that overwrites hot keys moves them into
+//	                                                 uncached blocks, and each L0 compaction does it
+//	                                                 again for the whole partition. Measured with
+//	                                                 `pillar bench ingest`: MultiGet time per read
+//	                                                 doubles while deltas stream; nothing in 7.8's
+//	                                                 ingest options avoids it
 //
 // Compaction after ingest: a snapshot at Lmax in its own generation never
 // needs compacting. Deltas land in L0 (they overlap the data) and RocksDB
