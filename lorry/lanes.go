@@ -883,7 +883,12 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 		w.setBacklog(p, lp)
 		if pl := lp.nextFresh(); pl != nil {
 			lp.take(pl)
-			if err := w.deliver(ctx, lp, pl, nil); err != nil {
+			// Its files build and upload while its pending record is
+			// committed (the manifest only after, in deliver).
+			pre := w.startPrefetch(ctx, p, pl.pend, pl.recs)
+			err := w.deliver(ctx, lp, pl, pre)
+			<-pre.done
+			if err != nil {
 				return err
 			}
 			continue
@@ -898,14 +903,19 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 					}
 					continue
 				}
+				// It flies from now on: its files build and upload while
+				// its pending record is committed; the flight writes the
+				// manifest and registers only once that commit is done.
+				// (The fresh lane keeps clear of its keys from now on.)
+				pl.flown = true
+				lp.bfl = newFlight(pl, w.startFlight(ctx, p, pl.pend, pl.recs, false))
 				if err := w.recordPending(ctx, lp, pl.pend); err != nil {
 					return err
 				}
 				if err := w.hook("pending", p); err != nil {
 					return err
 				}
-				pl.flown = true
-				lp.bfl = newFlight(pl, w.startFlight(ctx, p, pl.pend, pl.recs, true))
+				lp.bfl.pre.markRecorded()
 				continue
 			}
 		}

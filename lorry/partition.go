@@ -371,6 +371,19 @@ func (w *Worker) recordPending(ctx context.Context, lp *loop, pend Pending) erro
 // last, as a conditional create.
 func (w *Worker) upload(ctx context.Context, lp *loop, pl *plan, pre *prefetch) (*batch.Manifest, error) {
 	p, pend := lp.pt.id, pl.pend
+	if pre != nil && pre.id == pend.ID && !pre.failed {
+		// A failed prefetch was the first attempt: retried after the
+		// backoff, as any failed upload (by building again).
+		select {
+		case <-pre.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if pre.err != nil && !errors.Is(pre.err, errCrash) {
+			pre.failed = true
+			return nil, fmt.Errorf("lorry: partition %d: batch %s: prefetched upload: %w", p, pend.ID, pre.err)
+		}
+	}
 	m, err := sstbuilder.ReadManifest(ctx, w.o.Objects, p, pend.ID)
 	if err == nil {
 		return m, nil
@@ -387,9 +400,6 @@ func (w *Worker) upload(ctx context.Context, lp *loop, pl *plan, pre *prefetch) 
 		}
 		if errors.Is(pre.err, errCrash) {
 			return nil, pre.err
-		}
-		if pre.err != nil {
-			w.o.Logger.Warn("lorry: prefetched upload failed; uploading again", "partition", p, "batch", pend.ID, "err", pre.err)
 		}
 		built = pre.m
 	}
@@ -564,6 +574,10 @@ type prefetch struct {
 	abortOnce        sync.Once
 	registeredSignal chan struct{}
 	seq              int64
+
+	// failed: upload returned err once already (the loop's goroutine
+	// only, after done).
+	failed bool
 }
 
 // markRecorded says the flight's pending record is committed.
