@@ -26,6 +26,7 @@ func cobbledPaceFlags() []cli.Flag {
 		&cli.IntFlag{Name: "snapshot-concurrency", Usage: "snapshots downloading/applying at once (default: --ingest-concurrency; set lower to keep a slot for deltas)"},
 		&cli.Float64Flag{Name: "compaction-rate", Usage: "cap on RocksDB flush and compaction writes, MB/s for the whole node; 0 = unlimited"},
 		&cli.BoolFlag{Name: "compaction-normal-priority", Usage: "run compaction threads at normal CPU and I/O priority (default: nice 19, idle I/O class)"},
+		&cli.IntFlag{Name: "l0-compaction-trigger", Usage: "L0 files (ingested deltas) that start a compaction, 1..39 (default 8); higher: fewer rewrites of a partition into uncached files, more bloom probes per read"},
 	}
 }
 
@@ -41,8 +42,9 @@ func cobbledPaceOptions(c *cli.Context, o *cobbled.Options) error {
 	}
 	o.Pace = pace.Options{Rate: int64(c.Float64("ingest-rate") * 1e6), TargetP99: c.Duration("ingest-target-p99"), MinRate: int64(c.Float64("ingest-min-rate") * 1e6)}
 	o.SnapshotConcurrency = c.Int("snapshot-concurrency")
-	o.Background = rocks.Background{CompactionRate: int64(c.Float64("compaction-rate") * 1e6), NormalPriority: c.Bool("compaction-normal-priority")}
-	return nil
+	o.Background = rocks.Background{CompactionRate: int64(c.Float64("compaction-rate") * 1e6), NormalPriority: c.Bool("compaction-normal-priority"),
+		L0CompactionTrigger: c.Int("l0-compaction-trigger")}
+	return o.Background.Validate()
 }
 
 func benchIngestCommand() *cli.Command {
