@@ -165,6 +165,9 @@ func bgDesc(o Options) string {
 	if o.Background.NormalPriority {
 		s = "threads at normal priority"
 	}
+	if o.Background.L0CompactionTrigger > 0 {
+		s += fmt.Sprintf(", L0 compaction trigger %d files", o.Background.L0CompactionTrigger)
+	}
 	if o.Background.CompactionRate > 0 {
 		return s + fmt.Sprintf(", rate-limited to %.0f MB/s", float64(o.Background.CompactionRate)/1e6)
 	}
@@ -216,7 +219,7 @@ func optionsJSON(o Options) map[string]any {
 		"cache_bytes": o.CacheBytes, "read_rate": o.ReadRate, "batch_keys": o.BatchKeys, "phase": o.Phase.String(), "settle": o.Settle.String(),
 		"snapshot_bytes": o.SnapshotBytes, "snapshot_partition": o.SnapshotPartition, "delta_partitions": o.DeltaPartitions,
 		"updates_per_sec": o.UpdatesPerSec, "delta_interval": o.DeltaInterval.String(), "modes": o.Modes, "target_ratio": o.TargetRatio,
-		"target": o.Target.String(), "min_rate": o.MinRate, "reference": len(o.Reference) > 0, "ingest_concurrency": o.IngestConcurrency, "compaction_rate": o.Background.CompactionRate, "compaction_normal_priority": o.Background.NormalPriority}
+		"target": o.Target.String(), "min_rate": o.MinRate, "reference": len(o.Reference) > 0, "ingest_concurrency": o.IngestConcurrency, "compaction_rate": o.Background.CompactionRate, "compaction_normal_priority": o.Background.NormalPriority, "l0_compaction_trigger": o.Background.L0CompactionTrigger}
 }
 
 // Plot draws read latency over the run: p50 and p99 per 500 ms, every

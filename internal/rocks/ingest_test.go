@@ -94,4 +94,23 @@ func TestIngestOptions(t *testing.T) {
 	if err := (Background{CompactionRate: -1}).Validate(); err == nil {
 		t.Fatal("negative compaction rate accepted")
 	}
+	for _, trig := range []int{-1, 40} {
+		if err := (Background{L0CompactionTrigger: trig}).Validate(); err == nil {
+			t.Fatalf("L0 compaction trigger %d accepted", trig)
+		}
+	}
+}
+
+func TestL0CompactionTrigger(t *testing.T) {
+	o := grocksdb.NewDefaultOptions()
+	defer o.Destroy()
+	o.SetLevel0FileNumCompactionTrigger(8)
+	Background{}.Apply(o)
+	if got := o.GetLevel0FileNumCompactionTrigger(); got != 8 {
+		t.Fatalf("default Background changed the trigger to %d", got)
+	}
+	Background{L0CompactionTrigger: 24}.Apply(o)
+	if got := o.GetLevel0FileNumCompactionTrigger(); got != 24 {
+		t.Fatalf("trigger %d, want 24", got)
+	}
 }
