@@ -155,3 +155,32 @@ func TestDrainEmptyAndStatus(t *testing.T) {
 		t.Fatalf("status after delivery: %+v", s)
 	}
 }
+
+// TestPositions: Positions reports Status's positions and queue ends
+// without the backlog scan.
+func TestPositions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 3)
+	keys := keysIn(4, 1, 3)
+	e.enqueue(rec{key: keys[0], val: "x"}, rec{key: keys[1], val: "y"}, rec{key: keys[2], val: "z"})
+	ps, err := Positions(context.Background(), e.store)
+	must(t, err)
+	if s := ps[1]; len(ps) != 3 || s.QueueEnd != 3 || s.Committed != 0 || s.Depth != 0 || s.Pending != nil {
+		t.Fatalf("positions before delivery: %+v", ps)
+	}
+	_, err = e.worker(e.opts("w1")).Drain(context.Background())
+	must(t, err)
+	ps, err = Positions(context.Background(), e.store)
+	must(t, err)
+	st, err := Status(context.Background(), e.store, time.Now())
+	must(t, err)
+	for p := range ps {
+		a, b := ps[p], st[p]
+		if a.QueueEnd != b.QueueEnd || a.Committed != b.Committed || a.FreshOffset != b.FreshOffset || a.Seq != b.Seq || a.Batch != b.Batch || a.Pending != nil {
+			t.Fatalf("partition %d: positions %+v, status %+v", p, a, b)
+		}
+	}
+	if ps[1].Committed != 3 || ps[1].Seq != 1 {
+		t.Fatalf("positions after delivery: %+v", ps[1])
+	}
+}
