@@ -31,10 +31,15 @@ import (
 // values, read in place from the block cache, not copied into malloc'd
 // strings), holding each partition's read lock (acquired in increasing
 // partition order, so readers and snapshot swaps cannot deadlock) until the
-// response is encoded. Values are copied once, from the pinned block
-// straight into a pooled wire buffer holding the encoded BatchGetResponse,
-// which gRPC (or the wire protocol, with one writev) sends and then returns
-// to the pool.
+// response is encoded. For gRPC, values are copied once, from the pinned
+// block straight into a pooled wire buffer holding the encoded
+// BatchGetResponse, which gRPC sends and then returns to the pool. For the
+// wire protocol nothing is copied: the framing goes into a small pooled
+// buffer and every value over inlineMax is written with the same writev
+// from where RocksDB pinned it, so the pins and the partitions' read locks
+// are held until the answer is written (bounded: the wire server's write
+// deadline is the request's deadline + 1 s, after which the connection is
+// closed and the locks released; a snapshot swap waits at most that long).
 
 // Transport tuning shared by the server and servepb.DialOptions: responses
 // are ~600 KB (12 × 50 KB), so windows must cover several in flight.
@@ -125,6 +130,7 @@ type getScratch struct {
 	msg    []string // per key error text (shared per partition)
 	held   []*partition
 	res    []grocksdb.Slices
+	parts  [][]byte // a wireResponse's parts
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(getScratch) }}
@@ -159,6 +165,8 @@ func (s *getScratch) release() {
 	}
 	s.nmr = 0
 	clear(s.val)
+	clear(s.parts)
+	s.parts = s.parts[:0]
 }
 
 // nextResult is a pinned-MultiGet result to read one partition into.
@@ -170,7 +178,27 @@ func (s *getScratch) nextResult() *mget.Result {
 	return &s.mr[s.nmr-1]
 }
 
-func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ any, err error) {
+func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (any, error) {
+	return n.read(ctx, req, false)
+}
+
+// wireResponse is a BatchGetResponse for the wire protocol: the framing in
+// a pooled buffer and the larger values as they lie pinned in RocksDB,
+// written back to back; release unpins them and unlocks the partitions.
+type wireResponse struct {
+	parts   [][]byte
+	release func()
+}
+
+// inlineMax: values up to this size are copied into the framing buffer
+// (one iovec less costs more than the copy); larger ones are written from
+// where RocksDB pinned them.
+const inlineMax = 4 << 10
+
+// read answers a BatchGet: an *encodedResponse (one buffer, for gRPC), or
+// with zeroCopy a *wireResponse whose values are still pinned, and whose
+// partitions still read-locked, until its release.
+func (n *Node) read(ctx context.Context, req *servepb.BatchGetRequest, zeroCopy bool) (_ any, err error) {
 	clk := n.opts.Clock
 	start := clk.Now()
 	m := n.opts.Metrics
@@ -213,8 +241,13 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 	}
 
 	s := scratchPool.Get().(*getScratch)
-	defer scratchPool.Put(s)
-	defer s.release()
+	keep := false // a wireResponse releases s once written
+	defer func() {
+		if !keep {
+			s.release()
+			scratchPool.Put(s)
+		}
+	}()
 	s.reset(len(keys))
 	for i, k := range keys {
 		s.part[i] = pillar.Partition(k, n.p)
@@ -229,7 +262,6 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 	version := n.resolve(req.Version) // one publication for every key
 	held := false                     // some partition of the request holds it (the metric's label)
 	parts := *n.parts.Load()
-	var found, missing, notServed, failed int
 	for lo := 0; lo < len(s.order); {
 		q := s.part[s.order[lo]]
 		hi := lo + 1
@@ -261,7 +293,6 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 			for _, i := range run {
 				s.status[i], s.msg[i] = servepb.KeyStatus_KEY_NOT_SERVED, msg
 			}
-			notServed += len(run)
 			continue
 		}
 		s.kbuf = s.kbuf[:0]
@@ -274,7 +305,7 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 		if err := mget.Get(db, n.ro, s.kbuf, pillar.KeySize, mr); err != nil {
 			// One bad key fails the whole MultiGet: read the keys one by
 			// one, so only those that fail get an error.
-			failed += n.getEach(p, db, version, q, keys, run, s, err)
+			n.getEach(p, db, version, q, keys, run, s, err)
 			continue
 		}
 		for j, i := range run {
@@ -293,23 +324,27 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 	if total > n.opts.MaxResponseBytes {
 		return nil, status.Errorf(codes.ResourceExhausted, "cobbled: BatchGet: response of %d keys would be %d bytes, over the limit of %d; ask for fewer keys", len(keys), total, n.opts.MaxResponseBytes)
 	}
+	if zeroCopy {
+		out, err := n.encodeParts(s, len(keys), total, version)
+		if err != nil {
+			return nil, err
+		}
+		keep = true
+		n.countRead(held, version, s, len(keys))
+		return out, nil
+	}
 	bufp := respPool.Get(total)
 	b := (*bufp)[:0]
-	var valueBytes int
 	for i := range keys {
 		b = protowire.AppendTag(b, 1, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(innerSize(s, i)))
 		if s.found[i] {
-			found++
 			b = protowire.AppendTag(b, 1, protowire.VarintType)
 			b = append(b, 1)
 			if d := s.val[i]; len(d) > 0 {
 				b = protowire.AppendTag(b, 2, protowire.BytesType)
 				b = protowire.AppendBytes(b, d)
-				valueBytes += len(d)
 			}
-		} else if s.status[i] == servepb.KeyStatus_KEY_OK {
-			missing++
 		}
 		if st := s.status[i]; st != servepb.KeyStatus_KEY_OK {
 			b = protowire.AppendTag(b, 3, protowire.VarintType)
@@ -327,6 +362,27 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 		return nil, status.Errorf(codes.Internal, "cobbled: BatchGet: encoded %d bytes, sized %d", len(b), total)
 	}
 	*bufp = b
+	n.countRead(held, version, s, len(keys))
+	return &encodedResponse{buf: mem.NewBuffer(bufp, respPool)}, nil
+}
+
+// countRead updates the read metrics for a request's n keys read into s.
+func (n *Node) countRead(held bool, version string, s *getScratch, keys int) {
+	m := n.opts.Metrics
+	var found, missing, notServed, failed, valueBytes int
+	for i := range keys {
+		switch st := s.status[i]; {
+		case s.found[i]:
+			found++
+			valueBytes += len(s.val[i])
+		case st == servepb.KeyStatus_KEY_OK:
+			missing++
+		case st == servepb.KeyStatus_KEY_NOT_SERVED:
+			notServed++
+		default:
+			failed++
+		}
+	}
 	if !held {
 		version = notHeldLabel // callers choose versions: keep the label set to what is held
 	}
@@ -336,7 +392,63 @@ func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (_ an
 	m.keys.WithLabelValues("not_served").Add(float64(notServed))
 	m.keys.WithLabelValues("error").Add(float64(failed))
 	m.bytes.Add(float64(valueBytes))
-	return &encodedResponse{buf: mem.NewBuffer(bufp, respPool)}, nil
+}
+
+// encodeParts encodes the response of keys keys in s (total bytes) as a
+// wireResponse: everything but the values over inlineMax goes into one
+// pooled framing buffer, and those values are parts of their own, read
+// where RocksDB pinned them. Its release frees the buffer and s.
+func (n *Node) encodeParts(s *getScratch, keys, total int, version string) (*wireResponse, error) {
+	frame := total
+	for i := range keys {
+		if s.found[i] && len(s.val[i]) > inlineMax {
+			frame -= len(s.val[i])
+		}
+	}
+	hp := respPool.Get(frame)
+	h := (*hp)[:0]
+	parts := s.parts[:0]
+	mark := 0 // h[mark:] is not in parts yet
+	for i := range keys {
+		h = protowire.AppendTag(h, 1, protowire.BytesType)
+		h = protowire.AppendVarint(h, uint64(innerSize(s, i)))
+		if s.found[i] {
+			h = protowire.AppendTag(h, 1, protowire.VarintType)
+			h = append(h, 1)
+			if d := s.val[i]; len(d) > inlineMax {
+				h = protowire.AppendTag(h, 2, protowire.BytesType)
+				h = protowire.AppendVarint(h, uint64(len(d)))
+				parts = append(parts, h[mark:len(h):len(h)], d)
+				mark = len(h)
+			} else if len(d) > 0 {
+				h = protowire.AppendTag(h, 2, protowire.BytesType)
+				h = protowire.AppendBytes(h, d)
+			}
+		}
+		if st := s.status[i]; st != servepb.KeyStatus_KEY_OK {
+			h = protowire.AppendTag(h, 3, protowire.VarintType)
+			h = protowire.AppendVarint(h, uint64(st))
+			h = protowire.AppendTag(h, 4, protowire.BytesType)
+			h = protowire.AppendString(h, s.msg[i])
+		}
+	}
+	if version != "" {
+		h = protowire.AppendTag(h, 2, protowire.BytesType)
+		h = protowire.AppendString(h, version)
+	}
+	if len(h) != frame || cap(h) != cap(*hp) { // sized wrong (or h grew out of the pooled buffer)
+		respPool.Put(hp)
+		return nil, status.Errorf(codes.Internal, "cobbled: BatchGet: encoded %d framing bytes, sized %d", len(h), frame)
+	}
+	if mark < len(h) {
+		parts = append(parts, h[mark:])
+	}
+	s.parts = parts
+	return &wireResponse{parts: parts, release: func() {
+		respPool.Put(hp)
+		s.release()
+		scratchPool.Put(s)
+	}}, nil
 }
 
 // getEach reads the keys of run (partition q) one at a time after their
@@ -388,13 +500,13 @@ func resultSize(s *getScratch, i int) int {
 // same code path, limits, metrics and errors as the gRPC method: the
 // response bytes are the encoded BatchGetResponse gRPC would send.
 func (n *Node) WireHandler() wire.Handler {
-	return func(ctx context.Context, req *servepb.BatchGetRequest) ([]byte, func(), error) {
-		out, err := n.batchGet(ctx, req)
+	return func(ctx context.Context, req *servepb.BatchGetRequest) ([][]byte, func(), error) {
+		out, err := n.read(ctx, req, true)
 		if err != nil {
 			return nil, nil, err
 		}
-		r := out.(*encodedResponse)
-		return r.buf.ReadOnlyData(), r.buf.Free, nil
+		r := out.(*wireResponse)
+		return r.parts, r.release, nil
 	}
 }
 

@@ -87,6 +87,25 @@ func TestBatchGet(t *testing.T) {
 		}
 	}
 
+	// The wire protocol's answer (framing plus values written from where
+	// RocksDB pinned them) is byte for byte the gRPC encoding: sizes across
+	// inlineMax, an empty value, not served and missing keys, a version.
+	for _, version := range []string{"", "nope"} {
+		r := &servepb.BatchGetRequest{Keys: keys, Version: version}
+		enc, err := n.batchGet(ctx, r)
+		must(t, err)
+		parts, release, err := n.WireHandler()(ctx, r)
+		must(t, err)
+		if got, want := bytes.Join(parts, nil), enc.(*encodedResponse).buf.ReadOnlyData(); !bytes.Equal(got, want) {
+			t.Errorf("version %q: the wire answer (%d bytes in %d parts) differs from the gRPC encoding (%d bytes)", version, len(got), len(parts), len(want))
+		}
+		if version == "" && len(parts) < 3 {
+			t.Errorf("%d parts: values over %d bytes were copied, not written in place", len(parts), inlineMax)
+		}
+		release()
+		enc.(*encodedResponse).buf.Free()
+	}
+
 	bad := []struct {
 		name string
 		keys [][]byte

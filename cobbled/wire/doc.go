@@ -8,8 +8,9 @@
 // on HTTP/2 framing (16 KB DATA frames copied into its write buffer, read
 // back out of the client's frame buffers and gathered into one message) and
 // flow control. Here a response is written with one writev straight from
-// the node's encoded buffer and read with one read into the buffer the
-// values then alias.
+// the node's framing buffer and the values pinned in RocksDB's block cache
+// (no Go copy on the node) and read with one read into a pooled buffer the
+// values then alias (servepb.Release gives it back).
 //
 // # Connection
 //
@@ -50,6 +51,7 @@
 //   - Every request gets exactly one answer (response or error) unless the
 //     client cancelled it or the connection broke.
 //   - The node answers a request only after its handler has returned; the
-//     handler's buffer is released after it is written (or the write
-//     failed).
+//     handler's parts are released after they are written (or the write
+//     failed, or the request was cancelled). A write that has not finished
+//     1 s after the request's deadline closes the connection.
 package wire

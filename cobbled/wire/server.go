@@ -18,10 +18,18 @@ import (
 	"github.com/pillarkit/pillar/cobbled/servepb"
 )
 
-// Handler answers one BatchGet: the encoded BatchGetResponse and a function
-// that releases it once written, or an error (a gRPC status error keeps its
+// Handler answers one BatchGet: the encoded BatchGetResponse as parts
+// written back to back with one writev (a node hands its framing and the
+// values pinned in RocksDB's block cache, not a copy), and a function that
+// releases them once written, or an error (a gRPC status error keeps its
 // code; any other error is sent as codes.Unknown, as gRPC does).
-type Handler func(ctx context.Context, req *servepb.BatchGetRequest) (resp []byte, release func(), err error)
+type Handler func(ctx context.Context, req *servepb.BatchGetRequest) (resp [][]byte, release func(), err error)
+
+// writeGrace is how long past a request's deadline its answer may take to
+// write before the connection is given up (closed: its requests in flight
+// fail over on the client): the handler's release, which may hold a
+// node's partition read locks, waits for the write.
+const writeGrace = time.Second
 
 // ServerOptions configure a Server. The zero value of every field means its
 // default.
@@ -230,13 +238,18 @@ func (sc *sconn) handle(ctx context.Context, id uint64, req *servepb.BatchGetReq
 		return
 	}
 	sc.wmu.Lock()
+	if dl, ok := ctx.Deadline(); ok {
+		sc.c.SetWriteDeadline(dl.Add(writeGrace))
+	} else {
+		sc.c.SetWriteDeadline(time.Time{})
+	}
 	if err != nil {
 		st := status.Convert(err)
 		var code [4]byte
 		binary.BigEndian.PutUint32(code[:], uint32(st.Code()))
 		err = writeFrame(sc.c, KindError, id, code[:], []byte(st.Message()))
 	} else {
-		err = writeFrame(sc.c, KindResponse, id, resp)
+		err = writeFrame(sc.c, KindResponse, id, resp...)
 	}
 	sc.wmu.Unlock()
 	if release != nil {

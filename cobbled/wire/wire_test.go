@@ -20,9 +20,12 @@ import (
 )
 
 // echo answers every key with a value of the key repeated, and the version.
-func echo(_ context.Context, req *servepb.BatchGetRequest) ([]byte, func(), error) {
-	var b []byte
+// echo answers every key with the key three times, one part per result
+// (so responses are written from several buffers, as a node's are).
+func echo(_ context.Context, req *servepb.BatchGetRequest) ([][]byte, func(), error) {
+	var parts [][]byte
 	for _, k := range req.Keys {
+		var b []byte
 		var r []byte
 		r = protowire.AppendTag(r, 1, protowire.VarintType)
 		r = append(r, 1)
@@ -30,12 +33,15 @@ func echo(_ context.Context, req *servepb.BatchGetRequest) ([]byte, func(), erro
 		r = protowire.AppendBytes(r, []byte(strings.Repeat(string(k), 3)))
 		b = protowire.AppendTag(b, 1, protowire.BytesType)
 		b = protowire.AppendBytes(b, r)
+		parts = append(parts, b)
 	}
 	if req.Version != "" {
+		var b []byte
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
 		b = protowire.AppendString(b, req.Version)
+		parts = append(parts, b)
 	}
-	return b, nil, nil
+	return parts, nil, nil
 }
 
 func listen(t *testing.T) net.Listener {
@@ -85,7 +91,7 @@ func TestPipelined(t *testing.T) {
 }
 
 func TestErrorKeepsCode(t *testing.T) {
-	_, addr := serve(t, func(context.Context, *servepb.BatchGetRequest) ([]byte, func(), error) {
+	_, addr := serve(t, func(context.Context, *servepb.BatchGetRequest) ([][]byte, func(), error) {
 		return nil, nil, status.Error(codes.InvalidArgument, "cobbled: BatchGet: empty request (no keys)")
 	})
 	c := NewClient(addr, ClientOptions{})
@@ -104,14 +110,14 @@ func TestErrorKeepsCode(t *testing.T) {
 func TestCancel(t *testing.T) {
 	started, seen := make(chan struct{}), make(chan error, 1)
 	released := make(chan struct{})
-	_, addr := serve(t, func(ctx context.Context, req *servepb.BatchGetRequest) ([]byte, func(), error) {
+	_, addr := serve(t, func(ctx context.Context, req *servepb.BatchGetRequest) ([][]byte, func(), error) {
 		if string(req.Keys[0]) != "block" {
 			return echo(ctx, req)
 		}
 		close(started)
 		<-ctx.Done()
 		seen <- ctx.Err()
-		return []byte{}, func() { close(released) }, nil
+		return nil, func() { close(released) }, nil
 	})
 	c := NewClient(addr, ClientOptions{})
 	defer c.Close()
@@ -138,7 +144,7 @@ func TestCancel(t *testing.T) {
 
 func TestDeadlineTravels(t *testing.T) {
 	got := make(chan bool, 1)
-	_, addr := serve(t, func(ctx context.Context, req *servepb.BatchGetRequest) ([]byte, func(), error) {
+	_, addr := serve(t, func(ctx context.Context, req *servepb.BatchGetRequest) ([][]byte, func(), error) {
 		_, ok := ctx.Deadline()
 		got <- ok
 		return echo(ctx, req)
@@ -268,7 +274,7 @@ func TestNodeRestart(t *testing.T) {
 	addr := lis.Addr().String()
 	block := make(chan struct{})
 	entered := make(chan struct{}, 1)
-	s1 := NewServer(func(ctx context.Context, req *servepb.BatchGetRequest) ([]byte, func(), error) {
+	s1 := NewServer(func(ctx context.Context, req *servepb.BatchGetRequest) ([][]byte, func(), error) {
 		if string(req.Keys[0]) == "block" {
 			entered <- struct{}{}
 			<-block
