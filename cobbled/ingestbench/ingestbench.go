@@ -319,6 +319,9 @@ type bench struct {
 
 	ref *reference // nil without one
 
+	loadReady     chan struct{} // closed at the first read recorded (or when the load ends)
+	loadReadyOnce sync.Once
+
 	mu          sync.Mutex
 	timeline    []Sample
 	refTimeline []Sample
@@ -352,7 +355,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	b := &bench{o: opts, log: opts.Logger, seq: map[int]int64{}}
+	b := &bench{o: opts, log: opts.Logger, seq: map[int]int64{}, loadReady: make(chan struct{})}
 	log := b.log
 	log.Info("ingestbench: loading the node", "partitions", opts.Partitions, "keys", opts.Keys, "dir", dir)
 	c, err := cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), Nodes: 1, Replicas: 1, Partitions: opts.Partitions,
@@ -416,7 +419,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	lctx, stopLoad := context.WithCancel(ctx)
 	var loadWG sync.WaitGroup
 	loadWG.Add(1)
-	go func() { defer loadWG.Done(); b.readLoad(lctx) }()
+	go func() { defer loadWG.Done(); defer b.markLoadReady(); b.readLoad(lctx) }()
+	// The measurement starts once reads arrive (a reader process takes a
+	// moment to start).
+	select {
+	case <-b.loadReady:
+	case <-ctx.Done():
+	}
 	pctx, stopPoll := context.WithCancel(ctx)
 	go b.pollPacer(pctx)
 	err = b.measure(ctx, rep, dir)
@@ -902,7 +911,10 @@ func (b *bench) readLoad(ctx context.Context) {
 	}
 }
 
+func (b *bench) markLoadReady() { b.loadReadyOnce.Do(func() { close(b.loadReady) }) }
+
 func (b *bench) record(tl *[]Sample, at, lat time.Duration, err error) {
+	defer b.markLoadReady()
 	b.mu.Lock()
 	*tl = append(*tl, Sample{At: at, Latency: lat, Failed: err != nil})
 	if err != nil && b.readErr == nil {
