@@ -38,6 +38,10 @@
 //     page_key and writes the rows that entered or changed and the keys
 //     that left); when the change is over half the table (and over
 //     minMemberRewrite/2 pages), or the table is new, it is rewritten.
+//     The generation replaced is kept in history as the undo of the change
+//     (MemberUndo rows, SubsetGen.Undo): `subsets diff` rebuilds it from
+//     the current members and the undo, so no recompute copies a whole
+//     generation. History from before undo tables is read as full copies.
 //   - A backfill is up to date, and a re-run commits nothing, when its
 //     version is complete and its source table has not changed since the
 //     generation its last plan read.

@@ -16,6 +16,7 @@ import (
 	"github.com/pillarkit/pillar/jobs"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/pillar/local"
+	"github.com/pillarkit/pillar/subsets"
 )
 
 // countingFS counts the bytes written into the store's table files (not
@@ -456,12 +457,39 @@ func TestRecomputeIncrementalEqualsFull(t *testing.T) {
 		if runner != nil {
 			o.Runner = runner(s)
 		}
+		before := map[string][]pillar.SubsetMember{}
+		sn0, _ := s.Snapshot(ctx)
+		for _, sub := range []string{"all", "some", "retitled"} {
+			if before[sub], err = readMembers(ctx, sn0, pillar.SubsetTable(sub)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sn0.Release()
 		rc, err := Recompute(ctx, s, nightly, asOf.Add(24*time.Hour), o)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		sn, _ := s.Snapshot(ctx)
 		defer sn.Release()
+		// `subsets diff` from the undo table kept as history: the diff of
+		// the generations themselves.
+		for sub, old := range before {
+			cur, err := readMembers(ctx, sn, pillar.SubsetTable(sub))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := subsets.Diff(sub, old, cur)
+			if err != nil {
+				t.Fatal(err)
+			}
+			meta, got, err := SubsetDiff(ctx, sn, sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !meta.History[len(meta.History)-2].Undo || fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s: subsets diff %s from %+v:\n%v\nwant %v", name, sub, meta.History, got, want)
+			}
+		}
 		var b strings.Builder
 		b.WriteString(publishedState(t, s, ends))
 		for _, sub := range []string{"all", "some", "retitled"} {

@@ -73,6 +73,11 @@ type SubsetGen struct {
 	AsOf       time.Time `json:"as_of"`
 	At         time.Time `json:"at"`
 	Exported   bool      `json:"exported"`
+	// Undo: Table holds the undo of the next generation's change
+	// (MemberUndo rows), not this generation's members; the next
+	// generation's table and it give them. False for the current
+	// generation and for history written before undo tables.
+	Undo bool `json:"undo,omitempty"`
 }
 
 // OpLock is the pipeline lock's value.

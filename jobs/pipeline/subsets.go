@@ -123,9 +123,11 @@ func (j *SubsetSplitJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out [
 // SubsetDiffJob is a reducer over member tables grouped by page_key: input
 // i is the old (Sides[i] = 2·s) or new (2·s+1) generation of subset
 // Names[s]. Each job writes one DiffCount per subset to output 0, and, per
-// subset s, the membership delta from old to new: to output 1+2·s the new
+// subset s, the membership delta from old to new: to output 1+3·s the new
 // rows of pages that entered or whose row changed (score, reason), to
-// output 2+2·s the keys of pages that left (pillar.DeletedKey).
+// output 2+3·s the keys of pages that left (pillar.DeletedKey), and to
+// output 3+3·s its undo (MemberUndo: the old row of each page that left
+// or changed, an absent marker for each page that entered).
 type SubsetDiffJob struct {
 	Names []string
 	Sides []int
@@ -181,18 +183,27 @@ func (j *SubsetDiffJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []
 			switch {
 			case c.ok && !o.ok:
 				counts[i].Adds++
+				if err := out[3+3*i].Write(&MemberUndo{PageKey: c.row.PageKey, Absent: true}); err != nil {
+					return err
+				}
 			case o.ok && !c.ok:
 				counts[i].Removes++
-				if err := out[2+2*i].Write(&pillar.DeletedKey{PageKey: o.row.PageKey}); err != nil {
+				if err := out[2+3*i].Write(&pillar.DeletedKey{PageKey: o.row.PageKey}); err != nil {
+					return err
+				}
+				if err := out[3+3*i].Write(undoOf(o.row)); err != nil {
 					return err
 				}
 				continue
 			case c.ok && o.row != c.row:
 				counts[i].Changed++
+				if err := out[3+3*i].Write(undoOf(o.row)); err != nil {
+					return err
+				}
 			default:
 				continue // not a member, or the same row
 			}
-			if err := out[1+2*i].Write(&c.row); err != nil {
+			if err := out[1+3*i].Write(&c.row); err != nil {
 				return err
 			}
 		}
@@ -207,6 +218,21 @@ func (j *SubsetDiffJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []
 		}
 	}
 	return nil
+}
+
+// MemberUndo is a row of a generation's undo table (a history table of
+// SubsetGen.Undo): with the next generation's member table it gives this
+// generation's members — the row of each page that left or changed in the
+// next recompute, Absent for each page that entered in it.
+type MemberUndo struct {
+	PageKey string  `yson:"page_key" parquet:"page_key"`
+	Score   float64 `yson:"score" parquet:"score"`
+	Reason  string  `yson:"reason" parquet:"reason"`
+	Absent  bool    `yson:"absent" parquet:"absent"`
+}
+
+func undoOf(m pillar.SubsetMember) *MemberUndo {
+	return &MemberUndo{PageKey: m.PageKey, Score: m.Score, Reason: m.Reason}
 }
 
 // MemberCopyJob copies member rows to output 0.
@@ -462,8 +488,9 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 		adds, removes := int(diffs[name].Adds), int(diffs[name].Removes)
 		size := sizes[name]
 		gen := meta.Generation + 1
-		// Keep the previous generation in history (its own table), drop
-		// generations beyond the policy's history.
+		// Keep the previous generation in history (its own table: the undo
+		// of this recompute's change), drop generations beyond the
+		// policy's history.
 		keep := max(set.History(name), 1)
 		hist := append([]SubsetGen(nil), meta.History...)
 		hist = append(hist, SubsetGen{Generation: gen, Table: pillar.SubsetTable(name), Size: size,
@@ -480,9 +507,12 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 			hist = hist[1:]
 		}
 		if meta.Generation > 0 && len(hist) >= 2 {
-			if err := copyMembers(ctx, tx, opts, pillar.SubsetTable(name), historyTable(name, meta.Generation)); err != nil {
+			// The generation replaced is kept as the undo of this
+			// recompute's change (O(changes)), not a copy of its members.
+			if err := writeUndo(ctx, tx, memberUndo(scratch, name), historyTable(name, meta.Generation)); err != nil {
 				return nil, err
 			}
+			hist[len(hist)-2].Undo = true
 		}
 		puts, dels := memberDelta(scratch, name)
 		if _, err := writeMembers(ctx, tx, opts, newTable(name), puts, dels, name, size, diffs[name]); err != nil {
@@ -620,7 +650,8 @@ func computeMembers(ctx context.Context, st pillar.Store, opts Options, set *sub
 	for _, n := range names {
 		puts, dels := memberDelta(scratch, n)
 		diff.Outputs = append(diff.Outputs, jobs.Output{Table: puts, RowType: pillar.SubsetMember{}, SortedBy: []string{"page_key"}},
-			jobs.Output{Table: dels, RowType: pillar.DeletedKey{}, SortedBy: []string{"page_key"}})
+			jobs.Output{Table: dels, RowType: pillar.DeletedKey{}, SortedBy: []string{"page_key"}},
+			jobs.Output{Table: memberUndo(scratch, n), RowType: MemberUndo{}, SortedBy: []string{"page_key"}})
 	}
 	diff.ReduceBy = []string{"page_key"}
 	if err := opts.Runner.Reduce(ctx, &SubsetDiffJob{Names: names, Sides: sides}, &diff); err != nil {
@@ -652,6 +683,25 @@ const minMemberRewrite = 1024
 // (SubsetDiffJob): the rows put and the keys deleted.
 func memberDelta(scratch, name string) (puts, deletes string) {
 	return scratch + "/delta/" + name + "/puts", scratch + "/delta/" + name + "/deletes"
+}
+
+// memberUndo names the scratch table of the undo of subset name's
+// membership delta (SubsetDiffJob).
+func memberUndo(scratch, name string) string { return scratch + "/delta/" + name + "/undo" }
+
+// writeUndo makes table the committed scratch undo table from, inside tx
+// (streamed: the change, not the members; a missing from gives an empty
+// table).
+func writeUndo(ctx context.Context, tx pillar.Tx, from, table string) error {
+	w, err := tx.WriteTable(ctx, table, MemberUndo{}, &pillar.WriteOptions{SortedBy: []string{"page_key"}})
+	if err != nil {
+		return err
+	}
+	if err := eachRow(ctx, tx, from, true, func(u *MemberUndo) error { return w.Write(u) }); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
 }
 
 // writeMembers makes the member table of subset name the committed scratch
@@ -743,7 +793,13 @@ func EachSubsetChange(ctx context.Context, sn pillar.Snapshot, name string, fn f
 	defer cur.Close()
 	old, oldErr := noMembers()
 	if len(meta.History) >= 2 {
-		if old, oldErr, err = openMembers(ctx, sn, meta.History[len(meta.History)-2].Table); err != nil {
+		prev := meta.History[len(meta.History)-2]
+		if prev.Undo {
+			old, oldErr, err = openUndone(ctx, sn, meta.Table, prev.Table)
+		} else {
+			old, oldErr, err = openMembers(ctx, sn, prev.Table)
+		}
+		if err != nil {
 			return nil, err
 		}
 		defer old.Close()
@@ -771,12 +827,75 @@ func EachSubsetChange(ctx context.Context, sn pillar.Snapshot, name string, fn f
 type memberReader struct {
 	rr  pillar.RowReader
 	seq iter.Seq[pillar.SubsetMember]
+	// also are closed with it (openUndone's readers).
+	also []*memberReader
 }
 
 func (m *memberReader) Close() {
 	if m.rr != nil {
 		m.rr.Close()
 	}
+	for _, a := range m.also {
+		a.Close()
+	}
+}
+
+// openUndone opens the members of the generation before the current one
+// (table), kept as the undo table undo: the current members with each
+// undo row's page replaced by its old row, or left out when it is marked
+// absent. Both tables are sorted by page_key; the merge holds one row of
+// each.
+func openUndone(ctx context.Context, sn pillar.Snapshot, table, undo string) (m *memberReader, errFn func() error, err error) {
+	cur, curErr, err := openMembers(ctx, sn, table)
+	if err != nil {
+		return nil, nil, err
+	}
+	rr, err := sn.ReadTable(ctx, undo, nil)
+	if err != nil {
+		cur.Close()
+		return nil, nil, err
+	}
+	var undoErr error
+	undos := func(yield func(MemberUndo) bool) {
+		for rr.Next() {
+			var u MemberUndo
+			if err := rr.Scan(&u); err != nil {
+				undoErr = fmt.Errorf("subsets: read %s: %w", undo, err)
+				return
+			}
+			if !yield(u) {
+				return
+			}
+		}
+		undoErr = rr.Err()
+	}
+	seq := func(yield func(pillar.SubsetMember) bool) {
+		nextCur, stopCur := iter.Pull(cur.seq)
+		defer stopCur()
+		nextUndo, stopUndo := iter.Pull(iter.Seq[MemberUndo](undos))
+		defer stopUndo()
+		c, cok := nextCur()
+		u, uok := nextUndo()
+		for cok || uok {
+			switch {
+			case uok && (!cok || u.PageKey <= c.PageKey):
+				if cok && c.PageKey == u.PageKey {
+					c, cok = nextCur()
+				}
+				if !u.Absent && !yield(pillar.SubsetMember{PageKey: u.PageKey, Score: u.Score, Reason: u.Reason}) {
+					return
+				}
+				u, uok = nextUndo()
+			default:
+				if !yield(c) {
+					return
+				}
+				c, cok = nextCur()
+			}
+		}
+	}
+	m = &memberReader{rr: rr, seq: seq, also: []*memberReader{cur}}
+	return m, func() error { return errors.Join(curErr(), undoErr) }, nil
 }
 
 func noMembers() (*memberReader, func() error) {
