@@ -216,14 +216,18 @@ func subsetsStoreCommands() []*cli.Command {
 			Description: `One pass over docs (and signals) evaluates every policy; a new generation of each subset
 is written together with the export work (puts for pages entering an exported subset or
 whose record changed, deletes for pages that left every exported subset) in one
-transaction. A re-run with the same inputs and --as-of does nothing.
+transaction. A re-run with the same inputs and --as-of does nothing. Each member table gets
+its change as a delta; the export work covers only the pages whose membership changed and
+those changed since export/state's watermark, when it applies (--full-reconcile: every page).
 
 Examples:
    pillar subsets recompute --store data/store --policies testdata/policies.yaml
-   pillar subsets recompute --store data/store --policies testdata/policies.yaml --as-of 2026-11-30T00:00:00Z`,
+   pillar subsets recompute --store data/store --policies testdata/policies.yaml --as-of 2026-11-30T00:00:00Z
+   pillar subsets recompute --store data/store --policies testdata/policies.yaml --full-reconcile`,
 			Flags: append([]cli.Flag{storeFlag,
 				&cli.StringFlag{Name: "policies", Required: true, Usage: "policy file (YAML or JSON)", EnvVars: []string{"PILLAR_POLICIES"}},
 				&cli.TimestampFlag{Name: "as-of", Layout: time.RFC3339, Usage: "evaluation time for age() (default: now)"}, priorityFlag,
+				&cli.BoolFlag{Name: "full-reconcile", Usage: "compute every exported page's record and compare all of export/state, ignoring its watermark"},
 			}, runFlags...),
 			Action: func(c *cli.Context) error {
 				set, err := subsets.ReadFile(c.String("policies"))
@@ -239,7 +243,9 @@ Examples:
 					return err
 				}
 				defer st.Close()
-				r, err := pipeline.Recompute(c.Context, st, set, asOf, pipelineOptions(c))
+				o := pipelineOptions(c)
+				o.FullReconcile = c.Bool("full-reconcile")
+				r, err := pipeline.Recompute(c.Context, st, set, asOf, o)
 				if err != nil {
 					return err
 				}
