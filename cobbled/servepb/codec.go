@@ -1,7 +1,9 @@
 package servepb
 
 import (
+	"runtime"
 	"sync"
+	"weak"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -44,11 +46,30 @@ func (c ClientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return DecodePooled(bufp, resp)
 }
 
+// pooled ties each response decoded into a pooled buffer to that buffer
+// until Release. Its keys are weak and a cleanup drops the entry once the
+// response is unreachable, so an unreleased response (Release is optional
+// for wire.Client and router callers) is collected with its buffer instead
+// of being kept here for ever. The cleanup does not return the buffer to
+// the pool: values taken from the response (a router's Results) may still
+// alias it.
 var (
 	decodePool = new(BufferPool)
 	pooledMu   sync.Mutex
-	pooled     = map[*BatchGetResponse]*[]byte{}
+	pooled     = map[weak.Pointer[BatchGetResponse]]pooledBuf{}
 )
+
+type pooledBuf struct {
+	bufp    *[]byte
+	cleanup runtime.Cleanup
+}
+
+// forget drops an unreleased response's entry (its cleanup).
+func forget(w weak.Pointer[BatchGetResponse]) {
+	pooledMu.Lock()
+	delete(pooled, w)
+	pooledMu.Unlock()
+}
 
 // PooledBuffer returns a buffer of n bytes (contents unspecified) from the
 // pool behind Release, for a transport that reads a response into it and
@@ -67,9 +88,15 @@ func DecodePooled(bufp *[]byte, resp *BatchGetResponse) error {
 		decodePool.Put(bufp)
 		return err
 	}
+	w := weak.Make(resp)
+	c := runtime.AddCleanup(resp, forget, w)
 	pooledMu.Lock()
-	pooled[resp] = bufp
+	old, had := pooled[w]
+	pooled[w] = pooledBuf{bufp: bufp, cleanup: c}
 	pooledMu.Unlock()
+	if had { // resp decoded again unreleased: its old buffer goes to the GC
+		old.cleanup.Stop()
+	}
 	return nil
 }
 
@@ -77,13 +104,15 @@ func DecodePooled(bufp *[]byte, resp *BatchGetResponse) error {
 // ClientCodec to the pool; its values must not be used afterwards. It is a
 // no-op for other responses.
 func Release(resp *BatchGetResponse) {
+	w := weak.Make(resp)
 	pooledMu.Lock()
-	bufp, ok := pooled[resp]
-	delete(pooled, resp)
+	e, ok := pooled[w]
+	delete(pooled, w)
 	pooledMu.Unlock()
 	if ok {
+		e.cleanup.Stop()
 		resp.Results = nil
-		decodePool.Put(bufp)
+		decodePool.Put(e.bufp)
 	}
 }
 

@@ -2,6 +2,7 @@ package servepb
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
 
 	"google.golang.org/grpc/mem"
@@ -55,5 +56,36 @@ func TestPooledCodecRelease(t *testing.T) {
 	defer pooledMu.Unlock()
 	if len(pooled) != 0 {
 		t.Fatalf("%d buffers still tracked", len(pooled))
+	}
+}
+
+// An unreleased pooled response must not be kept alive by the pool's
+// bookkeeping: once unreachable its entry goes (Release is optional).
+func TestPooledUnreleasedIsCollected(t *testing.T) {
+	b, _ := proto.Marshal(&BatchGetResponse{Results: []*Result{{Found: true, Value: []byte("abc")}}})
+	tracked := func() int {
+		pooledMu.Lock()
+		defer pooledMu.Unlock()
+		return len(pooled)
+	}
+	before := tracked()
+	func() {
+		for range 10 {
+			bufp := PooledBuffer(len(b))
+			copy(*bufp, b)
+			if err := DecodePooled(bufp, new(BatchGetResponse)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}()
+	if n := tracked(); n != before+10 {
+		t.Fatalf("%d responses tracked, want %d", n, before+10)
+	}
+	for i := 0; tracked() > before; i++ {
+		if i == 1000 {
+			t.Fatalf("%d unreleased, unreachable responses still tracked after %d collections", tracked()-before, i)
+		}
+		runtime.GC()
+		runtime.Gosched()
 	}
 }
