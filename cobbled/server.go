@@ -3,6 +3,7 @@ package cobbled
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"runtime"
@@ -334,29 +335,7 @@ func (n *Node) read(ctx context.Context, req *servepb.BatchGetRequest, zeroCopy 
 		return out, nil
 	}
 	bufp := respPool.Get(total)
-	b := (*bufp)[:0]
-	for i := range keys {
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(innerSize(s, i)))
-		if s.found[i] {
-			b = protowire.AppendTag(b, 1, protowire.VarintType)
-			b = append(b, 1)
-			if d := s.val[i]; len(d) > 0 {
-				b = protowire.AppendTag(b, 2, protowire.BytesType)
-				b = protowire.AppendBytes(b, d)
-			}
-		}
-		if st := s.status[i]; st != servepb.KeyStatus_KEY_OK {
-			b = protowire.AppendTag(b, 3, protowire.VarintType)
-			b = protowire.AppendVarint(b, uint64(st))
-			b = protowire.AppendTag(b, 4, protowire.BytesType)
-			b = protowire.AppendString(b, s.msg[i])
-		}
-	}
-	if version != "" {
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendString(b, version)
-	}
+	b, _, _ := appendResponse((*bufp)[:0], nil, s, len(keys), version, math.MaxInt)
 	if len(b) != total {
 		respPool.Put(bufp)
 		return nil, status.Errorf(codes.Internal, "cobbled: BatchGet: encoded %d bytes, sized %d", len(b), total)
@@ -406,36 +385,7 @@ func (n *Node) encodeParts(s *getScratch, keys, total int, version string) (*wir
 		}
 	}
 	hp := respPool.Get(frame)
-	h := (*hp)[:0]
-	parts := s.parts[:0]
-	mark := 0 // h[mark:] is not in parts yet
-	for i := range keys {
-		h = protowire.AppendTag(h, 1, protowire.BytesType)
-		h = protowire.AppendVarint(h, uint64(innerSize(s, i)))
-		if s.found[i] {
-			h = protowire.AppendTag(h, 1, protowire.VarintType)
-			h = append(h, 1)
-			if d := s.val[i]; len(d) > inlineMax {
-				h = protowire.AppendTag(h, 2, protowire.BytesType)
-				h = protowire.AppendVarint(h, uint64(len(d)))
-				parts = append(parts, h[mark:len(h):len(h)], d)
-				mark = len(h)
-			} else if len(d) > 0 {
-				h = protowire.AppendTag(h, 2, protowire.BytesType)
-				h = protowire.AppendBytes(h, d)
-			}
-		}
-		if st := s.status[i]; st != servepb.KeyStatus_KEY_OK {
-			h = protowire.AppendTag(h, 3, protowire.VarintType)
-			h = protowire.AppendVarint(h, uint64(st))
-			h = protowire.AppendTag(h, 4, protowire.BytesType)
-			h = protowire.AppendString(h, s.msg[i])
-		}
-	}
-	if version != "" {
-		h = protowire.AppendTag(h, 2, protowire.BytesType)
-		h = protowire.AppendString(h, version)
-	}
+	h, parts, mark := appendResponse((*hp)[:0], s.parts[:0], s, keys, version, inlineMax)
 	if len(h) != frame || cap(h) != cap(*hp) { // sized wrong (or h grew out of the pooled buffer)
 		respPool.Put(hp)
 		return nil, status.Errorf(codes.Internal, "cobbled: BatchGet: encoded %d framing bytes, sized %d", len(h), frame)
@@ -449,6 +399,42 @@ func (n *Node) encodeParts(s *getScratch, keys, total int, version string) (*wir
 		s.release()
 		scratchPool.Put(s)
 	}}, nil
+}
+
+// appendResponse appends to b the BatchGetResponse encoding of the keys
+// keys read into s (and version), as both transports send it. A value over
+// split bytes is not copied: it and the bytes of b before it (from mark
+// on) are appended to parts instead, so that b[mark:] is what follows the
+// last such value. With split math.MaxInt, b is the whole encoding.
+func appendResponse(b []byte, parts [][]byte, s *getScratch, keys int, version string, split int) (_ []byte, _ [][]byte, mark int) {
+	for i := range keys {
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(innerSize(s, i)))
+		if s.found[i] {
+			b = protowire.AppendTag(b, 1, protowire.VarintType)
+			b = append(b, 1)
+			if d := s.val[i]; len(d) > split {
+				b = protowire.AppendTag(b, 2, protowire.BytesType)
+				b = protowire.AppendVarint(b, uint64(len(d)))
+				parts = append(parts, b[mark:len(b):len(b)], d)
+				mark = len(b)
+			} else if len(d) > 0 {
+				b = protowire.AppendTag(b, 2, protowire.BytesType)
+				b = protowire.AppendBytes(b, d)
+			}
+		}
+		if st := s.status[i]; st != servepb.KeyStatus_KEY_OK {
+			b = protowire.AppendTag(b, 3, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(st))
+			b = protowire.AppendTag(b, 4, protowire.BytesType)
+			b = protowire.AppendString(b, s.msg[i])
+		}
+	}
+	if version != "" {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendString(b, version)
+	}
+	return b, parts, mark
 }
 
 // getEach reads the keys of run (partition q) one at a time after their
