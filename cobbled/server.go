@@ -39,8 +39,9 @@ import (
 // buffer and every value over inlineMax is written with the same writev
 // from where RocksDB pinned it, so the pins and the partitions' read locks
 // are held until the answer is written (bounded: the wire server's write
-// deadline is the request's deadline + 1 s, after which the connection is
-// closed and the locks released; a snapshot swap waits at most that long).
+// deadline is the request's deadline + 1 s, or its WriteTimeout (10 s) for
+// a request without one, after which the connection is closed and the
+// locks released; a snapshot swap waits at most that long).
 
 // Transport tuning shared by the server and servepb.DialOptions: responses
 // are ~600 KB (12 × 50 KB), so windows must cover several in flight.

@@ -53,5 +53,6 @@
 //   - The node answers a request only after its handler has returned; the
 //     handler's parts are released after they are written (or the write
 //     failed, or the request was cancelled). A write that has not finished
-//     1 s after the request's deadline closes the connection.
+//     1 s after the request's deadline (ServerOptions.WriteTimeout after
+//     it began, for a request without one) closes the connection.
 package wire

@@ -39,6 +39,13 @@ type ServerOptions struct {
 	// HandshakeTimeout bounds the wait for Magic (Server.Serve). The
 	// default value is 10s.
 	HandshakeTimeout time.Duration
+	// WriteTimeout bounds writing the answer to a request that carries no
+	// deadline (one with a deadline gets its deadline + 1 s): the
+	// handler's release, which may hold a node's partition read locks,
+	// waits for the write, so a client that stops reading must not hold
+	// them for as long as TCP takes to give up. Past it the connection is
+	// closed. The default value is 10s.
+	WriteTimeout time.Duration
 	// Logger receives connection errors (bad frames). The default value
 	// discards.
 	Logger *slog.Logger
@@ -62,6 +69,9 @@ func NewServer(h Handler, opts ServerOptions) *Server {
 	}
 	if opts.HandshakeTimeout == 0 {
 		opts.HandshakeTimeout = 10 * time.Second
+	}
+	if opts.WriteTimeout == 0 {
+		opts.WriteTimeout = 10 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -241,7 +251,7 @@ func (sc *sconn) handle(ctx context.Context, id uint64, req *servepb.BatchGetReq
 	if dl, ok := ctx.Deadline(); ok {
 		sc.c.SetWriteDeadline(dl.Add(writeGrace))
 	} else {
-		sc.c.SetWriteDeadline(time.Time{})
+		sc.c.SetWriteDeadline(time.Now().Add(sc.s.opts.WriteTimeout))
 	}
 	if err != nil {
 		st := status.Convert(err)

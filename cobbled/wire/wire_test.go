@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pillarkit/pillar/cobbled/servepb"
 )
@@ -345,5 +346,42 @@ func TestSplit(t *testing.T) {
 	defer c.Close()
 	if _, err := c.BatchGet(context.Background(), &servepb.BatchGetRequest{Keys: [][]byte{[]byte("k")}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A client that sends a request without a deadline and stops reading must
+// not hold the handler's parts (a node's pins and partition read locks)
+// for ever: the write gives up after WriteTimeout, releases them and
+// closes the connection.
+func TestWriteTimeoutWithoutDeadline(t *testing.T) {
+	released := make(chan struct{})
+	big := make([]byte, 64<<20) // far more than the sockets buffer
+	lis := listen(t)
+	s := NewServer(func(context.Context, *servepb.BatchGetRequest) ([][]byte, func(), error) {
+		return [][]byte{big}, func() { close(released) }, nil
+	}, ServerOptions{WriteTimeout: 50 * time.Millisecond})
+	go s.Serve(lis)
+	t.Cleanup(s.Close)
+	c, err := net.Dial("tcp", lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, Magic); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 8) // timeout 0: no deadline
+	body, err = proto.MarshalOptions{}.MarshalAppend(body, &servepb.BatchGetRequest{Keys: [][]byte{[]byte("k")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFrame(c, KindRequest, 1, body); err != nil {
+		t.Fatal(err)
+	}
+	// Never read the answer.
+	select {
+	case <-released:
+	case <-time.After(time.Minute): // a bound on a hang, not a timing assertion
+		t.Fatal("the handler's parts are still held a minute after a stalled write without deadline")
 	}
 }
