@@ -62,8 +62,11 @@ func (r *Report) evaluate() {
 			k.Errors, k.Requests, k.DeadlineErrors, o.Deadline, ms(k.Recovery), ms(k.MaxAfterKill)), k.Errors == k.DeadlineErrors)
 	}
 	if h != nil && rd != nil {
-		add("healthy router p50 ≤ 1.5 × Redis MGET p50 (separate runs)", fmt.Sprintf("%s vs %s (%.2f×)", ms(h.P50), ms(rd.P50), ratio(h.P50, rd.P50)), float64(h.P50) <= 1.5*float64(rd.P50))
-		add("healthy router p99 ≤ Redis MGET p99 (separate runs)", fmt.Sprintf("%s vs %s (%.2f×)", ms(h.P99), ms(rd.P99), ratio(h.P99, rd.P99)), h.P99 <= rd.P99)
+		// Not a target: the router-vs-Redis targets are on the
+		// interleaved rows; these two ran at different moments of a shared
+		// machine (one 100 ms stall in either moves a p99). Reported as is.
+		r.Notes = append(r.Notes, fmt.Sprintf("Separate runs (context, not a target; the targets use the interleaved rows, which see the same moments): healthy router p50 %s vs Redis MGET %s (%.2f×), p99 %s vs %s (%.2f×).",
+			ms(h.P50), ms(rd.P50), ratio(h.P50, rd.P50), ms(h.P99), ms(rd.P99), ratio(h.P99, rd.P99)))
 	}
 	if hi, ri := r.Result(HealthyInterleaved), r.Result(RedisInterleaved); hi != nil && ri != nil {
 		add("healthy router p50 ≤ 1.5 × Redis MGET p50 (interleaved)", fmt.Sprintf("%s vs %s (%.2f×)", ms(hi.P50), ms(ri.P50), ratio(hi.P50, ri.P50)), float64(hi.P50) <= 1.5*float64(ri.P50))

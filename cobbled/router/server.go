@@ -6,8 +6,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pillarkit/pillar/cobbled/servepb"
 )
@@ -27,9 +31,13 @@ type Server struct {
 func NewServer(r *Router) *Server { return &Server{r: r} }
 
 // GRPCServer returns a gRPC server with the Serve service registered, tuned
-// like a node's for large responses.
+// like a node's for large responses. Its BatchGet encodes each answer into
+// a pooled buffer before returning, so the nodes' answers the values alias
+// go back to their pool at once (Response.Release) and gRPC sends the
+// encoded bytes as they are.
 func (s *Server) GRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 	opts := []grpc.ServerOption{
+		grpc.ForceServerCodecV2(encodedCodec{}),
 		grpc.MaxRecvMsgSize(16 << 20),
 		grpc.MaxSendMsgSize(65 << 20),
 		grpc.InitialWindowSize(16 << 20),
@@ -37,8 +45,74 @@ func (s *Server) GRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 		grpc.WriteBufferSize(256 << 10),
 	}
 	g := grpc.NewServer(append(opts, extra...)...)
-	servepb.RegisterServeServer(g, s)
+	g.RegisterService(&serveDesc, s)
 	return g
+}
+
+// serveDesc is servepb.Serve_ServiceDesc with a BatchGet that answers an
+// *encodedMsg.
+var serveDesc = grpc.ServiceDesc{
+	ServiceName: servepb.Serve_ServiceDesc.ServiceName,
+	HandlerType: (*servepb.ServeServer)(nil),
+	Methods:     []grpc.MethodDesc{{MethodName: "BatchGet", Handler: batchGetHandler}},
+	Metadata:    "serve.proto",
+}
+
+func batchGetHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := new(servepb.BatchGetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	s := srv.(*Server)
+	if interceptor == nil {
+		return s.batchGetEncoded(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: servepb.Serve_BatchGet_FullMethodName}
+	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+		return s.batchGetEncoded(ctx, req.(*servepb.BatchGetRequest))
+	})
+}
+
+// encodedMsg is a message already in wire form, in a pooled buffer.
+type encodedMsg struct{ buf mem.Buffer }
+
+// encodedCodec sends an *encodedMsg as is, everything else as protobuf.
+type encodedCodec struct{}
+
+var protoCodec = encoding.GetCodecV2(grpcproto.Name)
+
+func (encodedCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(*encodedMsg); ok {
+		return mem.BufferSlice{m.buf}, nil
+	}
+	return protoCodec.Marshal(v)
+}
+func (encodedCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	return protoCodec.Unmarshal(data, v)
+}
+func (encodedCodec) Name() string { return grpcproto.Name }
+
+var encodePool = new(servepb.BufferPool)
+
+// batchGetEncoded is BatchGet encoded into a pooled buffer, the router's
+// answer released right after.
+func (s *Server) batchGetEncoded(ctx context.Context, req *servepb.BatchGetRequest) (any, error) {
+	out, resp, err := s.batchGet(ctx, req)
+	if resp != nil {
+		defer resp.Release()
+	}
+	if err != nil {
+		return nil, err
+	}
+	n := proto.Size(out)
+	bufp := encodePool.Get(n)
+	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*bufp)[:0], out)
+	if err != nil || len(b) != n || cap(b) != cap(*bufp) {
+		encodePool.Put(bufp)
+		return nil, status.Errorf(codes.Internal, "router: encode BatchGetResponse: %d of %d bytes: %v", len(b), n, err)
+	}
+	*bufp = b
+	return &encodedMsg{buf: mem.NewBuffer(bufp, encodePool)}, nil
 }
 
 // CallerHeader is the gRPC metadata key a caller may send its id in
@@ -49,6 +123,13 @@ const CallerHeader = "x-pillar-caller"
 // = the router's default) is resolved once; the response names the
 // concrete version read.
 func (s *Server) BatchGet(ctx context.Context, req *servepb.BatchGetRequest) (*servepb.BatchGetResponse, error) {
+	out, _, err := s.batchGet(ctx, req) // values alias the nodes' answers, left to the GC
+	return out, err
+}
+
+// batchGet is BatchGet, also returning the router's response the values
+// alias (to release once they are encoded).
+func (s *Server) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (*servepb.BatchGetResponse, *Response, error) {
 	ro := &ReadOptions{Version: req.Version, Caller: req.CallerId}
 	if ro.Caller == "" {
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
@@ -61,14 +142,14 @@ func (s *Server) BatchGet(ctx context.Context, req *servepb.BatchGetRequest) (*s
 	if resp == nil {
 		switch {
 		case errors.Is(err, ErrEmpty), errors.Is(err, ErrTooManyKeys), errors.Is(err, ErrBadKey), errors.Is(err, ErrBadVersion):
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 		case errors.Is(err, ErrClosed):
-			return nil, status.Error(codes.Unavailable, err.Error())
+			return nil, nil, status.Error(codes.Unavailable, err.Error())
 		}
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, nil, status.Error(codes.Internal, err.Error())
 	}
 	if ctx.Err() != nil {
-		return nil, status.FromContextError(ctx.Err()).Err()
+		return nil, resp, status.FromContextError(ctx.Err()).Err()
 	}
 	res := resp.Results
 	out := &servepb.BatchGetResponse{Results: make([]*servepb.Result, len(res)), Version: resp.Version}
@@ -82,5 +163,5 @@ func (s *Server) BatchGet(ctx context.Context, req *servepb.BatchGetRequest) (*s
 			out.Results[i] = &servepb.Result{Status: servepb.KeyStatus_KEY_ERROR, Error: x.Err.Error()}
 		}
 	}
-	return out, nil
+	return out, resp, nil
 }
