@@ -22,7 +22,7 @@ func TestHealthzAndMetrics(t *testing.T) {
 	must(t, n.Apply(context.Background(), Batch{Seq: 1, Manifest: m}))
 	out, err := n.batchGet(context.Background(), &servepb.BatchGetRequest{Keys: [][]byte{[]byte(k), []byte(keysIn(1, 0, parts)[0])}})
 	must(t, err)
-	out.(*encodedResponse).buf.Free()
+	out.(*servepb.Encoded).Buf.Free()
 
 	rec := httptest.NewRecorder()
 	n.HealthHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))

@@ -237,9 +237,9 @@ func TestCorruptReplicaRebuild(t *testing.T) {
 	out, err := n.batchGet(ctx, &servepb.BatchGetRequest{Keys: keys})
 	must(t, err)
 	var resp servepb.BatchGetResponse
-	enc := out.(*encodedResponse)
+	enc := out.(*servepb.Encoded)
 	must(t, unmarshal(enc, &resp))
-	enc.buf.Free()
+	enc.Buf.Free()
 	want := []struct {
 		status servepb.KeyStatus
 		val    string
@@ -257,9 +257,9 @@ func TestCorruptReplicaRebuild(t *testing.T) {
 	// Out of service at once on this node ...
 	out, err = n.batchGet(ctx, &servepb.BatchGetRequest{Keys: keys[:1]})
 	must(t, err)
-	enc = out.(*encodedResponse)
+	enc = out.(*servepb.Encoded)
 	must(t, unmarshal(enc, &resp))
-	enc.buf.Free()
+	enc.Buf.Free()
 	if r := resp.Results[0]; r.Status != servepb.KeyStatus_KEY_NOT_SERVED && r.Status != servepb.KeyStatus_KEY_OK {
 		t.Fatalf("after corruption: %v", r)
 	}

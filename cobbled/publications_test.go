@@ -29,9 +29,9 @@ func getVersion(t *testing.T, n *Node, version string, keys []string) *servepb.B
 	out, err := n.batchGet(context.Background(), &servepb.BatchGetRequest{Keys: raw, Version: version})
 	must(t, err)
 	var resp servepb.BatchGetResponse
-	enc := out.(*encodedResponse)
+	enc := out.(*servepb.Encoded)
 	must(t, unmarshal(enc, &resp))
-	enc.buf.Free()
+	enc.Buf.Free()
 	return &resp
 }
 

@@ -133,8 +133,8 @@ func TestRunWithControlPlane(t *testing.T) {
 	out, err := n.batchGet(ctx, &servepb.BatchGetRequest{Keys: keys})
 	must(t, err)
 	vals := make([][]byte, len(all))
-	enc := out.(*encodedResponse)
-	defer enc.buf.Free()
+	enc := out.(*servepb.Encoded)
+	defer enc.Buf.Free()
 	var resp servepb.BatchGetResponse
 	must(t, unmarshal(enc, &resp))
 	for i, k := range all {

@@ -13,8 +13,6 @@ import (
 	"github.com/linxGnu/grocksdb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
@@ -56,7 +54,7 @@ const (
 // GracefulStop it (draining in-flight requests) before Node.Close.
 func (n *Node) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 	opts := []grpc.ServerOption{
-		grpc.ForceServerCodecV2(serverCodec{proto: encoding.GetCodecV2(proto.Name)}),
+		grpc.ForceServerCodecV2(servepb.EncodedCodec{}),
 		grpc.MaxRecvMsgSize(maxRecvMsg),
 		grpc.MaxSendMsgSize(n.opts.MaxResponseBytes + 1<<20),
 		grpc.InitialWindowSize(streamWindow),
@@ -67,48 +65,15 @@ func (n *Node) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 		experimental.BufferPool(servepb.TransportPool()), // no zeroing of frame buffers
 	}
 	s := grpc.NewServer(append(opts, extra...)...)
-	s.RegisterService(&serveDesc, n)
+	s.RegisterService(serveDesc, n)
 	return s
 }
 
-// serveDesc is servepb.Serve_ServiceDesc with a handler that returns the
-// pre-encoded response instead of a *servepb.BatchGetResponse.
-var serveDesc = grpc.ServiceDesc{
-	ServiceName: servepb.Serve_ServiceDesc.ServiceName,
-	HandlerType: (*any)(nil),
-	Methods:     []grpc.MethodDesc{{MethodName: "BatchGet", Handler: batchGetHandler}},
-	Metadata:    "serve.proto",
-}
-
-func batchGetHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	in := new(servepb.BatchGetRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	n := srv.(*Node)
-	if interceptor == nil {
-		return n.batchGet(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: servepb.Serve_BatchGet_FullMethodName}
-	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
-		return n.batchGet(ctx, req.(*servepb.BatchGetRequest))
-	})
-}
-
-// encodedResponse is a BatchGetResponse already in wire form.
-type encodedResponse struct{ buf mem.Buffer }
-
-// serverCodec sends encodedResponse as is and everything else as protobuf.
-type serverCodec struct{ proto encoding.CodecV2 }
-
-func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if r, ok := v.(*encodedResponse); ok {
-		return mem.BufferSlice{r.buf}, nil
-	}
-	return c.proto.Marshal(v)
-}
-func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
-func (c serverCodec) Name() string                                { return proto.Name }
+// serveDesc answers BatchGet with the pre-encoded response instead of a
+// *servepb.BatchGetResponse.
+var serveDesc = servepb.EncodedServiceDesc(func(srv any, ctx context.Context, req *servepb.BatchGetRequest) (any, error) {
+	return srv.(*Node).batchGet(ctx, req)
+})
 
 // notHeldLabel is the metric label of requests for a version no partition
 // of the request holds here.
@@ -197,7 +162,7 @@ type wireResponse struct {
 // where RocksDB pinned them.
 const inlineMax = 4 << 10
 
-// read answers a BatchGet: an *encodedResponse (one buffer, for gRPC), or
+// read answers a BatchGet: an *servepb.Encoded (one buffer, for gRPC), or
 // with zeroCopy a *wireResponse whose values are still pinned, and whose
 // partitions still read-locked, until its release.
 func (n *Node) read(ctx context.Context, req *servepb.BatchGetRequest, zeroCopy bool) (_ any, err error) {
@@ -343,7 +308,7 @@ func (n *Node) read(ctx context.Context, req *servepb.BatchGetRequest, zeroCopy 
 	}
 	*bufp = b
 	n.countRead(held, version, s, len(keys))
-	return &encodedResponse{buf: mem.NewBuffer(bufp, respPool)}, nil
+	return &servepb.Encoded{Buf: mem.NewBuffer(bufp, respPool)}, nil
 }
 
 // countRead updates the read metrics for a request's n keys read into s.

@@ -96,14 +96,14 @@ func TestBatchGet(t *testing.T) {
 		must(t, err)
 		parts, release, err := n.WireHandler()(ctx, r)
 		must(t, err)
-		if got, want := bytes.Join(parts, nil), enc.(*encodedResponse).buf.ReadOnlyData(); !bytes.Equal(got, want) {
+		if got, want := bytes.Join(parts, nil), enc.(*servepb.Encoded).Buf.ReadOnlyData(); !bytes.Equal(got, want) {
 			t.Errorf("version %q: the wire answer (%d bytes in %d parts) differs from the gRPC encoding (%d bytes)", version, len(got), len(parts), len(want))
 		}
 		if version == "" && len(parts) < 3 {
 			t.Errorf("%d parts: values over %d bytes were copied, not written in place", len(parts), inlineMax)
 		}
 		release()
-		enc.(*encodedResponse).buf.Free()
+		enc.(*servepb.Encoded).Buf.Free()
 	}
 
 	bad := []struct {
@@ -278,10 +278,10 @@ func TestReadsDuringSnapshotSwap(t *testing.T) {
 
 // decodeCheck decodes an encoded response as a client would and checks it.
 func decodeCheck(out any, vals [][]byte, check func([][]byte) error) error {
-	enc := out.(*encodedResponse)
-	defer enc.buf.Free()
+	enc := out.(*servepb.Encoded)
+	defer enc.Buf.Free()
 	var resp servepb.BatchGetResponse
-	if err := proto.Unmarshal(enc.buf.ReadOnlyData(), &resp); err != nil {
+	if err := proto.Unmarshal(enc.Buf.ReadOnlyData(), &resp); err != nil {
 		return err
 	}
 	if len(resp.Results) != len(vals) {
@@ -296,8 +296,8 @@ func decodeCheck(out any, vals [][]byte, check func([][]byte) error) error {
 	return check(vals)
 }
 
-func unmarshal(enc *encodedResponse, resp *servepb.BatchGetResponse) error {
-	return proto.Unmarshal(enc.buf.ReadOnlyData(), resp)
+func unmarshal(enc *servepb.Encoded, resp *servepb.BatchGetResponse) error {
+	return proto.Unmarshal(enc.Buf.ReadOnlyData(), resp)
 }
 
 func TestBatchGetCancelledBeforeRead(t *testing.T) {

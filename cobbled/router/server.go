@@ -6,8 +6,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/encoding"
-	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -37,7 +35,7 @@ func NewServer(r *Router) *Server { return &Server{r: r} }
 // encoded bytes as they are.
 func (s *Server) GRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 	opts := []grpc.ServerOption{
-		grpc.ForceServerCodecV2(encodedCodec{}),
+		grpc.ForceServerCodecV2(servepb.EncodedCodec{}),
 		grpc.MaxRecvMsgSize(16 << 20),
 		grpc.MaxSendMsgSize(65 << 20),
 		grpc.InitialWindowSize(16 << 20),
@@ -45,52 +43,14 @@ func (s *Server) GRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 		grpc.WriteBufferSize(256 << 10),
 	}
 	g := grpc.NewServer(append(opts, extra...)...)
-	g.RegisterService(&serveDesc, s)
+	g.RegisterService(serveDesc, s)
 	return g
 }
 
-// serveDesc is servepb.Serve_ServiceDesc with a BatchGet that answers an
-// *encodedMsg.
-var serveDesc = grpc.ServiceDesc{
-	ServiceName: servepb.Serve_ServiceDesc.ServiceName,
-	HandlerType: (*servepb.ServeServer)(nil),
-	Methods:     []grpc.MethodDesc{{MethodName: "BatchGet", Handler: batchGetHandler}},
-	Metadata:    "serve.proto",
-}
-
-func batchGetHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	in := new(servepb.BatchGetRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	s := srv.(*Server)
-	if interceptor == nil {
-		return s.batchGetEncoded(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: servepb.Serve_BatchGet_FullMethodName}
-	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
-		return s.batchGetEncoded(ctx, req.(*servepb.BatchGetRequest))
-	})
-}
-
-// encodedMsg is a message already in wire form, in a pooled buffer.
-type encodedMsg struct{ buf mem.Buffer }
-
-// encodedCodec sends an *encodedMsg as is, everything else as protobuf.
-type encodedCodec struct{}
-
-var protoCodec = encoding.GetCodecV2(grpcproto.Name)
-
-func (encodedCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if m, ok := v.(*encodedMsg); ok {
-		return mem.BufferSlice{m.buf}, nil
-	}
-	return protoCodec.Marshal(v)
-}
-func (encodedCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	return protoCodec.Unmarshal(data, v)
-}
-func (encodedCodec) Name() string { return grpcproto.Name }
+// serveDesc answers BatchGet with the router's answer pre-encoded.
+var serveDesc = servepb.EncodedServiceDesc(func(srv any, ctx context.Context, req *servepb.BatchGetRequest) (any, error) {
+	return srv.(*Server).batchGetEncoded(ctx, req)
+})
 
 var encodePool = new(servepb.BufferPool)
 
@@ -112,7 +72,7 @@ func (s *Server) batchGetEncoded(ctx context.Context, req *servepb.BatchGetReque
 		return nil, status.Errorf(codes.Internal, "router: encode BatchGetResponse: %d of %d bytes: %v", len(b), n, err)
 	}
 	*bufp = b
-	return &encodedMsg{buf: mem.NewBuffer(bufp, encodePool)}, nil
+	return &servepb.Encoded{Buf: mem.NewBuffer(bufp, encodePool)}, nil
 }
 
 // CallerHeader is the gRPC metadata key a caller may send its id in
