@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"os"
-	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -68,17 +67,11 @@ Examples:
 			&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the run to this file"},
 		},
 		Action: func(c *cli.Context) error {
-			if path := c.String("cpuprofile"); path != "" {
-				f, err := os.Create(path)
-				if err != nil {
-					return fmt.Errorf("--cpuprofile: %w", err)
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return fmt.Errorf("--cpuprofile: %w", err)
-				}
-				defer pprof.StopCPUProfile()
+			stop, err := startCPUProfile(c.String("cpuprofile"))
+			if err != nil {
+				return err
 			}
+			defer stop()
 			res, err := lorrybench.RunSeries(c.Context, lorrybench.Options{
 				Dir: c.String("data"), Records: c.Int("records"), ValueSize: c.Int("value-size"),
 				FreshRate: c.Int("fresh-rate"), FreshSize: c.Int("fresh-size"), FreshCommitEvery: c.Duration("fresh-commit-every"), Partitions: c.Int("partitions"),

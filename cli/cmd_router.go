@@ -313,17 +313,11 @@ func benchRead(c *cli.Context) error {
 			ro.DisableHedging = noHedge
 		},
 	}
-	if path := c.String("cpuprofile"); path != "" {
-		f, err := os.Create(path)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startCPUProfile(c.String("cpuprofile"))
+	if err != nil {
+		return err
 	}
+	defer stop()
 	rep, err := readbench.Run(c.Context, o)
 	if err != nil {
 		return err
@@ -428,4 +422,21 @@ func benchSwitch(c *cli.Context) error {
 		fmt.Fprintf(c.App.Writer, "\nwritten to %s (results.md, results.json)\n", dir)
 	}
 	return nil
+}
+
+// startCPUProfile starts a Go CPU profile into path (the hidden
+// --cpuprofile of the benchmarks); "" profiles nothing. stop ends it.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
