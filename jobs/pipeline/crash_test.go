@@ -163,23 +163,9 @@ func TestRecomputeCrashPoints(t *testing.T) {
 	if before == after {
 		t.Fatal("the recompute changes nothing: the test would prove nothing")
 	}
-	for killAt := 1; ; killAt++ {
-		work := filepath.Join(t.TempDir(), fmt.Sprintf("kill%d", killAt))
-		copyStore(t, dir, work)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestRecomputeCrashPoints$")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("PILLAR_RECOMPUTE_CRASH=%s|%d", work, killAt))
-		out, _ := cmd.CombinedOutput()
-		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
-		if ok && ws.Exited() && ws.ExitStatus() == 4 {
-			if killAt < 7 {
-				t.Fatalf("the recompute ran only %d operations", killAt-1)
-			}
-			t.Logf("killed after each of %d operations", killAt-1)
-			break
-		}
-		if !ok || !ws.Signaled() {
-			t.Fatalf("kill point %d: child was not killed: %v\n%s", killAt, cmd.ProcessState, out)
-		}
+	forEachKillPoint(t, dir, "TestRecomputeCrashPoints", 6, func(work string, killAt int) string {
+		return fmt.Sprintf("PILLAR_RECOMPUTE_CRASH=%s|%d", work, killAt)
+	}, func(work string, killAt int) {
 		ks, err := local.Open(work, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -197,7 +183,7 @@ func TestRecomputeCrashPoints(t *testing.T) {
 			t.Fatalf("after the kill at %d and a re-run, the store differs from an uninterrupted run:\n%s\n--- want\n%s", killAt, got, after)
 		}
 		ks.Close()
-	}
+	})
 }
 
 func stripScratch(s string) string {
@@ -295,23 +281,9 @@ func TestPublishIncrementalCrashPoints(t *testing.T) {
 	}
 	after := state(cs)
 	cs.Close()
-	for killAt := 1; ; killAt++ {
-		work := filepath.Join(t.TempDir(), fmt.Sprintf("kill%d", killAt))
-		copyStore(t, dir, work)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestPublishIncrementalCrashPoints$")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("PILLAR_PUBLISH_CRASH=%s|%s|%d", work, cv, killAt))
-		out, _ := cmd.CombinedOutput()
-		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
-		if ok && ws.Exited() && ws.ExitStatus() == 4 {
-			if killAt < 4 {
-				t.Fatalf("the publish ran only %d operations", killAt-1)
-			}
-			t.Logf("killed after each of %d operations", killAt-1)
-			break
-		}
-		if !ok || !ws.Signaled() {
-			t.Fatalf("kill point %d: child was not killed: %v\n%s", killAt, cmd.ProcessState, out)
-		}
+	forEachKillPoint(t, dir, "TestPublishIncrementalCrashPoints", 3, func(work string, killAt int) string {
+		return fmt.Sprintf("PILLAR_PUBLISH_CRASH=%s|%s|%d", work, cv, killAt)
+	}, func(work string, killAt int) {
 		ks, err := local.Open(work, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -330,5 +302,34 @@ func TestPublishIncrementalCrashPoints(t *testing.T) {
 			t.Fatalf("after the kill at %d and a re-run, the store differs from an uninterrupted run:\n%s\n--- want\n%s", killAt, got, after)
 		}
 		ks.Close()
+	})
+}
+
+// forEachKillPoint re-runs test (which must be the caller) in a child
+// process on a copy of the store at dir, with env(work, killAt) set so the
+// child's crash hook kills it (SIGKILL) after operation killAt, for killAt
+// = 1, 2, …, and hands each killed copy to check. It stops when a child exits
+// 4 (it ran fewer operations than killAt) and fails when that comes before
+// minOps operations, so a run that kills nothing cannot pass.
+func forEachKillPoint(t *testing.T, dir, test string, minOps int, env func(work string, killAt int) string, check func(work string, killAt int)) {
+	t.Helper()
+	for killAt := 1; ; killAt++ {
+		work := filepath.Join(t.TempDir(), fmt.Sprintf("kill%d", killAt))
+		copyStore(t, dir, work)
+		cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$")
+		cmd.Env = append(os.Environ(), env(work, killAt))
+		out, _ := cmd.CombinedOutput()
+		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if ok && ws.Exited() && ws.ExitStatus() == 4 {
+			if killAt-1 < minOps {
+				t.Fatalf("%s: the run had only %d operations, want at least %d", test, killAt-1, minOps)
+			}
+			t.Logf("killed after each of %d operations", killAt-1)
+			return
+		}
+		if !ok || !ws.Signaled() {
+			t.Fatalf("kill point %d: child was not killed: %v\n%s", killAt, cmd.ProcessState, out)
+		}
+		check(work, killAt)
 	}
 }
