@@ -221,28 +221,7 @@ func TestPublishIncrementalCrashPoints(t *testing.T) {
 		os.Exit(4) // finished before the kill point
 	}
 	st := newStore(t, 40)
-	r, err := Rechunk(ctx, st, "tokens:size=40,overlap=8", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cv = r.Version
-	if _, err := Embed(ctx, st, cv, "hash:dim=16", opts); err != nil {
-		t.Fatal(err)
-	}
-	asOf := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
-	if _, err := Recompute(ctx, st, policies(t, incrementalPolicies), asOf, opts); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Publish(ctx, st, cv, "hash:dim=16", opts); err != nil {
-		t.Fatal(err)
-	}
-	_, pending, err := Export(ctx, st, &memSink{}, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pending.Commit("exp1", "/tmp/exp1"); err != nil {
-		t.Fatal(err)
-	}
+	cv = exportedStore(t, st, incrementalPolicies, opts).Version
 	editDocs(t, st, []int{1, 22}, []int{12}, []int{13})
 	if _, err := Rechunk(ctx, st, "tokens:size=40,overlap=8", opts); err != nil {
 		t.Fatal(err)

@@ -201,27 +201,7 @@ func publishIncrementalVsFull(t *testing.T, n int) []pubOutcome {
 	}
 	writeDocs(t, st, n, "v1")
 	o := Options{}
-	r, err := Rechunk(ctx, st, "tokens:size=40,overlap=8", o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Embed(ctx, st, r.Version, "hash:dim=16", o); err != nil {
-		t.Fatal(err)
-	}
-	asOf := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
-	if _, err := Recompute(ctx, st, policies(t, incrementalPolicies), asOf, o); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Publish(ctx, st, r.Version, "hash:dim=16", o); err != nil {
-		t.Fatal(err)
-	}
-	_, pending, err := Export(ctx, st, &memSink{}, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pending.Commit("exp1", "/tmp/exp1"); err != nil {
-		t.Fatal(err)
-	}
+	r := exportedStore(t, st, incrementalPolicies, o)
 	sn, _ := st.Snapshot(ctx)
 	var wm Watermark
 	if err := sn.Attr(ctx, AttrWatermark, &wm); err != nil {
@@ -413,27 +393,8 @@ func TestRecomputeIncrementalEqualsFull(t *testing.T) {
 	}
 	writeDocs(t, st, n, "v1")
 	o := Options{}
-	r, err := Rechunk(ctx, st, "tokens:size=40,overlap=8", o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Embed(ctx, st, r.Version, "hash:dim=16", o); err != nil {
-		t.Fatal(err)
-	}
-	asOf := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
-	if _, err := Recompute(ctx, st, policies(t, nightlyPolicies), asOf, o); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Publish(ctx, st, r.Version, "hash:dim=16", o); err != nil {
-		t.Fatal(err)
-	}
-	_, pending, err := Export(ctx, st, &memSink{}, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pending.Commit("exp1", "/tmp/exp1"); err != nil {
-		t.Fatal(err)
-	}
+	r := exportedStore(t, st, nightlyPolicies, o)
+	asOf := incrementalAsOf
 	// Page 40's content changes, 90 is retitled (it enters "retitled"), 60
 	// is removed (it leaves "all").
 	editDocs(t, st, []int{40}, []int{90}, []int{60})
@@ -623,4 +584,36 @@ func TestIncrementalBackfillEqualsFirstBuild(t *testing.T) {
 		}
 		fresh.Close()
 	}
+}
+
+// incrementalAsOf is the time of the first recompute in exportedStore.
+var incrementalAsOf = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+
+// exportedStore takes st's docs through a first rechunk, embed, recompute
+// (under the policies pols, at incrementalAsOf), publish and a committed
+// bulk export: the state an incremental round starts from. It returns the
+// rechunk's result (r.Version is the chunk version published).
+func exportedStore(t *testing.T, st pillar.Store, pols string, o Options) *Result {
+	t.Helper()
+	r, err := Rechunk(ctx, st, "tokens:size=40,overlap=8", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Embed(ctx, st, r.Version, "hash:dim=16", o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Recompute(ctx, st, policies(t, pols), incrementalAsOf, o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Publish(ctx, st, r.Version, "hash:dim=16", o); err != nil {
+		t.Fatal(err)
+	}
+	_, pending, err := Export(ctx, st, &memSink{}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pending.Commit("exp1", "/tmp/exp1"); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
