@@ -130,3 +130,19 @@ func BenchmarkRead(b *testing.B) {
 		b.ReportMetric(ratio(hi.P99, ri.P99), "interleaved-router/redis-p99")
 	}
 }
+
+// TestEvaluateEmptyScenarioMissed: scenarios that completed no request
+// (zero latencies, which would pass every "≤" target) make the run miss.
+func TestEvaluateEmptyScenarioMissed(t *testing.T) {
+	r := &Report{Results: []*Result{{Scenario: Healthy}, {Scenario: SlowHedge}, {Scenario: HealthyInterleaved}, {Scenario: RedisInterleaved}}}
+	r.evaluate()
+	missed := 0
+	for _, c := range r.Checks {
+		if !c.Pass {
+			missed++
+		}
+	}
+	if missed < 4 {
+		t.Fatalf("%d of %d checks missed, want at least one per empty scenario (4): %+v", missed, len(r.Checks), r.Checks)
+	}
+}

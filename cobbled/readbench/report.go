@@ -23,6 +23,13 @@ func (r *Report) evaluate() {
 	o := r.Options
 	h, rd, sn, sh, k := r.Result(Healthy), r.Result(Redis), r.Result(SlowNoHedge), r.Result(SlowHedge), r.Result(Kill)
 	add := func(target, value string, pass bool) { r.Checks = append(r.Checks, Check{target, value, pass}) }
+	// A scenario that completed no request has zero latencies, which would
+	// pass every "≤" target it takes part in: it is a missed check of its own.
+	for _, x := range r.Results {
+		if x.Requests == 0 {
+			add(fmt.Sprintf("scenario %s completed requests", x.Scenario), fmt.Sprintf("none (%d errors): it measured nothing", x.Errors), false)
+		}
+	}
 	if h != nil && sh != nil {
 		add("slow node, hedging: p99 ≤ 1.5 × healthy p99", fmt.Sprintf("%s vs %s (%.2f×)", ms(sh.P99), ms(h.P99), ratio(sh.P99, h.P99)), float64(sh.P99) <= 1.5*float64(h.P99))
 	}
