@@ -31,32 +31,10 @@ func BenchmarkBatchGet(b *testing.B) {
 	defer conn.Close()
 	direct := servepb.NewServeClient(conn)
 	r := newRouter(b, c, func(o *Options) { o.Zone = "zone-a"; o.DisableHedging = true })
-	for _, keys := range batches { // warm the caches on both paths
-		if _, err := direct.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	// Alternate the two paths request by request, so that noise from the
-	// rest of the machine falls on both alike.
-	var spent [2]time.Duration
-	n := 0
-	for b.Loop() {
-		keys := batches[n%len(batches)]
-		n++
-		t0 := time.Now()
-		if _, err := direct.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys}); err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		if _, err := r.BatchGet(ctx, keys); err != nil {
-			b.Fatal(err)
-		}
-		spent[0] += t1.Sub(t0)
-		spent[1] += time.Since(t1)
-	}
-	b.ReportMetric(float64(spent[0].Microseconds())/float64(n), "direct-µs/req")
-	b.ReportMetric(float64(spent[1].Microseconds())/float64(n), "router-µs/req")
-	b.ReportMetric(float64(spent[1])/float64(spent[0]), "router/direct")
+	alternateDirectRouter(b, batches, func(keys [][]byte) error {
+		_, err := direct.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys})
+		return err
+	}, r)
 }
 
 // BenchmarkBatchGetWire is BenchmarkBatchGet over the lean wire transport:
@@ -68,30 +46,10 @@ func BenchmarkBatchGetWire(b *testing.B) {
 	direct := wire.NewClient(c.Members()[0].Addr, wire.ClientOptions{})
 	defer direct.Close()
 	r := newRouter(b, c, func(o *Options) { o.Zone = "zone-a"; o.DisableHedging = true; o.Transport = TransportWire })
-	for _, keys := range batches {
-		if _, err := direct.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var spent [2]time.Duration
-	n := 0
-	for b.Loop() {
-		keys := batches[n%len(batches)]
-		n++
-		t0 := time.Now()
-		if _, err := direct.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys}); err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		if _, err := r.BatchGet(ctx, keys); err != nil {
-			b.Fatal(err)
-		}
-		spent[0] += t1.Sub(t0)
-		spent[1] += time.Since(t1)
-	}
-	b.ReportMetric(float64(spent[0].Microseconds())/float64(n), "direct-µs/req")
-	b.ReportMetric(float64(spent[1].Microseconds())/float64(n), "router-µs/req")
-	b.ReportMetric(float64(spent[1])/float64(spent[0]), "router/direct")
+	alternateDirectRouter(b, batches, func(keys [][]byte) error {
+		_, err := direct.BatchGet(ctx, &servepb.BatchGetRequest{Keys: keys})
+		return err
+	}, r)
 }
 
 // BenchmarkReadWireCPU measures what one 12-key request costs the machine
@@ -140,4 +98,36 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// alternateDirectRouter warms the caches on both paths, then alternates a
+// request straight to the node (direct) and one through r, request by
+// request, so that noise from the rest of the machine falls on both alike,
+// and reports the time per request of each and their ratio.
+func alternateDirectRouter(b *testing.B, batches [][][]byte, direct func(keys [][]byte) error, r *Router) {
+	ctx := context.Background()
+	for _, keys := range batches {
+		if err := direct(keys); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var spent [2]time.Duration
+	n := 0
+	for b.Loop() {
+		keys := batches[n%len(batches)]
+		n++
+		t0 := time.Now()
+		if err := direct(keys); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := r.BatchGet(ctx, keys); err != nil {
+			b.Fatal(err)
+		}
+		spent[0] += t1.Sub(t0)
+		spent[1] += time.Since(t1)
+	}
+	b.ReportMetric(float64(spent[0].Microseconds())/float64(n), "direct-µs/req")
+	b.ReportMetric(float64(spent[1].Microseconds())/float64(n), "router-µs/req")
+	b.ReportMetric(float64(spent[1])/float64(spent[0]), "router/direct")
 }
