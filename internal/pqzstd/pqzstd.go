@@ -48,22 +48,26 @@ func (c *Codec) CompressionCodec() format.CompressionCodec { return format.Zstd 
 func (c *Codec) Encode(dst, src []byte) ([]byte, error) {
 	e, _ := c.encoders.Get().(*zstd.Encoder)
 	if e == nil {
-		level, window := c.Level, c.Window
-		if level == 0 {
-			level = zstd.SpeedDefault
-		}
-		if window == 0 {
-			window = DefaultWindow
-		}
 		var err error
-		e, err = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(level),
-			zstd.WithWindowSize(window), zstd.WithZeroFrames(true), zstd.WithEncoderCRC(false), zstd.WithLowerEncoderMem(true))
-		if err != nil {
+		if e, err = c.newEncoder(); err != nil {
 			return dst[:0], err
 		}
 	}
 	defer c.encoders.Put(e)
 	return e.EncodeAll(src, dst[:0]), nil
+}
+
+// newEncoder builds an encoder with c's level and window.
+func (c *Codec) newEncoder() (*zstd.Encoder, error) {
+	level, window := c.Level, c.Window
+	if level == 0 {
+		level = zstd.SpeedDefault
+	}
+	if window == 0 {
+		window = DefaultWindow
+	}
+	return zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(level),
+		zstd.WithWindowSize(window), zstd.WithZeroFrames(true), zstd.WithEncoderCRC(false), zstd.WithLowerEncoderMem(true))
 }
 
 // Decode decompresses src into dst (whose storage it may reuse).
