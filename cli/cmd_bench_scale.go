@@ -30,8 +30,11 @@ publish → export — then the incremental round: edit --edit-fraction of the p
 re-ingest them, rechunk, embed and publish (the queue is then ready for Lorry).
 
 Every step is a child process of this binary at --memory-limit, so its peak RSS is the
-child's own (ru_maxrss). Writes results.md (table and targets), results.json and plots
-(rss-<size>.png, rate-<size>.png, bytes-<size>.png) to --out, and prints the table.
+child's own (ru_maxrss); its CPU seconds (user + system) and the load average at its start
+and end are recorded beside the wall time. An N given twice in --n runs again (a repeat:
+the big round's pages/s must hold against each small round). Writes results.md (table and
+targets), results.json and plots (rss-, rate-, cpurate-, bytes-<size>.png) to --out, and
+prints the table.
 --big adds N = 1,000,000 with the first page size. Every target is printed as met or
 missed; a target whose measurements are missing (a step that did not run, a single N, an
 unfinished --big run) is missed.
@@ -41,6 +44,7 @@ Examples:
    pillar bench scale --out /tmp/scale --n 2000,8000 --sizes 4KiB     # quick look
    pillar bench scale --out bench-out/scale --big
    pillar bench scale --out bench-out/big --sizes 4KiB --big-only
+   pillar bench scale --out bench-out/fair --n 10000,160000,10000 --sizes 4KiB   # 10k before and after
    pillar bench scale --out bench-out/all --from-json bench-out/scale/results.json,bench-out/big/results.json`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: "bench-out/scale", Usage: "folder for results.md, results.json and the plots"},

@@ -17,6 +17,14 @@
 //     512 (spill files included).
 //   - Pages per second: the pages the step handled (all of them in the full
 //     round, the edited ones in the incremental round) over its wall time.
+//     This is the target. On a shared machine the wall time of a long round
+//     depends on the load it met, so every step also records the child's
+//     CPU seconds (rusage user + system; pages per CPU-second) and the
+//     1-minute load average at its start and end, and a size and N may be
+//     run more than once (`--n 10000,160000,10000`, or runs of one N merged
+//     with --from-json): the big round must keep its rate against every
+//     round of the small N, so bracketing it with small rounds shows the
+//     load's effect without choosing the round that passes.
 //
 // The harness is a driver of CLI commands: it links none of the component
 // packages, so what it measures is what a user runs.

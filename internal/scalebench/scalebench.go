@@ -117,6 +117,28 @@ type Step struct {
 	// the child did not report them.
 	LiveHeap int64 `json:"live_heap,omitempty"`
 	GoMapped int64 `json:"go_mapped,omitempty"`
+	// Repeat numbers the rounds of one size and N in a report: 0 for the
+	// first, 1 for the next (`--n 10000,160000,10000` runs N=10000 again
+	// after the big round, so both sides of a comparison are measured near
+	// the same load), and so on. Merged reports (Load) number them in order.
+	Repeat int `json:"repeat,omitempty"`
+	// CPUSeconds is the child's user + system CPU time (rusage): what the
+	// step cost, whatever else the shared machine ran meanwhile. 0 when
+	// not recorded (results saved before it was).
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
+	// LoadBefore and LoadAfter are the 1-minute load average when the step
+	// started and when it ended.
+	LoadBefore float64 `json:"load_before,omitempty"`
+	LoadAfter  float64 `json:"load_after,omitempty"`
+}
+
+// PagesPerCPUSec is Pages over the child's CPU seconds; 0 when they were not
+// recorded.
+func (s Step) PagesPerCPUSec() float64 {
+	if s.CPUSeconds <= 0 {
+		return 0
+	}
+	return float64(s.Pages) / s.CPUSeconds
 }
 
 // PagesPerSec is Pages over the wall time.
@@ -164,9 +186,15 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	for _, size := range opts.Sizes {
 		for _, n := range opts.Ns {
+			repeat := rep.rounds(size, n)
 			dir := filepath.Join(data, fmt.Sprintf("s%d-n%d", size, n))
-			rep.Load = append(rep.Load, fmt.Sprintf("%s, N=%d: %s", sizeName(size), n, uptime()))
-			err := runRound(ctx, &opts, rep, dir, size, n)
+			label := fmt.Sprintf("%s, N=%d", sizeName(size), n)
+			if repeat > 0 {
+				dir += fmt.Sprintf("-r%d", repeat)
+				label += fmt.Sprintf(" (repeat %d)", repeat)
+			}
+			rep.Load = append(rep.Load, fmt.Sprintf("%s: %s", label, uptime()))
+			err := runRound(ctx, &opts, rep, dir, size, n, repeat)
 			if !opts.Keep || opts.Data == "" {
 				os.RemoveAll(dir)
 			}
@@ -184,6 +212,17 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 }
 
 func sizeName(size int) string { return fmt.Sprintf("%dKB", (size+512)>>10) }
+
+// load1 is the 1-minute load average; 0 when unknown.
+func load1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	fmt.Sscan(string(b), &l)
+	return l
+}
 
 func uptime() string {
 	b, err := os.ReadFile("/proc/loadavg")
@@ -203,11 +242,12 @@ type round struct {
 	rep    *Report
 	size   int
 	n      int
+	repeat int
 	store  string
 	export string
 }
 
-func runRound(ctx context.Context, o *Options, rep *Report, dir string, size, n int) error {
+func runRound(ctx context.Context, o *Options, rep *Report, dir string, size, n, repeat int) error {
 	corpus, edits := filepath.Join(dir, "corpus"), filepath.Join(dir, "edits")
 	fmt.Fprintf(o.Log, "scale bench: %s pages, N=%d: generating the corpus in %s\n", sizeName(size), n, corpus)
 	edited, err := generate(corpus, edits, size, n, o.EditFraction, o.Seed)
@@ -218,7 +258,7 @@ func runRound(ctx context.Context, o *Options, rep *Report, dir string, size, n 
 	if err := os.WriteFile(policies, []byte(policyFile), 0o644); err != nil {
 		return err
 	}
-	r := &round{o: o, rep: rep, size: size, n: n, store: filepath.Join(dir, "store"), export: filepath.Join(dir, "export")}
+	r := &round{o: o, rep: rep, size: size, n: n, repeat: repeat, store: filepath.Join(dir, "store"), export: filepath.Join(dir, "export")}
 	asOf := time.Now().UTC().Format(time.RFC3339)
 	var cv string
 	full := []struct {
@@ -345,25 +385,29 @@ func (r *round) step(ctx context.Context, roundName, name string, pages int, arg
 	heapFile := filepath.Join(filepath.Dir(r.store), "heap.json")
 	os.Remove(heapFile)
 	cmd.Env = append(os.Environ(), HeapEnv+"="+heapFile)
+	loadBefore := load1()
 	start := time.Now()
 	err := cmd.Run()
 	wall := time.Since(start)
+	loadAfter := load1()
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: pillar %s: %w\n%s", roundName, name, strings.Join(args, " "), err, tail(stderr.String(), 2000))
 	}
 	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	s := Step{Size: r.size, N: r.n, Round: roundName, Name: name, Pages: pages, Seconds: wall.Seconds()}
+	s := Step{Size: r.size, N: r.n, Round: roundName, Name: name, Pages: pages, Seconds: wall.Seconds(),
+		Repeat: r.repeat, LoadBefore: loadBefore, LoadAfter: loadAfter}
 	if ru != nil {
 		s.MaxRSS = ru.Maxrss << 10 // kilobytes on Linux
 		s.IOBytes = ru.Oublock * 512
 	}
+	s.CPUSeconds = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	if h, ok := readHeap(heapFile); ok {
 		s.LiveHeap, s.GoMapped = h.Live, h.Mapped
 	}
 	s.StoreBytes = written(before, listing(r.store, r.export))
 	r.rep.Steps = append(r.rep.Steps, s)
-	fmt.Fprintf(r.o.Log, "  %-11s %-17s %7d pages %8.1fs %8.0f pages/s  peak RSS %4d MB (live heap %3d MB)  store +%s  io %s\n",
-		roundName, name, pages, s.Seconds, s.PagesPerSec(), s.MaxRSS>>20, s.LiveHeap>>20, human(s.StoreBytes), human(s.IOBytes))
+	fmt.Fprintf(r.o.Log, "  %-11s %-17s %7d pages %8.1fs %8.0f pages/s  cpu %7.1fs %6.0f pages/cpu-s  load %.1f→%.1f  peak RSS %4d MB (live heap %3d MB)  store +%s  io %s\n",
+		roundName, name, pages, s.Seconds, s.PagesPerSec(), s.CPUSeconds, s.PagesPerCPUSec(), loadBefore, loadAfter, s.MaxRSS>>20, s.LiveHeap>>20, human(s.StoreBytes), human(s.IOBytes))
 	return stdout.Bytes(), nil
 }
 

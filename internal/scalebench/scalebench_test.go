@@ -1,6 +1,7 @@
 package scalebench
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,5 +140,58 @@ func TestEvaluateMissingMeasurementsFail(t *testing.T) {
 	f := failed(two)
 	if len(f) != 1 || !strings.Contains(f[0], "incremental round measured") {
 		t.Fatalf("no incremental round: failed %q", f)
+	}
+}
+
+// A repeated small round is compared too: the big round must keep its rate
+// against each small round, and the values show the pages per CPU-second
+// and the load beside the wall-time rates. Merging runs of one N each
+// numbers a second file's rounds of an N already loaded as repeats.
+func TestEvaluateRepeats(t *testing.T) {
+	r := &Report{Options: Options{Sizes: []int{4096}}}
+	add := func(n, repeat int, secs, cpu, load float64) {
+		r.Steps = append(r.Steps, Step{Size: 4096, N: n, Round: "full", Name: "ingest", Pages: n, Seconds: secs,
+			CPUSeconds: cpu, LoadBefore: load, LoadAfter: load, MaxRSS: 100 << 20, Repeat: repeat})
+	}
+	add(10, 0, 1, 1, 2)      // 10 pages/s
+	add(160, 0, 20, 17, 9)   // 8 pages/s: 0.8× of the first round
+	add(10, 1, 0.5, 0.9, 10) // 20 pages/s: the big round keeps only 0.4× of this one
+	r.evaluate()
+	var rate Check
+	for _, c := range r.Checks {
+		if c.Target == "4KB ingest: pages/s at N=160 ≥ 0.8 × at N=10" {
+			rate = c
+		}
+	}
+	if rate.Pass || !strings.Contains(rate.Value, "N=160 vs N=10: 8 vs 10 (0.80×)") ||
+		!strings.Contains(rate.Value, "N=160 vs N=10 (repeat 1): 8 vs 20 (0.40×)") ||
+		!strings.Contains(rate.Value, "per CPU-second 9 vs 10 (0.94×)") || !strings.Contains(rate.Value, "load 9.0–9.0 vs 2.0–2.0") {
+		t.Fatalf("rate check %+v", rate)
+	}
+	if md := r.Markdown(); !strings.Contains(md, "| 4KB | 10 (repeat 1) | full | ingest | 10 | 0.5 | 20 | 0.9 | 11 | 10.0→10.0 |") {
+		t.Fatalf("markdown lacks the repeat's row:\n%s", md)
+	}
+
+	dir := t.TempDir()
+	var paths []string
+	for i, n := range []int{10, 160, 10} {
+		one := &Report{Options: Options{Sizes: []int{4096}, MemoryLimit: "64MiB"}}
+		one.Steps = []Step{{Size: 4096, N: n, Round: "full", Name: "ingest", Pages: n, Seconds: 1}}
+		p := filepath.Join(dir, fmt.Sprint(i))
+		if err := one.Write(p); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, filepath.Join(p, "results.json"))
+	}
+	m, err := Load(paths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reps []int
+	for _, s := range m.Steps {
+		reps = append(reps, s.Repeat)
+	}
+	if fmt.Sprint(reps) != "[0 0 1]" || len(m.findAll(4096, 10, "full", "ingest")) != 2 {
+		t.Fatalf("merged repeats %v", reps)
 	}
 }
