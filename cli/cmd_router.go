@@ -228,7 +228,8 @@ its own gRPC server on 127.0.0.1 (distinct zones), loads --keys synthetic keys (
                 deleted afterwards); skipped with a note when Redis is not reachable;
                 with --interleave (default) then also router and Redis alternating
                 batch by batch in the same clients (healthy/interleaved,
-                redis/interleaved), which a busy machine cannot skew
+                redis/interleaved), which a busy machine cannot skew, then
+                the node's floors in a phase of their own (below)
   slow-nohedge  node --slow-node delays --slow (fraction:delay) of its requests
                 (cobbled's test-only fault), hedging off
   slow-hedge    the same, hedging on; without --zone the router sits in the slow node's
@@ -237,10 +238,11 @@ its own gRPC server on 127.0.0.1 (distinct zones), loads --keys synthetic keys (
                 disk): replica choice must steer traffic away; p50 from 2 s on
   kill          node --kill-node is killed (listener closed) a third of the way in,
                 and marked down in the routing table --down-after later
-  saturation    --saturation-clients clients through the router, then against Redis
-                alone: throughput in MB/s
+  saturation    --saturation-clients clients on the router and on Redis in alternating
+                --saturation-slice slices (the same stretches of the machine):
+                throughput in MB/s
 
-With --interleave the Redis scenario also measures, batch by batch in the same clients,
+With --interleave the Redis scenario then measures, batch by batch in the same clients,
 straight to one node (direct/interleaved), a bare grpc-go call with a raw codec
 around the same MultiGet (bare/interleaved): the floor the node's BatchGet is held to,
 and the same BatchGet over cobbled's lean wire protocol (wire/interleaved).
@@ -272,6 +274,7 @@ Examples:
 				&cli.IntFlag{Name: "degraded-node", Value: 1, Usage: "index of the node that adds --degraded-delay to every request in the degraded scenario"},
 				&cli.DurationFlag{Name: "degraded-delay", Value: 5 * time.Millisecond, Usage: "delay the degraded node adds to every request"},
 				&cli.IntFlag{Name: "saturation-clients", Value: 16, Usage: "closed-loop clients in the saturation scenario"},
+				&cli.DurationFlag{Name: "saturation-slice", Value: 500 * time.Millisecond, Usage: "saturation: how long all clients stay on the router or on Redis before switching to the other (each gets --duration in all)"},
 				&cli.IntFlag{Name: "slow-node", Value: 0, Usage: "index of the node made slow"},
 				&cli.IntFlag{Name: "kill-node", Value: 2, Usage: "index of the node killed"},
 				&cli.DurationFlag{Name: "down-after", Value: 2 * time.Second, Usage: "when the killed node is marked down in routing (as the control plane's down-after)"},
@@ -303,7 +306,7 @@ func benchRead(c *cli.Context) error {
 		Clients: c.Int("clients"), Keys: c.Int("keys"), BatchKeys: c.Int("batch-keys"),
 		Nodes: c.Int("nodes"), Partitions: c.Int("partitions"), Replicas: c.Int("replicas"),
 		Zone: c.String("zone"), SlowNode: c.Int("slow-node"), SlowFraction: frac, SlowDelay: delay,
-		DegradedNode: c.Int("degraded-node"), DegradedDelay: c.Duration("degraded-delay"), SaturationClients: c.Int("saturation-clients"),
+		DegradedNode: c.Int("degraded-node"), DegradedDelay: c.Duration("degraded-delay"), SaturationClients: c.Int("saturation-clients"), SaturationSlice: c.Duration("saturation-slice"),
 		KillNode: c.Int("kill-node"), DownAfter: c.Duration("down-after"), Deadline: c.Duration("deadline"),
 		Transport: c.String("transport"), ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, GCPercent: c.Int("gogc"), Spread: c.Bool("spread"), Interleave: c.Bool("interleave"), Logger: logger(),
 		Router: func(ro *router.Options) {

@@ -31,7 +31,7 @@ func (r *Report) evaluate() {
 		}
 	}
 	if h != nil && sh != nil {
-		add("slow node, hedging: p99 ≤ 1.5 × healthy p99", fmt.Sprintf("%s vs %s (%.2f×)", ms(sh.P99), ms(h.P99), ratio(sh.P99, h.P99)), float64(sh.P99) <= 1.5*float64(h.P99))
+		add("slow node, hedging: p99 ≤ 1.5 × healthy p99", fmt.Sprintf("%s vs %s (%.2f×); hedges sent after a mean %s, won ones answered in %s", ms(sh.P99), ms(h.P99), ratio(sh.P99, h.P99), ms(sh.HedgeWait), ms(sh.HedgeWon)), float64(sh.P99) <= 1.5*float64(h.P99))
 	}
 	if h != nil && sh != nil {
 		add("slow node, hedging: p99.9 ≤ 2 × healthy p99.9", fmt.Sprintf("%s vs %s (%.2f×)", ms(sh.P999), ms(h.P999), ratio(sh.P999, h.P999)), float64(sh.P999) <= 2*float64(h.P999))
@@ -79,11 +79,11 @@ func (r *Report) evaluate() {
 		add("healthy router p50 ≤ 1.5 × Redis MGET p50 (interleaved)", fmt.Sprintf("%s vs %s (%.2f×)", ms(hi.P50), ms(ri.P50), ratio(hi.P50, ri.P50)), float64(hi.P50) <= 1.5*float64(ri.P50))
 		add("healthy router p99 ≤ Redis MGET p99 (interleaved)", fmt.Sprintf("%s vs %s (%.2f×)", ms(hi.P99), ms(ri.P99), ratio(hi.P99, ri.P99)), hi.P99 <= ri.P99)
 		if di, wi := r.Result(DirectInterleaved), r.Result(WireInterleaved); di != nil && wi != nil {
-			r.Notes = append(r.Notes, fmt.Sprintf("Lean protocol (interleaved): straight to a node over wire p50 %s / p99 %s, %.2f× / %.2f× the same node over gRPC, %.2f× / %.2f× Redis MGET.",
+			r.Notes = append(r.Notes, fmt.Sprintf("Lean protocol (interleaved with direct/interleaved): straight to a node over wire p50 %s / p99 %s, %.2f× / %.2f× the same node over gRPC; %.2f× / %.2f× Redis MGET of the phase before.",
 				ms(wi.P50), ms(wi.P99), ratio(wi.P50, di.P50), ratio(wi.P99, di.P99), ratio(wi.P50, ri.P50), ratio(wi.P99, ri.P99)))
 		}
 		if di := r.Result(DirectInterleaved); di != nil {
-			r.Notes = append(r.Notes, fmt.Sprintf("Attribution (interleaved): straight to a node without the router p50 %s / p99 %s; the router adds %.2f× at p50 and %.2f× at p99 over that floor; the floor itself is %.2f× / %.2f× Redis MGET.",
+			r.Notes = append(r.Notes, fmt.Sprintf("Attribution (adjacent interleaved phases, not the same moments): straight to a node over gRPC without the router p50 %s / p99 %s; the router (over its own transport) is %.2f× at p50 and %.2f× at p99 of that; that floor is %.2f× / %.2f× Redis MGET.",
 				ms(di.P50), ms(di.P99), ratio(hi.P50, di.P50), ratio(hi.P99, di.P99), ratio(di.P50, ri.P50), ratio(di.P99, ri.P99)))
 		}
 	}

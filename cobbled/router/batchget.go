@@ -66,6 +66,7 @@ type attempt struct {
 	cancelled bool // cancelled by the router (it lost, or the request ended)
 	won       bool
 	keys      int // keys sent
+	start     time.Time
 }
 
 type event struct {
@@ -92,7 +93,10 @@ type gather struct {
 	assigned map[*node]int
 	counts   [3]int
 	won      int
-	held     []*servepb.BatchGetResponse // answers some result aliases (Response.Release)
+	// hedgeWait sums the time primaries had waited when hedged;
+	// hedgeWonTime the latencies of the hedges that won (Stats).
+	hedgeWait, hedgeWonTime time.Duration
+	held                    []*servepb.BatchGetResponse // answers some result aliases (Response.Release)
 }
 
 // BatchGet returns one Result per key, in request order, read from the
@@ -319,6 +323,7 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 	}
 	req := &servepb.BatchGetRequest{Keys: keys, Version: g.c.id}
 	start := r.opts.Clock.Now()
+	a.start = start
 	var launched atomic.Bool
 	done := func(resp *servepb.BatchGetResponse, err error) {
 		n.outstanding.Add(-1)
@@ -473,6 +478,7 @@ func (g *gather) onAnswer(e event) {
 		if a.kind == kindHedge && !a.won {
 			a.won = true
 			g.won++
+			g.hedgeWonTime += e.d
 		}
 	}
 	g.failover(again)
@@ -539,6 +545,7 @@ func (g *gather) onHedgeTimer(a *attempt) {
 			g.r.denied.Add(1)
 			return
 		}
+		g.hedgeWait += clock.Since(g.r.opts.Clock, a.start)
 		g.launch(n, groups[n], kindHedge)
 	}
 }

@@ -61,7 +61,8 @@ type Router struct {
 	primaries, hedges, won, failovers atomic.Int64
 	denied, cancelled, failedRequests atomic.Int64
 	routingErrors                     atomic.Int64
-	versions                          sync.Map // publication id → *versionCount
+	hedgeWait, hedgeWonTime           atomic.Int64 // nanos (Stats.HedgeWait, HedgeWonTime)
+	versions                          sync.Map     // publication id → *versionCount
 }
 
 // New returns a router with the control plane's current routing table. A
@@ -131,6 +132,8 @@ func (r *Router) account(g *gather, keys, failed int, d time.Duration) {
 	r.hedges.Add(int64(g.counts[kindHedge]))
 	r.failovers.Add(int64(g.counts[kindFailover]))
 	r.won.Add(int64(g.won))
+	r.hedgeWait.Add(int64(g.hedgeWait))
+	r.hedgeWonTime.Add(int64(g.hedgeWonTime))
 	m.hedgesWon.Add(float64(g.won))
 	id, role := g.c.id, g.c.role
 	if g.c.err != nil {
@@ -197,6 +200,11 @@ type Stats struct {
 	HedgesDenied   int64 // hedges the budget refused
 	Failovers      int64 // sub-requests re-sent after an error or "not my partition"
 	Cancelled      int64 // sub-requests cancelled (hedge losers, leftovers at the deadline)
+	// HedgeWait is the time primaries had waited when their hedges were
+	// sent, summed over Hedges; HedgeWonTime the latency of the hedges that
+	// won, from their own send, summed over HedgesWon. A hedged request's
+	// latency is about the two added up (where a hedged tail goes).
+	HedgeWait, HedgeWonTime time.Duration
 	// ExtraRatio is (Hedges + Failovers) / Primaries; HedgeRatio is
 	// Hedges / Primaries, the figure the hedge budget bounds.
 	ExtraRatio, HedgeRatio float64
@@ -235,6 +243,7 @@ func (r *Router) Stats() Stats {
 		Primaries: r.primaries.Load(), Hedges: r.hedges.Load(), HedgesWon: r.won.Load(),
 		HedgesDenied: r.denied.Load(), Failovers: r.failovers.Load(), Cancelled: r.cancelled.Load(),
 		HedgeTokens: r.budget.level(),
+		HedgeWait:   time.Duration(r.hedgeWait.Load()), HedgeWonTime: time.Duration(r.hedgeWonTime.Load()),
 	}
 	if s.Primaries > 0 {
 		s.ExtraRatio = float64(s.Hedges+s.Failovers) / float64(s.Primaries)
