@@ -64,7 +64,7 @@ func filesOf(t *testing.T, s *Store, gen int64) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m.files()
+	return namedFiles(t, s.dir, m)
 }
 
 func allExist(dir string, files []string) bool {

@@ -7,8 +7,15 @@ import (
 	"time"
 )
 
-// formatVersion is the on-disk format this code writes and reads.
+// formatVersion is the format of STORE, and of a manifest whose queue
+// names every segment itself.
 const formatVersion = 1
+
+// formatQueueIndex is the format of a manifest that names older queue
+// segments through index files (queueEntry.Index). A binary that reads only
+// formatVersion refuses it (pillar.ErrNewerFormat) rather than see a queue
+// without its older records. The newest manifest format this code reads.
+const formatQueueIndex = 2
 
 // storeFile is the content of STORE.
 type storeFile struct {
@@ -69,16 +76,39 @@ type segment struct {
 	CRC32C        string `json:"crc32c,omitempty"` // as fileEntry.CRC32C
 }
 
+// queueEntry is a partition's export queue: the segments of Index (in
+// offset order), then Segments (the tail, newest last). See "Queue index"
+// in doc.go.
 type queueEntry struct {
-	Segments []segment `json:"segments"`
+	Index    []indexRef `json:"index,omitempty"`
+	Segments []segment  `json:"segments"`
+}
+
+// indexRef names an immutable index file in data/ that lists Segments
+// consecutive segments, records [First, First+Count).
+type indexRef struct {
+	File     string `json:"file"`
+	Level    int    `json:"level"`
+	First    int64  `json:"first"`
+	Count    int64  `json:"count"`
+	Segments int    `json:"segments"`
+	Bytes    int64  `json:"bytes"`  // the index file's size
+	CRC32C   string `json:"crc32c"` // the index file's checksum
 }
 
 func (q *queueEntry) end() int64 {
-	if q == nil || len(q.Segments) == 0 {
+	if q == nil {
 		return 0
 	}
-	s := q.Segments[len(q.Segments)-1]
-	return s.First + s.Count
+	if len(q.Segments) > 0 {
+		s := q.Segments[len(q.Segments)-1]
+		return s.First + s.Count
+	}
+	if len(q.Index) > 0 {
+		r := q.Index[len(q.Index)-1]
+		return r.First + r.Count
+	}
+	return 0
 }
 
 type manifest struct {
@@ -119,7 +149,7 @@ func (m *manifest) clone() *manifest {
 	}
 	c.Queue = make(map[int]*queueEntry, len(m.Queue))
 	for k, v := range m.Queue {
-		q := &queueEntry{Segments: append([]segment(nil), v.Segments...)}
+		q := &queueEntry{Index: append([]indexRef(nil), v.Index...), Segments: append([]segment(nil), v.Segments...)}
 		c.Queue[k] = q
 	}
 	c.Consumed = make(map[string]int64, len(m.Consumed))
@@ -129,7 +159,9 @@ func (m *manifest) clone() *manifest {
 	return &c
 }
 
-// files returns every data file the manifest references.
+// files returns every data file the manifest names itself: table files,
+// index files and tail segments (not the segments its index files name;
+// Store.allFiles adds those).
 func (m *manifest) files() []string {
 	var out []string
 	for _, t := range m.Tables {
@@ -138,12 +170,25 @@ func (m *manifest) files() []string {
 		}
 	}
 	for _, q := range m.Queue {
+		for _, r := range q.Index {
+			out = append(out, r.File)
+		}
 		for _, s := range q.Segments {
 			out = append(out, s.File)
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// hasIndex reports whether a queue of m names segments through an index.
+func (m *manifest) hasIndex() bool {
+	for _, q := range m.Queue {
+		if len(q.Index) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func manifestName(gen int64) string { return fmt.Sprintf("m-%012d.json", gen) }
@@ -153,7 +198,7 @@ func decodeManifest(b []byte, name string) (*manifest, error) {
 	if err := json.Unmarshal(b, m); err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", name, err)
 	}
-	if m.Format > formatVersion {
+	if m.Format > formatQueueIndex {
 		return nil, fmt.Errorf("manifest %s: format %d: %w", name, m.Format, errNewer)
 	}
 	if m.Tables == nil {

@@ -214,22 +214,23 @@ func readQueue[T queueRow](ctx context.Context, sn *snapshot, partition int, fro
 		return nil, nil
 	}
 	var out []T
-	for _, seg := range q.Segments {
-		if seg.First+seg.Count <= from {
-			continue
-		}
+	err := sn.s.eachSegment(ctx, partition, q, from, func(seg segment) (bool, error) {
 		skip := max(from-seg.First, 0)
 		recs, err := readQueueSegment[T](ctx, sn.s, seg, skip, limit-len(out))
 		if err != nil {
-			return nil, fmt.Errorf("local store %s: queue partition %d segment %s: %w", sn.s.dir, partition, seg.File, err)
+			return false, fmt.Errorf("segment %s: %w", seg.File, err)
 		}
 		for i := range recs {
 			setPosition(self(&recs[i]), seg.First+skip+int64(i), seg.CommittedAtMS)
 		}
 		out = append(out, recs...)
-		if len(out) >= limit {
-			return out[:limit], nil
-		}
+		return len(out) < limit, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("local store %s: queue partition %d: %w", sn.s.dir, partition, err)
+	}
+	if len(out) > limit {
+		out = out[:limit]
 	}
 	return out, nil
 }

@@ -47,6 +47,8 @@ type Options struct {
 
 	// crashAt, when set, is called at each named step of a commit (tests).
 	crashAt func(step string)
+	// queueFanout replaces defaultQueueFanout when > 1 (tests).
+	queueFanout int
 }
 
 func (o *Options) ensureDefaults() {
@@ -87,6 +89,8 @@ type Store struct {
 	// never changes, so cleanup decodes each one once (it reads every retained manifest, every few commits: that
 	// was 40% of a commit's CPU with a few thousand queue segments).
 	retained map[string]*manifest
+
+	index indexCache // decoded queue index files (queueindex.go)
 
 	verified  sync.Map // data file name → struct{}: size and checksum checked (checksum.go)
 	verifying sync.Map // data file name → *sync.Mutex: one check at a time per file
@@ -304,12 +308,21 @@ type CleanupStats struct {
 // the commit lock at Open and every few commits, and compaction's garbage
 // collection is a call to it after the compacting commit.
 func (s *Store) Cleanup(ctx context.Context) (CleanupStats, error) {
+	// data/ is listed before the lock: with a long queue it holds tens of
+	// thousands of segment files, and listing them under the lock would
+	// stall every commit. A file listed is garbage if no retained manifest
+	// names it once the lock is held (no commit moves files in then, and
+	// only cleanup makes a file unnamed).
+	listed, err := os.ReadDir(filepath.Join(s.dir, "data"))
+	if err != nil {
+		return CleanupStats{}, fmt.Errorf("local store %s: cleanup: %w", s.dir, err)
+	}
 	unlock, err := s.lock(ctx)
 	if err != nil {
 		return CleanupStats{}, err
 	}
 	defer unlock()
-	return s.cleanupLocked()
+	return s.cleanupLocked(ctx, listed)
 }
 
 // CollectGarbage is the cleanup pillar.Compact runs after its commit: the
@@ -320,7 +333,17 @@ func (s *Store) CollectGarbage(ctx context.Context) error {
 	return err
 }
 
-func (s *Store) cleanupLocked() (CleanupStats, error) {
+// cleanupLocked runs under the commit lock. With listed (data/, listed by
+// Cleanup) it removes every listed file no retained manifest names, the
+// segments of their index files included: the sweep at Open and on
+// request, which also finds the files of a commit whose process died.
+// Without (the cleanup every few commits) it removes the files that the
+// manifests it removes named and no retained manifest does: table files
+// and index files. Queue segments are never among them: the queue only
+// grows, and the current manifest names every committed segment (in its
+// tail or through its index files). So its cost does not grow with the
+// queue.
+func (s *Store) cleanupLocked(ctx context.Context, listed []os.DirEntry) (CleanupStats, error) {
 	var cs CleanupStats
 	fs := s.opts.FS
 	now := s.opts.Now()
@@ -397,6 +420,7 @@ func (s *Store) cleanupLocked() (CleanupStats, error) {
 		s.mu.Unlock()
 	}()
 	keep := map[string]bool{}
+	var kept, removed []*manifest
 	for i, n := range live {
 		m := mans[i]
 		retain := n == curName || i >= len(live)-s.opts.RetainManifests
@@ -413,6 +437,7 @@ func (s *Store) cleanupLocked() (CleanupStats, error) {
 		if !retain {
 			_ = fs.Remove(filepath.Join(s.dir, "manifests", n))
 			cs.Manifests++
+			removed = append(removed, m)
 			continue
 		}
 		if m == nil {
@@ -420,25 +445,51 @@ func (s *Store) cleanupLocked() (CleanupStats, error) {
 			return cs, fmt.Errorf("local store %s: manifest %s unreadable; no data file removed", s.dir, n)
 		}
 		next[n] = m
+		kept = append(kept, m)
 		for _, f := range m.files() {
 			keep[f] = true
 		}
 	}
-	data, err := os.ReadDir(filepath.Join(s.dir, "data"))
-	if err != nil {
-		return cs, err
+	remove := func(name string) {
+		var size int64
+		if fi, err := os.Stat(filepath.Join(s.dir, "data", name)); err == nil {
+			size = fi.Size()
+		}
+		if err := fs.Remove(filepath.Join(s.dir, "data", name)); err == nil {
+			cs.Files++
+			cs.Bytes += size
+			s.verified.Delete(name)
+			s.verifying.Delete(name)
+			s.index.drop(name)
+		}
 	}
-	for _, e := range data {
-		if !keep[e.Name()] {
-			var size int64
-			if fi, err := e.Info(); err == nil {
-				size = fi.Size()
+	if listed != nil {
+		if err := s.indexedFiles(ctx, kept, keep); err != nil {
+			return cs, err // an unreadable index file: remove no data file
+		}
+		for _, e := range listed {
+			if !keep[e.Name()] {
+				remove(e.Name())
 			}
-			if err := fs.Remove(filepath.Join(s.dir, "data", e.Name())); err == nil {
-				cs.Files++
-				cs.Bytes += size
-				s.verified.Delete(e.Name())
-				s.verifying.Delete(e.Name())
+		}
+	} else {
+		done := map[string]bool{}
+		for _, m := range removed {
+			for _, t := range m.Tables {
+				for _, f := range t.Files {
+					if !keep[f.Name] && !done[f.Name] {
+						done[f.Name] = true
+						remove(f.Name)
+					}
+				}
+			}
+			for _, q := range m.Queue {
+				for _, r := range q.Index {
+					if !keep[r.File] && !done[r.File] {
+						done[r.File] = true
+						remove(r.File)
+					}
+				}
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -511,7 +512,7 @@ func checkNoOrphans(t *testing.T, dir string) {
 		if err != nil {
 			t.Fatalf("manifest %s: %v", m.Name(), err)
 		}
-		for _, f := range mf.files() {
+		for _, f := range namedFiles(t, dir, mf) {
 			keep[f] = true
 		}
 	}
@@ -521,6 +522,27 @@ func checkNoOrphans(t *testing.T, dir string) {
 			t.Fatalf("unreferenced data file %s survived cleanup", d.Name())
 		}
 	}
+}
+
+// namedFiles is every data file m names, the segments its index files
+// list included (read with a Store of its own).
+func namedFiles(t testing.TB, dir string, m *manifest) []string {
+	t.Helper()
+	s := &Store{dir: dir}
+	s.opts.ensureDefaults()
+	keep := map[string]bool{}
+	for _, f := range m.files() {
+		keep[f] = true
+	}
+	if err := s.indexedFiles(ctx, []*manifest{m}, keep); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, 0, len(keep))
+	for f := range keep {
+		out = append(out, f)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // BenchmarkSmallCommit measures a Lorry-sized commit (one attribute, one

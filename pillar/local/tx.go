@@ -429,6 +429,31 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		s.hook("queue-written")
 		q.Segments = append(q.Segments, segment{File: name, First: q.end(), Count: qf.count, Bytes: qf.bytes, CommittedAtMS: nowMS, CRC32C: qf.crc})
 	}
+	// Long tails go into index files, so that the manifest (written by
+	// every commit) stays small however long the queue grows.
+	parts := make([]int, 0, len(nm.Queue))
+	for p := range nm.Queue {
+		parts = append(parts, p)
+	}
+	slices.Sort(parts)
+	for _, p := range parts {
+		err := s.compactQueue(ctx, p, nm.Queue[p], prefix, func(name string, ix *indexFile) (int64, string, error) {
+			size, crc, err := writeIndexFile(s.opts.FS, filepath.Join(dataDir, name), ix)
+			if err != nil {
+				_ = s.opts.FS.Remove(filepath.Join(dataDir, name))
+				return 0, "", err
+			}
+			moved = append(moved, name)
+			s.hook("index-written")
+			return size, crc, nil
+		})
+		if err != nil {
+			return t.errf("commit: %w", err)
+		}
+	}
+	if nm.hasIndex() {
+		nm.Format = formatQueueIndex
+	}
 	for _, id := range t.ws.Consumed() {
 		nm.Consumed[id] = gen
 	}
@@ -462,7 +487,7 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	}
 	s.mu.Unlock()
 	if due {
-		if _, cerr := s.cleanupLocked(); cerr != nil {
+		if _, cerr := s.cleanupLocked(ctx, nil); cerr != nil {
 			s.opts.Logger.Warn("local store: cleanup after commit", "err", cerr)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -57,6 +58,11 @@ type verifyItem struct {
 	VerifyFile
 	rows, bytes int64
 	sum         string
+	// index: a queue index file of this partition, checked by decoding it
+	// against ref (not as Parquet).
+	index     bool
+	partition int
+	ref       indexRef
 }
 
 // VerifyTotal returns how many files and bytes Verify would read.
@@ -65,7 +71,7 @@ func (s *Store) VerifyTotal() (files int, bytes int64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	items := verifyItems(m)
+	items := verifyItems(s.dir, m)
 	for _, it := range items {
 		bytes += it.bytes
 	}
@@ -90,7 +96,7 @@ func (s *Store) Verify(ctx context.Context, opts *VerifyOptions) (*VerifyReport,
 	defer sn.Release()
 	m := sn.(*snapshot).m
 	rep := &VerifyReport{Store: s.dir, Generation: m.Generation}
-	for _, it := range verifyItems(m) {
+	for _, it := range verifyItems(s.dir, m) {
 		if err := ctx.Err(); err != nil {
 			return rep, fmt.Errorf("local store %s: verify: %w", s.dir, err)
 		}
@@ -118,6 +124,14 @@ func (s *Store) verifyFile(ctx context.Context, it verifyItem, progress func(int
 	if err := s.checkData(ctx, f, it.File, it.bytes, it.sum, progress); err != nil {
 		return err
 	}
+	if it.index {
+		b, err := io.ReadAll(f)
+		if err != nil {
+			return fmt.Errorf("file %s: %w", it.File, err)
+		}
+		_, err = decodeIndex(b, it.partition, it.ref)
+		return err
+	}
 	pf, err := parquet.OpenFile(f, it.bytes)
 	if err != nil {
 		return fmt.Errorf("file %s: not valid Parquet: %w", it.File, err)
@@ -129,8 +143,10 @@ func (s *Store) verifyFile(ctx context.Context, it verifyItem, progress func(int
 }
 
 // verifyItems lists a manifest's data files: tables in name order, then
-// the queue by partition.
-func verifyItems(m *manifest) []verifyItem {
+// the queue by partition: each index file followed by the segments it
+// lists (read from the file as it is: when it is damaged, Verify reports
+// it and cannot list its segments), then the tail.
+func verifyItems(dir string, m *manifest) []verifyItem {
 	var out []verifyItem
 	names := make([]string, 0, len(m.Tables))
 	for n := range m.Tables {
@@ -139,7 +155,7 @@ func verifyItems(m *manifest) []verifyItem {
 	sort.Strings(names)
 	for _, n := range names {
 		for _, f := range m.Tables[n].Files {
-			out = append(out, verifyItem{VerifyFile{n, f.Name}, f.Rows, f.Bytes, f.CRC32C})
+			out = append(out, verifyItem{VerifyFile: VerifyFile{n, f.Name}, rows: f.Rows, bytes: f.Bytes, sum: f.CRC32C})
 		}
 	}
 	parts := make([]int, 0, len(m.Queue))
@@ -148,8 +164,18 @@ func verifyItems(m *manifest) []verifyItem {
 	}
 	sort.Ints(parts)
 	for _, p := range parts {
+		what := fmt.Sprintf("export queue partition %d", p)
+		seg := func(sg segment) verifyItem {
+			return verifyItem{VerifyFile: VerifyFile{what, sg.File}, rows: sg.Count, bytes: sg.Bytes, sum: sg.CRC32C}
+		}
+		for _, r := range m.Queue[p].Index {
+			out = append(out, verifyItem{VerifyFile: VerifyFile{what + " index", r.File}, bytes: r.Bytes, sum: r.CRC32C, index: true, partition: p, ref: r})
+			for _, sg := range readIndexRaw(dir, p, r) {
+				out = append(out, seg(sg))
+			}
+		}
 		for _, sg := range m.Queue[p].Segments {
-			out = append(out, verifyItem{VerifyFile{fmt.Sprintf("export queue partition %d", p), sg.File}, sg.Count, sg.Bytes, sg.CRC32C})
+			out = append(out, seg(sg))
 		}
 	}
 	return out
