@@ -54,8 +54,10 @@
 //   - Memory: the sort's buffers, capacity included, stay within an eighth
 //     of Op.MemoryLimit (SortShare; plus one read buffer per run while
 //     merging, up to another sixteenth); the store's writers buffer a row group per open
-//     output file, each at most RowGroupShare (1/32 of the limit, 1-8 MiB),
-//     and the readers a page per input column, in the rest.
+//     output file, each at most RowGroupShare (1/32 of the limit, 1-8 MiB)
+//     and together about OutputShare (an eighth: OutputRowGroup divides it
+//     among outputs × workers, at least 256 KiB each), and the readers a
+//     page per input column, in the rest.
 //   - Every job runs on its own gob-decoded copy of the job value, as on
 //     YTsaurus; JobContext.JobCookie is the job's index, LookupVault reads
 //     Op.Secrets.

@@ -404,7 +404,8 @@ func (r *run) openWriters(outs []outSpec) ([]*tableWriter, error) {
 		if o.Append {
 			mode = pillar.Append
 		}
-		w, err := r.tx.WriteTable(r.ctx, o.Table, o.rowType, &pillar.WriteOptions{Mode: mode, SortedBy: o.SortedBy, RowGroupBytes: RowGroupShare(r.mem)})
+		rg := OutputRowGroup(r.mem, r.workers*max(len(r.op.Outputs), 1))
+		w, err := r.tx.WriteTable(r.ctx, o.Table, o.rowType, &pillar.WriteOptions{Mode: mode, SortedBy: o.SortedBy, RowGroupBytes: rg})
 		if err != nil {
 			return nil, fmt.Errorf("jobs: output %q: %w", o.Table, err)
 		}
@@ -529,6 +530,28 @@ func SortShare(limit int64) int64 { return limit / 8 }
 // limit (a row group fills only once an output is that large: a peak
 // growing with the data up to 8 MiB × open outputs).
 func RowGroupShare(limit int64) int64 { return min(max(limit/32, 1<<20), 8<<20) }
+
+// OutputShare is what all the outputs an operation has open at once
+// buffer together: an eighth of its memory limit, beside the sorts' eighth.
+func OutputShare(limit int64) int64 { return limit / 8 }
+
+// minRowGroup is the smallest row group OutputRowGroup gives an output, so
+// that an operation with very many outputs still writes row groups large
+// enough to read efficiently.
+const minRowGroup = 256 << 10
+
+// OutputRowGroup is the row group one output of an operation buffers when
+// open outputs are open at once (one per output table per worker): its
+// part of OutputShare, at most RowGroupShare and at least 256 KiB. A
+// subset recompute's diff writes ten tables per worker; at 2 MiB each its
+// twenty writers would hold up to 40 MiB at --memory-limit 64MiB, a buffer
+// that small corpora do not fill (a 10k-page member table is a few hundred
+// KB), so the operation's peak grew with the corpus up to a 160k-page one.
+// Sharing the budget makes the bound reached at a small N and keeps the
+// sum within the limit's eighth.
+func OutputRowGroup(limit int64, open int) int64 {
+	return min(RowGroupShare(limit), max(OutputShare(limit)/int64(max(open, 1)), minRowGroup))
+}
 
 func (r *run) newSorters() {
 	r.sorters = make([]*extsort.Sorter, r.workers)

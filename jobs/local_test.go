@@ -741,3 +741,27 @@ func TestEmptyInputCreatesOutputs(t *testing.T) {
 		}
 	}
 }
+
+// The outputs open at once share an eighth of the memory limit: an
+// operation with few outputs keeps RowGroupShare per output, one with many
+// (a recompute's diff: ten tables × two workers) gets its part, never less
+// than 256 KiB, so the sum stays near the share however many there are.
+func TestOutputRowGroup(t *testing.T) {
+	const limit = 64 << 20
+	for _, c := range []struct {
+		open int
+		want int64
+	}{
+		{0, 2 << 20}, {1, 2 << 20}, {4, 2 << 20}, {6, (8 << 20) / 6}, {20, (8 << 20) / 20}, {64, 256 << 10},
+	} {
+		if got := jobs.OutputRowGroup(limit, c.open); got != c.want {
+			t.Errorf("jobs.OutputRowGroup(64MiB, %d) = %d, want %d", c.open, got, c.want)
+		}
+		if c.open >= 4 && c.open <= 32 && int64(c.open)*jobs.OutputRowGroup(limit, c.open) > jobs.OutputShare(limit) {
+			t.Errorf("%d outputs buffer %d bytes, over OutputShare %d", c.open, int64(c.open)*jobs.OutputRowGroup(limit, c.open), jobs.OutputShare(limit))
+		}
+	}
+	if got := jobs.OutputRowGroup(1<<30, 2); got != 8<<20 {
+		t.Errorf("jobs.OutputRowGroup(1GiB, 2) = %d, want RowGroupShare's 8 MiB cap", got)
+	}
+}

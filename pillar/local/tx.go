@@ -114,11 +114,16 @@ func (t *tx) WriteTable(ctx context.Context, name string, rowType any, opts *pil
 	if err != nil {
 		return nil, t.errf("%w", err)
 	}
-	w := parquet.NewWriter(f, append(pageBoundsOptions(schema, opts), schema, parquet.Compression(pqzstd.Default), parquet.MaxRowsPerRowGroup(8192))...)
 	rg := int64(maxRowGroupBytes)
 	if opts != nil && opts.RowGroupBytes > 0 {
 		rg = min(opts.RowGroupBytes, rg)
 	}
+	// A column's page buffer is at most an eighth of the row group (and
+	// parquet-go's default 256 KiB): with many small row groups open (a
+	// recompute's diff writes ten tables per worker) the default pages
+	// would hold more than the row groups do.
+	page := parquet.PageBufferSize(int(min(max(rg/8, 16<<10), parquet.DefaultPageBufferSize)))
+	w := parquet.NewWriter(f, append(pageBoundsOptions(schema, opts), schema, parquet.Compression(pqzstd.Default), parquet.MaxRowsPerRowGroup(8192), page)...)
 	return &rowWriter{t: t, table: name, f: f, w: w, rt: rt, part: part, rowGroup: rg}, nil
 }
 
