@@ -539,9 +539,14 @@ func MergeWith(sorters []*Sorter, sources []Source) (*Iterator, error) {
 		}
 		runs = next
 	}
+	// The final merge's read buffers share an eighth of the budget, so
+	// that what the merge holds does not grow with the number of runs
+	// (with the data) up to the fan-in's half of it: each run gets its part,
+	// at most BufferSize and at least minReadBuffer.
+	buf := readBuffer(budget, len(runs), o.BufferSize)
 	var cs []cursor
 	for _, r := range runs {
-		c, err := openRun(r, o.BufferSize)
+		c, err := openRun(r, buf)
 		if err != nil {
 			for _, c := range cs {
 				c.close()
@@ -564,6 +569,16 @@ func MergeWith(sorters []*Sorter, sources []Source) (*Iterator, error) {
 		return nil, it.e
 	}
 	return it, nil
+}
+
+// minReadBuffer is the smallest read buffer of a run being merged.
+const minReadBuffer = 4 << 10
+
+// readBuffer is the read buffer of each of runs merged at once within
+// budget: an eighth of the budget shared among them, between minReadBuffer
+// and max.
+func readBuffer(budget int64, runs, bufSize int) int {
+	return int(min(max(budget/8/int64(max(runs, 1)), minReadBuffer), int64(bufSize)))
 }
 
 func mergeRuns(group []string, o Options) (string, int64, error) {

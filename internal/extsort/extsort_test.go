@@ -140,3 +140,15 @@ func TestAllocatedWithinBudget(t *testing.T) {
 		t.Fatalf("%d runs for ~30 MB through a 256 KiB budget", st.Runs)
 	}
 }
+
+// The final merge's read buffers stay within an eighth of the budget
+// however many runs there are (down to 4 KiB each), instead of BufferSize
+// per run: what a merge holds no longer grows with the data.
+func TestReadBuffer(t *testing.T) {
+	const budget = 16 << 20
+	for _, c := range []struct{ runs, want int }{{1, 32 << 10}, {8, 32 << 10}, {64, 32 << 10}, {128, 16 << 10}, {256, 8 << 10}, {4096, 4 << 10}} {
+		if got := readBuffer(budget, c.runs, 32<<10); got != c.want {
+			t.Errorf("readBuffer(16MiB, %d runs, 32KiB) = %d, want %d", c.runs, got, c.want)
+		}
+	}
+}
