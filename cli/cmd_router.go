@@ -35,8 +35,8 @@ func routerFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "spread", Usage: "choose each partition's replica on its own (default: a request goes to as few nodes as possible)"},
 		&cli.Float64Flag{Name: "hedge-quantile", Value: 0.99, Usage: "hedge a sub-request unanswered after this quantile of its node's recent latencies for its size (an outlier)"},
 		&cli.Float64Flag{Name: "hedge-outlier", Value: 2, Usage: "and only after this multiple of that node's median for its size"},
-		&cli.DurationFlag{Name: "hedge-min", Value: 2 * time.Millisecond, Usage: "floor of the hedge delay"},
-		&cli.Float64Flag{Name: "hedge-budget", Value: 0.05, Usage: "most hedges per primary sub-request (token bucket)"},
+		&cli.DurationFlag{Name: "hedge-min", Value: time.Millisecond, Usage: "floor of the hedge delay"},
+		&cli.Float64Flag{Name: "hedge-budget", Value: 0.045, Usage: "most hedges per primary sub-request (token bucket)"},
 		&cli.DurationFlag{Name: "refresh", Value: 2 * time.Second, Usage: "routing refresh interval (and long-poll wait)"},
 		&cli.StringFlag{Name: "transport", Value: router.TransportGRPC, Usage: "how the router reaches nodes: grpc, or wire (cobbled's lean protocol on the nodes' own port: length-prefixed frames over TCP, pipelined)"},
 	}

@@ -85,7 +85,9 @@ type Options struct {
 	// jitter. The default value is 2; it must be at least 1.
 	HedgeOutlier float64
 	// HedgeMinDelay is the floor of the hedge delay. The default value is
-	// 2ms.
+	// 1ms. (At 2 ms the floor, not the node's p99, set the delay on a quiet
+	// machine: healthy p99 1.3 ms with 1 client, and a hedged outlier cost
+	// 2 ms plus its second request, 2.1 × the healthy p99.)
 	HedgeMinDelay time.Duration
 	// HedgeMaxDelay caps the hedge delay. The default value is 200ms.
 	HedgeMaxDelay time.Duration
@@ -94,7 +96,9 @@ type Options struct {
 	HedgeInitialDelay time.Duration
 	// HedgeBudget is the most hedges per primary sub-request, as a ratio
 	// (a token bucket earns this many tokens per primary sub-request; a hedge
-	// spends one). The default value is 0.05.
+	// spends one). The default value is 0.045: with the HedgeBurst bank of
+	// 20, hedges stay within 5% of the primaries over any stretch of 4,000
+	// or more (at 0.05 the bank took one run to 5.07%).
 	HedgeBudget float64
 	// HedgeBurst is the token bucket's capacity (and initial fill): over
 	// any stretch, hedges ≤ HedgeBudget × primaries + HedgeBurst. The
@@ -166,7 +170,7 @@ func (o *Options) ensureDefaults() {
 		o.HedgeOutlier = 2
 	}
 	if o.HedgeMinDelay == 0 {
-		o.HedgeMinDelay = 2 * time.Millisecond
+		o.HedgeMinDelay = time.Millisecond
 	}
 	if o.HedgeMaxDelay == 0 {
 		o.HedgeMaxDelay = 200 * time.Millisecond
@@ -175,7 +179,7 @@ func (o *Options) ensureDefaults() {
 		o.HedgeInitialDelay = 20 * time.Millisecond
 	}
 	if o.HedgeBudget == 0 {
-		o.HedgeBudget = 0.05
+		o.HedgeBudget = 0.045
 	}
 	if o.HedgeBurst == 0 {
 		o.HedgeBurst = 20
