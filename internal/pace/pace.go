@@ -203,9 +203,10 @@ func (l *Limiter) Wait(ctx context.Context, c Class, n int) error {
 func (l *Limiter) LowPriority(c Class) bool { return c == Bulk && l.adaptive.Load() }
 
 // RunClass runs f as work of class c: under RunLow when LowPriority(c)
-// (counted in Stats.Class[c].LowRuns), otherwise on the caller's thread.
-// f should be one long C call (see RunLow).
-func (l *Limiter) RunClass(c Class, f func() error) error {
+// (counted in Stats.Class[c].LowRuns; it returns when ctx ends, leaving f
+// to finish on its own), otherwise on the caller's thread. f should be one
+// long C call (see RunLow).
+func (l *Limiter) RunClass(ctx context.Context, c Class, f func() error) error {
 	if c < 0 || c >= numClasses {
 		return fmt.Errorf("pace: unknown %v", c)
 	}
@@ -215,7 +216,7 @@ func (l *Limiter) RunClass(c Class, f func() error) error {
 	l.mu.Lock()
 	l.stats.Class[c].LowRuns++
 	l.mu.Unlock()
-	return RunLow(f)
+	return RunLow(ctx, f)
 }
 
 // readChunk bounds one paced read, so that a rate change takes effect
