@@ -110,7 +110,7 @@ func (p pacedObjects) Get(ctx context.Context, key string) (io.ReadCloser, error
 // not cover. Deltas and unpaced snapshots verify at normal priority.
 func (n *Node) verifySST(ctx context.Context, path string) error {
 	class, _ := ctx.Value(paceClassKey{}).(pace.Class)
-	return n.pacer.RunClass(class, func() error { _, err := sstverify.Verify(path); return err })
+	return n.pacer.RunClass(ctx, class, func() error { _, err := sstverify.Verify(path); return err })
 }
 
 // CompactionStats sums RocksDB's compaction backlog over held partitions.

@@ -39,6 +39,18 @@
 // in, and keeps what it learnt across idle spells (ingest comes in bursts);
 // from the floor, doubling reaches 1 GiB/s in 9 windows.
 //
+// A floor that does not help is left: after Options.FloorWindows windows
+// in a row at MinRate with the p99 still over the target, bulk ingest is
+// not what keeps the p99 up (the machine is busy, or deltas, which are
+// never slowed, are). The median p99 of those windows becomes the ambient
+// p99 (Stats.Ambient), and the rules above judge by max(target, 1.25 ×
+// ambient) instead of the target, so bulk grows back while it adds less
+// than a quarter to the p99 the node has anyway and is halved again when
+// it adds more; the first window whose p99 is back at the target forgets
+// the ambient p99. Without this, a snapshot during a delta stream crawled
+// at the floor for as long as the stream lasted (155 s for 1 GiB in one
+// `pillar bench ingest` run).
+//
 // # CPU, not only bytes
 //
 // Bytes per second bound the download's CPU (copy, SHA-256) but not every

@@ -1,9 +1,11 @@
 package pace
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"testing"
+	"time"
 )
 
 func TestRunLowLowersOnlyItsThread(t *testing.T) {
@@ -23,7 +25,7 @@ func TestRunLowLowersOnlyItsThread(t *testing.T) {
 	var nice, ioprio int
 	var perr error
 	want := errors.New("f's error")
-	err := RunLow(func() error {
+	err := RunLow(context.Background(), func() error {
 		nice, ioprio, perr = threadPriority()
 		return want
 	})
@@ -73,11 +75,33 @@ func TestLowPriorityOnlyBulkWhileAdaptive(t *testing.T) {
 		t.Fatal("Options.TargetP99 does not turn LowPriority on")
 	}
 	for _, c := range []Class{Bulk, Fresh, Bulk} {
-		if err := l2.RunClass(c, func() error { return nil }); err != nil {
+		if err := l2.RunClass(context.Background(), c, func() error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if s := l2.Stats(); s.Class[Bulk].LowRuns != 2 || s.Class[Fresh].LowRuns != 0 {
 		t.Fatalf("LowRuns bulk %d fresh %d, want 2 and 0", s.Class[Bulk].LowRuns, s.Class[Fresh].LowRuns)
+	}
+}
+
+// TestRunLowReturnsWhenContextEnds: a caller whose context ends stops
+// waiting for f, which runs on to its end on its own thread.
+func TestRunLowReturnsWhenContextEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	release, finished := make(chan struct{}), make(chan struct{})
+	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	err := RunLow(ctx, func() error {
+		defer close(finished)
+		<-release
+		return errors.New("late")
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunLow returned %v while f was still running, want context.Canceled", err)
+	}
+	close(release)
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("f never finished after RunLow returned")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/bits"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,16 @@ type Options struct {
 	// MinSamples is the fewest reads a window needs to change the rate. The
 	// default value is 20.
 	MinSamples int
+	// FloorWindows is how many control windows in a row the adaptive rate
+	// may sit at MinRate with the p99 still over the target before the
+	// limiter concludes that bulk ingest is not what keeps the p99 up (the
+	// machine, or deltas, are): it then takes the median p99 of those
+	// windows as the node's ambient p99 and judges by max(target, 1.25 ×
+	// ambient) until a window's p99 is back at the target (see the package
+	// comment). The default value is 6 (3 s at the default Interval); a
+	// negative value holds bulk at the floor for as long as the p99 is over
+	// the target.
+	FloorWindows int
 	// Clock is the time source of waits and of the control loop. The
 	// default value is the wall clock (clock.Real).
 	Clock clock.Clock
@@ -79,6 +90,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.MinSamples == 0 {
 		o.MinSamples = 20
+	}
+	if o.FloorWindows == 0 {
+		o.FloorWindows = 6
 	}
 	o.Clock = clock.Or(o.Clock)
 }
@@ -124,6 +138,12 @@ type Stats struct {
 	ReadSamples int64
 	// Slowdowns and Speedups count the adaptive rate's changes.
 	Slowdowns, Speedups int64
+	// Ambient is the p99 the node had with bulk ingest held at the floor
+	// (Options.FloorWindows), which the adaptive mode now judges by; 0 when
+	// it judges by the target alone. Releases counts the times the floor
+	// was left because of it.
+	Ambient  time.Duration
+	Releases int64
 }
 
 // Limiter paces ingest bytes; see the package comment.
@@ -137,6 +157,7 @@ type Limiter struct {
 	windowBytes int64
 	lastStep    time.Time
 	stats       Stats
+	atFloor     []time.Duration // p99s of the over-target windows spent at the floor in a row
 
 	adaptive atomic.Bool // target > 0 (LowPriority reads it without mu)
 
@@ -203,9 +224,10 @@ func (l *Limiter) Wait(ctx context.Context, c Class, n int) error {
 func (l *Limiter) LowPriority(c Class) bool { return c == Bulk && l.adaptive.Load() }
 
 // RunClass runs f as work of class c: under RunLow when LowPriority(c)
-// (counted in Stats.Class[c].LowRuns), otherwise on the caller's thread.
-// f should be one long C call (see RunLow).
-func (l *Limiter) RunClass(c Class, f func() error) error {
+// (counted in Stats.Class[c].LowRuns; it returns when ctx ends, leaving f
+// to finish on its own), otherwise on the caller's thread. f should be one
+// long C call (see RunLow).
+func (l *Limiter) RunClass(ctx context.Context, c Class, f func() error) error {
 	if c < 0 || c >= numClasses {
 		return fmt.Errorf("pace: unknown %v", c)
 	}
@@ -215,7 +237,7 @@ func (l *Limiter) RunClass(c Class, f func() error) error {
 	l.mu.Lock()
 	l.stats.Class[c].LowRuns++
 	l.mu.Unlock()
-	return RunLow(f)
+	return RunLow(ctx, f)
 }
 
 // readChunk bounds one paced read, so that a rate change takes effect
@@ -274,6 +296,7 @@ func (l *Limiter) SetTarget(target time.Duration) {
 	defer l.mu.Unlock()
 	l.target = max(target, 0)
 	l.adaptive.Store(l.target > 0)
+	l.stats.Ambient, l.atFloor = 0, l.atFloor[:0]
 	if l.target == 0 {
 		l.adaptB.set(l.o.Clock.Now(), 0, l.o.Burst)
 	}
@@ -328,8 +351,26 @@ func (l *Limiter) Step() {
 	if l.o.Rate > 0 {
 		ceiling = min(ceiling, float64(l.o.Rate))
 	}
+	if p99 <= l.target {
+		l.stats.Ambient = 0 // the node is fine again: judge by the target
+	}
+	target := max(l.target, l.stats.Ambient*5/4)
+	if p99 > target && cur == float64(l.o.MinRate) && l.o.FloorWindows > 0 {
+		// Held at the floor and still over: after FloorWindows of that,
+		// bulk ingest is not what keeps the p99 up.
+		l.atFloor = append(l.atFloor, p99)
+		if len(l.atFloor) >= l.o.FloorWindows {
+			slices.Sort(l.atFloor)
+			l.stats.Ambient = l.atFloor[len(l.atFloor)/2]
+			l.stats.Releases++
+			l.atFloor = l.atFloor[:0]
+			target = max(l.target, l.stats.Ambient*5/4)
+		}
+	} else {
+		l.atFloor = l.atFloor[:0]
+	}
 	switch {
-	case p99 > l.target:
+	case p99 > target:
 		if cur == 0 {
 			cur = ceiling
 			if elapsed > 0 {
@@ -340,7 +381,7 @@ func (l *Limiter) Step() {
 		l.stats.Slowdowns++
 	case cur != 0:
 		next := cur * 1.25
-		if p99 <= l.target/2 {
+		if p99 <= target/2 {
 			next = cur * 2
 		}
 		if next >= ceiling {

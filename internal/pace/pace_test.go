@@ -348,3 +348,48 @@ func TestValidate(t *testing.T) {
 		t.Error("unknown class accepted")
 	}
 }
+
+// TestAdaptiveLeavesAFutileFloor: held at the floor with the p99 still over
+// the target for FloorWindows windows, the limiter takes that p99 as the
+// node's ambient p99 and lets bulk grow back while the p99 stays within
+// 1.25 × of it; it slows again above that, and judges by the target alone
+// once the p99 is back at it. With FloorWindows negative it holds the
+// floor.
+func TestAdaptiveLeavesAFutileFloor(t *testing.T) {
+	l, clk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, FloorWindows: 3})
+	slow := func(d time.Duration) { window(t, l, clk, 100, d, Bulk, 64<<10) }
+	for l.Stats().AdaptiveRate != 1<<20 {
+		slow(5 * time.Millisecond)
+	}
+	slow(5 * time.Millisecond)
+	slow(5 * time.Millisecond)
+	if s := l.Stats(); s.AdaptiveRate != 1<<20 || s.Ambient != 0 || s.Releases != 0 {
+		t.Fatalf("after two windows at the floor: %+v", s)
+	}
+	slow(5 * time.Millisecond) // the third: the floor is futile
+	s := l.Stats()
+	if s.Releases != 1 || s.Ambient < 4700*time.Microsecond || s.Ambient > 5300*time.Microsecond || s.AdaptiveRate != 5<<18 {
+		t.Fatalf("after three windows at the floor: ambient %v, rate %d (want ≈5ms and %d), %+v", s.Ambient, s.AdaptiveRate, 5<<18, s)
+	}
+	slow(5 * time.Millisecond) // within 1.25 × ambient: grows on
+	if r := l.Stats().AdaptiveRate; r <= 5<<18 {
+		t.Fatalf("rate %d did not grow with the p99 at the ambient level", r)
+	}
+	before := l.Stats().AdaptiveRate
+	slow(8 * time.Millisecond) // over 1.25 × ambient: the snapshot is to blame again
+	if r := l.Stats().AdaptiveRate; r != max(1<<20, before/2) {
+		t.Fatalf("rate %d after a window over 1.25 × ambient, want %d", r, max(1<<20, before/2))
+	}
+	slow(500 * time.Microsecond) // back under the target: ambient forgotten
+	if s := l.Stats(); s.Ambient != 0 {
+		t.Fatalf("ambient %v kept after a window under the target", s.Ambient)
+	}
+
+	h, hclk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, FloorWindows: -1})
+	for range 12 {
+		window(t, h, hclk, 100, 5*time.Millisecond, Bulk, 64<<10)
+	}
+	if s := h.Stats(); s.AdaptiveRate != 1<<20 || s.Releases != 0 || s.Ambient != 0 {
+		t.Fatalf("FloorWindows -1 left the floor: %+v", s)
+	}
+}

@@ -1,7 +1,12 @@
 package rocks
 
+// #include "shim.h"
+import "C"
+
 import (
 	"fmt"
+	"reflect"
+	"unsafe"
 
 	"github.com/linxGnu/grocksdb"
 )
@@ -43,22 +48,32 @@ import (
 //	                                                 ingested ones, the opposite of a delta's
 //	                                                 meaning. A fresh generation already gets the
 //	                                                 same placement (Lmax, seqno 0) for a snapshot.
-//	fail_if_not_bottommost_level    n/a              7.8 has it, the C API (so grocksdb) does not;
-//	                                                 allow_global_seqno=false gives the snapshot
-//	                                                 check that matters
-//	write_global_seqno              n/a (true)       7.8's default writes a delta's seqno into the
-//	                                                 moved file (8 bytes and an fsync per file); no
-//	                                                 C API setter
-//	verify_checksums_before_ingest  n/a              no C API setter in 7.8; block checksums are
-//	                                                 the node's own verification step
+//	fail_if_not_bottommost_level    true      false  not in 7.8's C API; set through the C++ shim
+//	                                                 (ingest.cc): a snapshot that would not land
+//	                                                 at the bottom level fails instead of being
+//	                                                 placed above it
+//	write_global_seqno              false     false  not in 7.8's C API; set through the shim. A
+//	                                                 delta's global seqno is then kept in the
+//	                                                 MANIFEST only, instead of also being written
+//	                                                 into the moved file (an in-place write and one
+//	                                                 more fsync per file, at every ingest); such
+//	                                                 files need RocksDB ≥ 5.16 to be read, which
+//	                                                 every reader of a serving database is
+//	verify_checksums_before_ingest  false     false  RocksDB's own check reads every block again;
+//	                                                 the node verifies every block itself before
+//	                                                 ingest (internal/sstverify)
 //	prepopulate_block_cache         n/a              7.8 warms flushed blocks only (kFlushOnly):
 //	(table option)                                   ingested and compacted files start cold, so a
 //	                                                 delta that overwrites hot keys moves them into
 //	                                                 uncached blocks, and each L0 compaction does it
-//	                                                 again for the whole partition. Measured with
+//	                                                 again for the whole partition (measured with
 //	                                                 `pillar bench ingest`: MultiGet time per read
-//	                                                 doubles while deltas stream; nothing in 7.8's
-//	                                                 ingest options avoids it
+//	                                                 doubled while deltas streamed). Warmer
+//	                                                 (warm.go, a C++ shim) reads a staged delta
+//	                                                 into the cache before ingest (7.8's cache keys
+//	                                                 come from the file's properties, so they stay
+//	                                                 valid once the file is ingested) and each
+//	                                                 compaction output before it is installed
 //
 // Compaction after ingest: a snapshot at Lmax in its own generation never
 // needs compacting. Deltas land in L0 (they overlap the data) and RocksDB
@@ -81,7 +96,53 @@ func IngestOptions(snapshot bool) *grocksdb.IngestExternalFileOptions {
 	o.SetMoveFiles(true)
 	o.SetAllowBlockingFlush(false)
 	o.SetAllowGlobalSeqNo(!snapshot)
+	if h := ingestHandle(o, snapshot); h != nil {
+		var bottom C.int
+		if snapshot {
+			bottom = 1
+		}
+		C.pillar_ingest_set(h, 0, bottom)
+	}
 	return o
+}
+
+// Bits of pillar_ingest_flags (shim.h).
+const (
+	ingestMove               = 1
+	ingestSnapshotConsist    = 2
+	ingestAllowGlobalSeqno   = 4
+	ingestAllowBlocking      = 8
+	ingestBehind             = 16
+	ingestWriteGlobalSeqno   = 32
+	ingestVerifyBeforeIngest = 64
+	ingestFailIfNotBottom    = 128
+)
+
+// ingestHandle returns o's rocksdb_ingestexternalfileoptions_t, the
+// unexported first field of grocksdb's struct, once the C++ struct behind
+// it reads back every flag IngestOptions and RocksDB 7.8's defaults set;
+// nil otherwise (a grocksdb or RocksDB that lays it out differently: the
+// shim's fields are then left at their defaults, and TestIngestOptions
+// fails).
+func ingestHandle(o *grocksdb.IngestExternalFileOptions, snapshot bool) unsafe.Pointer {
+	f, ok := reflect.TypeOf(grocksdb.IngestExternalFileOptions{}).FieldByName("c")
+	if !ok || f.Offset != 0 || f.Type.Kind() != reflect.Pointer || f.Type.Elem().Name() != "_Ctype_struct_rocksdb_ingestexternalfileoptions_t" {
+		return nil
+	}
+	h := *(*unsafe.Pointer)(unsafe.Pointer(o))
+	want := C.uint(ingestMove | ingestSnapshotConsist | ingestWriteGlobalSeqno)
+	if !snapshot {
+		want |= ingestAllowGlobalSeqno
+	}
+	if h == nil || C.pillar_ingest_flags(h) != want {
+		return nil
+	}
+	return h
+}
+
+// ingestFlags reads o's flags back through the shim (for tests).
+func ingestFlags(o *grocksdb.IngestExternalFileOptions) uint {
+	return uint(C.pillar_ingest_flags(*(*unsafe.Pointer)(unsafe.Pointer(o))))
 }
 
 // Background configures the background work (compaction) of serving
@@ -107,6 +168,16 @@ type Background struct {
 	// bloom-filter probe per L0 file per read key. It must stay below the
 	// slowdown trigger (cobbled: 40).
 	L0CompactionTrigger int
+	// NoWarm leaves new files cold in the block cache. By default (NewWarmer)
+	// a delta's staged files are read into the cache before they are
+	// ingested, and each compaction output file before the compaction is
+	// installed (on the compaction thread): reads of overwritten keys and
+	// of a freshly compacted partition then hit the cache (warm.go).
+	NoWarm bool
+	// WarmMaxFile is the largest file warmed, in bytes: a bigger one (a
+	// large compaction output) would evict more hot blocks than it brings
+	// in. The default value 0 is a quarter of the block cache.
+	WarmMaxFile int64
 }
 
 // Validate checks the configuration.
@@ -117,7 +188,26 @@ func (b Background) Validate() error {
 	if b.L0CompactionTrigger < 0 || b.L0CompactionTrigger >= 40 {
 		return fmt.Errorf("rocks: L0 compaction trigger %d: want 1..39 (below the slowdown trigger), or 0 for the default", b.L0CompactionTrigger)
 	}
+	if b.WarmMaxFile < 0 {
+		return fmt.Errorf("rocks: warm max file %d is negative", b.WarmMaxFile)
+	}
 	return nil
+}
+
+// NewWarmer returns the Warmer b asks for on o, whose table factory uses a
+// block cache of cacheBytes: compaction outputs and WarmFile's files up to
+// WarmMaxFile (default cacheBytes/4) are warmed. With NoWarm it returns
+// nil. Call it after Apply and before o opens a database; the caller
+// destroys the Warmer after closing the databases.
+func (b Background) NewWarmer(o *grocksdb.Options, cacheBytes int64) (*Warmer, error) {
+	if b.NoWarm {
+		return nil, nil
+	}
+	limit := b.WarmMaxFile
+	if limit == 0 {
+		limit = cacheBytes / 4
+	}
+	return NewWarmer(o, true, limit)
 }
 
 // Apply sets the configuration on o. Nothing is left for the caller to

@@ -54,7 +54,7 @@ func TestIngestOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	defer func() { db.Close() }() // reopened below
 
 	snap, delta := IngestOptions(true), IngestOptions(false)
 	defer snap.Destroy()
@@ -82,8 +82,24 @@ func TestIngestOptions(t *testing.T) {
 	if seq := db.GetLatestSequenceNumber(); seq != 1 {
 		t.Fatalf("latest seqno %d after the delta, want 1 (a global seqno)", seq)
 	}
+	// Set through the C++ shim (7.8's C API has no setters for them).
+	if f := ingestFlags(delta); f&ingestWriteGlobalSeqno != 0 || f&ingestFailIfNotBottom != 0 || f&ingestMove == 0 {
+		t.Fatalf("delta options flags %#x: want move_files, no write_global_seqno, no fail_if_not_bottommost_level", f)
+	}
+	if f := ingestFlags(snap); f&ingestWriteGlobalSeqno != 0 || f&ingestFailIfNotBottom == 0 || f&ingestAllowGlobalSeqno != 0 {
+		t.Fatalf("snapshot options flags %#x: want fail_if_not_bottommost_level, no write_global_seqno, no allow_global_seqno", f)
+	}
 	ro := grocksdb.NewDefaultReadOptions()
 	defer ro.Destroy()
+	// The delta's seqno is in the MANIFEST only (write_global_seqno=false):
+	// after a reopen, before any compaction, the delta still wins.
+	db.Close()
+	if db, err = grocksdb.OpenDb(o, filepath.Join(dir, "db")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := db.GetBytes(ro, []byte("0a")); err != nil || string(v) != "vd" {
+		t.Fatalf("0a after a reopen = %q, %v; want the delta's vd", v, err)
+	}
 	db.CompactRange(grocksdb.Range{})
 	for k, want := range map[string]string{"0a": "vd", "0b": "vs", "1b": "vd"} {
 		v, err := db.GetBytes(ro, []byte(k))

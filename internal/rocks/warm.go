@@ -1,0 +1,129 @@
+package rocks
+
+// #cgo CXXFLAGS: -std=c++17 -O2
+// #cgo LDFLAGS: -lrocksdb -lstdc++
+// #include <stdlib.h>
+// #include "shim.h"
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"unsafe"
+
+	"github.com/linxGnu/grocksdb"
+)
+
+// Warming new files into the block cache. RocksDB 7.8 starts every
+// ingested and every compacted file cold (prepopulate_block_cache warms
+// flushes only): a delta that overwrites served keys moves their newest
+// versions into uncached blocks, and an L0 compaction rewrites the whole
+// partition into new files, so the reads after it miss the cache. The
+// Warmer reads such a file through a table reader that shares the
+// database's table factory (so its block cache) before readers can see
+// it. Block cache keys in 7.8 are derived from the file's own table
+// properties (the writer's session id and file number), not from where the
+// file lives, so blocks read from a staged file are hits once the file is
+// ingested (TestWarmer checks it).
+//
+// It needs two things the C API does not have (a C++ shim, warm.cc):
+// rocksdb::SstFileReader with a chosen table factory, and an
+// EventListener (OnTableFileCreated runs on the compaction thread once an
+// output file is written and before the compaction is installed). The
+// shim reaches the C++ Options through grocksdb's handle, whose layout
+// (c.cc's rocksdb_options_t) NewWarmer checks against grocksdb's own
+// getter before using it.
+
+// Warmer warms SST files into the block cache of the databases opened with
+// the options it was created for. It is safe for concurrent use.
+type Warmer struct {
+	c       *C.pillar_warmer
+	maxFile int64
+}
+
+// WarmStats count the Warmer's work.
+type WarmStats struct {
+	// Files, Bytes and Failed count WarmFile calls (bytes of keys and values
+	// read).
+	Files, Bytes, Failed uint64
+	// CompactionFiles and CompactionBytes count warmed compaction outputs;
+	// CompactionSkipped those over the size limit, CompactionFailed those
+	// that could not be read.
+	CompactionFiles, CompactionBytes, CompactionSkipped, CompactionFailed uint64
+}
+
+// NewWarmer returns a Warmer for databases opened with o, whose table
+// factory (block cache included) must already be set. With compactions, it
+// also adds a listener to o that warms every compaction output file of at
+// most maxFile bytes before the compaction is installed; o must not have
+// opened a database yet. The caller destroys the Warmer after the
+// databases are closed (o keeps its listener until o is destroyed).
+func NewWarmer(o *grocksdb.Options, compactions bool, maxFile int64) (*Warmer, error) {
+	if maxFile < 0 {
+		return nil, fmt.Errorf("rocks: warm: max file %d is negative", maxFile)
+	}
+	h, err := optionsHandle(o)
+	if err != nil {
+		return nil, err
+	}
+	var flag C.int
+	if compactions {
+		flag = 1
+	}
+	return &Warmer{c: C.pillar_warmer_create(h, flag, C.ulonglong(maxFile)), maxFile: maxFile}, nil
+}
+
+// optionsHandle returns o's rocksdb_options_t: grocksdb keeps it as the
+// unexported first field of Options. The field is checked by name and type,
+// and the C++ struct behind it by reading back a setting grocksdb reports
+// through its own getter.
+func optionsHandle(o *grocksdb.Options) (unsafe.Pointer, error) {
+	f, ok := reflect.TypeOf(grocksdb.Options{}).FieldByName("c")
+	if !ok || f.Offset != 0 || f.Type.Kind() != reflect.Pointer || f.Type.Elem().Name() != "_Ctype_struct_rocksdb_options_t" {
+		return nil, errors.New("rocks: warm: grocksdb.Options no longer starts with its rocksdb_options_t handle (grocksdb upgraded?)")
+	}
+	h := *(*unsafe.Pointer)(unsafe.Pointer(o))
+	if h == nil {
+		return nil, errors.New("rocks: warm: options already destroyed")
+	}
+	if got, want := uint64(C.pillar_options_l0_trigger(h)), uint64(o.GetLevel0FileNumCompactionTrigger()); got != want {
+		return nil, fmt.Errorf("rocks: warm: the C++ options read L0 trigger %d, grocksdb says %d: rocksdb_options_t's layout differs from RocksDB 7.8's", got, want)
+	}
+	return h, nil
+}
+
+// WarmFile reads every block of the SST at path into the block cache,
+// verifying block checksums on the way, and returns the bytes of keys and
+// values read. Call it for a file about to be ingested, so that its blocks
+// are hits from the moment the data is visible.
+func (w *Warmer) WarmFile(path string) (int64, error) {
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	var n C.ulonglong
+	if msg := C.pillar_warmer_warm_file(w.c, cs, &n); msg != nil {
+		defer C.free(unsafe.Pointer(msg))
+		return 0, fmt.Errorf("rocks: warm %s: %s", path, C.GoString(msg))
+	}
+	return int64(n), nil
+}
+
+// MaxFile is the largest compaction output the Warmer warms; callers of
+// WarmFile apply the same limit.
+func (w *Warmer) MaxFile() int64 { return w.maxFile }
+
+// Stats returns the Warmer's counters.
+func (w *Warmer) Stats() WarmStats {
+	var s C.pillar_warm_stats
+	C.pillar_warmer_stats(w.c, &s)
+	return WarmStats{Files: uint64(s.files), Bytes: uint64(s.bytes), Failed: uint64(s.failed),
+		CompactionFiles: uint64(s.compaction_files), CompactionBytes: uint64(s.compaction_bytes),
+		CompactionSkipped: uint64(s.compaction_skipped), CompactionFailed: uint64(s.compaction_failed)}
+}
+
+// Destroy frees the Warmer. Options (and databases) that hold its listener
+// keep it alive until they are destroyed themselves.
+func (w *Warmer) Destroy() {
+	C.pillar_warmer_destroy(w.c)
+	w.c = nil
+}
