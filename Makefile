@@ -5,7 +5,7 @@ BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 VERSITYGW_VERSION := v1.8.0
 STATICCHECK_VERSION := v0.8.2
-DEB_PKGS := librocksdb-dev postgresql-doc-15
+DEB_PKGS := librocksdb-dev g++ postgresql-doc-15
 
 .PHONY: all build test check test-race bench demo deps lint tools chaos
 
