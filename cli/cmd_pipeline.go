@@ -171,11 +171,12 @@ Examples:
 			if !sstbuilder.ValidExportID(id) {
 				return fmt.Errorf("export: id %q: lower-case letters, digits, '.', '_' and '-' only (use --id)", id)
 			}
-			w, err := sstbuilder.NewExportWriter(out, p, batch.KindSnapshot, &sstbuilder.ExportOptions{ID: id, Source: "pillar export " + st.Info().Root})
+			opts := pipelineOptions(c)
+			w, err := sstbuilder.NewExportWriter(out, p, batch.KindSnapshot, &sstbuilder.ExportOptions{ID: id, Source: "pillar export " + st.Info().Root,
+				RowGroupBytes: sstbuilder.ExportRowGroupBytes(opts.MemoryLimit, p)})
 			if err != nil {
 				return err
 			}
-			opts := pipelineOptions(c)
 			opts.Encoding = c.String("encoding")
 			res, pending, err := pipeline.Export(c.Context, st, w, opts)
 			if err != nil {

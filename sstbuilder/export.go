@@ -410,6 +410,20 @@ type ExportOptions struct {
 	Now func() time.Time
 }
 
+// ExportRowGroupBytes is the RowGroupBytes that keeps an export's partition
+// writers, which all buffer a row group at once (rows come in key order,
+// their partitions interleaved), within an eighth of memoryLimit: its part
+// per partition, between 128 KiB and the 4 MiB default. 0 (the default)
+// when memoryLimit is not positive. At --memory-limit 64MiB and 16
+// partitions it is 512 KiB: 8 MiB in all, where 4 MiB each could reach 64
+// MiB with large records, whatever the limit.
+func ExportRowGroupBytes(memoryLimit int64, partitions int) int {
+	if memoryLimit <= 0 || partitions <= 0 {
+		return 0
+	}
+	return int(min(max(memoryLimit/8/int64(partitions), 128<<10), 4<<20))
+}
+
 // ExportWriter writes a whole export from one process, routing rows to their
 // partitions. Rows of each partition must come sorted by (page_key, seq);
 // partitions may interleave. It is used by one goroutine.

@@ -257,3 +257,20 @@ func TestExportCompressions(t *testing.T) {
 		t.Fatal("lz4 accepted")
 	}
 }
+
+// An export's partition writers stay within an eighth of --memory-limit
+// between them (each buffers a row group at once), within 128 KiB–4 MiB
+// each; no limit keeps the default.
+func TestExportRowGroupBytes(t *testing.T) {
+	for _, c := range []struct {
+		limit      int64
+		partitions int
+		want       int
+	}{
+		{0, 16, 0}, {64 << 20, 0, 0}, {64 << 20, 16, 512 << 10}, {64 << 20, 64, 128 << 10}, {64 << 20, 1024, 128 << 10}, {1 << 30, 16, 4 << 20},
+	} {
+		if got := ExportRowGroupBytes(c.limit, c.partitions); got != c.want {
+			t.Errorf("ExportRowGroupBytes(%d, %d) = %d, want %d", c.limit, c.partitions, got, c.want)
+		}
+	}
+}
