@@ -7,15 +7,16 @@
 //
 // Scenarios, in order: healthy (hedging on); redis (the same batches,
 // loaded under a per-run key prefix and deleted afterwards; with
-// Options.Interleave also healthy/interleaved, redis/interleaved and
-// direct/interleaved, where every client sends each batch through the
-// router, to Redis and straight to one node in turn, so the three see the
-// same moments of a shared machine and the router's cost over its floor is
-// measured apart from the serving node's cost over Redis, plus
-// bare/interleaved: a grpc-go unary call with a raw codec around the same
-// MultiGet per partition on a copy of the same SSTs, the floor under the
-// node's BatchGet, and wire/interleaved: the same BatchGet straight to the
-// node over cobbled's lean wire protocol); Options.Transport picks the
+// Options.Interleave also healthy/interleaved and redis/interleaved, where
+// every client sends each batch through the router and to Redis in turn,
+// so both see the same moments of a shared machine, then, in a phase of
+// their own and interleaved the same way, direct/interleaved (straight to
+// one node over gRPC), bare/interleaved (a grpc-go unary call with a raw
+// codec around the same MultiGet per partition on a copy of the same
+// SSTs, the floor under the node's BatchGet) and wire/interleaved (the same
+// BatchGet straight to the node over cobbled's lean wire protocol): in one
+// mix, the gRPC getters took this process's CPU from the router, whose
+// work is all in-process, and not from Redis's server); Options.Transport picks the
 // router's own node transport (gRPC or wire); slow-nohedge and slow-hedge (one node restarted with
 // cobbled's fault delay, delaying 3% of its requests, with the router in its zone so it is
 // every request's primary; the fault's reach,
@@ -25,7 +26,9 @@
 // interleaved batch by batch in the same clients);
 // kill (a node's gRPC server and listener stopped a third of the way in,
 // then marked down in routing DownAfter later, as the control plane would);
-// saturation (16 clients through the router, then against Redis: MB/s). Each router scenario uses a fresh router with a
+// saturation (16 clients on the router and on Redis in alternating
+// SaturationSlice slices, so both see the same stretches of the machine:
+// MB/s over each one's own slices). Each router scenario uses a fresh router with a
 // warm-up, and reports the router's counters over the measured part only.
 //
 // The report (Report.Markdown, results.json, a latency-by-percentile PNG)
