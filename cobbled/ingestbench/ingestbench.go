@@ -265,10 +265,10 @@ type Result struct {
 	CacheHitRatio, DataHitRatio float64
 	// Warmed is what the node's warmer read into the block cache in the
 	// window (delta files before ingest, compaction outputs before install).
-	Warmed rocks.WarmStats
-	lat                         []time.Duration
-	deltaVisible                []time.Duration
-	nodeP99                     time.Duration // median of the node's own window p99s
+	Warmed       rocks.WarmStats
+	lat          []time.Duration
+	deltaVisible []time.Duration
+	nodeP99      time.Duration // median of the node's own window p99s
 }
 
 // Report is the outcome of Run.
