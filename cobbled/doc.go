@@ -69,7 +69,10 @@
 // paced download yields its P after every read; deltas and unpaced
 // snapshots run at normal priority. The download itself (copy, SHA-256) is
 // Go code and is paced by bytes only: a Go thread at lowered priority would
-// hold one of the process's Ps while the kernel keeps it waiting.
+// hold one of the process's Ps while the kernel keeps it waiting. Instead,
+// under the adaptive mode every chunk's copy and hash, and a delta's
+// verification and warming, hold a CPU slot (pace.Limiter.CPU; GOMAXPROCS
+// − 1 of them), so ingest of any kind leaves one P to the reads.
 //
 // Where the read tail comes from during ingest (per-window CPU profiles of
 // `pillar bench ingest --cpuprofile-dir`, 2 shared cores): the node's
