@@ -112,6 +112,15 @@ func (n *Node) startWarming(o *grocksdb.Options) (err error) {
 	return err
 }
 
+// dropWarm erases from the block cache the warmed blocks of a database
+// generation the node closed and is deleting (RocksDB reports the files it
+// deletes itself, not these).
+func (n *Node) dropWarm(dir string) {
+	if n.warmer != nil {
+		n.warmer.DropDir(dir)
+	}
+}
+
 // stopWarming frees the warmer, once no download can use it.
 func (n *Node) stopWarming() {
 	if n.warmer != nil {
