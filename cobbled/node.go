@@ -531,7 +531,7 @@ func (n *Node) fetchFile(ctx context.Context, key, path string, f batch.File) er
 	}
 	h := sha256.New()
 	// Read one byte past the expected size to detect a longer object.
-	got, err := hashingCopy(out, io.LimitReader(rc, f.Size+1), h, func() (func(), error) { return n.pacer.CPU(ctx) }) // ingest.go
+	got, err := hashingCopy(out, io.LimitReader(rc, f.Size+1), h, n.ingestCPU(ctx)) // ingest.go, pace.go
 	if err != nil {
 		out.Close()
 		return fmt.Errorf("download: %w", err)

@@ -112,6 +112,13 @@ func (n *Node) startWarming(o *grocksdb.Options) (err error) {
 	return err
 }
 
+// ingestCPU returns the CPU-slot taker (pace.Limiter.CPU) for the batch
+// whose pace class ctx names.
+func (n *Node) ingestCPU(ctx context.Context) func() (func(), error) {
+	class, _ := ctx.Value(paceClassKey{}).(pace.Class)
+	return func() (func(), error) { return n.pacer.CPU(ctx, class) }
+}
+
 // dropWarm erases from the block cache the warmed blocks of a database
 // generation the node closed and is deleting (RocksDB reports the files it
 // deletes itself, not these).
@@ -147,7 +154,7 @@ func (n *Node) prepareSST(ctx context.Context, path string, size int64) error {
 	if !n.pacer.LowPriority(class) {
 		// At normal priority the C calls hold a P while they run: take a
 		// CPU slot (pace.Limiter.CPU; none with the adaptive mode off).
-		release, err := n.pacer.CPU(ctx)
+		release, err := n.pacer.CPU(ctx, class)
 		if err != nil {
 			return err
 		}

@@ -181,8 +181,7 @@ type Limiter struct {
 
 	adaptive atomic.Bool // target > 0 (LowPriority reads it without mu)
 
-	cpu                chan struct{} // CPU slots; nil = unbounded
-	cpuTakes, cpuWaits atomic.Int64
+	cpu cpuSlots // CPU slots; bound 0 = unbounded
 
 	cur  atomic.Uint32 // window Observe writes to (low bit)
 	hist [2]histogram
@@ -196,9 +195,8 @@ func New(opts Options) (*Limiter, error) {
 	opts.ensureDefaults()
 	l := &Limiter{o: opts, target: opts.TargetP99}
 	l.adaptive.Store(opts.TargetP99 > 0)
-	if opts.CPUSlots > 0 {
-		l.cpu = make(chan struct{}, opts.CPUSlots)
-	}
+	l.cpu.bound = max(opts.CPUSlots, 0)
+	l.cpu.free = l.cpu.bound
 	now := opts.Clock.Now()
 	l.capB.set(now, float64(opts.Rate), opts.Burst)
 	l.adaptB.set(now, 0, opts.Burst)
@@ -266,28 +264,77 @@ func (l *Limiter) RunClass(ctx context.Context, c Class, f func() error) error {
 	return RunLow(ctx, f)
 }
 
-// CPU takes a CPU slot for one piece of ingest work (a chunk's copy or
-// hash, a short C call) while the adaptive mode is on, and returns the
-// function that gives it back; with the mode off, or CPUSlots negative, it
-// takes nothing. It returns ctx's error if ctx ends while every slot is in
-// use. Hold a slot only while computing: never while waiting for the rate,
-// the network or a channel.
-func (l *Limiter) CPU(ctx context.Context) (release func(), err error) {
-	if l.cpu == nil || !l.adaptive.Load() {
+// CPU takes a CPU slot for one piece of ingest work of class c (a chunk's
+// copy or hash, a short C call) while the adaptive mode is on, and returns
+// the function that gives it back; with the mode off, or CPUSlots
+// negative, it takes nothing. A slot given back goes to a waiting Fresh
+// taker before any Bulk one, so a delta does not queue behind a
+// snapshot's chunks. It returns ctx's error if ctx ends while it waits.
+// Hold a slot only while computing: never while waiting for the rate, the
+// network or a channel.
+func (l *Limiter) CPU(ctx context.Context, c Class) (release func(), err error) {
+	if l.cpu.bound == 0 || !l.adaptive.Load() {
 		return func() {}, nil
 	}
-	l.cpuTakes.Add(1)
+	if c < 0 || c >= numClasses {
+		return func() {}, fmt.Errorf("pace: unknown %v", c)
+	}
+	if err := l.cpu.take(ctx, c); err != nil {
+		return func() {}, err
+	}
+	return l.cpu.give, nil
+}
+
+// cpuSlots hands out CPU slots, Fresh waiters first, each class in order.
+type cpuSlots struct {
+	bound        int
+	takes, waits atomic.Int64 // waits: takes that found no free slot
+
+	mu   sync.Mutex
+	free int
+	wait [numClasses][]chan struct{}
+}
+
+func (s *cpuSlots) take(ctx context.Context, c Class) error {
+	s.takes.Add(1)
+	s.mu.Lock()
+	if s.free > 0 {
+		s.free--
+		s.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{}, 1)
+	s.wait[c] = append(s.wait[c], ch)
+	s.waits.Add(1)
+	s.mu.Unlock()
 	select {
-	case l.cpu <- struct{}{}:
-	default:
-		l.cpuWaits.Add(1)
-		select {
-		case l.cpu <- struct{}{}:
-		case <-ctx.Done():
-			return func() {}, ctx.Err()
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	if i := slices.Index(s.wait[c], ch); i >= 0 {
+		s.wait[c] = slices.Delete(s.wait[c], i, i+1)
+		s.mu.Unlock()
+		return ctx.Err()
+	}
+	s.mu.Unlock()
+	<-ch // handed a slot as ctx ended: give it on
+	s.give()
+	return ctx.Err()
+}
+
+func (s *cpuSlots) give() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.wait { // Fresh (0) first
+		if q := s.wait[c]; len(q) > 0 {
+			s.wait[c] = q[1:]
+			q[0] <- struct{}{}
+			return
 		}
 	}
-	return func() { <-l.cpu }, nil
+	s.free++
 }
 
 // readChunk bounds one paced read, so that a rate change takes effect
@@ -358,7 +405,7 @@ func (l *Limiter) Stats() Stats {
 	defer l.mu.Unlock()
 	s := l.stats
 	s.Rate, s.AdaptiveRate, s.Target = int64(l.capB.rate), int64(l.adaptB.rate), l.target
-	s.CPU = CPUStats{Slots: cap(l.cpu), Takes: l.cpuTakes.Load(), Waits: l.cpuWaits.Load()}
+	s.CPU = CPUStats{Slots: l.cpu.bound, Takes: l.cpu.takes.Load(), Waits: l.cpu.waits.Load()}
 	return s
 }
 

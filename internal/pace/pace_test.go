@@ -400,11 +400,11 @@ func TestAdaptiveLeavesAFutileFloor(t *testing.T) {
 // context; with the mode off, or CPUSlots negative, nothing is taken.
 func TestCPUSlots(t *testing.T) {
 	l, _ := newLimiter(t, Options{CPUSlots: 1})
-	r1, err := l.CPU(context.Background())
+	r1, err := l.CPU(context.Background(), Bulk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := l.CPU(context.Background()) // adaptive mode off: no bound
+	r2, err := l.CPU(context.Background(), Bulk) // adaptive mode off: no bound
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,13 +414,13 @@ func TestCPUSlots(t *testing.T) {
 		t.Fatalf("slots taken with the adaptive mode off: %+v", s)
 	}
 	l.SetTarget(time.Millisecond)
-	hold, err := l.CPU(context.Background())
+	hold, err := l.CPU(context.Background(), Bulk)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
 	go func() {
-		release, err := l.CPU(context.Background())
+		release, err := l.CPU(context.Background(), Bulk)
 		if err == nil {
 			release()
 		}
@@ -435,10 +435,10 @@ func TestCPUSlots(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
-	hold, _ = l.CPU(context.Background())
+	hold, _ = l.CPU(context.Background(), Bulk)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := l.CPU(ctx); !errors.Is(err, context.Canceled) {
+	if _, err := l.CPU(ctx, Bulk); !errors.Is(err, context.Canceled) {
 		t.Fatalf("taking a slot with an ended context: %v", err)
 	}
 	hold()
@@ -447,12 +447,38 @@ func TestCPUSlots(t *testing.T) {
 	}
 	u, _ := newLimiter(t, Options{CPUSlots: -1, TargetP99: time.Millisecond})
 	for range 3 {
-		if _, err := u.CPU(ctx); err != nil {
+		if _, err := u.CPU(ctx, Bulk); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if s := u.Stats().CPU; s.Slots != 0 || s.Takes != 0 {
 		t.Fatalf("CPUSlots -1: %+v", s)
+	}
+	// A given-back slot goes to a waiting Fresh taker before an earlier
+	// Bulk one.
+	hold, _ = l.CPU(context.Background(), Bulk)
+	order := make(chan Class, 2)
+	for _, c := range []Class{Bulk, Fresh} {
+		go func() {
+			release, err := l.CPU(context.Background(), c)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- c
+			release()
+		}()
+		want := int64(3)
+		if c == Fresh {
+			want = 4
+		}
+		for l.Stats().CPU.Waits < want { // Bulk queued before Fresh
+			time.Sleep(time.Millisecond)
+		}
+	}
+	hold()
+	if first, second := <-order, <-order; first != Fresh || second != Bulk {
+		t.Fatalf("slot order %v then %v, want fresh then bulk", first, second)
 	}
 	if d, _ := New(Options{}); d.Stats().CPU.Slots != max(1, runtime.GOMAXPROCS(0)-1) {
 		t.Fatalf("default slots %d, want GOMAXPROCS-1", d.Stats().CPU.Slots)
