@@ -27,6 +27,7 @@ func cobbledPaceFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "compaction-rate", Usage: "cap on RocksDB flush and compaction writes, MB/s for the whole node; 0 = unlimited"},
 		&cli.BoolFlag{Name: "compaction-normal-priority", Usage: "run compaction threads at normal CPU and I/O priority (default: nice 19, idle I/O class)"},
 		&cli.IntFlag{Name: "l0-compaction-trigger", Usage: "L0 files (ingested deltas) that start a compaction, 1..39 (default 8); higher: fewer rewrites of a partition into uncached files, more bloom probes per read"},
+		&cli.BoolFlag{Name: "no-cache-warm", Usage: "leave new delta files and compaction outputs cold (default: each is read into the block cache before it serves; compaction outputs up to a quarter of the cache)"},
 	}
 }
 
@@ -43,7 +44,7 @@ func cobbledPaceOptions(c *cli.Context, o *cobbled.Options) error {
 	o.Pace = pace.Options{Rate: int64(c.Float64("ingest-rate") * 1e6), TargetP99: c.Duration("ingest-target-p99"), MinRate: int64(c.Float64("ingest-min-rate") * 1e6)}
 	o.SnapshotConcurrency = c.Int("snapshot-concurrency")
 	o.Background = rocks.Background{CompactionRate: int64(c.Float64("compaction-rate") * 1e6), NormalPriority: c.Bool("compaction-normal-priority"),
-		L0CompactionTrigger: c.Int("l0-compaction-trigger")}
+		L0CompactionTrigger: c.Int("l0-compaction-trigger"), NoWarm: c.Bool("no-cache-warm")}
 	return o.Background.Validate()
 }
 
@@ -101,6 +102,7 @@ Examples:
 			&cli.Float64Flag{Name: "compaction-rate", Usage: "node's RocksDB compaction rate limit in MB/s, both modes; 0 = unlimited"},
 			&cli.BoolFlag{Name: "compaction-normal-priority", Usage: "node's compaction threads at normal CPU and I/O priority (default: nice 19, idle I/O class), both modes"},
 			&cli.IntFlag{Name: "l0-compaction-trigger", Usage: "node's L0 files that start a compaction (default: the node's 8), both modes"},
+			&cli.BoolFlag{Name: "no-cache-warm", Usage: "node leaves new delta files and compaction outputs cold in its block cache (default: warmed before they serve), both modes"},
 			&cli.StringFlag{Name: "cache", Value: "256MiB", Usage: "node's block cache"},
 			&cli.IntFlag{Name: "ingest-concurrency", Usage: "node's --ingest-concurrency (default: --delta-partitions + 1; snapshots get 1 slot)"},
 			&cli.BoolFlag{Name: "reference", Value: true, Usage: "also read, at the same moments, a reference node in a child process that holds the same data and ingests nothing (judges ratios against the machine's noise as well as against the idle windows)"},
@@ -138,7 +140,7 @@ func benchIngest(c *cli.Context) error {
 		DeltaPartitions: c.Int("delta-partitions"), DeltaInterval: c.Duration("delta-interval"), Modes: modes,
 		TargetRatio: c.Float64("target-ratio"), Target: c.Duration("target"), MinRate: int64(c.Float64("min-rate") * 1e6), CacheBytes: cache, IngestConcurrency: c.Int("ingest-concurrency"),
 		Background: rocks.Background{CompactionRate: int64(c.Float64("compaction-rate") * 1e6), NormalPriority: c.Bool("compaction-normal-priority"),
-			L0CompactionTrigger: c.Int("l0-compaction-trigger")}, Logger: logger()}
+			L0CompactionTrigger: c.Int("l0-compaction-trigger"), NoWarm: c.Bool("no-cache-warm")}, Logger: logger()}
 	o.ProfileDir = c.String("cpuprofile-dir")
 	if c.Bool("reference") {
 		exe, err := os.Executable()

@@ -305,8 +305,11 @@ var copyBufPool = sync.Pool{New: func() any {
 // hashingCopy copies src to dst and writes the same bytes to h, which
 // hashes them in a goroutine of its own: the copy (read and write system
 // calls) and SHA-256 then use two cores instead of taking turns on one.
-// It returns the bytes copied and the first read or write error.
-func hashingCopy(dst io.Writer, src io.Reader, h hash.Hash) (int64, error) {
+// Each chunk's write and hash hold a slot from cpu while they run
+// (pace.Limiter.CPU: under the adaptive mode ingest leaves a P free for
+// reads); the read from src does not, as it may wait on the network. It
+// returns the bytes copied and the first read, write or cpu error.
+func hashingCopy(dst io.Writer, src io.Reader, h hash.Hash, cpu func() (release func(), err error)) (int64, error) {
 	bufs := copyBufPool.Get().(*copyBufs)
 	defer copyBufPool.Put(bufs)
 	free := make(chan []byte, len(bufs))
@@ -315,10 +318,19 @@ func hashingCopy(dst io.Writer, src io.Reader, h hash.Hash) (int64, error) {
 		free <- b[:cap(b)]
 	}
 	hashed := make(chan struct{})
+	var hashErr error
 	go func() {
 		defer close(hashed)
 		for b := range full {
-			h.Write(b) // a hash.Hash never fails
+			if hashErr == nil {
+				release, err := cpu()
+				if err != nil {
+					hashErr = err
+				} else {
+					h.Write(b) // a hash.Hash never fails
+					release()
+				}
+			}
 			free <- b[:cap(b)]
 		}
 	}()
@@ -328,7 +340,14 @@ func hashingCopy(dst io.Writer, src io.Reader, h hash.Hash) (int64, error) {
 		b := <-free
 		m, rerr := src.Read(b)
 		if m > 0 {
-			if _, werr := dst.Write(b[:m]); werr != nil {
+			release, cerr := cpu()
+			if cerr != nil {
+				err = cerr
+				break
+			}
+			_, werr := dst.Write(b[:m])
+			release()
+			if werr != nil {
 				err = werr
 				break
 			}
@@ -347,5 +366,8 @@ func hashingCopy(dst io.Writer, src io.Reader, h hash.Hash) (int64, error) {
 	}
 	close(full)
 	<-hashed
+	if err == nil {
+		err = hashErr
+	}
 	return n, err
 }

@@ -2,14 +2,19 @@ package cobbled
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
+	"time"
+
+	"github.com/pillarkit/pillar/internal/pace"
 )
 
 func TestHashingCopy(t *testing.T) {
@@ -27,7 +32,7 @@ func TestHashingCopy(t *testing.T) {
 		in := src()
 		var out bytes.Buffer
 		h := sha256.New()
-		n, err := hashingCopy(&out, in, h)
+		n, err := hashingCopy(&out, in, h, noCPU)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -46,12 +51,63 @@ func TestHashingCopy(t *testing.T) {
 		}
 	}
 	boom := errors.New("boom")
-	if _, err := hashingCopy(io.Discard, iotest.TimeoutReader(bytes.NewReader(data)), sha256.New()); !errors.Is(err, iotest.ErrTimeout) {
+	if _, err := hashingCopy(io.Discard, iotest.TimeoutReader(bytes.NewReader(data)), sha256.New(), noCPU); !errors.Is(err, iotest.ErrTimeout) {
 		t.Fatalf("read error: got %v", err)
 	}
-	if _, err := hashingCopy(failWriter{boom}, bytes.NewReader(data), sha256.New()); !errors.Is(err, boom) {
+	if _, err := hashingCopy(failWriter{boom}, bytes.NewReader(data), sha256.New(), noCPU); !errors.Is(err, boom) {
 		t.Fatalf("write error: got %v", err)
 	}
+}
+
+// noCPU takes no CPU slot.
+func noCPU() (func(), error) { return func() {}, nil }
+
+// TestHashingCopyCPUSlots: with one CPU slot (pace.Limiter.CPU, adaptive
+// mode on) the copy and the hash never compute at once, every chunk takes
+// the slot, and a slot that cannot be had ends the copy with its error.
+func TestHashingCopyCPUSlots(t *testing.T) {
+	l, err := pace.New(pace.Options{TargetP99: time.Hour, CPUSlots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 3<<20+17)
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range data {
+		data[i] = byte(r.Uint32())
+	}
+	var inSlot, overlaps atomic.Int32
+	cpu := func() (func(), error) {
+		release, err := l.CPU(context.Background(), pace.Fresh)
+		if err != nil {
+			return nil, err
+		}
+		if inSlot.Add(1) > 1 {
+			overlaps.Add(1)
+		}
+		return func() { inSlot.Add(-1); release() }, nil
+	}
+	var out bytes.Buffer
+	h := sha256.New()
+	if n, err := hashingCopy(&out, bytes.NewReader(data), h, cpu); err != nil || n != int64(len(data)) {
+		t.Fatalf("copied %d, %v", n, err)
+	}
+	if sum := sha256.Sum256(data); !bytes.Equal(h.Sum(nil), sum[:]) || !bytes.Equal(out.Bytes(), data) {
+		t.Fatal("copy or hash differs")
+	}
+	// Two slot takes per 256 KiB chunk (the write and the hash).
+	if s := l.Stats().CPU; s.Slots != 1 || s.Takes < 2*int64(len(data)/(256<<10)) || overlaps.Load() != 0 {
+		t.Fatalf("CPU stats %+v, %d overlaps", s, overlaps.Load())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hold, err := l.CPU(ctx, pace.Fresh) // every slot taken: the copy cannot compute
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := hashingCopy(io.Discard, bytes.NewReader(data), sha256.New(), func() (func(), error) { return l.CPU(ctx, pace.Fresh) }); !errors.Is(err, context.Canceled) {
+		t.Fatalf("copy without a slot: %v, want context.Canceled", err)
+	}
+	hold()
 }
 
 type failWriter struct{ err error }
@@ -79,7 +135,7 @@ func BenchmarkHashingCopy(b *testing.B) {
 				if mode == "sequential" {
 					_, err = io.Copy(io.MultiWriter(f, h), bytes.NewReader(data))
 				} else {
-					_, err = hashingCopy(f, bytes.NewReader(data), h)
+					_, err = hashingCopy(f, bytes.NewReader(data), h, noCPU)
 				}
 				if err != nil {
 					b.Fatal(err)

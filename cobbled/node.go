@@ -105,6 +105,13 @@ func Open(ctx context.Context, opts Options) (*Node, error) {
 	}
 	tuneForServing(dbOpts)
 	opts.Background.Apply(dbOpts) // compaction rate limit and priority (internal/rocks)
+	// Block-cache warming of deltas and compaction outputs (pace.go).
+	if err := n.startWarming(dbOpts); err != nil {
+		dbOpts.Destroy()
+		n.cache.Destroy()
+		n.stopPacing()
+		return nil, fmt.Errorf("cobbled: %w", err)
+	}
 	dbOpts.SetUseDirectReads(opts.DirectReads)
 	n.dbOpts = dbOpts
 	n.ro = grocksdb.NewDefaultReadOptions()
@@ -320,6 +327,7 @@ func (n *Node) Close() error {
 		if n.dbOpts != nil {
 			n.dbOpts.Destroy()
 		}
+		n.stopWarming()
 		if n.cache != nil {
 			n.cache.Destroy()
 		}
@@ -494,7 +502,7 @@ func (n *Node) download(ctx context.Context, p *partition, b *Batch) (_ []string
 		if err := n.fetchFile(ctx, key, path, f); err != nil {
 			return nil, fmt.Errorf("cobbled: partition %d: batch %s: %s: %w", p.id, m.ID, key, err)
 		}
-		if err := n.verifySST(ctx, path); err != nil { // pace.go
+		if err := n.prepareSST(ctx, path, f.Size); err != nil { // verify, warm: pace.go
 			if errors.Is(err, sstverify.ErrCorrupt) {
 				err = fmt.Errorf("%w: %w", ErrCorruptSST, err)
 			}
@@ -523,7 +531,7 @@ func (n *Node) fetchFile(ctx context.Context, key, path string, f batch.File) er
 	}
 	h := sha256.New()
 	// Read one byte past the expected size to detect a longer object.
-	got, err := hashingCopy(out, io.LimitReader(rc, f.Size+1), h) // ingest.go
+	got, err := hashingCopy(out, io.LimitReader(rc, f.Size+1), h, n.ingestCPU(ctx)) // ingest.go, pace.go
 	if err != nil {
 		out.Close()
 		return fmt.Errorf("download: %w", err)

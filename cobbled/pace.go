@@ -6,10 +6,12 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/linxGnu/grocksdb"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/pace"
+	"github.com/pillarkit/pillar/internal/rocks"
 	"github.com/pillarkit/pillar/internal/sstverify"
 )
 
@@ -29,6 +31,7 @@ type pacing struct {
 	pacer    *pace.Limiter
 	snapSem  chan struct{}
 	stopPace context.CancelFunc
+	warmer   *rocks.Warmer // nil with Background.NoWarm
 }
 
 type paceClassKey struct{}
@@ -102,15 +105,71 @@ func (p pacedObjects) Get(ctx context.Context, key string) (io.ReadCloser, error
 	}{p.l.Reader(ctx, rc, class), rc}, nil
 }
 
-// verifySST verifies every block checksum of the staged SST at path
-// (internal/sstverify). A snapshot's verification under the adaptive mode
+// startWarming adds the block-cache warmer (Options.Background; internal/rocks
+// warm.go) to the database options, before any database opens.
+func (n *Node) startWarming(o *grocksdb.Options) (err error) {
+	n.warmer, err = n.opts.Background.NewWarmer(o, n.opts.CacheBytes)
+	return err
+}
+
+// ingestCPU returns the CPU-slot taker (pace.Limiter.CPU) for the batch
+// whose pace class ctx names.
+func (n *Node) ingestCPU(ctx context.Context) func() (func(), error) {
+	class, _ := ctx.Value(paceClassKey{}).(pace.Class)
+	return func() (func(), error) { return n.pacer.CPU(ctx, class) }
+}
+
+// dropWarm erases from the block cache the warmed blocks of a database
+// generation the node closed and is deleting (RocksDB reports the files it
+// deletes itself, not these).
+func (n *Node) dropWarm(dir string) {
+	if n.warmer != nil {
+		n.warmer.DropDir(dir)
+	}
+}
+
+// stopWarming frees the warmer, once no download can use it.
+func (n *Node) stopWarming() {
+	if n.warmer != nil {
+		n.warmer.Destroy()
+		n.warmer = nil
+	}
+}
+
+// prepareSST verifies every block checksum of the staged SST at path
+// (internal/sstverify) and, for a delta, reads it into the block cache
+// (rocks.Warmer): the keys it overwrites are being served, and the file's
+// blocks keep their cache keys once it is ingested, so reads after the
+// ingest hit the cache. Snapshots are not warmed: a new generation is as
+// large as the partition, often more than the cache.
+//
+// A snapshot's verification under the adaptive mode
 // (pace.Limiter.LowPriority) runs on a thread of its own at nice 19 and
 // idle I/O class (pace.RunLow): it is one long C call that reads the whole
 // file again, a burst of CPU and I/O the byte pacing of the download does
-// not cover. Deltas and unpaced snapshots verify at normal priority.
-func (n *Node) verifySST(ctx context.Context, path string) error {
+// not cover. Deltas and unpaced snapshots verify at normal priority, a
+// delta under the adaptive mode holding a CPU slot.
+func (n *Node) prepareSST(ctx context.Context, path string, size int64) error {
 	class, _ := ctx.Value(paceClassKey{}).(pace.Class)
-	return n.pacer.RunClass(ctx, class, func() error { _, err := sstverify.Verify(path); return err })
+	if !n.pacer.LowPriority(class) {
+		// At normal priority the C calls hold a P while they run: take a
+		// CPU slot (pace.Limiter.CPU; none with the adaptive mode off).
+		release, err := n.pacer.CPU(ctx, class)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
+	if err := n.pacer.RunClass(ctx, class, func() error { _, err := sstverify.Verify(path); return err }); err != nil {
+		return err
+	}
+	if class == pace.Fresh && n.warmer != nil && size <= n.warmer.MaxFile() {
+		if _, err := n.warmer.WarmFile(path); err != nil {
+			// Only the cache misses out; the file verified.
+			n.opts.Logger.Warn("cobbled: warm the block cache", "err", err)
+		}
+	}
+	return nil
 }
 
 // CompactionStats sums RocksDB's compaction backlog over held partitions.
@@ -150,6 +209,34 @@ func (n *Node) CompactionStats() CompactionStats {
 	return s
 }
 
+// CacheStats are the node's block cache lookups by block kind, from
+// RocksDB's statistics (reads only: warming is not counted), and what the
+// warmer read into the cache.
+type CacheStats struct {
+	DataHits, DataMisses, IndexHits, IndexMisses, FilterHits, FilterMisses uint64
+	// Warm is the warmer's counters (zero with Background.NoWarm).
+	Warm rocks.WarmStats
+}
+
+// CacheStats returns the node's block cache statistics.
+func (n *Node) CacheStats() CacheStats {
+	var s CacheStats
+	n.lifeMu.RLock()
+	defer n.lifeMu.RUnlock()
+	if n.closed.Load() {
+		return s
+	}
+	st := n.dbOpts.GetStatisticsString()
+	for name, v := range map[string]*uint64{"data.hit": &s.DataHits, "data.miss": &s.DataMisses, "index.hit": &s.IndexHits,
+		"index.miss": &s.IndexMisses, "filter.hit": &s.FilterHits, "filter.miss": &s.FilterMisses} {
+		*v = ticker(st, "rocksdb.block.cache."+name)
+	}
+	if n.warmer != nil {
+		s.Warm = n.warmer.Stats()
+	}
+	return s
+}
+
 // paceCollectors are the pacing and compaction metrics, read from the node
 // at scrape time.
 func (m *Metrics) paceCollectors() []prometheus.Collector {
@@ -179,6 +266,39 @@ func (m *Metrics) paceCollectors() []prometheus.Collector {
 				Help: "Time download reads were held back by the ingest rate limit, by kind."},
 				stat(func(s pace.Stats) float64 { return s.Class[c].Waited.Seconds() })),
 		)
+	}
+	warm := func(f func(rocks.WarmStats) uint64) func() float64 {
+		return func() float64 {
+			n := m.node.Load()
+			if n == nil || n.warmer == nil {
+				return 0
+			}
+			return float64(f(n.warmer.Stats()))
+		}
+	}
+	for _, w := range []struct {
+		kind, result string
+		f            func(rocks.WarmStats) uint64
+	}{
+		{"delta", "warmed", func(s rocks.WarmStats) uint64 { return s.Files }},
+		{"delta", "failed", func(s rocks.WarmStats) uint64 { return s.Failed }},
+		{"compaction", "warmed", func(s rocks.WarmStats) uint64 { return s.CompactionFiles }},
+		{"compaction", "skipped", func(s rocks.WarmStats) uint64 { return s.CompactionSkipped }},
+		{"compaction", "failed", func(s rocks.WarmStats) uint64 { return s.CompactionFailed }},
+	} {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cobbled_cache_warm_files_total",
+			ConstLabels: prometheus.Labels{"kind": w.kind, "result": w.result},
+			Help:        "New SST files read into the block cache before they serve (deltas before ingest, compaction outputs before install), or skipped (over the size limit) or failed."},
+			warm(w.f)))
+	}
+	for kind, f := range map[string]func(rocks.WarmStats) uint64{
+		"delta":      func(s rocks.WarmStats) uint64 { return s.Bytes },
+		"compaction": func(s rocks.WarmStats) uint64 { return s.CompactionBytes },
+	} {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cobbled_cache_warm_bytes_total",
+			ConstLabels: prometheus.Labels{"kind": kind},
+			Help:        "Bytes of new SST files read into the block cache before they serve, by kind."},
+			warm(f)))
 	}
 	return append(cs,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cobbled_ingest_rate_limit_bytes", ConstLabels: prometheus.Labels{"limit": "cap"},

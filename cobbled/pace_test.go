@@ -87,13 +87,19 @@ func TestPacedApply(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"cobbled_ingest_bytes_total", "cobbled_ingest_throttle_waits_total", "cobbled_ingest_throttle_wait_seconds_total",
-		"cobbled_compaction_pending_bytes", "cobbled_l0_files", "cobbled_ingest_rate_limit_bytes", "cobbled_ingest_pacer_read_p99_seconds"} {
+		"cobbled_compaction_pending_bytes", "cobbled_l0_files", "cobbled_ingest_rate_limit_bytes", "cobbled_ingest_pacer_read_p99_seconds",
+		"cobbled_cache_warm_files_total", "cobbled_cache_warm_bytes_total"} {
 		if !seen[name] {
 			t.Errorf("metric %s not exposed", name)
 		}
 	}
 	if cs := n.CompactionStats(); cs.L0Files != 1 {
 		t.Errorf("compaction stats %+v: want the delta's one L0 file", cs)
+	}
+	// The delta's files were read into the block cache before ingest, the
+	// snapshot's were not.
+	if ws := n.warmer.Stats(); ws.Files != uint64(len(delta.Files)) || ws.Bytes == 0 || ws.Failed != 0 {
+		t.Errorf("warm stats %+v: want the delta's %d file(s) warmed", ws, len(delta.Files))
 	}
 }
 
@@ -130,6 +136,7 @@ func TestPaceOptionsValidated(t *testing.T) {
 		{Dir: "x", Pace: pace.Options{Rate: -1}},
 		{Dir: "x", SnapshotConcurrency: -1},
 		{Dir: "x", Background: rocks.Background{CompactionRate: -5}},
+		{Dir: "x", Background: rocks.Background{WarmMaxFile: -1}},
 	} {
 		if err := o.Validate(); err == nil {
 			t.Errorf("%+v accepted", o)

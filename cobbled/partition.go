@@ -476,6 +476,7 @@ func (p *partition) newGeneration(b *Batch, paths []string, ing *grocksdb.Ingest
 	if old != nil {
 		closeDB(old.db)
 		crash("snapshot-old-closed")
+		p.n.dropWarm(filepath.Join(p.dir, old.gen)) // its warmed blocks leave the cache (pace.go)
 		if err := os.RemoveAll(filepath.Join(p.dir, old.gen)); err != nil {
 			// Harmless: the next open removes it.
 			p.n.opts.Logger.Warn("cobbled: remove old generation", "partition", p.id, "publication", pub, "dir", old.gen, "err", err)
@@ -519,6 +520,7 @@ func (p *partition) dropPublication(pub string) (bool, error) {
 	delete(p.meta, pub)
 	if old := p.install(pub, nil); old != nil {
 		closeDB(old.db)
+		p.n.dropWarm(filepath.Join(p.dir, old.gen))
 		if err := os.RemoveAll(filepath.Join(p.dir, old.gen)); err != nil {
 			p.n.opts.Logger.Warn("cobbled: remove dropped publication", "partition", p.id, "publication", pub, "dir", old.gen, "err", err)
 		}

@@ -251,9 +251,24 @@ type Result struct {
 	MinAdaptiveRate             int64 // lowest adaptive rate seen; 0 = never throttled
 	MaxPendingCompaction, MaxL0 uint64
 	Target                      time.Duration // the paced mode's target
-	lat                         []time.Duration
-	deltaVisible                []time.Duration
-	nodeP99                     time.Duration // median of the node's own window p99s
+	// CPU in cores over the window (cpu.go): the bench process (the node,
+	// its RocksDB threads and the delta producer), its RocksDB background
+	// threads alone, the whole machine (non-idle time of all CPUs) and the
+	// machine's kernel threads (writeback, journal).
+	CPU, RocksCPU, MachineCPU, KernelCPU float64
+	// Pressure stalls over the window (/proc/pressure, fraction of the
+	// window): some task waiting for a CPU, some / every task waiting
+	// for I/O.
+	CPUSome, IOSome, IOFull float64
+	// CacheHitRatio is the node's block cache hits ÷ lookups in the window
+	// (all block kinds; 0 with no lookup); DataHitRatio that of data blocks.
+	CacheHitRatio, DataHitRatio float64
+	// Warmed is what the node's warmer read into the block cache in the
+	// window (delta files before ingest, compaction outputs before install).
+	Warmed       rocks.WarmStats
+	lat          []time.Duration
+	deltaVisible []time.Duration
+	nodeP99      time.Duration // median of the node's own window p99s
 }
 
 // Report is the outcome of Run.
@@ -516,6 +531,7 @@ func (b *bench) window(ctx context.Context, mode, scenario string, d time.Durati
 	before := b.node.Pacer().Stats()
 	hBefore := b.histograms()
 	b.pacerMin.Store(0)
+	cpu0, cache0, cs0 := sampleCPU(), b.node.Stats(), b.node.CacheStats()
 	var nodeP99s []time.Duration
 	stopProfile, err := b.profile(mode, scenario)
 	if err != nil {
@@ -544,6 +560,24 @@ func (b *bench) window(ctx context.Context, mode, scenario string, d time.Durati
 	}
 	stopSample()
 	res.End = time.Since(b.start)
+	cpu1, cache1, cs1 := sampleCPU(), b.node.Stats(), b.node.CacheStats()
+	if hits, lookups := cs1.DataHits-cs0.DataHits, cs1.DataHits+cs1.DataMisses-cs0.DataHits-cs0.DataMisses; lookups > 0 {
+		res.DataHitRatio = float64(hits) / float64(lookups)
+	}
+	w0, w1 := cs0.Warm, cs1.Warm
+	res.Warmed = rocks.WarmStats{Files: w1.Files - w0.Files, Bytes: w1.Bytes - w0.Bytes, Failed: w1.Failed - w0.Failed,
+		CompactionFiles: w1.CompactionFiles - w0.CompactionFiles, CompactionBytes: w1.CompactionBytes - w0.CompactionBytes,
+		CompactionSkipped: w1.CompactionSkipped - w0.CompactionSkipped, CompactionFailed: w1.CompactionFailed - w0.CompactionFailed}
+	res.CPU = cores(cpu0, cpu1, func(s cpuSample) time.Duration { return s.proc })
+	res.RocksCPU = cores(cpu0, cpu1, func(s cpuSample) time.Duration { return s.rocks })
+	res.MachineCPU = cores(cpu0, cpu1, func(s cpuSample) time.Duration { return s.busy })
+	res.KernelCPU = cores(cpu0, cpu1, func(s cpuSample) time.Duration { return s.kernel })
+	res.CPUSome = cores(cpu0, cpu1, func(s cpuSample) time.Duration { return s.cpuSome })
+	res.IOSome = cores(cpu0, cpu1, func(s cpuSample) time.Duration { return s.ioSome })
+	res.IOFull = cores(cpu0, cpu1, func(s cpuSample) time.Duration { return s.ioFull })
+	if hits, lookups := cache1.CacheHits-cache0.CacheHits, cache1.CacheHits+cache1.CacheMisses-cache0.CacheHits-cache0.CacheMisses; lookups > 0 {
+		res.CacheHitRatio = float64(hits) / float64(lookups)
+	}
 	after := b.node.Pacer().Stats()
 	for c := range after.Class {
 		res.ThrottleWaits += after.Class[c].Waits - before.Class[c].Waits

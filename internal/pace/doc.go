@@ -62,6 +62,14 @@
 // at a lowered thread priority: a thread the kernel keeps waiting would
 // hold one of the process's Ps (GOMAXPROCS) and delay the reads.
 //
+// Ps, not only threads: while the adaptive mode is on, ingest's CPU work
+// of either class (each chunk's copy and hash, a delta's verification and
+// warming) holds one of Options.CPUSlots slots (CPU; GOMAXPROCS − 1 by
+// default), so one P is always left for the reads. Go's scheduler picks up
+// a request that has arrived on the network only when a P looks for work,
+// or from sysmon every 10 ms at most: with every P busy copying and
+// hashing deltas for four partitions, a read waited for one.
+//
 // # Time and concurrency
 //
 // All waiting and the control loop use Options.Clock (internal/clock; the

@@ -73,6 +73,14 @@ type Options struct {
 	// negative value holds bulk at the floor for as long as the p99 is over
 	// the target.
 	FloorWindows int
+	// CPUSlots is how many goroutines may run ingest's CPU work at once
+	// (CPU: a chunk's copy or hash, a short C call) while the adaptive
+	// mode is on. The default value 0 is GOMAXPROCS − 1 (at least 1), so
+	// one P stays free for reads: Go notices a read that has arrived on
+	// the network only when a P looks for work (or from sysmon, every 10
+	// ms at most), so while ingest keeps every P busy a read waits for one.
+	// A negative value bounds nothing.
+	CPUSlots int
 	// Clock is the time source of waits and of the control loop. The
 	// default value is the wall clock (clock.Real).
 	Clock clock.Clock
@@ -93,6 +101,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.FloorWindows == 0 {
 		o.FloorWindows = 6
+	}
+	if o.CPUSlots == 0 {
+		o.CPUSlots = max(1, runtime.GOMAXPROCS(0)-1)
 	}
 	o.Clock = clock.Or(o.Clock)
 }
@@ -126,6 +137,13 @@ type ClassStats struct {
 	LowRuns int64
 }
 
+// CPUStats count CPU slot use (Limiter.CPU).
+type CPUStats struct {
+	Slots int   // the bound; 0 = none
+	Takes int64 // slots taken
+	Waits int64 // takes that found every slot in use
+}
+
 // Stats is a snapshot of a Limiter.
 type Stats struct {
 	Class [numClasses]ClassStats // by Class
@@ -136,6 +154,8 @@ type Stats struct {
 	// ReadP99 and ReadSamples describe the last control window.
 	ReadP99     time.Duration
 	ReadSamples int64
+	// CPU is the CPU slots' use.
+	CPU CPUStats
 	// Slowdowns and Speedups count the adaptive rate's changes.
 	Slowdowns, Speedups int64
 	// Ambient is the p99 the node had with bulk ingest held at the floor
@@ -161,6 +181,8 @@ type Limiter struct {
 
 	adaptive atomic.Bool // target > 0 (LowPriority reads it without mu)
 
+	cpu cpuSlots // CPU slots; bound 0 = unbounded
+
 	cur  atomic.Uint32 // window Observe writes to (low bit)
 	hist [2]histogram
 }
@@ -173,6 +195,8 @@ func New(opts Options) (*Limiter, error) {
 	opts.ensureDefaults()
 	l := &Limiter{o: opts, target: opts.TargetP99}
 	l.adaptive.Store(opts.TargetP99 > 0)
+	l.cpu.bound = max(opts.CPUSlots, 0)
+	l.cpu.free = l.cpu.bound
 	now := opts.Clock.Now()
 	l.capB.set(now, float64(opts.Rate), opts.Burst)
 	l.adaptB.set(now, 0, opts.Burst)
@@ -238,6 +262,79 @@ func (l *Limiter) RunClass(ctx context.Context, c Class, f func() error) error {
 	l.stats.Class[c].LowRuns++
 	l.mu.Unlock()
 	return RunLow(ctx, f)
+}
+
+// CPU takes a CPU slot for one piece of ingest work of class c (a chunk's
+// copy or hash, a short C call) while the adaptive mode is on, and returns
+// the function that gives it back; with the mode off, or CPUSlots
+// negative, it takes nothing. A slot given back goes to a waiting Fresh
+// taker before any Bulk one, so a delta does not queue behind a
+// snapshot's chunks. It returns ctx's error if ctx ends while it waits.
+// Hold a slot only while computing: never while waiting for the rate, the
+// network or a channel.
+func (l *Limiter) CPU(ctx context.Context, c Class) (release func(), err error) {
+	if l.cpu.bound == 0 || !l.adaptive.Load() {
+		return func() {}, nil
+	}
+	if c < 0 || c >= numClasses {
+		return func() {}, fmt.Errorf("pace: unknown %v", c)
+	}
+	if err := l.cpu.take(ctx, c); err != nil {
+		return func() {}, err
+	}
+	return l.cpu.give, nil
+}
+
+// cpuSlots hands out CPU slots, Fresh waiters first, each class in order.
+type cpuSlots struct {
+	bound        int
+	takes, waits atomic.Int64 // waits: takes that found no free slot
+
+	mu   sync.Mutex
+	free int
+	wait [numClasses][]chan struct{}
+}
+
+func (s *cpuSlots) take(ctx context.Context, c Class) error {
+	s.takes.Add(1)
+	s.mu.Lock()
+	if s.free > 0 {
+		s.free--
+		s.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{}, 1)
+	s.wait[c] = append(s.wait[c], ch)
+	s.waits.Add(1)
+	s.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	if i := slices.Index(s.wait[c], ch); i >= 0 {
+		s.wait[c] = slices.Delete(s.wait[c], i, i+1)
+		s.mu.Unlock()
+		return ctx.Err()
+	}
+	s.mu.Unlock()
+	<-ch // handed a slot as ctx ended: give it on
+	s.give()
+	return ctx.Err()
+}
+
+func (s *cpuSlots) give() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.wait { // Fresh (0) first
+		if q := s.wait[c]; len(q) > 0 {
+			s.wait[c] = q[1:]
+			q[0] <- struct{}{}
+			return
+		}
+	}
+	s.free++
 }
 
 // readChunk bounds one paced read, so that a rate change takes effect
@@ -308,6 +405,7 @@ func (l *Limiter) Stats() Stats {
 	defer l.mu.Unlock()
 	s := l.stats
 	s.Rate, s.AdaptiveRate, s.Target = int64(l.capB.rate), int64(l.adaptB.rate), l.target
+	s.CPU = CPUStats{Slots: l.cpu.bound, Takes: l.cpu.takes.Load(), Waits: l.cpu.waits.Load()}
 	return s
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -391,5 +392,95 @@ func TestAdaptiveLeavesAFutileFloor(t *testing.T) {
 	}
 	if s := h.Stats(); s.AdaptiveRate != 1<<20 || s.Releases != 0 || s.Ambient != 0 {
 		t.Fatalf("FloorWindows -1 left the floor: %+v", s)
+	}
+}
+
+// TestCPUSlots: under the adaptive mode at most CPUSlots takers hold a
+// slot, a waiting taker gets one when it is given back or fails with its
+// context; with the mode off, or CPUSlots negative, nothing is taken.
+func TestCPUSlots(t *testing.T) {
+	l, _ := newLimiter(t, Options{CPUSlots: 1})
+	r1, err := l.CPU(context.Background(), Bulk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := l.CPU(context.Background(), Bulk) // adaptive mode off: no bound
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1()
+	r2()
+	if s := l.Stats().CPU; s.Takes != 0 {
+		t.Fatalf("slots taken with the adaptive mode off: %+v", s)
+	}
+	l.SetTarget(time.Millisecond)
+	hold, err := l.CPU(context.Background(), Bulk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		release, err := l.CPU(context.Background(), Bulk)
+		if err == nil {
+			release()
+		}
+		got <- err
+	}()
+	select {
+	case <-got:
+		t.Fatal("a second taker got the only slot")
+	case <-time.After(20 * time.Millisecond):
+	}
+	hold()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	hold, _ = l.CPU(context.Background(), Bulk)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.CPU(ctx, Bulk); !errors.Is(err, context.Canceled) {
+		t.Fatalf("taking a slot with an ended context: %v", err)
+	}
+	hold()
+	if s := l.Stats().CPU; s.Slots != 1 || s.Takes != 4 || s.Waits != 2 {
+		t.Fatalf("CPU stats %+v, want 1 slot, 4 takes, 2 waits", s)
+	}
+	u, _ := newLimiter(t, Options{CPUSlots: -1, TargetP99: time.Millisecond})
+	for range 3 {
+		if _, err := u.CPU(ctx, Bulk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := u.Stats().CPU; s.Slots != 0 || s.Takes != 0 {
+		t.Fatalf("CPUSlots -1: %+v", s)
+	}
+	// A given-back slot goes to a waiting Fresh taker before an earlier
+	// Bulk one.
+	hold, _ = l.CPU(context.Background(), Bulk)
+	order := make(chan Class, 2)
+	for _, c := range []Class{Bulk, Fresh} {
+		go func() {
+			release, err := l.CPU(context.Background(), c)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- c
+			release()
+		}()
+		want := int64(3)
+		if c == Fresh {
+			want = 4
+		}
+		for l.Stats().CPU.Waits < want { // Bulk queued before Fresh
+			time.Sleep(time.Millisecond)
+		}
+	}
+	hold()
+	if first, second := <-order, <-order; first != Fresh || second != Bulk {
+		t.Fatalf("slot order %v then %v, want fresh then bulk", first, second)
+	}
+	if d, _ := New(Options{}); d.Stats().CPU.Slots != max(1, runtime.GOMAXPROCS(0)-1) {
+		t.Fatalf("default slots %d, want GOMAXPROCS-1", d.Stats().CPU.Slots)
 	}
 }

@@ -13,11 +13,13 @@ typedef struct pillar_warm_stats {
   unsigned long long files, bytes, failed;
   unsigned long long compaction_files, compaction_bytes, compaction_skipped,
       compaction_failed;
+  unsigned long long erased_blocks, tracked_files;
 } pillar_warm_stats;
 
 pillar_warmer* pillar_warmer_create(void* opts, int compactions,
                                     unsigned long long max_file);
 void pillar_warmer_destroy(pillar_warmer* w);
+void pillar_warmer_drop(pillar_warmer* w, const char* prefix);
 char* pillar_warmer_warm_file(pillar_warmer* w, const char* path,
                               unsigned long long* bytes);
 void pillar_warmer_stats(pillar_warmer* w, pillar_warm_stats* out);

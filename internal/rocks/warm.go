@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"unsafe"
 
 	"github.com/linxGnu/grocksdb"
@@ -30,7 +31,17 @@ import (
 // It needs two things the C API does not have (a C++ shim, warm.cc):
 // rocksdb::SstFileReader with a chosen table factory, and an
 // EventListener (OnTableFileCreated runs on the compaction thread once an
-// output file is written and before the compaction is installed). The
+// output file is written and before the compaction is installed).
+//
+// Warmed blocks are taken back when their file goes: the warming reader's
+// block cache is a wrapper that records the keys of the blocks it inserts
+// or finds, and when RocksDB deletes the file (OnTableFileDeleted: a
+// compaction's input; a staged delta is followed to its ingested name
+// through OnExternalFileIngested) those keys are erased. 7.8 leaves a
+// deleted file's blocks in the cache until LRU evicts them: with four
+// partitions compacted every ~2 s and the data filling most of the cache,
+// stale blocks pushed out the warm ones (data-block hit ratio 0.65 with
+// warming, 0.55 without, in `pillar bench ingest` at its 256 MiB cache). The
 // shim reaches the C++ Options through grocksdb's handle, whose layout
 // (c.cc's rocksdb_options_t) NewWarmer checks against grocksdb's own
 // getter before using it.
@@ -51,6 +62,10 @@ type WarmStats struct {
 	// CompactionSkipped those over the size limit, CompactionFailed those
 	// that could not be read.
 	CompactionFiles, CompactionBytes, CompactionSkipped, CompactionFailed uint64
+	// ErasedBlocks counts the blocks of warmed files erased from the cache
+	// when RocksDB deleted the file (or DropDir dropped it); TrackedFiles
+	// is how many warmed files' blocks are known now.
+	ErasedBlocks, TrackedFiles uint64
 }
 
 // NewWarmer returns a Warmer for databases opened with o, whose table
@@ -118,7 +133,17 @@ func (w *Warmer) Stats() WarmStats {
 	C.pillar_warmer_stats(w.c, &s)
 	return WarmStats{Files: uint64(s.files), Bytes: uint64(s.bytes), Failed: uint64(s.failed),
 		CompactionFiles: uint64(s.compaction_files), CompactionBytes: uint64(s.compaction_bytes),
-		CompactionSkipped: uint64(s.compaction_skipped), CompactionFailed: uint64(s.compaction_failed)}
+		CompactionSkipped: uint64(s.compaction_skipped), CompactionFailed: uint64(s.compaction_failed),
+		ErasedBlocks: uint64(s.erased_blocks), TrackedFiles: uint64(s.tracked_files)}
+}
+
+// DropDir erases from the cache the blocks of every warmed file under dir
+// (a database generation the caller closed and is deleting: RocksDB sends
+// no deletion events for files it does not delete itself).
+func (w *Warmer) DropDir(dir string) {
+	cs := C.CString(strings.TrimSuffix(dir, "/") + "/")
+	defer C.free(unsafe.Pointer(cs))
+	C.pillar_warmer_drop(w.c, cs)
 }
 
 // Destroy frees the Warmer. Options (and databases) that hold its listener

@@ -141,9 +141,18 @@ func TestWarmer(t *testing.T) {
 		t.Fatal("delta not warmed: no data-block miss (the check above proves nothing)")
 	}
 
+	if s := d.w.Stats(); s.TrackedFiles != 1 || s.ErasedBlocks != 0 {
+		t.Fatalf("before the compaction: %+v, want the warmed delta tracked", s)
+	}
 	d.db.CompactRange(grocksdb.Range{})
 	if got := d.db.GetProperty("rocksdb.num-files-at-level0"); got != "0" {
 		t.Fatalf("L0 files after the compaction: %s", got)
+	}
+	// The warmed delta, an input, was deleted: its blocks left the cache
+	// (followed from its staged name to its ingested one), and only the
+	// compaction's output is tracked.
+	if s := d.w.Stats(); s.TrackedFiles != 1 || s.ErasedBlocks < 200*4096/(16<<10) {
+		t.Fatalf("after the compaction: %+v, want the output tracked and the delta's ≥%d blocks erased", s, 200*4096/(16<<10))
 	}
 	if m := d.readMisses(0, 400, 1); m != 0 {
 		t.Fatalf("warmed compaction output: %d data-block misses, want 0", m)
@@ -154,6 +163,15 @@ func TestWarmer(t *testing.T) {
 	}
 	if _, err := d.w.WarmFile(filepath.Join(d.dir, "missing.sst")); err == nil || d.w.Stats().Failed != 1 {
 		t.Fatalf("warming a missing file: %v, stats %+v", err, d.w.Stats())
+	}
+	// A generation the caller deletes itself: DropDir erases its blocks.
+	before, erased := d.cache.GetUsage(), d.w.Stats().ErasedBlocks
+	d.w.DropDir(filepath.Join(d.dir, "db"))
+	if s := d.w.Stats(); s.TrackedFiles != 0 || s.ErasedBlocks <= erased || d.cache.GetUsage() >= before-400*4096/2 {
+		t.Fatalf("DropDir: %+v, cache usage %d → %d", s, before, d.cache.GetUsage())
+	}
+	if m := d.readMisses(0, 400, 1); m == 0 {
+		t.Fatal("blocks read without a miss after DropDir erased them")
 	}
 
 	for _, c := range []struct {
