@@ -92,6 +92,9 @@ type Store struct {
 
 	index indexCache // decoded queue index files (queueindex.go)
 
+	statsMu sync.Mutex
+	stats   CommitStats
+
 	verified  sync.Map // data file name → struct{}: size and checksum checked (checksum.go)
 	verifying sync.Map // data file name → *sync.Mutex: one check at a time per file
 
@@ -287,6 +290,34 @@ func (s *Store) lockMode(ctx context.Context, how int) (func(), error) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// CommitStats sums the time this Store's commits spent in each part
+// (Store.CommitStats): where a slow commit waits.
+type CommitStats struct {
+	Commits int64 // commits that took the lock
+	// Staging: writing and syncing the queue segments (before the lock).
+	Staging time.Duration
+	// LockWait: waiting for the commit lock (other commits, any process).
+	LockWait time.Duration
+	// Locked: holding it, in total; of which Sync (the data directory's
+	// fsync), Manifest (writing and syncing the manifest), Current
+	// (replacing CURRENT and syncing the store directory), Index (writing
+	// queue index files) and Cleanup (the cleanup every few commits).
+	Locked, Sync, Manifest, Current, Index, Cleanup time.Duration
+}
+
+// CommitStats returns the sums since the Store was opened.
+func (s *Store) CommitStats() CommitStats {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	return s.stats
+}
+
+func (s *Store) addStats(f func(*CommitStats)) {
+	s.statsMu.Lock()
+	f(&s.stats)
+	s.statsMu.Unlock()
 }
 
 // CleanupStats says what a cleanup removed and kept.
