@@ -270,7 +270,10 @@ type Result struct {
 	MBps float64
 	// Router counters during the measurement (zero for Redis).
 	Primaries, Hedges, HedgesWon, HedgesDenied, Failovers int64
-	HedgeRatio, ExtraRatio                                float64
+	// HedgesDeferred: hedge timers that fired late (this process stalled)
+	// and were put off once (router.Stats.HedgesDeferred).
+	HedgesDeferred         int64
+	HedgeRatio, ExtraRatio float64
 	// HedgeWait is the mean time a hedged primary had waited when its
 	// hedge was sent (the hedge delay as applied); HedgeWon the mean
 	// latency of the hedges that won, from their own send.
@@ -719,6 +722,7 @@ func counters(res *Result, before, after router.Stats) {
 	res.HedgesWon = after.HedgesWon - before.HedgesWon
 	res.HedgesDenied = after.HedgesDenied - before.HedgesDenied
 	res.Failovers = after.Failovers - before.Failovers
+	res.HedgesDeferred = after.HedgesDeferred - before.HedgesDeferred
 	res.NodeRPCs = map[string]int64{}
 	for _, n := range after.Nodes {
 		res.NodeRPCs[n.ID] = n.RPCs

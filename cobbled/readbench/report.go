@@ -37,7 +37,7 @@ func (r *Report) evaluate() {
 		add("slow node, hedging: p99.9 ≤ 2 × healthy p99.9", fmt.Sprintf("%s vs %s (%.2f×)", ms(sh.P999), ms(h.P999), ratio(sh.P999, h.P999)), float64(sh.P999) <= 2*float64(h.P999))
 	}
 	if sh != nil {
-		add("slow node, hedging: extra requests ≤ 5%", fmt.Sprintf("%.2f%% (hedges %d, won %d, failovers %d, primaries %d)", 100*sh.ExtraRatio, sh.Hedges, sh.HedgesWon, sh.Failovers, sh.Primaries), sh.ExtraRatio <= 0.05)
+		add("slow node, hedging: extra requests ≤ 5%", fmt.Sprintf("%.2f%% (hedges %d, won %d, denied %d, deferred %d, failovers %d, primaries %d)", 100*sh.ExtraRatio, sh.Hedges, sh.HedgesWon, sh.HedgesDenied, sh.HedgesDeferred, sh.Failovers, sh.Primaries), sh.ExtraRatio <= 0.05)
 	}
 	if sn != nil {
 		add("slow node: the fault reaches ≥ 2% of requests", fmt.Sprintf("%.2f%% (%.0f%% of node-%d's sub-requests; it got %d of %d requests' sub-requests)", 100*sn.FaultReach, 100*o.SlowFraction, o.SlowNode, sn.NodeRPCs[fmt.Sprintf("node-%d", o.SlowNode)], sn.Requests), sn.FaultReach >= 0.02)

@@ -67,6 +67,8 @@ type attempt struct {
 	won       bool
 	keys      int // keys sent
 	start     time.Time
+	delay     time.Duration // the hedge delay it was given (primaries)
+	deferred  bool          // its hedge was put off once (onHedgeTimer)
 }
 
 type event struct {
@@ -96,6 +98,7 @@ type gather struct {
 	// hedgeWait sums the time primaries had waited when hedged;
 	// hedgeWonTime the latencies of the hedges that won (Stats).
 	hedgeWait, hedgeWonTime time.Duration
+	deferred                int                         // hedges put off by a late timer (Stats.HedgesDeferred)
 	held                    []*servepb.BatchGetResponse // answers some result aliases (Response.Release)
 }
 
@@ -318,7 +321,8 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 	if kind == kindPrimary {
 		r.budget.earn()
 		if !r.opts.DisableHedging {
-			a.timer = r.opts.Clock.AfterFunc(r.hedgeDelay(n, len(keys), g.t.nodes), func() { g.send(event{a: a, hedge: true}) })
+			a.delay = r.hedgeDelay(n, len(keys), g.t.nodes)
+			a.timer = r.opts.Clock.AfterFunc(a.delay, func() { g.send(event{a: a, hedge: true}) })
 		}
 	}
 	req := &servepb.BatchGetRequest{Keys: keys, Version: g.c.id}
@@ -524,8 +528,23 @@ func (g *gather) failover(parts []*part) {
 
 // onHedgeTimer hedges the partitions of a primary that is still waiting,
 // when the budget allows and another replica exists.
+//
+// A timer that comes late (by over half its delay, at least 1 ms) means
+// this process, not only the node, was not running: the router's timers
+// and its connections' readers stalled together, and the node's answer may
+// be waiting unread. The hedge is then put off once, by a quarter of the
+// delay (at least 500 µs), so the reader gets to deliver it first; a hedge
+// sent then would spend the budget on the router's own stall, which no
+// replica can cut, and leave none for the next outlier.
 func (g *gather) onHedgeTimer(a *attempt) {
 	if a.over {
+		return
+	}
+	r := g.r
+	if late := clock.Since(r.opts.Clock, a.start) - a.delay; !a.deferred && late > max(a.delay/2, time.Millisecond) {
+		a.deferred = true
+		g.deferred++
+		a.timer = r.opts.Clock.AfterFunc(max(a.delay/4, 500*time.Microsecond), func() { g.send(event{a: a, hedge: true}) })
 		return
 	}
 	var todo []*part

@@ -62,7 +62,8 @@ type Router struct {
 	denied, cancelled, failedRequests atomic.Int64
 	routingErrors                     atomic.Int64
 	hedgeWait, hedgeWonTime           atomic.Int64 // nanos (Stats.HedgeWait, HedgeWonTime)
-	versions                          sync.Map     // publication id → *versionCount
+	hedgesDeferred                    atomic.Int64
+	versions                          sync.Map // publication id → *versionCount
 }
 
 // New returns a router with the control plane's current routing table. A
@@ -134,6 +135,7 @@ func (r *Router) account(g *gather, keys, failed int, d time.Duration) {
 	r.won.Add(int64(g.won))
 	r.hedgeWait.Add(int64(g.hedgeWait))
 	r.hedgeWonTime.Add(int64(g.hedgeWonTime))
+	r.hedgesDeferred.Add(int64(g.deferred))
 	m.hedgesWon.Add(float64(g.won))
 	id, role := g.c.id, g.c.role
 	if g.c.err != nil {
@@ -205,6 +207,10 @@ type Stats struct {
 	// won, from their own send, summed over HedgesWon. A hedged request's
 	// latency is about the two added up (where a hedged tail goes).
 	HedgeWait, HedgeWonTime time.Duration
+	// HedgesDeferred counts hedge timers that fired late (this process
+	// stalled) and were put off once so a waiting answer could be read
+	// first.
+	HedgesDeferred int64
 	// ExtraRatio is (Hedges + Failovers) / Primaries; HedgeRatio is
 	// Hedges / Primaries, the figure the hedge budget bounds.
 	ExtraRatio, HedgeRatio float64
@@ -244,6 +250,7 @@ func (r *Router) Stats() Stats {
 		HedgesDenied: r.denied.Load(), Failovers: r.failovers.Load(), Cancelled: r.cancelled.Load(),
 		HedgeTokens: r.budget.level(),
 		HedgeWait:   time.Duration(r.hedgeWait.Load()), HedgeWonTime: time.Duration(r.hedgeWonTime.Load()),
+		HedgesDeferred: r.hedgesDeferred.Load(),
 	}
 	if s.Primaries > 0 {
 		s.ExtraRatio = float64(s.Hedges+s.Failovers) / float64(s.Primaries)

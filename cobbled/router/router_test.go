@@ -253,6 +253,49 @@ func TestHedgeAfterDelayLoserCancelled(t *testing.T) {
 	}
 }
 
+// A hedge timer that fires late (the fake clock jumps past it: on a real
+// machine, this process was not running) is put off once by a quarter of
+// the delay, so an answer waiting unread is not hedged; then it hedges.
+func TestLateHedgeTimerDeferred(t *testing.T) {
+	clk := clock.NewFake(time.Time{})
+	c := startCluster(t, func(o *cluster.Options) { o.Clock = clk })
+	ctx := context.Background()
+	const delay = 20 * time.Millisecond
+	r := newRouter(t, c, func(o *Options) {
+		o.Zone, o.Clock = "zone-a", clk
+		o.HedgeInitialDelay, o.MinSamples = delay, 512 // keep the initial delay
+	})
+	slow := c.Members()[0]
+	if err := slow.Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	b := c.Batches(12)[3]
+	const base = 1 // the refresh ticker
+	settle(t, clk, base)
+	start := clk.Now()
+	done := batchGetAsync(r, ctx, b)
+	blockUntilPending(t, clk, base+3, done) // the request's timeout, the hedge timer, the slow node's fault delay
+	clk.Advance(3 * delay)                  // the hedge timer fires 2 × delay late
+	blockUntilPending(t, clk, base+3, done) // … and is armed again, for delay/4
+	if s := r.Stats(); s.Hedges != 0 {
+		t.Fatalf("%d hedges sent by a late timer", s.Hedges)
+	}
+	clk.Advance(delay/4 - time.Nanosecond)
+	expectPending(t, done, "before the deferred hedge")
+	clk.Advance(time.Nanosecond)
+	out := <-done
+	if out.err != nil {
+		t.Fatal(out.err)
+	}
+	checkResults(t, c, b, out.res)
+	if took := clk.Now().Sub(start); took != 3*delay+delay/4 {
+		t.Errorf("answered at +%v, want %v", took, 3*delay+delay/4)
+	}
+	if s := r.Stats(); s.Hedges != 1 || s.HedgesWon != 1 || s.HedgesDeferred != 1 || s.HedgeWait != 3*delay+delay/4 {
+		t.Errorf("hedges %d won %d deferred %d, waited %v; want 1/1/1 after %v", s.Hedges, s.HedgesWon, s.HedgesDeferred, s.HedgeWait, 3*delay+delay/4)
+	}
+}
+
 // Hedges spend from a token bucket: at most HedgeBudget per primary plus
 // the burst, however slow the cluster is. On a fake clock every primary
 // crosses its hedge delay, so the budget alone decides.
