@@ -46,7 +46,9 @@
 //	                                                                               │ latencies for this size (≥ 2× its median,
 //	                                                                               │ ≥ HedgeMinDelay) passed: an outlier; and a
 //	                                                                               │ budget token: same partitions to another
-//	                                                                               │ replica; the loser is cancelled
+//	                                                                               │ replica; the loser is cancelled (a timer
+//	                                                                               │ late by over half its delay, this process
+//	                                                                               │ stalled, waits once more, delay/4)
 //	                                                                               └ error / "not my partition": next replica
 //
 // Picking: among the usable replicas not tried yet for the partition, those
