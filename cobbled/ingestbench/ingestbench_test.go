@@ -90,7 +90,9 @@ func TestValidate(t *testing.T) {
 
 // BenchmarkIngest runs the whole benchmark once per iteration and reports
 // the ratios. Sizes are small by default; INGESTBENCH_SNAPSHOT_MB
-// and INGESTBENCH_PHASE (a duration) scale it up, e.g.
+// and INGESTBENCH_PHASE (a duration) scale it up, and INGESTBENCH_OUT names
+// a folder for results.md, results.json and the plot (the log shows the
+// table, which go test may cut short), e.g.
 //
 //	INGESTBENCH_SNAPSHOT_MB=1024 go test -run '^$' -bench Ingest -benchtime 1x ./cobbled/ingestbench/
 func BenchmarkIngest(b *testing.B) {
@@ -101,6 +103,7 @@ func BenchmarkIngest(b *testing.B) {
 	if d, err := time.ParseDuration(os.Getenv("INGESTBENCH_PHASE")); err == nil && d > 0 {
 		o.Phase = d
 	}
+	o.Out = os.Getenv("INGESTBENCH_OUT")
 	for range b.N {
 		rep, err := Run(context.Background(), o)
 		if err != nil {
