@@ -381,3 +381,54 @@ func TestKillDuringQueueCompaction(t *testing.T) {
 	}
 	t.Fatal("child never finished a commit within 20 crash points")
 }
+
+// A transaction that enqueues more than the spill threshold writes its
+// records to staging as they come (memory holds at most the threshold),
+// and the commit delivers them all in order with their offsets; an
+// aborted one leaves nothing.
+func TestEnqueueSpills(t *testing.T) {
+	c := newFakeClock()
+	dir := t.TempDir()
+	s, err := Create(dir, &Options{Partitions: 3, Now: c.Now, spillBytes: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int][]queued{}
+	enqueueCommit(t, s, c, 1, 2, "before", want)
+	ptx, _ := s.Begin(ctx)
+	c.advance(time.Second)
+	for i := 0; i < 600; i++ {
+		p := i % 3
+		cause := fmt.Sprintf("big-%d", i)
+		if err := ptx.Enqueue(ctx, pillar.ExportRecord{Partition: int32(p), PageKey: keyOfPartition(p, 3), Op: pillar.OpPut, Cause: cause, Value: make([]byte, 200)}); err != nil {
+			t.Fatal(err)
+		}
+		want[p] = append(want[p], queued{cause, c.Now().UnixMilli()})
+		if q := &ptx.(*tx).queue; q.pendingBytes > 4<<10 {
+			t.Fatalf("record %d: %d bytes pending in memory, threshold 4096", i, q.pendingBytes)
+		}
+	}
+	if n := len(ptx.(*tx).queue.spools); n != 3 {
+		t.Fatalf("%d partitions spooled to staging, want 3", n)
+	}
+	if err := ptx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sn, _ := s.Snapshot(ctx)
+	checkQueue(t, sn, want)
+	sn.Release()
+
+	ptx, _ = s.Begin(ctx)
+	for i := 0; i < 100; i++ {
+		if err := ptx.Enqueue(ctx, pillar.ExportRecord{Partition: 0, PageKey: keyOfPartition(0, 3), Op: pillar.OpPut, Value: make([]byte, 200)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ptx.Abort()
+	if ents, _ := os.ReadDir(filepath.Join(dir, "tx")); len(ents) != 0 {
+		t.Fatalf("an aborted spilled transaction left %d staging dirs", len(ents))
+	}
+	sn, _ = s.Snapshot(ctx)
+	defer sn.Release()
+	checkQueue(t, sn, want)
+}

@@ -49,6 +49,8 @@ type Options struct {
 	crashAt func(step string)
 	// queueFanout replaces defaultQueueFanout when > 1 (tests).
 	queueFanout int
+	// spillBytes replaces spillBytes (spool.go) when > 0 (tests).
+	spillBytes int64
 }
 
 func (o *Options) ensureDefaults() {

@@ -36,6 +36,7 @@ type tx struct {
 	staging string
 	lockF   *os.File
 	ws      *writeset.Set[stagedFile]
+	queue   queueBuf // enqueued records (spool.go)
 }
 
 // Begin starts a transaction reading the current generation.
@@ -276,7 +277,15 @@ func (t *tx) DeleteAttr(ctx context.Context, name string) error { return t.wrap(
 func (t *tx) ExpectAttr(ctx context.Context, name string) error { return t.wrap(t.ws.ExpectAttr(name)) }
 
 func (t *tx) Enqueue(ctx context.Context, recs ...pillar.ExportRecord) error {
-	return t.wrap(t.ws.Enqueue(t.m.Partitions, recs...))
+	if err := t.ws.Enqueue(t.m.Partitions); err != nil { // a finished transaction
+		return t.wrap(err)
+	}
+	for i := range recs {
+		if err := recs[i].Validate(t.m.Partitions); err != nil {
+			return t.errf("enqueue record %d: %w", i, err)
+		}
+	}
+	return t.wrap(t.addQueued(recs))
 }
 
 func (t *tx) MarkConsumed(ctx context.Context, ids ...string) error {
@@ -302,6 +311,7 @@ func (t *tx) Abort() error {
 // finish removes the staging directory, releases its lock and the Begin
 // state's lease.
 func (t *tx) finish() {
+	t.closeSpools()
 	_ = t.s.opts.FS.RemoveAll(t.staging)
 	_ = syscall.Flock(int(t.lockF.Fd()), syscall.LOCK_UN)
 	t.lockF.Close()
@@ -582,7 +592,7 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		}
 		st.Cleanup = time.Since(c0)
 	}
-	s.opts.Logger.Debug("local store: committed", "generation", gen, "tables", len(tables), "attrs", len(attrs), "queued", t.ws.Queued())
+	s.opts.Logger.Debug("local store: committed", "generation", gen, "tables", len(tables), "attrs", len(attrs), "queued", t.queue.queued)
 	return nil
 }
 
@@ -598,52 +608,6 @@ type stagedQueue struct {
 	name         string
 	count, bytes int64
 	crc          string
-}
-
-// stageQueue writes (and fsyncs) one segment file per partition touched,
-// in staging, before the commit lock is taken.
-func (t *tx) stageQueue() ([]stagedQueue, error) {
-	parts, byPart := t.ws.Queue()
-	var out []stagedQueue
-	var files []*crcFile
-	defer func() {
-		for _, f := range files {
-			if f != nil {
-				f.Close()
-			}
-		}
-	}()
-	for _, p := range parts {
-		name := fmt.Sprintf("q%05d.parquet", p)
-		f, err := writeQueueData(t.s.opts.FS, filepath.Join(t.staging, name), byPart[p])
-		if err != nil {
-			return nil, t.errf("commit: export queue partition %d: %w", p, err)
-		}
-		files = append(files, f)
-		out = append(out, stagedQueue{partition: p, name: name, count: int64(len(byPart[p])), crc: f.sum()})
-	}
-	// One fsync round for all partitions' files (concurrent fsyncs share
-	// the journal's commits), not one after another.
-	syncs := make([]func() error, len(files))
-	for i, f := range files {
-		p := out[i].partition
-		syncs[i] = func() error { return wrapErr(fmt.Sprintf("export queue partition %d", p), f.Sync()) }
-	}
-	if err := syncAll(syncs...); err != nil {
-		return nil, t.errf("commit: %w", err)
-	}
-	for i, f := range files {
-		files[i] = nil
-		if err := f.Close(); err != nil {
-			return nil, t.errf("commit: export queue partition %d: %w", out[i].partition, err)
-		}
-		st, err := os.Stat(filepath.Join(t.staging, out[i].name))
-		if err != nil {
-			return nil, t.errf("commit: export queue partition %d: %w", out[i].partition, err)
-		}
-		out[i].bytes = st.Size()
-	}
-	return out, nil
 }
 
 // syncAll runs fns concurrently and returns the first error.
@@ -696,25 +660,6 @@ func writeCurrent(s *Store, name string) error {
 	return s.opts.FS.SyncDir(s.dir)
 }
 
-// writeQueueData writes a queue segment file and returns it open, neither
-// synced nor closed.
-func writeQueueData(fs FS, path string, recs []pillar.ExportRecord) (*crcFile, error) {
-	raw, err := fs.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	f := &crcFile{File: raw}
-	w := parquet.NewGenericWriter[pillar.ExportRecord](f, parquet.Compression(pqzstd.Default))
-	if _, err := w.Write(recs); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if err := w.Close(); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
 
 func tableGen(m *manifest, name string) int64 {
 	if t, ok := m.Tables[name]; ok {
