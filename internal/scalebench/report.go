@@ -385,7 +385,14 @@ func Load(paths ...string) (*Report, error) {
 			s.Repeat += offset[[2]int{s.Size, s.N}]
 			r.Steps = append(r.Steps, s)
 		}
-		r.Load = append(r.Load, sr.Load...)
+		for _, l := range sr.Load {
+			for k, off := range offset {
+				if prefix := fmt.Sprintf("%s, N=%d: ", sizeName(k[0]), k[1]); off > 0 && strings.HasPrefix(l, prefix) {
+					l = fmt.Sprintf("%s, N=%d (repeat %d): %s", sizeName(k[0]), k[1], off, l[len(prefix):])
+				}
+			}
+			r.Load = append(r.Load, l)
+		}
 		r.BigN = max(r.BigN, sr.BigN)
 		for _, s := range sr.Steps {
 			if !slices.Contains(r.Options.Sizes, s.Size) {

@@ -177,6 +177,7 @@ func TestEvaluateRepeats(t *testing.T) {
 	for i, n := range []int{10, 160, 10} {
 		one := &Report{Options: Options{Sizes: []int{4096}, MemoryLimit: "64MiB"}}
 		one.Steps = []Step{{Size: 4096, N: n, Round: "full", Name: "ingest", Pages: n, Seconds: 1}}
+		one.Load = []string{fmt.Sprintf("4KB, N=%d: load average 1 2 3", n)}
 		p := filepath.Join(dir, fmt.Sprint(i))
 		if err := one.Write(p); err != nil {
 			t.Fatal(err)
@@ -193,5 +194,8 @@ func TestEvaluateRepeats(t *testing.T) {
 	}
 	if fmt.Sprint(reps) != "[0 0 1]" || len(m.findAll(4096, 10, "full", "ingest")) != 2 {
 		t.Fatalf("merged repeats %v", reps)
+	}
+	if len(m.Load) != 3 || m.Load[2] != "4KB, N=10 (repeat 1): load average 1 2 3" || m.Load[0] != "4KB, N=10: load average 1 2 3" {
+		t.Fatalf("merged loads %q", m.Load)
 	}
 }
