@@ -70,9 +70,10 @@
 // snapshots run at normal priority. The download itself (copy, SHA-256) is
 // Go code and is paced by bytes only: a Go thread at lowered priority would
 // hold one of the process's Ps while the kernel keeps it waiting. Instead,
-// under the adaptive mode every chunk's copy and hash, and a delta's
-// verification and warming, hold a CPU slot (pace.Limiter.CPU; GOMAXPROCS
-// − 1 of them), so ingest of any kind leaves one P to the reads.
+// under the adaptive mode every snapshot chunk's copy and hash holds a CPU
+// slot (pace.Limiter.CPU; GOMAXPROCS − 1 of them), so a snapshot leaves a
+// P to the reads and the deltas; deltas take no slot (bounding them too
+// let them fall seconds behind on a CPU-starved machine).
 //
 // Where the read tail comes from during ingest (per-window CPU profiles of
 // `pillar bench ingest --cpuprofile-dir`, 2 shared cores): the node's

@@ -306,8 +306,9 @@ var copyBufPool = sync.Pool{New: func() any {
 // hashes them in a goroutine of its own: the copy (read and write system
 // calls) and SHA-256 then use two cores instead of taking turns on one.
 // Each chunk's write and hash hold a slot from cpu while they run
-// (pace.Limiter.CPU: under the adaptive mode ingest leaves a P free for
-// reads); the read from src does not, as it may wait on the network. It
+// (pace.Limiter.CPU: under the adaptive mode a snapshot leaves a P free
+// for reads and deltas); the read from src does not, as it may wait on the
+// network. It
 // returns the bytes copied and the first read, write or cpu error.
 func hashingCopy(dst io.Writer, src io.Reader, h hash.Hash, cpu func() (release func(), err error)) (int64, error) {
 	bufs := copyBufPool.Get().(*copyBufs)

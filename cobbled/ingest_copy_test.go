@@ -77,7 +77,7 @@ func TestHashingCopyCPUSlots(t *testing.T) {
 	}
 	var inSlot, overlaps atomic.Int32
 	cpu := func() (func(), error) {
-		release, err := l.CPU(context.Background(), pace.Fresh)
+		release, err := l.CPU(context.Background(), pace.Bulk)
 		if err != nil {
 			return nil, err
 		}
@@ -99,12 +99,12 @@ func TestHashingCopyCPUSlots(t *testing.T) {
 		t.Fatalf("CPU stats %+v, %d overlaps", s, overlaps.Load())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	hold, err := l.CPU(ctx, pace.Fresh) // every slot taken: the copy cannot compute
+	hold, err := l.CPU(ctx, pace.Bulk) // every slot taken: the copy cannot compute
 	if err != nil {
 		t.Fatal(err)
 	}
 	cancel()
-	if _, err := hashingCopy(io.Discard, bytes.NewReader(data), sha256.New(), func() (func(), error) { return l.CPU(ctx, pace.Fresh) }); !errors.Is(err, context.Canceled) {
+	if _, err := hashingCopy(io.Discard, bytes.NewReader(data), sha256.New(), func() (func(), error) { return l.CPU(ctx, pace.Bulk) }); !errors.Is(err, context.Canceled) {
 		t.Fatalf("copy without a slot: %v, want context.Canceled", err)
 	}
 	hold()

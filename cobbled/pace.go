@@ -147,19 +147,9 @@ func (n *Node) stopWarming() {
 // (pace.Limiter.LowPriority) runs on a thread of its own at nice 19 and
 // idle I/O class (pace.RunLow): it is one long C call that reads the whole
 // file again, a burst of CPU and I/O the byte pacing of the download does
-// not cover. Deltas and unpaced snapshots verify at normal priority, a
-// delta under the adaptive mode holding a CPU slot.
+// not cover. Deltas and unpaced snapshots verify at normal priority.
 func (n *Node) prepareSST(ctx context.Context, path string, size int64) error {
 	class, _ := ctx.Value(paceClassKey{}).(pace.Class)
-	if !n.pacer.LowPriority(class) {
-		// At normal priority the C calls hold a P while they run: take a
-		// CPU slot (pace.Limiter.CPU; none with the adaptive mode off).
-		release, err := n.pacer.CPU(ctx, class)
-		if err != nil {
-			return err
-		}
-		defer release()
-	}
 	if err := n.pacer.RunClass(ctx, class, func() error { _, err := sstverify.Verify(path); return err }); err != nil {
 		return err
 	}

@@ -62,13 +62,14 @@
 // at a lowered thread priority: a thread the kernel keeps waiting would
 // hold one of the process's Ps (GOMAXPROCS) and delay the reads.
 //
-// Ps, not only threads: while the adaptive mode is on, ingest's CPU work
-// of either class (each chunk's copy and hash, a delta's verification and
-// warming) holds one of Options.CPUSlots slots (CPU; GOMAXPROCS − 1 by
-// default), so one P is always left for the reads. Go's scheduler picks up
-// a request that has arrived on the network only when a P looks for work,
-// or from sysmon every 10 ms at most: with every P busy copying and
-// hashing deltas for four partitions, a read waited for one.
+// Ps, not only threads: while the adaptive mode is on, bulk ingest's CPU
+// work (each snapshot chunk's copy and hash) holds one of
+// Options.CPUSlots slots (CPU; GOMAXPROCS − 1 by default), so a snapshot
+// never keeps every P busy: Go's scheduler picks up a request that has
+// arrived on the network only when a P looks for work, or from sysmon
+// every 10 ms at most. Fresh work takes no slot: bounded as well, four
+// partitions' deltas sharing one slot on a CPU-starved machine fell 4.8 s
+// behind during a snapshot.
 //
 // # Time and concurrency
 //
