@@ -85,6 +85,7 @@ type Store struct {
 	closed      bool
 	commits     int       // commits by this Store since the last cleanup
 	lastCleanup time.Time // when this Store last ran cleanup
+	lastSweep   time.Time // when this Store last swept data/
 
 	// retained: the manifests the last cleanup kept and those this Store
 	// committed since, by name, decoded. A manifest at or below CURRENT
@@ -186,7 +187,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if _, err := s.Cleanup(context.Background()); err != nil && !readOnly(err) {
 		o.Logger.Warn("local store: cleanup", "dir", dir, "err", err)
 	}
-	s.lastCleanup = o.Now()
+	s.lastCleanup, s.lastSweep = o.Now(), o.Now()
 	return s, nil
 }
 
@@ -380,6 +381,7 @@ func (s *Store) cleanupLocked(ctx context.Context, listed []os.DirEntry) (Cleanu
 	var cs CleanupStats
 	fs := s.opts.FS
 	now := s.opts.Now()
+	var intended []string // files a dead commit moved into data/
 	// Dead transactions: their .lock is not held by anyone.
 	txs, _ := os.ReadDir(filepath.Join(s.dir, "tx"))
 	for _, e := range txs {
@@ -395,6 +397,16 @@ func (s *Store) cleanupLocked(ctx context.Context, listed []os.DirEntry) (Cleanu
 		}
 		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
 			s.opts.Logger.Info("local store: removing staging of a dead transaction", "tx", e.Name())
+			// A commit that died after moving files into data/ listed them
+			// first: they go below unless a retained manifest names them
+			// (the commit may have got past CURRENT).
+			if b, err := os.ReadFile(filepath.Join(p, intentFile)); err == nil {
+				for _, n := range strings.Split(string(b), "\n") {
+					if n != "" && !strings.ContainsAny(n, "/\\") {
+						intended = append(intended, n)
+					}
+				}
+			}
 			_ = fs.RemoveAll(p)
 			cs.Staging++
 		}
@@ -496,7 +508,7 @@ func (s *Store) cleanupLocked(ctx context.Context, listed []os.DirEntry) (Cleanu
 			s.index.drop(name)
 		}
 	}
-	if listed != nil {
+	if listed != nil || len(intended) > 0 {
 		if err := s.indexedFiles(ctx, kept, keep); err != nil {
 			return cs, err // an unreadable index file: remove no data file
 		}
@@ -505,7 +517,13 @@ func (s *Store) cleanupLocked(ctx context.Context, listed []os.DirEntry) (Cleanu
 				remove(e.Name())
 			}
 		}
-	} else {
+		for _, n := range intended {
+			if !keep[n] {
+				remove(n)
+			}
+		}
+	}
+	if listed == nil {
 		done := map[string]bool{}
 		for _, m := range removed {
 			for _, t := range m.Tables {

@@ -37,6 +37,30 @@ type tx struct {
 	lockF   *os.File
 	ws      *writeset.Set[stagedFile]
 	queue   queueBuf // enqueued records (spool.go)
+	// intent lists, in staging, every file the commit is about to put into
+	// data/ (written before each, not synced): when the process dies
+	// mid-commit, the cleanup that finds its staging dead removes those of
+	// them no retained manifest names (cleanupLocked).
+	intent File
+}
+
+// intentFile is the name of a staging directory's list of files moved
+// into data/.
+const intentFile = "moving"
+
+// intend appends name to the commit's intent list.
+func (t *tx) intend(name string) error {
+	if t.intent == nil {
+		f, err := t.s.opts.FS.Create(filepath.Join(t.staging, intentFile))
+		if err != nil {
+			return fmt.Errorf("intent: %w", err)
+		}
+		t.intent = f
+	}
+	if _, err := t.intent.Write([]byte(name + "\n")); err != nil {
+		return fmt.Errorf("intent: %w", err)
+	}
+	return nil
 }
 
 // Begin starts a transaction reading the current generation.
@@ -346,6 +370,19 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	// A store written before checksums gets them with its next commit
 	// (computed before the lock: it reads every such file once).
 	sums := s.missingSums(ctx, t.m)
+	// Every sweepEvery one commit's cleanup also sweeps data/ (listed now,
+	// before the lock): the files of a commit killed before it listed
+	// them, and of a removal that failed.
+	var listed []os.DirEntry
+	s.mu.Lock()
+	sweep := s.opts.Now().Sub(s.lastSweep) > sweepEvery
+	if sweep {
+		s.lastSweep = s.opts.Now()
+	}
+	s.mu.Unlock()
+	if sweep {
+		listed, _ = os.ReadDir(filepath.Join(s.dir, "data"))
+	}
 	staging := time.Now()
 	unlock, err := s.lock(ctx)
 	if err != nil {
@@ -402,11 +439,15 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	prefix := fmt.Sprintf("%012d-%s-", gen, hex.EncodeToString(rb[:]))
 	dataDir := filepath.Join(s.dir, "data")
 	var moved []string
+	committed := false // CURRENT names the new manifest: nothing may be removed
 	defer func() {
-		if err != nil {
+		if err != nil && !committed {
 			for _, f := range moved {
 				_ = s.opts.FS.Remove(filepath.Join(dataDir, f))
 			}
+		}
+		if t.intent != nil {
+			t.intent.Close()
 		}
 	}()
 
@@ -420,6 +461,9 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		for _, part := range ch.Parts {
 			sf := part.Staged
 			dst := prefix + sf.name
+			if err := t.intend(dst); err != nil {
+				return t.errf("commit: %w", err)
+			}
 			if err := s.opts.FS.Rename(filepath.Join(t.staging, sf.name), filepath.Join(dataDir, dst)); err != nil {
 				return t.errf("commit: table %q: %w", name, err)
 			}
@@ -456,6 +500,9 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 			nm.Queue[qf.partition] = q
 		}
 		name := prefix + qf.name
+		if err := t.intend(name); err != nil {
+			return t.errf("commit: %w", err)
+		}
 		if err := s.opts.FS.Rename(filepath.Join(t.staging, qf.name), filepath.Join(dataDir, name)); err != nil {
 			return t.errf("commit: export queue partition %d: %w", qf.partition, err)
 		}
@@ -473,6 +520,9 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	indexStart := time.Now()
 	for _, p := range parts {
 		err := s.compactQueue(ctx, p, nm.Queue[p], prefix, func(name string, ix *indexFile) (int64, string, error) {
+			if err := t.intend(name); err != nil {
+				return 0, "", err
+			}
 			size, crc, err := writeIndexFile(s.opts.FS, filepath.Join(dataDir, name), ix)
 			if err != nil {
 				_ = s.opts.FS.Remove(filepath.Join(dataDir, name))
@@ -561,10 +611,14 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		return fail("CURRENT", err)
 	}
 	s.hook("current-renamed")
-	// From here the commit is visible (to this process at least): a failed
-	// directory sync is reported, the files stay.
+	// From here the commit is decided: CURRENT names it (for every reader
+	// from now on), so nothing it wrote is removed whatever fails next. A
+	// failed sync of the store directory is reported: the commit may not
+	// survive a power loss.
+	committed = true
+	var durable error
 	if err := s.opts.FS.SyncDir(s.dir); err != nil {
-		return t.errf("commit: CURRENT: %w", err)
+		durable = t.errf("commit: generation %d is committed (CURRENT names it), but the store directory's fsync failed, so it may not survive a power loss: %w", gen, err)
 	}
 	s.hook("committed")
 	t3 := time.Now()
@@ -580,26 +634,27 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	// after each one (unreferenced files wait a little longer, that's all).
 	s.mu.Lock()
 	s.commits++
-	due := s.commits >= cleanupEvery || s.opts.Now().Sub(s.lastCleanup) > cleanupAfter
+	due := s.commits >= cleanupEvery || s.opts.Now().Sub(s.lastCleanup) > cleanupAfter || listed != nil
 	if due {
 		s.commits, s.lastCleanup = 0, s.opts.Now()
 	}
 	s.mu.Unlock()
 	if due {
 		c0 := time.Now()
-		if _, cerr := s.cleanupLocked(ctx, nil); cerr != nil {
+		if _, cerr := s.cleanupLocked(ctx, listed); cerr != nil {
 			s.opts.Logger.Warn("local store: cleanup after commit", "err", cerr)
 		}
 		st.Cleanup = time.Since(c0)
 	}
 	s.opts.Logger.Debug("local store: committed", "generation", gen, "tables", len(tables), "attrs", len(attrs), "queued", t.queue.queued)
-	return nil
+	return durable
 }
 
 // Cleanup cadence after commits.
 const (
 	cleanupEvery = 16
 	cleanupAfter = 30 * time.Second
+	sweepEvery   = 10 * time.Minute
 )
 
 // stagedQueue is one partition's queue segment written to staging.
@@ -659,7 +714,6 @@ func writeCurrent(s *Store, name string) error {
 	s.hook("current-renamed")
 	return s.opts.FS.SyncDir(s.dir)
 }
-
 
 func tableGen(m *manifest, name string) int64 {
 	if t, ok := m.Tables[name]; ok {
