@@ -1,7 +1,9 @@
 package rocks
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -76,8 +78,25 @@ func TestIngestOptions(t *testing.T) {
 	if err := db.IngestExternalFile([]string{filepath.Join(dir, "d1.sst")}, snap); err == nil {
 		t.Fatal("snapshot options ingested an overlapping file (global seqno needed)")
 	}
+	staged, err := os.ReadFile(filepath.Join(dir, "d1.sst"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := db.IngestExternalFile([]string{filepath.Join(dir, "d1.sst")}, delta); err != nil {
 		t.Fatalf("delta: %v", err)
+	}
+	// write_global_seqno=false: the linked file is byte for byte the staged
+	// one (with true, RocksDB writes the seqno into its properties block).
+	var linked []byte
+	for _, lf := range db.GetLiveFilesMetaData() {
+		if lf.Level < 6 { // the snapshot is at L6; the delta lands above it
+			if linked, err = os.ReadFile(filepath.Join(dir, "db", lf.Name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !bytes.Equal(linked, staged) {
+		t.Fatalf("the ingested delta file (%d bytes) differs from the staged one (%d bytes): its global seqno was written into it", len(linked), len(staged))
 	}
 	if seq := db.GetLatestSequenceNumber(); seq != 1 {
 		t.Fatalf("latest seqno %d after the delta, want 1 (a global seqno)", seq)
