@@ -13,9 +13,16 @@ import (
 // writeSST writes keys (with value "v"+suffix) into a new SST at path.
 func writeSST(t *testing.T, path, suffix string, keys ...string) {
 	t.Helper()
+	writeRows(t, path, len(keys), func(i int) ([]byte, []byte) { return []byte(keys[i]), []byte("v" + suffix) })
+}
+
+// writeRows writes n rows, row i being kv(i) (keys in order), into a new
+// SST at path with the toolkit's table layout.
+func writeRows(tb testing.TB, path string, n int, kv func(i int) (key, value []byte)) {
+	tb.Helper()
 	opts, err := TableConfig{}.Options(nil)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer opts.Destroy()
 	env := grocksdb.NewDefaultEnvOptions()
@@ -23,15 +30,15 @@ func writeSST(t *testing.T, path, suffix string, keys ...string) {
 	w := grocksdb.NewSSTFileWriter(env, opts)
 	defer w.Destroy()
 	if err := w.Open(path); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	for _, k := range keys {
-		if err := w.Put([]byte(k), []byte("v"+suffix)); err != nil {
-			t.Fatal(err)
+	for i := range n {
+		if err := w.Put(kv(i)); err != nil {
+			tb.Fatal(err)
 		}
 	}
 	if err := w.Finish(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 

@@ -71,26 +71,7 @@ func multiGetDuringIngest(b *testing.B, warm bool) {
 	}
 	write := func(name string, keys []int, v int) string {
 		p := filepath.Join(dir, name)
-		wo, err := TableConfig{}.Options(nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer wo.Destroy()
-		env := grocksdb.NewDefaultEnvOptions()
-		defer env.Destroy()
-		sw := grocksdb.NewSSTFileWriter(env, wo)
-		defer sw.Destroy()
-		if err := sw.Open(p); err != nil {
-			b.Fatal(err)
-		}
-		for _, k := range keys {
-			if err := sw.Put(key(k), val(k, v)); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := sw.Finish(); err != nil {
-			b.Fatal(err)
-		}
+		writeRows(b, p, len(keys), func(i int) ([]byte, []byte) { return key(keys[i]), val(keys[i], v) })
 		return p
 	}
 	all := make([]int, n)

@@ -65,26 +65,7 @@ func key(k int) []byte { return []byte(fmt.Sprintf("k%05d", k)) }
 func (d *warmDB) sst(name string, lo, hi, v int) string {
 	d.t.Helper()
 	path := filepath.Join(d.dir, name)
-	opts, err := TableConfig{}.Options(nil)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	defer opts.Destroy()
-	env := grocksdb.NewDefaultEnvOptions()
-	defer env.Destroy()
-	w := grocksdb.NewSSTFileWriter(env, opts)
-	defer w.Destroy()
-	if err := w.Open(path); err != nil {
-		d.t.Fatal(err)
-	}
-	for k := lo; k < hi; k++ {
-		if err := w.Put(key(k), value(k, v)); err != nil {
-			d.t.Fatal(err)
-		}
-	}
-	if err := w.Finish(); err != nil {
-		d.t.Fatal(err)
-	}
+	writeRows(d.t, path, hi-lo, func(i int) ([]byte, []byte) { return key(lo + i), value(lo+i, v) })
 	return path
 }
 
@@ -219,23 +200,8 @@ func TestWarmerBudgetPerCompaction(t *testing.T) {
 		return b
 	}
 	for i, name := range []string{"a.sst", "b.sst"} {
-		opts, _ := TableConfig{}.Options(nil)
-		env := grocksdb.NewDefaultEnvOptions()
-		w := grocksdb.NewSSTFileWriter(env, opts)
 		path := filepath.Join(d.dir, name)
-		must := func(err error) {
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		must(w.Open(path))
-		for k := range 200 {
-			must(w.Put(key(k), rnd()))
-		}
-		must(w.Finish())
-		w.Destroy()
-		env.Destroy()
-		opts.Destroy()
+		writeRows(t, path, 200, func(k int) ([]byte, []byte) { return key(k), rnd() })
 		d.ingest(path, i == 0)
 	}
 	d.db.CompactRange(grocksdb.Range{})
