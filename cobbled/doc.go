@@ -87,10 +87,14 @@
 // (Options.Background; rocks.Warmer): a delta's staged files are read into
 // it before they are ingested (their cache keys survive the move), and a
 // RocksDB listener reads each compaction output into it before the
-// compaction is installed. With room in the cache the data-block hit ratio
-// during a delta stream stays at 0.999 (0.70 unwarmed); with the data
-// nearly filling it, stale blocks of compacted-away files (7.8 does not
-// drop them) crowd the warmed ones out and it is 0.65 (0.55 unwarmed). Ingest's own CPU, per GB downloaded: SHA-256
+// compaction is installed, and a warmed file's blocks are erased when
+// RocksDB deletes the file (7.8 leaves them to LRU). With room in the
+// cache the data-block hit ratio during a delta stream stays at 0.999
+// (0.70 unwarmed); with the data nearly filling it, 0.67–0.79 (0.54–0.60
+// unwarmed). In isolation (BenchmarkMultiGetDuringIngest, internal/rocks)
+// warming keeps MultiGet's p50 during ingest at 0.93–0.96× the p50 without
+// ingest (2.1–2.4× cold); on the shared machine the read tail is set by
+// scheduling, and warming did not move `pillar bench ingest`'s p99. Ingest's own CPU, per GB downloaded: SHA-256
 // ≈ 0.9 core-s, the copy's read and write syscalls ≈ 0.7, block
 // verification ≈ 0.4, IngestExternalFile ≈ 0.05 (one paced run, 1.35 GB in
 // 31 s); compaction threads (nice 19) are the rest; Go GC did not change during

@@ -260,7 +260,13 @@ func (m *Metrics) paceCollectors() []prometheus.Collector {
 	warm := func(f func(rocks.WarmStats) uint64) func() float64 {
 		return func() float64 {
 			n := m.node.Load()
-			if n == nil || n.warmer == nil {
+			if n == nil {
+				return 0
+			}
+			// Close frees the warmer under lifeMu (a scrape may race it).
+			n.lifeMu.RLock()
+			defer n.lifeMu.RUnlock()
+			if n.closed.Load() || n.warmer == nil {
 				return 0
 			}
 			return float64(f(n.warmer.Stats()))

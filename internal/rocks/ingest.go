@@ -5,7 +5,9 @@ import "C"
 
 import (
 	"fmt"
+	"log/slog"
 	"reflect"
+	"sync"
 	"unsafe"
 
 	"github.com/linxGnu/grocksdb"
@@ -135,10 +137,16 @@ func ingestHandle(o *grocksdb.IngestExternalFileOptions, snapshot bool) unsafe.P
 		want |= ingestAllowGlobalSeqno
 	}
 	if h == nil || C.pillar_ingest_flags(h) != want {
+		layoutWarning.Do(func() {
+			slog.Warn("rocks: IngestExternalFileOptions read back differently through the C++ shim (grocksdb or RocksDB upgraded?): " +
+				"write_global_seqno stays true (one more write and fsync per ingested file) and fail_if_not_bottommost_level false")
+		})
 		return nil
 	}
 	return h
 }
+
+var layoutWarning sync.Once
 
 // ingestFlags reads o's flags back through the shim (for tests).
 func ingestFlags(o *grocksdb.IngestExternalFileOptions) uint {
@@ -174,8 +182,8 @@ type Background struct {
 	// installed (on the compaction thread): reads of overwritten keys and
 	// of a freshly compacted partition then hit the cache (warm.go).
 	NoWarm bool
-	// WarmMaxFile is the largest file warmed, in bytes: a bigger one (a
-	// large compaction output) would evict more hot blocks than it brings
+	// WarmMaxFile is the most bytes warmed per compaction, and the largest
+	// delta file warmed: more would evict more hot blocks than it brings
 	// in. The default value 0 is a quarter of the block cache.
 	WarmMaxFile int64
 }

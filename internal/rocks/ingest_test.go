@@ -1,7 +1,9 @@
 package rocks
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -11,9 +13,16 @@ import (
 // writeSST writes keys (with value "v"+suffix) into a new SST at path.
 func writeSST(t *testing.T, path, suffix string, keys ...string) {
 	t.Helper()
+	writeRows(t, path, len(keys), func(i int) ([]byte, []byte) { return []byte(keys[i]), []byte("v" + suffix) })
+}
+
+// writeRows writes n rows, row i being kv(i) (keys in order), into a new
+// SST at path with the toolkit's table layout.
+func writeRows(tb testing.TB, path string, n int, kv func(i int) (key, value []byte)) {
+	tb.Helper()
 	opts, err := TableConfig{}.Options(nil)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer opts.Destroy()
 	env := grocksdb.NewDefaultEnvOptions()
@@ -21,15 +30,15 @@ func writeSST(t *testing.T, path, suffix string, keys ...string) {
 	w := grocksdb.NewSSTFileWriter(env, opts)
 	defer w.Destroy()
 	if err := w.Open(path); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	for _, k := range keys {
-		if err := w.Put([]byte(k), []byte("v"+suffix)); err != nil {
-			t.Fatal(err)
+	for i := range n {
+		if err := w.Put(kv(i)); err != nil {
+			tb.Fatal(err)
 		}
 	}
 	if err := w.Finish(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 
@@ -76,8 +85,25 @@ func TestIngestOptions(t *testing.T) {
 	if err := db.IngestExternalFile([]string{filepath.Join(dir, "d1.sst")}, snap); err == nil {
 		t.Fatal("snapshot options ingested an overlapping file (global seqno needed)")
 	}
+	staged, err := os.ReadFile(filepath.Join(dir, "d1.sst"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := db.IngestExternalFile([]string{filepath.Join(dir, "d1.sst")}, delta); err != nil {
 		t.Fatalf("delta: %v", err)
+	}
+	// write_global_seqno=false: the linked file is byte for byte the staged
+	// one (with true, RocksDB writes the seqno into its properties block).
+	var linked []byte
+	for _, lf := range db.GetLiveFilesMetaData() {
+		if lf.Level < 6 { // the snapshot is at L6; the delta lands above it
+			if linked, err = os.ReadFile(filepath.Join(dir, "db", lf.Name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !bytes.Equal(linked, staged) {
+		t.Fatalf("the ingested delta file (%d bytes) differs from the staged one (%d bytes): its global seqno was written into it", len(linked), len(staged))
 	}
 	if seq := db.GetLatestSequenceNumber(); seq != 1 {
 		t.Fatalf("latest seqno %d after the delta, want 1 (a global seqno)", seq)

@@ -3,6 +3,8 @@
 #ifndef PILLAR_ROCKS_SHIM_H
 #define PILLAR_ROCKS_SHIM_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -20,8 +22,10 @@ pillar_warmer* pillar_warmer_create(void* opts, int compactions,
                                     unsigned long long max_file);
 void pillar_warmer_destroy(pillar_warmer* w);
 void pillar_warmer_drop(pillar_warmer* w, const char* prefix);
-char* pillar_warmer_warm_file(pillar_warmer* w, const char* path,
-                              unsigned long long* bytes);
+// Returns 1, or 0 with the reason in msg (msg_len > 0 bytes, NUL-ended).
+int pillar_warmer_warm_file(pillar_warmer* w, const char* path,
+                            unsigned long long* bytes, char* msg,
+                            size_t msg_len);
 void pillar_warmer_stats(pillar_warmer* w, pillar_warm_stats* out);
 unsigned long long pillar_options_l0_trigger(void* opts);
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -30,11 +31,17 @@ struct c_options {
   rocksdb::Options rep;
 };
 
-char* dup_status(const rocksdb::Status& s) {
-  std::string msg = s.ToString();
-  char* out = static_cast<char*>(std::malloc(msg.size() + 1));
-  std::memcpy(out, msg.c_str(), msg.size() + 1);
-  return out;
+// copy_status writes s's message, cut to fit, into buf (n > 0 bytes).
+void copy_status(const rocksdb::Status& s, char* buf, size_t n) {
+  std::string msg;
+  try {
+    msg = s.ToString();
+  } catch (...) {
+    msg = "error (no memory for its message)";
+  }
+  size_t m = std::min(msg.size(), n - 1);
+  std::memcpy(buf, msg.data(), m);
+  buf[m] = 0;
 }
 
 // RecordingCache is the block cache a warming reader sees: every call goes
@@ -196,11 +203,14 @@ class Tracker {
 // they are the keys the database's own reader uses once the file is
 // ingested or installed. With a tracker, the reader's cache records the
 // keys and the tracker keeps them under path.
-rocksdb::Status warm_file(const std::shared_ptr<rocksdb::TableFactory>& tf,
-                          Tracker* tracker, const std::string& path,
-                          uint64_t* bytes) {
+rocksdb::Status warm_file(const rocksdb::Options& src, Tracker* tracker,
+                          const std::string& path, uint64_t* bytes) {
+  const std::shared_ptr<rocksdb::TableFactory>& tf = src.table_factory;
   rocksdb::Options o;
   o.table_factory = tf;
+  // Read as the databases do: their Env (file system) and direct reads.
+  o.env = src.env;
+  o.use_direct_reads = src.use_direct_reads;
   std::shared_ptr<RecordingCache> rec;
   if (tracker != nullptr) {
     const auto* bbto = tf->GetOptions<rocksdb::BlockBasedTableOptions>();
@@ -249,24 +259,51 @@ struct Counters {
 // compaction's result is installed, so readers never see the file cold.
 class WarmListener : public rocksdb::EventListener {
  public:
-  WarmListener(std::shared_ptr<rocksdb::TableFactory> tf,
-               std::shared_ptr<Tracker> tracker, bool compactions,
-               uint64_t max_file)
-      : tf_(std::move(tf)), tracker_(std::move(tracker)),
-        compactions_(compactions), max_file_(max_file) {}
+  WarmListener(const rocksdb::Options& src, std::shared_ptr<Tracker> tracker,
+               bool compactions, uint64_t max_bytes)
+      : tracker_(std::move(tracker)), compactions_(compactions),
+        max_bytes_(max_bytes) {
+    src_.table_factory = src.table_factory;
+    src_.env = src.env;
+    src_.use_direct_reads = src.use_direct_reads;
+  }
 
   const char* Name() const override { return "PillarWarmListener"; }
 
   void OnExternalFileIngested(rocksdb::DB*,
                               const rocksdb::ExternalFileIngestionInfo& info) override {
-    if (tracker_) {
-      tracker_->Rename(info.external_file_path, info.internal_file_path);
+    try {
+      if (tracker_) {
+        tracker_->Rename(info.external_file_path, info.internal_file_path);
+      }
+    } catch (...) {
     }
   }
 
   void OnTableFileDeleted(const rocksdb::TableFileDeletionInfo& info) override {
-    if (tracker_ && info.status.ok()) {
-      tracker_->Drop(info.file_path);
+    try {
+      if (tracker_ && info.status.ok()) {
+        tracker_->Drop(info.file_path);
+      }
+    } catch (...) {
+    }
+  }
+
+  // The budget is per compaction, not per file: a compaction that
+  // rewrites a large partition writes many files each under the limit.
+  void OnCompactionBegin(rocksdb::DB*, const rocksdb::CompactionJobInfo& ci) override {
+    try {
+      std::lock_guard<std::mutex> l(mu_);
+      budget_[ci.job_id] = max_bytes_;
+    } catch (...) {
+    }
+  }
+
+  void OnCompactionCompleted(rocksdb::DB*, const rocksdb::CompactionJobInfo& ci) override {
+    try {
+      std::lock_guard<std::mutex> l(mu_);
+      budget_.erase(ci.job_id);
+    } catch (...) {
     }
   }
 
@@ -276,74 +313,109 @@ class WarmListener : public rocksdb::EventListener {
         !info.status.ok()) {
       return;
     }
-    if (info.file_size > max_file_) {
-      c.skipped.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    uint64_t n = 0;
-    if (!warm_file(tf_, tracker_.get(), info.file_path, &n).ok()) {
-      // Only the cache misses out: the file itself is RocksDB's to judge.
+    try {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        auto it = budget_.find(info.job_id);
+        uint64_t left = it == budget_.end() ? max_bytes_ : it->second;
+        if (info.file_size > left) {
+          c.skipped.fetch_add(1, std::memory_order_relaxed);
+          if (it != budget_.end()) {
+            it->second = 0;  // this compaction's later files stay cold too
+          }
+          return;
+        }
+        if (it != budget_.end()) {
+          it->second = left - info.file_size;
+        }
+      }
+      uint64_t n = 0;
+      if (!warm_file(src_, tracker_.get(), info.file_path, &n).ok()) {
+        // Only the cache misses out: the file itself is RocksDB's to judge.
+        c.failed.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      c.files.fetch_add(1, std::memory_order_relaxed);
+      c.bytes.fetch_add(info.file_size, std::memory_order_relaxed);
+    } catch (...) {
       c.failed.fetch_add(1, std::memory_order_relaxed);
-      return;
     }
-    c.files.fetch_add(1, std::memory_order_relaxed);
-    c.bytes.fetch_add(info.file_size, std::memory_order_relaxed);
   }
 
   Counters c;
 
  private:
-  std::shared_ptr<rocksdb::TableFactory> tf_;
+  rocksdb::Options src_;  // table factory, env and direct reads of the databases
   std::shared_ptr<Tracker> tracker_;  // null: no block cache to track
   bool compactions_;
-  uint64_t max_file_;
+  uint64_t max_bytes_;  // warmed per compaction at most
+  std::mutex mu_;
+  std::unordered_map<int, uint64_t> budget_;  // by compaction job id
 };
 
 }  // namespace
 
 struct pillar_warmer {
-  std::shared_ptr<rocksdb::TableFactory> tf;
+  rocksdb::Options src;  // table factory, env and direct reads of the databases
   std::shared_ptr<Tracker> tracker;  // null when the factory has no block cache
   std::shared_ptr<WarmListener> listener;
   Counters files;  // WarmFile calls
 };
 
 extern "C" pillar_warmer* pillar_warmer_create(void* opts, int compactions,
-                                               unsigned long long max_file) {
-  auto* o = static_cast<c_options*>(opts);
-  auto* w = new pillar_warmer;
-  w->tf = o->rep.table_factory;
-  const auto* bbto = w->tf ? w->tf->GetOptions<rocksdb::BlockBasedTableOptions>() : nullptr;
-  if (bbto != nullptr && bbto->block_cache) {
-    w->tracker = std::make_shared<Tracker>(bbto->block_cache);
+                                               unsigned long long max_bytes) {
+  try {
+    auto* o = static_cast<c_options*>(opts);
+    std::unique_ptr<pillar_warmer> w(new pillar_warmer);
+    w->src.table_factory = o->rep.table_factory;
+    w->src.env = o->rep.env;
+    w->src.use_direct_reads = o->rep.use_direct_reads;
+    const auto* bbto = w->src.table_factory
+                           ? w->src.table_factory->GetOptions<rocksdb::BlockBasedTableOptions>()
+                           : nullptr;
+    if (bbto != nullptr && bbto->block_cache) {
+      w->tracker = std::make_shared<Tracker>(bbto->block_cache);
+    }
+    w->listener = std::make_shared<WarmListener>(w->src, w->tracker, compactions != 0, max_bytes);
+    o->rep.listeners.push_back(w->listener);
+    return w.release();
+  } catch (...) {
+    return nullptr;
   }
-  w->listener = std::make_shared<WarmListener>(w->tf, w->tracker, compactions != 0, max_file);
-  o->rep.listeners.push_back(w->listener);
-  return w;
 }
 
 extern "C" void pillar_warmer_drop(pillar_warmer* w, const char* prefix) {
-  if (w->tracker) {
-    w->tracker->Drop(prefix);
+  try {
+    if (w->tracker) {
+      w->tracker->Drop(prefix);
+    }
+  } catch (...) {
   }
 }
 
 extern "C" void pillar_warmer_destroy(pillar_warmer* w) { delete w; }
 
-extern "C" char* pillar_warmer_warm_file(pillar_warmer* w, const char* path,
-                                         unsigned long long* bytes) {
+extern "C" int pillar_warmer_warm_file(pillar_warmer* w, const char* path,
+                                       unsigned long long* bytes, char* msg,
+                                       size_t msg_len) {
+  rocksdb::Status s;
   uint64_t n = 0;
-  rocksdb::Status s = warm_file(w->tf, w->tracker.get(), path, &n);
+  try {
+    s = warm_file(w->src, w->tracker.get(), path, &n);
+  } catch (...) {
+    s = rocksdb::Status::Aborted("out of memory while warming");
+  }
   if (!s.ok()) {
     w->files.failed.fetch_add(1, std::memory_order_relaxed);
-    return dup_status(s);
+    copy_status(s, msg, msg_len);
+    return 0;
   }
   w->files.files.fetch_add(1, std::memory_order_relaxed);
   w->files.bytes.fetch_add(n, std::memory_order_relaxed);
   if (bytes != nullptr) {
     *bytes = n;
   }
-  return nullptr;
+  return 1;
 }
 
 extern "C" void pillar_warmer_stats(pillar_warmer* w, pillar_warm_stats* out) {
@@ -356,7 +428,11 @@ extern "C" void pillar_warmer_stats(pillar_warmer* w, pillar_warm_stats* out) {
   out->compaction_skipped = c.skipped.load(std::memory_order_relaxed);
   out->compaction_failed = c.failed.load(std::memory_order_relaxed);
   out->erased_blocks = w->tracker ? w->tracker->erased.load(std::memory_order_relaxed) : 0;
-  out->tracked_files = w->tracker ? w->tracker->Files() : 0;
+  try {
+    out->tracked_files = w->tracker ? w->tracker->Files() : 0;
+  } catch (...) {
+    out->tracked_files = 0;
+  }
 }
 
 extern "C" unsigned long long pillar_options_l0_trigger(void* opts) {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/linxGnu/grocksdb"
@@ -49,6 +50,7 @@ import (
 // Warmer warms SST files into the block cache of the databases opened with
 // the options it was created for. It is safe for concurrent use.
 type Warmer struct {
+	mu      sync.RWMutex // guards c: Destroy takes it exclusively
 	c       *C.pillar_warmer
 	maxFile int64
 }
@@ -69,10 +71,13 @@ type WarmStats struct {
 }
 
 // NewWarmer returns a Warmer for databases opened with o, whose table
-// factory (block cache included) must already be set. With compactions, it
-// also adds a listener to o that warms every compaction output file of at
-// most maxFile bytes before the compaction is installed; o must not have
-// opened a database yet. The caller destroys the Warmer after the
+// factory (block cache included) must already be set; it reads as o's
+// databases do (o's Env and direct-reads setting). It adds a listener to o
+// (o must not have opened a database yet; call it once per Options) that
+// erases warmed files' blocks when RocksDB deletes the files and, with
+// compactions, warms each compaction's output files before the compaction
+// is installed while their total stays within maxFile bytes (a budget per
+// compaction: one that rewrites a large partition writes many files). The caller destroys the Warmer after the
 // databases are closed (o keeps its listener until o is destroyed).
 func NewWarmer(o *grocksdb.Options, compactions bool, maxFile int64) (*Warmer, error) {
 	if maxFile < 0 {
@@ -86,7 +91,11 @@ func NewWarmer(o *grocksdb.Options, compactions bool, maxFile int64) (*Warmer, e
 	if compactions {
 		flag = 1
 	}
-	return &Warmer{c: C.pillar_warmer_create(h, flag, C.ulonglong(maxFile)), maxFile: maxFile}, nil
+	c := C.pillar_warmer_create(h, flag, C.ulonglong(maxFile))
+	if c == nil {
+		return nil, errors.New("rocks: warm: could not create the warmer (out of memory)")
+	}
+	return &Warmer{c: c, maxFile: maxFile}, nil
 }
 
 // optionsHandle returns o's rocksdb_options_t: grocksdb keeps it as the
@@ -113,22 +122,32 @@ func optionsHandle(o *grocksdb.Options) (unsafe.Pointer, error) {
 // values read. Call it for a file about to be ingested, so that its blocks
 // are hits from the moment the data is visible.
 func (w *Warmer) WarmFile(path string) (int64, error) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.c == nil {
+		return 0, errors.New("rocks: warm: warmer destroyed")
+	}
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	var n C.ulonglong
-	if msg := C.pillar_warmer_warm_file(w.c, cs, &n); msg != nil {
-		defer C.free(unsafe.Pointer(msg))
-		return 0, fmt.Errorf("rocks: warm %s: %s", path, C.GoString(msg))
+	var msg [512]C.char
+	if C.pillar_warmer_warm_file(w.c, cs, &n, &msg[0], C.size_t(len(msg))) == 0 {
+		return 0, fmt.Errorf("rocks: warm %s: %s", path, C.GoString(&msg[0]))
 	}
 	return int64(n), nil
 }
 
-// MaxFile is the largest compaction output the Warmer warms; callers of
-// WarmFile apply the same limit.
+// MaxFile is the Warmer's budget per compaction; callers of WarmFile apply
+// it as the largest file they warm.
 func (w *Warmer) MaxFile() int64 { return w.maxFile }
 
-// Stats returns the Warmer's counters.
+// Stats returns the Warmer's counters (zero once destroyed).
 func (w *Warmer) Stats() WarmStats {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.c == nil {
+		return WarmStats{}
+	}
 	var s C.pillar_warm_stats
 	C.pillar_warmer_stats(w.c, &s)
 	return WarmStats{Files: uint64(s.files), Bytes: uint64(s.bytes), Failed: uint64(s.failed),
@@ -139,16 +158,28 @@ func (w *Warmer) Stats() WarmStats {
 
 // DropDir erases from the cache the blocks of every warmed file under dir
 // (a database generation the caller closed and is deleting: RocksDB sends
-// no deletion events for files it does not delete itself).
+// no deletion events for files it does not delete itself). It does nothing
+// once the Warmer is destroyed.
 func (w *Warmer) DropDir(dir string) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.c == nil {
+		return
+	}
 	cs := C.CString(strings.TrimSuffix(dir, "/") + "/")
 	defer C.free(unsafe.Pointer(cs))
 	C.pillar_warmer_drop(w.c, cs)
 }
 
-// Destroy frees the Warmer. Options (and databases) that hold its listener
-// keep it alive until they are destroyed themselves.
+// Destroy frees the Warmer; it is safe to call more than once, and
+// concurrently with the other methods (which then do nothing, or fail).
+// Options (and databases) that hold its listener keep it alive until they
+// are destroyed themselves.
 func (w *Warmer) Destroy() {
-	C.pillar_warmer_destroy(w.c)
-	w.c = nil
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.c != nil {
+		C.pillar_warmer_destroy(w.c)
+		w.c = nil
+	}
 }

@@ -3,6 +3,7 @@ package rocks
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -22,7 +23,7 @@ type warmDB struct {
 	ro    *grocksdb.ReadOptions
 }
 
-func openWarmDB(t *testing.T, compactions bool, maxFile int64) *warmDB {
+func openWarmDB(t *testing.T, compactions bool, maxFile int64, tune ...func(*grocksdb.Options)) *warmDB {
 	t.Helper()
 	d := &warmDB{t: t, dir: t.TempDir(), cache: grocksdb.NewLRUCache(64 << 20)}
 	t.Cleanup(d.cache.Destroy)
@@ -36,6 +37,9 @@ func openWarmDB(t *testing.T, compactions bool, maxFile int64) *warmDB {
 	o.EnableStatistics()
 	o.SetDisableAutoCompactions(true) // compactions below are the test's own
 	Background{}.Apply(o)
+	for _, f := range tune {
+		f(o)
+	}
 	if d.w, err = NewWarmer(o, compactions, maxFile); err != nil {
 		t.Fatal(err)
 	}
@@ -61,26 +65,7 @@ func key(k int) []byte { return []byte(fmt.Sprintf("k%05d", k)) }
 func (d *warmDB) sst(name string, lo, hi, v int) string {
 	d.t.Helper()
 	path := filepath.Join(d.dir, name)
-	opts, err := TableConfig{}.Options(nil)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	defer opts.Destroy()
-	env := grocksdb.NewDefaultEnvOptions()
-	defer env.Destroy()
-	w := grocksdb.NewSSTFileWriter(env, opts)
-	defer w.Destroy()
-	if err := w.Open(path); err != nil {
-		d.t.Fatal(err)
-	}
-	for k := lo; k < hi; k++ {
-		if err := w.Put(key(k), value(k, v)); err != nil {
-			d.t.Fatal(err)
-		}
-	}
-	if err := w.Finish(); err != nil {
-		d.t.Fatal(err)
-	}
+	writeRows(d.t, path, hi-lo, func(i int) ([]byte, []byte) { return key(lo + i), value(lo+i, v) })
 	return path
 }
 
@@ -194,5 +179,34 @@ func TestWarmer(t *testing.T) {
 	}
 	if _, err := NewWarmer(d.o, false, -1); err == nil {
 		t.Fatal("negative max file accepted")
+	}
+	d.w.Destroy() // twice (Cleanup too), and its methods after it are harmless
+	if _, err := d.w.WarmFile(warm); err == nil || d.w.Stats() != (WarmStats{}) {
+		t.Fatal("a destroyed Warmer warmed a file or kept its stats")
+	}
+	d.w.DropDir(d.dir)
+}
+
+// TestWarmerBudgetPerCompaction: a compaction that writes many output files
+// warms them only while their total is within the budget.
+func TestWarmerBudgetPerCompaction(t *testing.T) {
+	d := openWarmDB(t, true, 160<<10, func(o *grocksdb.Options) { o.SetTargetFileSizeBase(64 << 10) }) // many outputs
+	r := rand.New(rand.NewPCG(5, 6))
+	rnd := func() []byte {
+		b := make([]byte, 4096)
+		for i := range b {
+			b[i] = byte(r.Uint32()) // incompressible: ~4 KiB per key on disk
+		}
+		return b
+	}
+	for i, name := range []string{"a.sst", "b.sst"} {
+		path := filepath.Join(d.dir, name)
+		writeRows(t, path, 200, func(k int) ([]byte, []byte) { return key(k), rnd() })
+		d.ingest(path, i == 0)
+	}
+	d.db.CompactRange(grocksdb.Range{})
+	s := d.w.Stats()
+	if s.CompactionFiles == 0 || s.CompactionSkipped == 0 || s.CompactionBytes > 160<<10 {
+		t.Fatalf("stats %+v: want some outputs warmed, the rest skipped, at most 160 KiB warmed", s)
 	}
 }
