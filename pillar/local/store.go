@@ -481,6 +481,7 @@ func (s *Store) cleanupLocked(ctx context.Context, listed []os.DirEntry) (Cleanu
 		}
 		if !retain {
 			_ = fs.Remove(filepath.Join(s.dir, "manifests", n))
+			s.hook("manifest-removed")
 			cs.Manifests++
 			removed = append(removed, m)
 			continue
@@ -501,6 +502,7 @@ func (s *Store) cleanupLocked(ctx context.Context, listed []os.DirEntry) (Cleanu
 			size = fi.Size()
 		}
 		if err := fs.Remove(filepath.Join(s.dir, "data", name)); err == nil {
+			s.hook("file-removed")
 			cs.Files++
 			cs.Bytes += size
 			s.verified.Delete(name)
