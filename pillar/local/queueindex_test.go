@@ -453,12 +453,10 @@ func TestKillDuringCleanup(t *testing.T) {
 			commitGeneration(t, s, fmt.Sprintf("g%d", i))
 		}
 		c.advance(time.Second)
-		s.opts.crashAt = func(name string) {
-			if name == "manifest-removed" || name == "file-removed" {
-				step++
-				if step == n {
-					syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				}
+		s.opts.crashAtCleanup = func(name string) {
+			step++
+			if step == n {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			}
 		}
 		if _, err := s.Cleanup(ctx); err != nil {
