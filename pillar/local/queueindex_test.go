@@ -432,3 +432,79 @@ func TestEnqueueSpills(t *testing.T) {
 	defer sn.Release()
 	checkQueue(t, sn, want)
 }
+
+// The kill -9 test of cleanup: a child replaces a table and queues
+// records in a few commits (garbage: old manifests, table files, merged
+// index files), then runs Cleanup and kills itself at its n-th removal.
+// The reopened store holds the child's last state, whole, and no unnamed
+// file (manifests go before the files they name: a kill leaves orphans,
+// never a manifest naming a missing file).
+func TestKillDuringCleanup(t *testing.T) {
+	if os.Getenv("PILLAR_LOCAL_CHILD") == "cleanup" {
+		n, _ := strconv.Atoi(os.Getenv("PILLAR_LOCAL_STEP"))
+		step := 0
+		c := newFakeClock()
+		s, err := Open(os.Getenv("PILLAR_LOCAL_DIR"), &Options{queueFanout: 4, Now: c.Now, RetainManifests: 1, RetainFor: time.Nanosecond})
+		if err != nil {
+			os.Exit(3)
+		}
+		for i := 0; i < 6; i++ {
+			c.advance(time.Second)
+			commitGeneration(t, s, fmt.Sprintf("g%d", i))
+		}
+		c.advance(time.Second)
+		s.opts.crashAtCleanup = func(name string) {
+			step++
+			if step == n {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}
+		if _, err := s.Cleanup(ctx); err != nil {
+			os.Exit(4)
+		}
+		os.Exit(0)
+	}
+	tmpl := filepath.Join(t.TempDir(), "template")
+	s := mustCreate(t, tmpl)
+	commitGeneration(t, s, "old")
+	for n := 1; n <= 200; n++ {
+		dir := filepath.Join(t.TempDir(), "store")
+		if out, err := exec.Command("cp", "-a", tmpl, dir).CombinedOutput(); err != nil {
+			t.Fatalf("copy: %v %s", err, out)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestKillDuringCleanup$")
+		cmd.Env = append(os.Environ(), "PILLAR_LOCAL_CHILD=cleanup", "PILLAR_LOCAL_DIR="+dir, "PILLAR_LOCAL_STEP="+strconv.Itoa(n))
+		out, _ := cmd.CombinedOutput()
+		killed := cmd.ProcessState.Sys().(syscall.WaitStatus).Signaled()
+		if !killed && cmd.ProcessState.ExitCode() != 0 {
+			t.Fatalf("step %d: child failed: %s", n, out)
+		}
+		s2, err := Open(dir, nil)
+		if err != nil {
+			t.Fatalf("step %d: reopen: %v\n%s", n, err, out)
+		}
+		if tag := checkGeneration(t, s2); tag != "g5" {
+			t.Fatalf("step %d: state %s after a killed cleanup, want g5", n, tag)
+		}
+		sn, _ := s2.Snapshot(ctx)
+		if end, _ := sn.QueueEnd(ctx, 0); end < 0 {
+			t.Fatal(end)
+		}
+		for p := 0; p < 4; p++ {
+			end, _ := sn.QueueEnd(ctx, p)
+			if _, err := sn.ReadQueue(ctx, p, 0, int(end)+1); err != nil {
+				t.Fatalf("step %d: queue partition %d: %v", n, p, err)
+			}
+		}
+		sn.Release()
+		checkNoOrphans(t, dir)
+		if !killed {
+			if n < 3 {
+				t.Fatalf("the cleanup removed only %d things", n-1)
+			}
+			t.Logf("killed at %d cleanup removals", n-1)
+			return
+		}
+	}
+	t.Fatal("the child's cleanup did not finish within 200 removals")
+}

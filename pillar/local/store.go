@@ -45,8 +45,9 @@ type Options struct {
 	// default value is time.Now.
 	Now func() time.Time
 
-	// crashAt, when set, is called at each named step of a commit (tests).
-	crashAt func(step string)
+	// crashAt, when set, is called at each named step of a commit (tests);
+	// crashAtCleanup at each removal of a cleanup.
+	crashAt, crashAtCleanup func(step string)
 	// queueFanout replaces defaultQueueFanout when > 1 (tests).
 	queueFanout int
 	// spillBytes replaces spillBytes (spool.go) when > 0 (tests).
@@ -481,6 +482,7 @@ func (s *Store) cleanupLocked(ctx context.Context, listed []os.DirEntry) (Cleanu
 		}
 		if !retain {
 			_ = fs.Remove(filepath.Join(s.dir, "manifests", n))
+			s.cleanupHook("manifest-removed")
 			cs.Manifests++
 			removed = append(removed, m)
 			continue
@@ -501,6 +503,7 @@ func (s *Store) cleanupLocked(ctx context.Context, listed []os.DirEntry) (Cleanu
 			size = fi.Size()
 		}
 		if err := fs.Remove(filepath.Join(s.dir, "data", name)); err == nil {
+			s.cleanupHook("file-removed")
 			cs.Files++
 			cs.Bytes += size
 			s.verified.Delete(name)

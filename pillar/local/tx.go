@@ -348,6 +348,12 @@ func (s *Store) hook(step string) {
 	}
 }
 
+func (s *Store) cleanupHook(step string) {
+	if s.opts.crashAtCleanup != nil {
+		s.opts.crashAtCleanup(step)
+	}
+}
+
 // Commit makes every change of the transaction visible at once, or none.
 func (t *tx) Commit(ctx context.Context) (err error) {
 	if !t.ws.Finish() {
