@@ -177,12 +177,7 @@ func TestQueueIndexTiers(t *testing.T) {
 // A store written before the index (a long tail) is compacted by its next
 // commit; reads are unchanged.
 func TestQueueIndexLegacyTail(t *testing.T) {
-	c := newFakeClock()
-	dir := t.TempDir()
-	s, err := Create(dir, &Options{Partitions: 1, Now: c.Now, queueFanout: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, dir, c := newQueueStore(t, 1000)
 	want := map[int][]queued{}
 	for i := 0; i < 40; i++ {
 		enqueueCommit(t, s, c, 0, 1, fmt.Sprintf("c%d", i), want)
@@ -190,7 +185,7 @@ func TestQueueIndexLegacyTail(t *testing.T) {
 	if m, _ := s.current(); m.Format != formatVersion || len(m.Queue[0].Segments) != 40 {
 		t.Fatalf("setup: format %d, %d segments", m.Format, len(m.Queue[0].Segments))
 	}
-	s, err = Open(dir, &Options{Now: c.Now, queueFanout: 4})
+	s, err := Open(dir, &Options{Now: c.Now, queueFanout: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,12 +202,7 @@ func TestQueueIndexLegacyTail(t *testing.T) {
 // A damaged index file is refused by a queue read (ErrCorrupt, naming the
 // file) and listed by Verify; cleanup then removes no data file.
 func TestQueueIndexCorrupt(t *testing.T) {
-	c := newFakeClock()
-	dir := t.TempDir()
-	s, err := Create(dir, &Options{Partitions: 1, Now: c.Now, queueFanout: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, dir, c := newQueueStore(t, 4)
 	want := map[int][]queued{}
 	for i := 0; i < 5; i++ {
 		enqueueCommit(t, s, c, 0, 1, fmt.Sprintf("c%d", i), want)
@@ -507,4 +497,17 @@ func TestKillDuringCleanup(t *testing.T) {
 		}
 	}
 	t.Fatal("the child's cleanup did not finish within 200 removals")
+}
+
+// newQueueStore creates a one-partition store in a temporary folder on a
+// fake clock, with queue index files of fanout segments.
+func newQueueStore(t *testing.T, fanout int) (*Store, string, *fakeClock) {
+	t.Helper()
+	c := newFakeClock()
+	dir := t.TempDir()
+	s, err := Create(dir, &Options{Partitions: 1, Now: c.Now, queueFanout: fanout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, dir, c
 }

@@ -22,12 +22,7 @@ import (
 func TestOrphansOfAKilledCommitWhileOpen(t *testing.T) {
 	for _, step := range []int{3, 4} { // 3: killed at data-synced; 4: at manifest-written
 		t.Run(fmt.Sprintf("step%d", step), func(t *testing.T) {
-			c := newFakeClock()
-			dir := t.TempDir()
-			s, err := Create(dir, &Options{Partitions: 1, Now: c.Now, queueFanout: 4})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, dir, c := newQueueStore(t, 4)
 			want := map[int][]queued{}
 			enqueueCommit(t, s, c, 0, 1, "a", want)
 			// The daemon's Store is open; another process's commit is killed.
@@ -92,19 +87,14 @@ func unnamed(t *testing.T, dir string) []string {
 // a merge that would read it is skipped (review R2). Reads of the damaged
 // range fail; the records after it read back.
 func TestDamagedIndexDoesNotBlockEnqueues(t *testing.T) {
-	c := newFakeClock()
-	dir := t.TempDir()
-	s, err := Create(dir, &Options{Partitions: 1, Now: c.Now, queueFanout: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, dir, c := newQueueStore(t, 4)
 	want := map[int][]queued{}
 	for i := 0; i < 4; i++ { // the first level-0 index file
 		enqueueCommit(t, s, c, 0, 1, fmt.Sprintf("c%d", i), want)
 	}
 	m, _ := s.current()
 	flipAt(t, filepath.Join(dir, "data", m.Queue[0].Index[0].File), 10)
-	s, err = Open(dir, &Options{Now: c.Now, queueFanout: 4}) // no cached copy
+	s, err := Open(dir, &Options{Now: c.Now, queueFanout: 4}) // no cached copy
 	if err != nil {
 		t.Fatal(err)
 	}
