@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -308,8 +309,13 @@ var copyBufPool = sync.Pool{New: func() any {
 // Each chunk's write and hash hold a slot from cpu while they run
 // (pace.Limiter.CPU: under the adaptive mode a snapshot leaves a P free
 // for reads and deltas); the read from src does not, as it may wait on the
-// network. It
-// returns the bytes copied and the first read, write or cpu error.
+// network. After each chunk both goroutines yield their P
+// (runtime.Gosched): a read handler made runnable meanwhile runs first
+// instead of waiting for the copy or the hash to block, which with two Ps
+// and a few partitions' deltas copying at once was up to several ms
+// (`pillar bench ingest`'s Go sched wait column); with nothing waiting,
+// Gosched returns at once. It returns the bytes copied and the first read,
+// write or cpu error.
 func hashingCopy(dst io.Writer, src io.Reader, h hash.Hash, cpu func() (release func(), err error)) (int64, error) {
 	bufs := copyBufPool.Get().(*copyBufs)
 	defer copyBufPool.Put(bufs)
@@ -330,6 +336,7 @@ func hashingCopy(dst io.Writer, src io.Reader, h hash.Hash, cpu func() (release 
 				} else {
 					h.Write(b) // a hash.Hash never fails
 					release()
+					runtime.Gosched() // reads waiting for a P go first (below)
 				}
 			}
 			free <- b[:cap(b)]
@@ -354,6 +361,7 @@ func hashingCopy(dst io.Writer, src io.Reader, h hash.Hash, cpu func() (release 
 			}
 			n += int64(m)
 			full <- b[:m]
+			runtime.Gosched()
 		} else {
 			free <- b
 		}

@@ -1,8 +1,11 @@
 package ingestbench
 
 import (
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -160,4 +163,51 @@ func cores(a, b cpuSample, f func(cpuSample) time.Duration) float64 {
 		return 0
 	}
 	return float64(f(b)-f(a)) / float64(wall)
+}
+
+// schedHist is the Go runtime's histogram of the time goroutines of this
+// process (the node's read handlers among them) spent runnable before
+// they ran (/sched/latencies:seconds), cumulative.
+type schedHist struct {
+	counts  []uint64
+	buckets []float64
+}
+
+func sampleSched() schedHist {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return schedHist{}
+	}
+	h := s[0].Value.Float64Histogram()
+	return schedHist{counts: slices.Clone(h.Counts), buckets: h.Buckets}
+}
+
+// schedQuantile is the q-quantile of the scheduling latencies between two
+// samples (a bucket's upper bound; 0 with none).
+func schedQuantile(a, b schedHist, q float64) time.Duration {
+	if len(a.counts) != len(b.counts) || len(b.counts) == 0 {
+		return 0
+	}
+	var total uint64
+	d := make([]uint64, len(b.counts))
+	for i := range d {
+		d[i] = b.counts[i] - a.counts[i]
+		total += d[i]
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(q * float64(total)))
+	var seen uint64
+	for i, c := range d {
+		if seen += c; seen >= rank {
+			hi := b.buckets[i+1]
+			if math.IsInf(hi, 1) {
+				hi = b.buckets[i]
+			}
+			return time.Duration(hi * 1e9)
+		}
+	}
+	return 0
 }

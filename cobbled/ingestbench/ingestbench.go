@@ -265,7 +265,11 @@ type Result struct {
 	CacheHitRatio, DataHitRatio float64
 	// Warmed is what the node's warmer read into the block cache in the
 	// window (delta files before ingest, compaction outputs before install).
-	Warmed       rocks.WarmStats
+	Warmed rocks.WarmStats
+	// SchedP99 is the p99 of the time this process's goroutines (the
+	// node's read handlers, its ingest, the delta producer) waited
+	// runnable for a P in the window (Go's /sched/latencies:seconds).
+	SchedP99     time.Duration
 	lat          []time.Duration
 	deltaVisible []time.Duration
 	nodeP99      time.Duration // median of the node's own window p99s
@@ -286,6 +290,8 @@ type Report struct {
 	// RefTimeline is the reference node's reads (empty without one).
 	RefTimeline []Sample `json:"-"`
 	Spans       []Span   `json:"-"`
+	// PacerTrace is the node's pacer every 50 ms (pacer.csv).
+	PacerTrace []PacerSample `json:"-"`
 }
 
 // Check is one target of the issue, evaluated.
@@ -298,6 +304,15 @@ type Check struct {
 type Sample struct {
 	At, Latency time.Duration
 	Failed      bool
+}
+
+// PacerSample is the node's pacer at one moment (every 50 ms): its
+// adaptive snapshot rate (bytes/s, 0 = unlimited), the p99 of its last
+// control window, its target and the ambient p99 it judges by (0 = none).
+type PacerSample struct {
+	At                       time.Duration
+	AdaptiveRate             int64
+	ReadP99, Target, Ambient time.Duration
 }
 
 // Span marks an ingest on the timeline.
@@ -345,6 +360,8 @@ type bench struct {
 	readErr     error
 
 	pacerMin atomic.Int64 // lowest adaptive rate seen while sampling
+	// pacerTrace is the pacer's state every 50 ms (pollPacer; guarded by mu).
+	pacerTrace []PacerSample
 }
 
 type deltaBatch struct {
@@ -452,6 +469,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	b.mu.Lock()
 	rep.Timeline = b.timeline
 	rep.RefTimeline = b.refTimeline
+	rep.PacerTrace = b.pacerTrace
 	readErr := b.readErr
 	b.mu.Unlock()
 	if err != nil {
@@ -531,7 +549,7 @@ func (b *bench) window(ctx context.Context, mode, scenario string, d time.Durati
 	before := b.node.Pacer().Stats()
 	hBefore := b.histograms()
 	b.pacerMin.Store(0)
-	cpu0, cache0, cs0 := sampleCPU(), b.node.Stats(), b.node.CacheStats()
+	cpu0, cache0, cs0, sched0 := sampleCPU(), b.node.Stats(), b.node.CacheStats(), sampleSched()
 	var nodeP99s []time.Duration
 	stopProfile, err := b.profile(mode, scenario)
 	if err != nil {
@@ -560,7 +578,8 @@ func (b *bench) window(ctx context.Context, mode, scenario string, d time.Durati
 	}
 	stopSample()
 	res.End = time.Since(b.start)
-	cpu1, cache1, cs1 := sampleCPU(), b.node.Stats(), b.node.CacheStats()
+	cpu1, cache1, cs1, sched1 := sampleCPU(), b.node.Stats(), b.node.CacheStats(), sampleSched()
+	res.SchedP99 = schedQuantile(sched0, sched1, 0.99)
 	if hits, lookups := cs1.DataHits-cs0.DataHits, cs1.DataHits+cs1.DataMisses-cs0.DataHits-cs0.DataMisses; lookups > 0 {
 		res.DataHitRatio = float64(hits) / float64(lookups)
 	}
@@ -712,7 +731,8 @@ func (b *bench) histograms() nodeHists {
 	return out
 }
 
-// pollPacer tracks the lowest adaptive rate (Result.MinAdaptiveRate).
+// pollPacer tracks the lowest adaptive rate (Result.MinAdaptiveRate) and
+// records the pacer's state every 50 ms (Report.PacerTrace).
 func (b *bench) pollPacer(ctx context.Context) {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
@@ -722,7 +742,12 @@ func (b *bench) pollPacer(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if r := b.node.Pacer().Stats().AdaptiveRate; r > 0 {
+		st := b.node.Pacer().Stats()
+		b.mu.Lock()
+		b.pacerTrace = append(b.pacerTrace, PacerSample{At: time.Since(b.start), AdaptiveRate: st.AdaptiveRate, ReadP99: st.ReadP99,
+			Target: st.Target, Ambient: st.Ambient})
+		b.mu.Unlock()
+		if r := st.AdaptiveRate; r > 0 {
 			if cur := b.pacerMin.Load(); cur == 0 || r < cur {
 				b.pacerMin.Store(r)
 			}

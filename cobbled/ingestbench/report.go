@@ -118,8 +118,8 @@ func (r *Report) Markdown() string {
 	if r.Reference {
 		fmt.Fprintf(&b, "A reference node in its own process holds the same data and ingests nothing; every batch is also sent to it (the order alternates), so its latencies are taken at the same moments as the measured node's; \"ref\" columns are its reads in the same window.\n\n")
 	}
-	fmt.Fprintf(&b, "| mode | scenario | reads | p50 | p99 | p99.9 | idle before+after p50 / p99 / p99.9 | p99 ratio | ref p50 / p99 (same moments) | p99 / ref p99 | ingest MB/s | visible | updates/s offered / delivered | download / delta apply mean (ms) | throttle waits (time) | lowest adaptive MB/s | max pending compaction MB | max L0 files | block cache hits: all / data | warmed MB: deltas / compactions | CPU cores: process (RocksDB threads) / machine (kernel threads) | stalled: CPU some / I/O some / full |\n")
-	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| mode | scenario | reads | p50 | p99 | p99.9 | idle before+after p50 / p99 / p99.9 | p99 ratio | ref p50 / p99 (same moments) | p99 / ref p99 | ingest MB/s | visible | updates/s offered / delivered | download / delta apply mean (ms) | throttle waits (time) | lowest adaptive MB/s | max pending compaction MB | max L0 files | block cache hits: all / data | warmed MB: deltas / compactions | CPU cores: process (RocksDB threads) / machine (kernel threads) | stalled: CPU some / I/O some / full | Go sched wait p99 (ms) |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
 		if x.Scenario == Idle && x.RefReads == 0 {
 			continue
@@ -152,16 +152,16 @@ func (r *Report) Markdown() string {
 			refS = fmt.Sprintf("%s / %s", msn(x.RefP50), msn(x.RefP99))
 			refRatio = fmt.Sprintf("%.2f×", ratio(x.P99, x.RefP99))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d%s | %s | %s | %s | %s | %s | %s | %s | %.1f | %s | %s | %s / %s | %d (%.1f s) | %s | %.0f | %d | %.1f%% / %.1f%% | %.0f / %.0f | %.2f (%.2f) / %.2f (%.2f) | %.0f%% / %.0f%% / %.0f%% |\n", x.Mode, x.Scenario, x.Reads, errs,
+		fmt.Fprintf(&b, "| %s | %s | %d%s | %s | %s | %s | %s | %s | %s | %s | %.1f | %s | %s | %s / %s | %d (%.1f s) | %s | %.0f | %d | %.1f%% / %.1f%% | %.0f / %.0f | %.2f (%.2f) / %.2f (%.2f) | %.0f%% / %.0f%% / %.0f%% | %s |\n", x.Mode, x.Scenario, x.Reads, errs,
 			msn(x.P50), msn(x.P99), msn(x.P999), idle, ratioS, refS, refRatio, x.MBps, strings.Join(vis, "; "), ups, msn(x.DownloadMean), msn(x.DeltaApplyMean),
 			x.ThrottleWaits, x.ThrottleWaited.Seconds(), rate(x.MinAdaptiveRate), float64(x.MaxPendingCompaction)/1e6, x.MaxL0,
-			100*x.CacheHitRatio, 100*x.DataHitRatio, float64(x.Warmed.Bytes)/1e6, float64(x.Warmed.CompactionBytes)/1e6, x.CPU, x.RocksCPU, x.MachineCPU, x.KernelCPU, 100*x.CPUSome, 100*x.IOSome, 100*x.IOFull)
+			100*x.CacheHitRatio, 100*x.DataHitRatio, float64(x.Warmed.Bytes)/1e6, float64(x.Warmed.CompactionBytes)/1e6, x.CPU, x.RocksCPU, x.MachineCPU, x.KernelCPU, 100*x.CPUSome, 100*x.IOSome, 100*x.IOFull, msn(x.SchedP99))
 	}
 	fmt.Fprintf(&b, "\nLatencies in ms, client-side (gRPC round trip). Visible: from handing the batch to the node (Node.Apply) to a BatchGet finding its data, so download, pacing and queueing behind the partition's previous batch count. "+
 		"The floor is a bare IngestExternalFile loop copying the same snapshot files from the object store into a fresh database, under the same read load. "+
 		"In (c) ingest MB/s is the snapshot's; the deltas' rate is the updates/s column. "+
 		"Block cache hits: the node's hits ÷ lookups in the window. CPU: cores busy over the window in this process (the node, its RocksDB threads, the delta producer; "+
-		"the reader and the reference node are processes of their own), in its RocksDB background threads alone, and on the whole machine (%d CPUs), of which in kernel threads (writeback, journal, kworkers). Stalled: the machine's pressure-stall time over the window (/proc/pressure): some task waiting for a CPU; some, and every, task waiting for I/O.\n", runtime.NumCPU())
+		"the reader and the reference node are processes of their own), in its RocksDB background threads alone, and on the whole machine (%d CPUs), of which in kernel threads (writeback, journal, kworkers). Stalled: the machine's pressure-stall time over the window (/proc/pressure): some task waiting for a CPU; some, and every, task waiting for I/O. Go sched wait: p99 of the time this process's goroutines waited runnable for a P (runtime/metrics /sched/latencies:seconds).\n", runtime.NumCPU())
 	if len(r.Checks) > 0 {
 		fmt.Fprintf(&b, "\n| target | measured | met |\n|---|---|---|\n")
 		for _, c := range r.Checks {
@@ -235,7 +235,36 @@ func (r *Report) Write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "results.json"), js, 0o644); err != nil {
 		return fmt.Errorf("ingestbench: %w", err)
 	}
+	if err := r.writeCSV(dir); err != nil {
+		return err
+	}
 	return r.Plot(filepath.Join(dir, "latency-timeline.png"))
+}
+
+// writeCSV writes every read (reads.csv: start since the load began, node
+// "node" or "ref", latency, failed) and the pacer's trace (pacer.csv), for
+// looking at what the plot and the table summarise.
+func (r *Report) writeCSV(dir string) error {
+	var b strings.Builder
+	b.WriteString("at_ms,node,latency_ms,failed\n")
+	for i, tl := range [][]Sample{r.Timeline, r.RefTimeline} {
+		name := [2]string{"node", "ref"}[i]
+		for _, s := range tl {
+			fmt.Fprintf(&b, "%.3f,%s,%.3f,%t\n", msf(s.At), name, msf(s.Latency), s.Failed)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "reads.csv"), []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("ingestbench: %w", err)
+	}
+	b.Reset()
+	b.WriteString("at_ms,adaptive_mbps,window_p99_ms,target_ms,ambient_ms\n")
+	for _, s := range r.PacerTrace {
+		fmt.Fprintf(&b, "%.0f,%.1f,%.3f,%.3f,%.3f\n", msf(s.At), float64(s.AdaptiveRate)/1e6, msf(s.ReadP99), msf(s.Target), msf(s.Ambient))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pacer.csv"), []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("ingestbench: %w", err)
+	}
+	return nil
 }
 
 func msf(d time.Duration) float64 { return float64(d) / 1e6 }

@@ -63,6 +63,15 @@ type Options struct {
 	// MinSamples is the fewest reads a window needs to change the rate. The
 	// default value is 20.
 	MinSamples int
+	// Windows is how many control intervals, the last one included, the
+	// judged p99 is taken over (a sliding window): at a few hundred reads
+	// per second one 500 ms interval's p99 is its one or two slowest
+	// reads, so a single slow read halved the rate. The rate is halved
+	// only when the latest interval is over the target too (the slow
+	// reads that caused one halving are not blamed for the next ones). The
+	// default value is 4 (2 s at the default Interval); 1 judges each
+	// interval alone.
+	Windows int
 	// FloorWindows is how many control windows in a row the adaptive rate
 	// may sit at MinRate with the p99 still over the target before the
 	// limiter concludes that bulk ingest is not what keeps the p99 up (the
@@ -99,6 +108,9 @@ func (o *Options) ensureDefaults() {
 	if o.MinSamples == 0 {
 		o.MinSamples = 20
 	}
+	if o.Windows == 0 {
+		o.Windows = 4
+	}
 	if o.FloorWindows == 0 {
 		o.FloorWindows = 6
 	}
@@ -118,6 +130,9 @@ func (o Options) Validate() error {
 	}
 	if o.TargetP99 < 0 || o.Interval < 0 || o.MinSamples < 0 {
 		fail("TargetP99 %v, Interval %v and MinSamples %d must not be negative", o.TargetP99, o.Interval, o.MinSamples)
+	}
+	if o.Windows < 1 || o.Windows > maxWindows {
+		fail("Windows %d: want 1..%d", o.Windows, maxWindows)
 	}
 	if o.MaxRate < o.MinRate {
 		fail("MaxRate %d is below MinRate %d", o.MaxRate, o.MinRate)
@@ -151,9 +166,12 @@ type Stats struct {
 	// unlimited.
 	Rate, AdaptiveRate int64
 	Target             time.Duration // adaptive target; 0 = off
-	// ReadP99 and ReadSamples describe the last control window.
+	// ReadP99 and ReadSamples describe the reads the last Step judged: the
+	// last Options.Windows control intervals. LastP99 is the p99 of the
+	// last interval alone.
 	ReadP99     time.Duration
 	ReadSamples int64
+	LastP99     time.Duration
 	// CPU is the CPU slots' use.
 	CPU CPUStats
 	// Slowdowns and Speedups count the adaptive rate's changes.
@@ -174,7 +192,7 @@ type Limiter struct {
 	capB        bucket
 	adaptB      bucket
 	target      time.Duration
-	windowBytes int64
+	windowBytes int64 // bulk bytes in the current interval
 	lastStep    time.Time
 	stats       Stats
 	atFloor     []time.Duration // p99s of the over-target windows spent at the floor in a row
@@ -183,9 +201,12 @@ type Limiter struct {
 
 	cpu cpuSlots // CPU slots; bound 0 = unbounded
 
-	cur  atomic.Uint32 // window Observe writes to (low bit)
-	hist [2]histogram
+	cur  atomic.Uint32 // interval Observe writes to (hist[cur % len(hist)])
+	hist [maxWindows + 1]histogram
 }
+
+// maxWindows bounds Options.Windows.
+const maxWindows = 16
 
 // New returns a Limiter, or an error naming the bad option.
 func New(opts Options) (*Limiter, error) {
@@ -222,7 +243,9 @@ func (l *Limiter) Wait(ctx context.Context, c Class, n int) error {
 	} else {
 		l.adaptB.charge(now, float64(n))
 	}
-	l.windowBytes += int64(n)
+	if c == Bulk {
+		l.windowBytes += int64(n)
+	}
 	cs := &l.stats.Class[c]
 	cs.Bytes += int64(n)
 	if d > 0 {
@@ -376,7 +399,7 @@ func (p *pacedReader) Read(b []byte) (int, error) {
 // Observe records one read's latency for the adaptive mode. It is
 // wait-free and safe for concurrent use.
 func (l *Limiter) Observe(d time.Duration) {
-	l.hist[l.cur.Load()&1].add(int64(d))
+	l.hist[l.cur.Load()%uint32(len(l.hist))].add(int64(d))
 }
 
 // SetRate changes the hard cap (bytes/s; 0 = unlimited).
@@ -431,20 +454,34 @@ func (l *Limiter) Run(ctx context.Context) {
 func (l *Limiter) Step() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// Intervals old, old−1, … are judged; the one written next is the
+	// oldest of the ring, outside the sliding window: cleared before use.
+	n := uint32(len(l.hist))
 	old := l.cur.Load()
+	l.hist[(old+1)%n].reset()
 	l.cur.Store(old + 1)
-	h := &l.hist[old&1]
-	count, p99 := h.quantile(0.99)
-	h.reset()
+	_, last := quantile(0.99, &l.hist[old%n])
+	judged := make([]*histogram, 0, l.o.Windows)
+	for i := range uint32(l.o.Windows) {
+		judged = append(judged, &l.hist[(old+n-i)%n])
+	}
+	count, p99 := quantile(0.99, judged...)
 
 	now := l.o.Clock.Now()
 	elapsed := now.Sub(l.lastStep)
 	l.lastStep = now
 	bytes := l.windowBytes
 	l.windowBytes = 0
-	l.stats.ReadP99, l.stats.ReadSamples = p99, count
-	if l.target <= 0 || count < int64(l.o.MinSamples) || bytes == 0 {
-		return // off, too few reads to judge, or nothing to blame
+	l.stats.ReadP99, l.stats.ReadSamples, l.stats.LastP99 = p99, count, last
+	if bytes == 0 {
+		// No bulk ingest to blame (deltas alone are never slowed): hold
+		// the rate, and forget an ambient p99, which was the cost of what
+		// else ran beside bulk.
+		l.stats.Ambient, l.atFloor = 0, l.atFloor[:0]
+		return
+	}
+	if l.target <= 0 || count < int64(l.o.MinSamples) {
+		return // off, or too few reads to judge
 	}
 	cur := l.adaptB.rate
 	ceiling := float64(l.o.MaxRate)
@@ -458,7 +495,9 @@ func (l *Limiter) Step() {
 	if p99 > target && cur == float64(l.o.MinRate) && l.o.FloorWindows > 0 {
 		// Held at the floor and still over: after FloorWindows of that,
 		// bulk ingest is not what keeps the p99 up.
-		l.atFloor = append(l.atFloor, p99)
+		// Each interval's own p99: one stall sits in Windows sliding
+		// p99s in a row, and would be taken for the ambient level.
+		l.atFloor = append(l.atFloor, last)
 		if len(l.atFloor) >= l.o.FloorWindows {
 			slices.Sort(l.atFloor)
 			l.stats.Ambient = l.atFloor[len(l.atFloor)/2]
@@ -470,6 +509,8 @@ func (l *Limiter) Step() {
 		l.atFloor = l.atFloor[:0]
 	}
 	switch {
+	case p99 > target && last <= target:
+		// Over because of reads already blamed, or recovering: hold.
 	case p99 > target:
 		if cur == 0 {
 			cur = ceiling
@@ -481,7 +522,10 @@ func (l *Limiter) Step() {
 		l.stats.Slowdowns++
 	case cur != 0:
 		next := cur * 1.25
-		if p99 <= target/2 {
+		if p99 <= target/2 && l.stats.Ambient == 0 {
+			// Far under the target: double. Not while judged by an
+			// ambient p99 (deltas or the machine already cost the reads
+			// that much; bulk grows by a quarter a window then).
 			next = cur * 2
 		}
 		if next >= ceiling {
@@ -590,13 +634,17 @@ func (h *histogram) reset() {
 	}
 }
 
-// quantile returns the sample count and the q-quantile (0 when empty).
-func (h *histogram) quantile(q float64) (int64, time.Duration) {
+// quantile returns the sample count and the q-quantile (0 when empty) of
+// the histograms' reads together.
+func quantile(q float64, hs ...*histogram) (int64, time.Duration) {
 	var snap [nBuckets]int64
 	var total int64
-	for i := range h.counts {
-		snap[i] = h.counts[i].Load()
-		total += snap[i]
+	for _, h := range hs {
+		for i := range h.counts {
+			c := h.counts[i].Load()
+			snap[i] += c
+			total += c
+		}
 	}
 	if total == 0 {
 		return 0, 0

@@ -144,7 +144,7 @@ func window(t *testing.T, l *Limiter, clk fakeClock, reads int, d time.Duration,
 }
 
 func TestAdaptiveSlowsBulkAndRecovers(t *testing.T) {
-	l, clk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20})
+	l, clk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, Windows: 1})
 	// Reads fast, ingest flowing: nothing changes.
 	window(t, l, clk, 100, 200*time.Microsecond, Bulk, 8<<20)
 	if s := l.Stats(); s.AdaptiveRate != 0 || s.ReadSamples != 100 || s.ReadP99 < 190*time.Microsecond || s.ReadP99 > 210*time.Microsecond {
@@ -229,7 +229,7 @@ func TestFreshNeverForgivesBulkDebt(t *testing.T) {
 }
 
 func TestAdaptiveRespectsCap(t *testing.T) {
-	l, clk := newLimiter(t, Options{Rate: 4 << 20, TargetP99: time.Millisecond, MinRate: 1 << 20})
+	l, clk := newLimiter(t, Options{Rate: 4 << 20, TargetP99: time.Millisecond, MinRate: 1 << 20, Windows: 1})
 	// From unlimited, the slowdown starts from the cap, not the 1 GiB ceiling.
 	l.Observe(0) // one window of fast reads that saw nothing
 	l.Step()
@@ -319,7 +319,7 @@ func TestHistogramQuantile(t *testing.T) {
 	}
 	slices.Sort(vals)
 	for _, q := range []float64{0.5, 0.9, 0.99, 0.999} {
-		n, got := h.quantile(q)
+		n, got := quantile(q, &h)
 		want := vals[int(q*float64(len(vals)))-1]
 		if n != 20000 {
 			t.Fatalf("count %d", n)
@@ -334,13 +334,13 @@ func TestHistogramQuantile(t *testing.T) {
 		}
 	}
 	h.reset()
-	if n, q := h.quantile(0.99); n != 0 || q != 0 {
+	if n, q := quantile(0.99, &h); n != 0 || q != 0 {
 		t.Fatal("reset kept samples")
 	}
 }
 
 func TestValidate(t *testing.T) {
-	for _, o := range []Options{{Rate: -1}, {TargetP99: -time.Second}, {MinRate: 10, MaxRate: 5}, {Rate: 1 << 10, TargetP99: time.Millisecond}} {
+	for _, o := range []Options{{Rate: -1}, {TargetP99: -time.Second}, {MinRate: 10, MaxRate: 5}, {Rate: 1 << 10, TargetP99: time.Millisecond}, {Windows: -1}, {Windows: maxWindows + 1}} {
 		if _, err := New(o); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
@@ -357,7 +357,7 @@ func TestValidate(t *testing.T) {
 // once the p99 is back at it. With FloorWindows negative it holds the
 // floor.
 func TestAdaptiveLeavesAFutileFloor(t *testing.T) {
-	l, clk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, FloorWindows: 3})
+	l, clk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, FloorWindows: 3, Windows: 1})
 	slow := func(d time.Duration) { window(t, l, clk, 100, d, Bulk, 64<<10) }
 	for l.Stats().AdaptiveRate != 1<<20 {
 		slow(5 * time.Millisecond)
@@ -386,12 +386,82 @@ func TestAdaptiveLeavesAFutileFloor(t *testing.T) {
 		t.Fatalf("ambient %v kept after a window under the target", s.Ambient)
 	}
 
-	h, hclk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, FloorWindows: -1})
+	h, hclk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, FloorWindows: -1, Windows: 1})
 	for range 12 {
 		window(t, h, hclk, 100, 5*time.Millisecond, Bulk, 64<<10)
 	}
 	if s := h.Stats(); s.AdaptiveRate != 1<<20 || s.Releases != 0 || s.Ambient != 0 {
 		t.Fatalf("FloorWindows -1 left the floor: %+v", s)
+	}
+}
+
+// TestAdaptiveJudgesASlidingWindow: with Windows 4 the p99 is taken over
+// the last four intervals, so one interval's slow reads among many fast
+// ones halve nothing, and the intervals after a halving, still holding the
+// reads it was for, hold the rate instead of halving it again; growth
+// resumes once the window is under the target.
+func TestAdaptiveJudgesASlidingWindow(t *testing.T) {
+	l, clk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, Windows: 4})
+	slowFor := func(fast, slow int) {
+		for range slow {
+			l.Observe(5 * time.Millisecond)
+		}
+		window(t, l, clk, fast, 200*time.Microsecond, Bulk, 8<<20)
+	}
+	for range 3 {
+		slowFor(100, 0)
+	}
+	// One interval with 2 slow reads in 100: over the target alone, but
+	// not over 400 reads (2 of 400 is under 1%).
+	slowFor(98, 2)
+	if s := l.Stats(); s.AdaptiveRate != 0 || s.Slowdowns != 0 || s.ReadSamples != 400 || s.LastP99 < 4*time.Millisecond {
+		t.Fatalf("one slow interval in four slowed bulk: %+v", s)
+	}
+	// Slow reads in bulk: halved once (from the 16 MiB/s that passed) …
+	slowFor(50, 50)
+	if s := l.Stats(); s.AdaptiveRate != 8<<20 || s.Slowdowns != 1 {
+		t.Fatalf("after a slow interval: %+v", s)
+	}
+	// … and while the slow interval stays in the window but the latest is
+	// fast, held.
+	for i := range 3 {
+		slowFor(100, 0)
+		if s := l.Stats(); s.AdaptiveRate != 8<<20 || s.Slowdowns != 1 || s.Speedups != 0 {
+			t.Fatalf("fast interval %d after a halving: %+v", i, s)
+		}
+	}
+	// Then the window is fast: bulk grows again.
+	slowFor(100, 0)
+	if s := l.Stats(); s.AdaptiveRate <= 8<<20 || s.Speedups != 1 {
+		t.Fatalf("a fast window did not grow bulk: %+v", s)
+	}
+}
+
+// TestAdaptiveIgnoresFreshOnly: intervals in which only fresh bytes passed
+// do not move the adaptive rate however slow the reads, and forget an
+// ambient p99; the floor's ambient p99 is the median of the intervals' own
+// p99s, so one stall does not become it.
+func TestAdaptiveIgnoresFreshOnly(t *testing.T) {
+	l, clk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, FloorWindows: 3, Windows: 4})
+	for range 8 {
+		window(t, l, clk, 100, 5*time.Millisecond, Fresh, 1<<20)
+	}
+	if s := l.Stats(); s.AdaptiveRate != 0 || s.Slowdowns != 0 {
+		t.Fatalf("fresh-only intervals moved the rate: %+v", s)
+	}
+	for l.Stats().AdaptiveRate != 1<<20 {
+		window(t, l, clk, 100, 3*time.Millisecond, Bulk, 64<<10)
+	}
+	// One stall among the floor's intervals: ambient ≈ 3 ms, not 200 ms.
+	for _, d := range []time.Duration{200 * time.Millisecond, 3 * time.Millisecond, 3 * time.Millisecond} {
+		window(t, l, clk, 100, d, Bulk, 64<<10)
+	}
+	if s := l.Stats(); s.Releases != 1 || s.Ambient < 2800*time.Microsecond || s.Ambient > 3200*time.Microsecond {
+		t.Fatalf("ambient %v after one stall at the floor, want ≈3ms: %+v", s.Ambient, s)
+	}
+	window(t, l, clk, 100, 3*time.Millisecond, Fresh, 1<<20)
+	if s := l.Stats(); s.Ambient != 0 {
+		t.Fatalf("ambient %v kept through an interval without bulk", s.Ambient)
 	}
 }
 
