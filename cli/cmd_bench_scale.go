@@ -59,6 +59,7 @@ Examples:
 			&cli.IntFlag{Name: "workers", Usage: "--workers of every step (default: all CPUs)"},
 			&cli.IntFlag{Name: "partitions", Value: 16, Usage: "partitions of the stores"},
 			&cli.BoolFlag{Name: "keep", Usage: "keep each round's corpus and store under --data"},
+			&cli.StringFlag{Name: "profile", Usage: "folder for a heap profile of every step (in-use memory at its peak live heap; for diagnosis: it slows the steps)"},
 			&cli.StringFlag{Name: "from-json", Usage: "run nothing: redraw the table and plots of saved results.json files (comma-separated: merged, e.g. a --big-only run with the main one) into --out"},
 		},
 		Action: func(c *cli.Context) error {
@@ -78,6 +79,7 @@ Examples:
 			}
 			opts := scalebench.Options{Data: c.String("data"), MemoryLimit: c.String("memory-limit"),
 				EditFraction: c.Float64("edit-fraction"), Workers: c.Int("workers"), Partitions: c.Int("partitions"), Log: os.Stderr, Keep: c.Bool("keep"),
+				Profile: c.String("profile"),
 				// A long run saves what it measured after every round.
 				AfterRound: func(r *scalebench.Report) { _ = r.Write(c.String("out")) }}
 			if _, err := bytesize.ParseFlag("memory-limit", opts.MemoryLimit); err != nil {

@@ -542,13 +542,13 @@ const minRowGroup = 256 << 10
 
 // OutputRowGroup is the row group one output of an operation buffers when
 // open outputs are open at once (one per output table per worker): its
-// part of OutputShare, at most RowGroupShare and at least 256 KiB. A
-// subset recompute's diff writes ten tables per worker; at 2 MiB each its
-// twenty writers would hold up to 40 MiB at --memory-limit 64MiB, a buffer
-// that small corpora do not fill (a 10k-page member table is a few hundred
-// KB), so the operation's peak grew with the corpus up to a 160k-page one.
-// Sharing the budget makes the bound reached at a small N and keeps the
-// sum within the limit's eighth.
+// part of OutputShare, at most RowGroupShare and at least 256 KiB. An
+// operation of many outputs (a subset recompute's diff once wrote ten
+// tables per worker) would otherwise hold a row group per writer, up to
+// 40 MiB at --memory-limit 64MiB for twenty writers, a buffer that small
+// corpora do not fill, so its peak grew with the corpus. Sharing the
+// budget makes the bound reached at a small N and keeps the sum within the
+// limit's eighth.
 func OutputRowGroup(limit int64, open int) int64 {
 	return min(RowGroupShare(limit), max(OutputShare(limit)/int64(max(open, 1)), minRowGroup))
 }

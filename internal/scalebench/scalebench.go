@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -51,6 +52,12 @@ type Options struct {
 	// Keep leaves each round's corpus and store under Data. The default
 	// value (false) removes them after the round.
 	Keep bool
+	// Profile, when set, is a folder that receives each step's heap
+	// profile (ProfileEnv: in-use memory at the step's peak live heap),
+	// named <size>-n<N>[-r<repeat>]-<round>-<step>.pprof. Writing profiles
+	// slows the steps: for diagnosis, not for the figures. The default value
+	// ("") writes none.
+	Profile string
 	// AfterRound, when set, is called with the report after each round
 	// (its checks evaluated so far), e.g. to save partial results of a
 	// long run. The default value is nil.
@@ -384,7 +391,11 @@ func (r *round) step(ctx context.Context, roundName, name string, pages int, arg
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	heapFile := filepath.Join(filepath.Dir(r.store), "heap.json")
 	os.Remove(heapFile)
+	os.Remove(heapFile + ".pprof")
 	cmd.Env = append(os.Environ(), HeapEnv+"="+heapFile)
+	if r.o.Profile != "" {
+		cmd.Env = append(cmd.Env, ProfileEnv+"=1")
+	}
 	loadBefore := load1()
 	start := time.Now()
 	err := cmd.Run()
@@ -405,10 +416,35 @@ func (r *round) step(ctx context.Context, roundName, name string, pages int, arg
 		s.LiveHeap, s.GoMapped = h.Live, h.Mapped
 	}
 	s.StoreBytes = written(before, listing(r.store, r.export))
+	if r.o.Profile != "" {
+		if err := r.keepProfile(heapFile+".pprof", roundName, name); err != nil {
+			return nil, err
+		}
+	}
 	r.rep.Steps = append(r.rep.Steps, s)
 	fmt.Fprintf(r.o.Log, "  %-11s %-17s %7d pages %8.1fs %8.0f pages/s  cpu %7.1fs %6.0f pages/cpu-s  load %.1f→%.1f  peak RSS %4d MB (live heap %3d MB)  store +%s  io %s\n",
 		roundName, name, pages, s.Seconds, s.PagesPerSec(), s.CPUSeconds, s.PagesPerCPUSec(), loadBefore, loadAfter, s.MaxRSS>>20, s.LiveHeap>>20, human(s.StoreBytes), human(s.IOBytes))
 	return stdout.Bytes(), nil
+}
+
+// keepProfile moves a step's heap profile into Options.Profile.
+func (r *round) keepProfile(from, roundName, name string) error {
+	if err := os.MkdirAll(r.o.Profile, 0o755); err != nil {
+		return err
+	}
+	base := fmt.Sprintf("%s-n%d", sizeName(r.size), r.n)
+	if r.repeat > 0 {
+		base += fmt.Sprintf("-r%d", r.repeat)
+	}
+	to := filepath.Join(r.o.Profile, fmt.Sprintf("%s-%s-%s.pprof", base, roundName, strings.ReplaceAll(name, " ", "-")))
+	b, err := os.ReadFile(from)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // the peak never grew past the first MiB
+	}
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o644)
 }
 
 type fileState struct {

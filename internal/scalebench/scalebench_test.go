@@ -199,3 +199,22 @@ func TestEvaluateRepeats(t *testing.T) {
 		t.Fatalf("merged loads %q", m.Load)
 	}
 }
+
+func TestKeepProfile(t *testing.T) {
+	dir := t.TempDir()
+	r := &round{o: &Options{Profile: filepath.Join(dir, "prof")}, size: 4096, n: 10000, repeat: 1}
+	src := filepath.Join(dir, "heap.json.pprof")
+	if err := r.keepProfile(src, "full", "subsets recompute"); err != nil {
+		t.Fatalf("no profile written (a step whose heap stayed small): %v, want nil", err)
+	}
+	if err := os.WriteFile(src, []byte("profile"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.keepProfile(src, "full", "subsets recompute"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "prof", "4KB-n10000-r1-full-subsets-recompute.pprof"))
+	if err != nil || string(b) != "profile" {
+		t.Fatalf("kept profile: %q, %v", b, err)
+	}
+}

@@ -35,8 +35,9 @@
 //     the keys of the deltas an incremental reconcile looks at).
 //   - A subset recompute writes each member table's change as a delta
 //     (SubsetDiffJob compares the new generation with the current one by
-//     page_key and writes the rows that entered or changed and the keys
-//     that left); when the change is over half the table (and over
+//     page_key and writes one MemberChange row per subset and page that
+//     entered, left or changed, all subsets in one table: the delta and
+//     its undo are read from it); when the change is over half the table (and over
 //     minMemberRewrite/2 pages), or the table is new, it is rewritten.
 //     The generation replaced is kept in history as the undo of the change
 //     (MemberUndo rows, SubsetGen.Undo): `subsets diff` rebuilds it from

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -122,12 +123,12 @@ func (j *SubsetSplitJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out [
 
 // SubsetDiffJob is a reducer over member tables grouped by page_key: input
 // i is the old (Sides[i] = 2·s) or new (2·s+1) generation of subset
-// Names[s]. Each job writes one DiffCount per subset to output 0, and, per
-// subset s, the membership delta from old to new: to output 1+3·s the new
-// rows of pages that entered or whose row changed (score, reason), to
-// output 2+3·s the keys of pages that left (pillar.DeletedKey), and to
-// output 3+3·s its undo (MemberUndo: the old row of each page that left
-// or changed, an absent marker for each page that entered).
+// Names[s]. Each job writes one DiffCount per subset to output 0, and to
+// output 1 one MemberChange per subset and page whose membership changed
+// from old to new (entered, left, or stayed with another row): the
+// membership delta and its undo of every subset in one table, sorted by
+// page_key. (One table per subset and kind made an operation of ten
+// outputs per worker, whose row groups filled only at a large N.)
 type SubsetDiffJob struct {
 	Names []string
 	Sides []int
@@ -143,8 +144,40 @@ type DiffCount struct {
 	Changed int64  `yson:"changed" parquet:"changed"`
 }
 
+// MemberChange is a row of a recompute's membership delta
+// (SubsetDiffJob's output 1): page PageKey entered subset Subset (Put, not
+// Was), left it (not Put, Was) or stayed with another row (Put, Was). Score
+// and Reason are the new row (Put), OldScore and OldReason the old one
+// (Was): the delta of the member table is the rows put and the keys
+// deleted, its undo the old rows and an absent marker for each page that
+// entered.
+type MemberChange struct {
+	PageKey   string  `yson:"page_key" parquet:"page_key"`
+	Subset    string  `yson:"subset" parquet:"subset"`
+	Put       bool    `yson:"put" parquet:"put"`
+	Score     float64 `yson:"score" parquet:"score"`
+	Reason    string  `yson:"reason" parquet:"reason"`
+	Was       bool    `yson:"was" parquet:"was"`
+	OldScore  float64 `yson:"old_score" parquet:"old_score"`
+	OldReason string  `yson:"old_reason" parquet:"old_reason"`
+}
+
+// member is the change's new row (Put).
+func (c *MemberChange) member() *pillar.SubsetMember {
+	return &pillar.SubsetMember{PageKey: c.PageKey, Score: c.Score, Reason: c.Reason}
+}
+
+// undo is the change's undo row: the old row, or absent for a page that
+// entered.
+func (c *MemberChange) undo() *MemberUndo {
+	if !c.Was {
+		return &MemberUndo{PageKey: c.PageKey, Absent: true}
+	}
+	return &MemberUndo{PageKey: c.PageKey, Score: c.OldScore, Reason: c.OldReason}
+}
+
 func (*SubsetDiffJob) InputTypes() []any  { return []any{&pillar.SubsetMember{}} }
-func (*SubsetDiffJob) OutputTypes() []any { return nil }
+func (*SubsetDiffJob) OutputTypes() []any { return []any{&DiffCount{}, &MemberChange{}} }
 
 // pageHead projects a row on its page key.
 type pageHead struct {
@@ -163,6 +196,7 @@ func (j *SubsetDiffJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []
 	}
 	old := make([]side, len(j.Names))
 	cur := make([]side, len(j.Names))
+	var ch MemberChange
 	err := mapreduce.GroupKeys(in, func(r mapreduce.Reader) error {
 		clear(old)
 		clear(cur)
@@ -178,32 +212,22 @@ func (j *SubsetDiffJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []
 				cur[sd/2] = side{m, true}
 			}
 		}
-		for i := range j.Names {
+		for i, name := range j.Names {
 			o, c := old[i], cur[i]
 			switch {
 			case c.ok && !o.ok:
 				counts[i].Adds++
-				if err := out[3+3*i].Write(&MemberUndo{PageKey: c.row.PageKey, Absent: true}); err != nil {
-					return err
-				}
 			case o.ok && !c.ok:
 				counts[i].Removes++
-				if err := out[2+3*i].Write(&pillar.DeletedKey{PageKey: o.row.PageKey}); err != nil {
-					return err
-				}
-				if err := out[3+3*i].Write(undoOf(o.row)); err != nil {
-					return err
-				}
-				continue
 			case c.ok && o.row != c.row:
 				counts[i].Changed++
-				if err := out[3+3*i].Write(undoOf(o.row)); err != nil {
-					return err
-				}
 			default:
 				continue // not a member, or the same row
 			}
-			if err := out[1+3*i].Write(&c.row); err != nil {
+			ch = MemberChange{PageKey: cmp.Or(c.row.PageKey, o.row.PageKey), Subset: name,
+				Put: c.ok, Score: c.row.Score, Reason: c.row.Reason,
+				Was: o.ok, OldScore: o.row.Score, OldReason: o.row.Reason}
+			if err := out[1].Write(&ch); err != nil {
 				return err
 			}
 		}
@@ -229,10 +253,6 @@ type MemberUndo struct {
 	Score   float64 `yson:"score" parquet:"score"`
 	Reason  string  `yson:"reason" parquet:"reason"`
 	Absent  bool    `yson:"absent" parquet:"absent"`
-}
-
-func undoOf(m pillar.SubsetMember) *MemberUndo {
-	return &MemberUndo{PageKey: m.PageKey, Score: m.Score, Reason: m.Reason}
 }
 
 // MemberCopyJob copies member rows to output 0.
@@ -458,11 +478,14 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 		var members memberSet
 		for _, name := range names {
 			if set.Exported(name) {
-				puts, dels := memberDelta(scratch, name)
 				members.names = append(members.names, pillar.SubsetTable(name))
 				members.from = append(members.from, newTable(name))
-				members.changed = append(members.changed, puts, dels)
 			}
+		}
+		if len(members.names) > 0 {
+			// The pages of every subset's change: more than the exported
+			// subsets' (never less), and as many as changed.
+			members.changed = []string{memberChanges(scratch)}
 		}
 		var err error
 		if work, err = prepareExport(ctx, st, opts, *pub, members, scratch, TableExportState, opts.encoding(), true); err != nil {
@@ -509,13 +532,12 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 		if meta.Generation > 0 && len(hist) >= 2 {
 			// The generation replaced is kept as the undo of this
 			// recompute's change (O(changes)), not a copy of its members.
-			if err := writeUndo(ctx, tx, memberUndo(scratch, name), historyTable(name, meta.Generation)); err != nil {
+			if err := writeUndo(ctx, tx, memberChanges(scratch), name, historyTable(name, meta.Generation)); err != nil {
 				return nil, err
 			}
 			hist[len(hist)-2].Undo = true
 		}
-		puts, dels := memberDelta(scratch, name)
-		if _, err := writeMembers(ctx, tx, opts, newTable(name), puts, dels, name, size, diffs[name]); err != nil {
+		if _, err := writeMembers(ctx, tx, opts, newTable(name), memberChanges(scratch), name, size, diffs[name]); err != nil {
 			return nil, err
 		}
 		meta = SubsetMeta{Name: name, Exported: set.Exported(name), Table: pillar.SubsetTable(name), Generation: gen,
@@ -646,13 +668,8 @@ func computeMembers(ctx context.Context, st pillar.Store, opts Options, set *sub
 	diff := base
 	diff.Tx = tx
 	diff.Title, diff.Inputs = "subsets diff", inputs
-	diff.Outputs = []jobs.Output{{Table: counts, RowType: DiffCount{}}}
-	for _, n := range names {
-		puts, dels := memberDelta(scratch, n)
-		diff.Outputs = append(diff.Outputs, jobs.Output{Table: puts, RowType: pillar.SubsetMember{}, SortedBy: []string{"page_key"}},
-			jobs.Output{Table: dels, RowType: pillar.DeletedKey{}, SortedBy: []string{"page_key"}},
-			jobs.Output{Table: memberUndo(scratch, n), RowType: MemberUndo{}, SortedBy: []string{"page_key"}})
-	}
+	diff.Outputs = []jobs.Output{{Table: counts, RowType: DiffCount{}},
+		{Table: memberChanges(scratch), RowType: MemberChange{}, SortedBy: []string{"page_key"}}}
 	diff.ReduceBy = []string{"page_key"}
 	if err := opts.Runner.Reduce(ctx, &SubsetDiffJob{Names: names, Sides: sides}, &diff); err != nil {
 		return nil, nil, err
@@ -679,25 +696,30 @@ func computeMembers(ctx context.Context, st pillar.Store, opts Options, set *sub
 // deltas are folded by compaction.
 const minMemberRewrite = 1024
 
-// memberDelta names the scratch tables of subset name's membership delta
-// (SubsetDiffJob): the rows put and the keys deleted.
-func memberDelta(scratch, name string) (puts, deletes string) {
-	return scratch + "/delta/" + name + "/puts", scratch + "/delta/" + name + "/deletes"
+// memberChanges names the scratch table of a recompute's membership
+// changes (MemberChange rows of every subset, SubsetDiffJob).
+func memberChanges(scratch string) string { return scratch + "/delta/changes" }
+
+// eachChange calls fn with the rows of the scratch table changes (sorted
+// by page_key) that are subset name's; a missing table has none.
+func eachChange(ctx context.Context, sn pillar.Snapshot, changes, name string, fn func(*MemberChange) error) error {
+	return eachRow(ctx, sn, changes, true, func(c *MemberChange) error {
+		if c.Subset != name {
+			return nil
+		}
+		return fn(c)
+	})
 }
 
-// memberUndo names the scratch table of the undo of subset name's
-// membership delta (SubsetDiffJob).
-func memberUndo(scratch, name string) string { return scratch + "/delta/" + name + "/undo" }
-
-// writeUndo makes table the committed scratch undo table from, inside tx
-// (streamed: the change, not the members; a missing from gives an empty
-// table).
-func writeUndo(ctx context.Context, tx pillar.Tx, from, table string) error {
+// writeUndo makes table the undo of subset name's change, from the
+// committed scratch table changes, inside tx (streamed: the change, not
+// the members; a missing changes table gives an empty table).
+func writeUndo(ctx context.Context, tx pillar.Tx, changes, name, table string) error {
 	w, err := tx.WriteTable(ctx, table, MemberUndo{}, &pillar.WriteOptions{SortedBy: []string{"page_key"}})
 	if err != nil {
 		return err
 	}
-	if err := eachRow(ctx, tx, from, true, func(u *MemberUndo) error { return w.Write(u) }); err != nil {
+	if err := eachChange(ctx, tx, changes, name, func(c *MemberChange) error { return w.Write(c.undo()) }); err != nil {
 		w.Close()
 		return err
 	}
@@ -705,19 +727,19 @@ func writeUndo(ctx context.Context, tx pillar.Tx, from, table string) error {
 }
 
 // writeMembers makes the member table of subset name the committed scratch
-// table from, inside tx: as a delta of the committed membership delta
-// (puts, deletes) when the table exists and the delta is at most half of
-// its new rows or of minMemberRewrite (delta reports it; nothing is
+// table from, inside tx: as a delta of subset name's rows of the committed
+// scratch table changes when the table exists and the change is at most
+// half of its new rows or of minMemberRewrite (delta reports it; nothing is
 // written when nothing changed), else rewritten whole.
-func writeMembers(ctx context.Context, tx pillar.Tx, opts Options, from, puts, deletes, name string, size int64, d DiffCount) (delta bool, err error) {
+func writeMembers(ctx context.Context, tx pillar.Tx, opts Options, from, changes, name string, size int64, d DiffCount) (delta bool, err error) {
 	to := pillar.SubsetTable(name)
-	changes := d.Adds + d.Removes + d.Changed
+	n := d.Adds + d.Removes + d.Changed
 	_, errOld := tx.Table(ctx, to)
-	_, errPuts := tx.Table(ctx, puts)
-	if errOld != nil || errPuts != nil || 2*changes > max(size, minMemberRewrite) {
+	_, errChanges := tx.Table(ctx, changes)
+	if errOld != nil || errChanges != nil || 2*n > max(size, minMemberRewrite) {
 		return false, copyMembers(ctx, tx, opts, from, to)
 	}
-	if changes == 0 {
+	if n == 0 {
 		return true, nil // the same members: the table stays as it is
 	}
 	dw, err := pillar.WriteDelta(ctx, tx, to, pillar.SubsetMember{}, size)
@@ -725,10 +747,22 @@ func writeMembers(ctx context.Context, tx pillar.Tx, opts Options, from, puts, d
 		return false, err
 	}
 	defer dw.Close()
-	if err := eachRow(ctx, tx, puts, false, func(m *pillar.SubsetMember) error { return dw.Put(m) }); err != nil {
+	err = eachChange(ctx, tx, changes, name, func(c *MemberChange) error {
+		if !c.Put {
+			return nil
+		}
+		return dw.Put(c.member())
+	})
+	if err != nil {
 		return false, err
 	}
-	if err := eachRow(ctx, tx, deletes, true, func(k *pillar.DeletedKey) error { return dw.Delete(ctx, k.PageKey) }); err != nil {
+	err = eachChange(ctx, tx, changes, name, func(c *MemberChange) error {
+		if c.Put {
+			return nil
+		}
+		return dw.Delete(ctx, c.PageKey)
+	})
+	if err != nil {
 		return false, err
 	}
 	return true, dw.Close()
