@@ -276,8 +276,13 @@ type Result struct {
 	HedgeRatio, ExtraRatio float64
 	// HedgeWait is the mean time a hedged primary had waited when its
 	// hedge was sent (the hedge delay as applied); HedgeWon the mean
-	// latency of the hedges that won, from their own send.
-	HedgeWait, HedgeWon time.Duration
+	// latency of the hedges that won, from their own send; HedgeDelay the
+	// mean hedge delay those primaries had been given (HedgeWait above it:
+	// timers firing late, deferrals).
+	HedgeWait, HedgeWon, HedgeDelay time.Duration
+	// NodeP50 and NodeP99 are each node's recent sub-request latency as the
+	// router saw it at the end of the scenario (router.NodeStats).
+	NodeP50, NodeP99 map[string]time.Duration
 	// NodeRPCs counts the sub-requests each node received (router
 	// scenarios).
 	NodeRPCs map[string]int64
@@ -724,8 +729,10 @@ func counters(res *Result, before, after router.Stats) {
 	res.Failovers = after.Failovers - before.Failovers
 	res.HedgesDeferred = after.HedgesDeferred - before.HedgesDeferred
 	res.NodeRPCs = map[string]int64{}
+	res.NodeP50, res.NodeP99 = map[string]time.Duration{}, map[string]time.Duration{}
 	for _, n := range after.Nodes {
 		res.NodeRPCs[n.ID] = n.RPCs
+		res.NodeP50[n.ID], res.NodeP99[n.ID] = n.P50, n.P99
 	}
 	for _, n := range before.Nodes {
 		res.NodeRPCs[n.ID] -= n.RPCs
@@ -736,6 +743,7 @@ func counters(res *Result, before, after router.Stats) {
 	}
 	if res.Hedges > 0 {
 		res.HedgeWait = (after.HedgeWait - before.HedgeWait) / time.Duration(res.Hedges)
+		res.HedgeDelay = (after.HedgeDelay - before.HedgeDelay) / time.Duration(res.Hedges)
 	}
 	if res.HedgesWon > 0 {
 		res.HedgeWon = (after.HedgeWonTime - before.HedgeWonTime) / time.Duration(res.HedgesWon)

@@ -30,8 +30,9 @@ func (r *Report) evaluate() {
 			add(fmt.Sprintf("scenario %s completed requests", x.Scenario), fmt.Sprintf("none (%d errors): it measured nothing", x.Errors), false)
 		}
 	}
+	slowID := fmt.Sprintf("node-%d", o.SlowNode)
 	if h != nil && sh != nil {
-		add("slow node, hedging: p99 ≤ 1.5 × healthy p99", fmt.Sprintf("%s vs %s (%.2f×); hedges sent after a mean %s, won ones answered in %s", ms(sh.P99), ms(h.P99), ratio(sh.P99, h.P99), ms(sh.HedgeWait), ms(sh.HedgeWon)), float64(sh.P99) <= 1.5*float64(h.P99))
+		add("slow node, hedging: p99 ≤ 1.5 × healthy p99", fmt.Sprintf("%s vs %s (%.2f×); hedges sent after a mean %s (delay given %s), won ones answered in %s; node-%d p50 %s, p99 %s as the router saw it", ms(sh.P99), ms(h.P99), ratio(sh.P99, h.P99), ms(sh.HedgeWait), ms(sh.HedgeDelay), ms(sh.HedgeWon), o.SlowNode, ms(sh.NodeP50[slowID]), ms(sh.NodeP99[slowID])), float64(sh.P99) <= 1.5*float64(h.P99))
 	}
 	if h != nil && sh != nil {
 		add("slow node, hedging: p99.9 ≤ 2 × healthy p99.9", fmt.Sprintf("%s vs %s (%.2f×)", ms(sh.P999), ms(h.P999), ratio(sh.P999, h.P999)), float64(sh.P999) <= 2*float64(h.P999))

@@ -61,14 +61,18 @@ type attempt struct {
 	parts     []*part
 	kind      int
 	cancel    context.CancelFunc
-	timer     *clock.Timer
-	over      bool // answered, failed or cancelled
-	cancelled bool // cancelled by the router (it lost, or the request ended)
+	timer     stopFunc // the hedge timer (primaries)
+	over      bool     // answered, failed or cancelled
+	cancelled bool     // cancelled by the router (it lost, or the request ended)
 	won       bool
 	keys      int // keys sent
 	start     time.Time
 	delay     time.Duration // the hedge delay it was given (primaries)
 	deferred  bool          // its hedge was put off once (onHedgeTimer)
+	// uncovered: its hedge timer fired and some of its partitions got no
+	// hedge (the budget refused, or no other replica): its latency is
+	// recorded for the hedge quantile as at most its delay (hedgeDelay).
+	uncovered bool
 }
 
 type event struct {
@@ -95,11 +99,12 @@ type gather struct {
 	assigned map[*node]int
 	counts   [3]int
 	won      int
-	// hedgeWait sums the time primaries had waited when hedged;
-	// hedgeWonTime the latencies of the hedges that won (Stats).
-	hedgeWait, hedgeWonTime time.Duration
-	deferred                int                         // hedges put off by a late timer (Stats.HedgesDeferred)
-	held                    []*servepb.BatchGetResponse // answers some result aliases (Response.Release)
+	// hedgeWait sums the time primaries had waited when hedged, hedgeDelay
+	// the delays they had been given; hedgeWonTime the latencies of the
+	// hedges that won (Stats).
+	hedgeWait, hedgeDelay, hedgeWonTime time.Duration
+	deferred                            int                         // hedges put off by a late timer (Stats.HedgesDeferred)
+	held                                []*servepb.BatchGetResponse // answers some result aliases (Response.Release)
 }
 
 // BatchGet returns one Result per key, in request order, read from the
@@ -321,8 +326,8 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 	if kind == kindPrimary {
 		r.budget.earn()
 		if !r.opts.DisableHedging {
-			a.delay = r.hedgeDelay(n, len(keys), g.t.nodes)
-			a.timer = r.opts.Clock.AfterFunc(a.delay, func() { g.send(event{a: a, hedge: true}) })
+			a.delay = r.hedgeDelay(n, len(keys))
+			a.timer = r.afterFunc(a.delay, func() { g.send(event{a: a, hedge: true}) })
 		}
 	}
 	req := &servepb.BatchGetRequest{Keys: keys, Version: g.c.id}
@@ -367,7 +372,7 @@ func (g *gather) stop(a *attempt) {
 	a.over, a.cancelled = true, true
 	a.cancel()
 	if a.timer != nil {
-		a.timer.Stop()
+		a.timer()
 	}
 	for _, pt := range a.parts {
 		pt.inflight--
@@ -413,7 +418,7 @@ func (g *gather) onAnswer(e event) {
 	a.over = true
 	a.cancel()
 	if a.timer != nil {
-		a.timer.Stop()
+		a.timer()
 	}
 	for _, pt := range a.parts {
 		pt.inflight--
@@ -457,7 +462,11 @@ func (g *gather) onAnswer(e event) {
 		g.failover(again)
 		return
 	}
-	n.observe(e.d, r.opts.Clock.Now(), a.keys)
+	ring := e.d
+	if a.uncovered {
+		ring = min(ring, a.delay)
+	}
+	n.observe(e.d, ring, r.opts.Clock.Now(), a.keys)
 	r.opts.Metrics.nodeLatency.WithLabelValues(n.id).Observe(e.d.Seconds())
 	off := 0
 	var again []*part
@@ -544,7 +553,7 @@ func (g *gather) onHedgeTimer(a *attempt) {
 	if late := clock.Since(r.opts.Clock, a.start) - a.delay; !a.deferred && late > max(a.delay/2, time.Millisecond) {
 		a.deferred = true
 		g.deferred++
-		a.timer = r.opts.Clock.AfterFunc(max(a.delay/4, 500*time.Microsecond), func() { g.send(event{a: a, hedge: true}) })
+		a.timer = r.afterFunc(max(a.delay/4, 500*time.Microsecond), func() { g.send(event{a: a, hedge: true}) })
 		return
 	}
 	var todo []*part
@@ -556,15 +565,18 @@ func (g *gather) onHedgeTimer(a *attempt) {
 	if len(todo) == 0 {
 		return
 	}
-	groups, order, _ := g.group(todo) // parts with no other replica just keep waiting
+	groups, order, left := g.group(todo) // parts with no other replica just keep waiting
+	a.uncovered = len(left) > 0
 	m := g.r.opts.Metrics
 	for _, n := range order {
 		if !g.r.budget.take() {
 			m.hedgesDenied.Inc()
 			g.r.denied.Add(1)
+			a.uncovered = true
 			return
 		}
 		g.hedgeWait += clock.Since(g.r.opts.Clock, a.start)
+		g.hedgeDelay += a.delay
 		g.launch(n, groups[n], kindHedge)
 	}
 }

@@ -43,7 +43,8 @@
 //	keys ──group by partition──▶ pick a replica per partition ──group by node──▶ one sub-request per node, in parallel
 //	                                                                               │
 //	  answer ◀── results in request order ◀── first answer per partition ◀────────┤ timer: HedgeQuantile (p99) of the node's
-//	                                                                               │ latencies for this size (≥ 2× its median,
+//	                                                                               │ latencies for this size (stalls left
+//	                                                                               │ unhedged count as their delay; ≥ 2× its median,
 //	                                                                               │ ≥ HedgeMinDelay) passed: an outlier; and a
 //	                                                                               │ budget token: same partitions to another
 //	                                                                               │ replica; the loser is cancelled (a timer
@@ -123,6 +124,10 @@
 // default. Tests run the router and its cobbled nodes (cobbled.Options.Clock)
 // on one clock.Fake, so hedging, budget, deadline and refresh rules are
 // checked at exact instants, not against a loaded machine's wall clock.
+// On the wall clock under Linux, hedge timers are armed on a timerfd rather
+// than the runtime's timers: an idle Go process sleeps in epoll_wait with a
+// whole-millisecond timeout, and a 1.5 ms hedge timer fired a mean 0.7 ms
+// late, when the router was idle waiting on a stalled node (timers.go).
 //
 // # Observability
 //

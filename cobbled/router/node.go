@@ -118,12 +118,13 @@ const sizeClasses = 6
 
 func sizeClass(keys int) int { return min(bits.Len(uint(max(keys, 1)))-1, sizeClasses-1) }
 
-// observe records an answered sub-request of keys keys.
-func (n *node) observe(d time.Duration, now time.Time, keys int) {
+// observe records an answered sub-request of keys keys that took d: d
+// for the EWMA, ring (≤ d: see hedgeDelay) for the quantile windows.
+func (n *node) observe(d, ring time.Duration, now time.Time, keys int) {
 	n.failStreak.Store(0)
 	n.ejectUntil.Store(0)
-	n.lat.add(d)
-	n.byClass[sizeClass(keys)].add(d)
+	n.lat.add(ring)
+	n.byClass[sizeClass(keys)].add(ring)
 	n.lastObs.Store(now.UnixNano())
 	// EWMA with weight 1/8, good enough for choosing between two nodes.
 	for {
@@ -264,37 +265,47 @@ func (l *latencies) recompute() {
 
 // hedgeDelay is how long a sub-request of keys keys to n may go unanswered
 // before it is an outlier, and hedged: the HedgeQuantile of n's recent
-// latencies for that size class, or of a peer's (another node in peers with
-// MinSamples of that class) when that is lower, and at least HedgeOutlier ×
-// n's own median, clamped to [HedgeMinDelay, HedgeMaxDelay]. A size class
-// with fewer than MinSamples latencies uses the node's latencies of every
-// size; a node with fewer, HedgeInitialDelay. keys ≤ 0 asks for the node's
-// delay over every size (for Stats).
-//
-// The peers' quantile keeps a node that stalls often from setting its own
-// bar: once more than 1% of its recorded answers are stalls (hedges denied
-// by the budget, a burst), its own p99 is the stall itself, hedges would
-// fire too late to win, and more stalls would be recorded. What its peers
-// achieve for the same size is what the caller could have had. The median
-// floor still keeps a node that is slower across the board (degraded) from
-// being hedged wholesale: replica choice moves traffic off it instead.
+// latencies for that size class, and at least HedgeOutlier × that class's
+// median, clamped to [HedgeMinDelay, HedgeMaxDelay]. A size class with
+// fewer than MinSamples latencies uses the node's latencies of every size;
+// a node with fewer, HedgeInitialDelay. keys ≤ 0 asks for the node's delay
+// over every size (for Stats).
 //
 // So the budget goes to outliers only: with the default p99 a healthy node
 // asks for about 1% hedges, and the rest of the budget waits for a node
 // whose requests turn slow now and then, which is what hedging is for. (At
-// p95 of everything, a healthy node's ordinary tail spent the budget.)
+// p95 of everything, a healthy node's ordinary tail spent the budget.) The
+// median floor keeps a node that is slower across the board (degraded)
+// from being hedged wholesale: replica choice moves traffic off it instead.
 //
-// Only answered sub-requests are sampled: a primary that lost to its hedge
-// is cancelled and its latency never recorded. Recording it (it is at least
-// the hedge delay) would drag the quantile up to the delay itself, and the
-// slow tail the hedge exists for would stop being hedged.
-func (r *Router) hedgeDelay(n *node, keys int, peers []*node) time.Duration {
+// What the windows hold decides whether the bar stays where the outliers
+// begin:
+//   - A primary that lost to its hedge is cancelled and its latency never
+//     recorded. Recording it (it is at least the hedge delay) would drag the
+//     quantile up to the delay itself, and the slow tail the hedge exists
+//     for would stop being hedged.
+//   - A primary whose delay passed with no hedge sent for it (the budget
+//     refused: a burst of stalls; or no other replica) is recorded as at
+//     most the delay it had. Recorded in full, a burst of stalls over 1% of
+//     the window would become the node's p99, hedges would then fire too
+//     late to win, and more stalls would be recorded: the bar would climb
+//     to the stall and stay there. Capped, the stalls hold the bar where it
+//     was until they leave the window.
+//   - A primary that answered before its hedge (the hedge lost) is recorded
+//     in full: that is the node's own tail, and the way the bar rises when
+//     the node slows down for real.
+//
+// The bar is the node's own, not its peers': an earlier version lowered it
+// to a peer's quantile when that was lower (to break the stall loop above),
+// but with the router in the slow node's zone the peers serve only hedges
+// and are unloaded, so their p99 sat under the busy node's ordinary tail,
+// which then crossed the bar on top of the stalls and spent the budget
+// (clients4-wire-10: 236 hedges denied).
+func (r *Router) hedgeDelay(n *node, keys int) time.Duration {
 	minN := int64(r.opts.MinSamples)
 	l := &n.lat
-	class := -1
 	if keys > 0 {
-		class = sizeClass(keys)
-		if c := &n.byClass[class]; c.count.Load() >= minN {
+		if c := &n.byClass[sizeClass(keys)]; c.count.Load() >= minN {
 			l = c
 		}
 	}
@@ -302,13 +313,6 @@ func (r *Router) hedgeDelay(n *node, keys int, peers []*node) time.Duration {
 		return r.opts.HedgeInitialDelay
 	}
 	q := time.Duration(l.hedgeQ.Load())
-	if class >= 0 {
-		for _, p := range peers {
-			if c := &p.byClass[class]; p != n && c.count.Load() >= minN {
-				q = min(q, time.Duration(c.hedgeQ.Load()))
-			}
-		}
-	}
 	d := max(q, time.Duration(r.opts.HedgeOutlier*float64(l.p50.Load())))
 	return min(max(d, r.opts.HedgeMinDelay), r.opts.HedgeMaxDelay)
 }

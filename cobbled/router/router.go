@@ -53,17 +53,18 @@ type Router struct {
 	kickCh    chan struct{}
 	lastFetch atomic.Int64
 	cancel    context.CancelFunc
+	timers    *timers // precise hedge timers (nil: Options.Clock's; timers.go)
 	wg        sync.WaitGroup
 	closed    atomic.Bool
 
 	// Stats counters.
-	requests, keys, failedKeys        atomic.Int64
-	primaries, hedges, won, failovers atomic.Int64
-	denied, cancelled, failedRequests atomic.Int64
-	routingErrors                     atomic.Int64
-	hedgeWait, hedgeWonTime           atomic.Int64 // nanos (Stats.HedgeWait, HedgeWonTime)
-	hedgesDeferred                    atomic.Int64
-	versions                          sync.Map // publication id → *versionCount
+	requests, keys, failedKeys             atomic.Int64
+	primaries, hedges, won, failovers      atomic.Int64
+	denied, cancelled, failedRequests      atomic.Int64
+	routingErrors                          atomic.Int64
+	hedgeWait, hedgeDelaySum, hedgeWonTime atomic.Int64 // nanos (Stats.HedgeWait, HedgeDelay, HedgeWonTime)
+	hedgesDeferred                         atomic.Int64
+	versions                               sync.Map // publication id → *versionCount
 }
 
 // New returns a router with the control plane's current routing table. A
@@ -81,6 +82,7 @@ func New(ctx context.Context, opts Options) (*Router, error) {
 		return nil, fmt.Errorf("router: start: %w: %w", ErrNoRouting, err)
 	}
 	opts.Metrics.bind(r)
+	r.timers = newTimers(opts.Clock)
 	bg, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.wg.Add(1)
@@ -112,6 +114,9 @@ func (r *Router) Close() error {
 	}
 	r.cancel()
 	r.wg.Wait()
+	if r.timers != nil {
+		r.timers.close()
+	}
 	r.installMu.Lock()
 	defer r.installMu.Unlock()
 	for key, n := range r.nodes {
@@ -134,6 +139,7 @@ func (r *Router) account(g *gather, keys, failed int, d time.Duration) {
 	r.failovers.Add(int64(g.counts[kindFailover]))
 	r.won.Add(int64(g.won))
 	r.hedgeWait.Add(int64(g.hedgeWait))
+	r.hedgeDelaySum.Add(int64(g.hedgeDelay))
 	r.hedgeWonTime.Add(int64(g.hedgeWonTime))
 	r.hedgesDeferred.Add(int64(g.deferred))
 	m.hedgesWon.Add(float64(g.won))
@@ -206,7 +212,10 @@ type Stats struct {
 	// sent, summed over Hedges; HedgeWonTime the latency of the hedges that
 	// won, from their own send, summed over HedgesWon. A hedged request's
 	// latency is about the two added up (where a hedged tail goes).
-	HedgeWait, HedgeWonTime time.Duration
+	// HedgeDelay is the hedge delay those primaries had been given, summed
+	// over Hedges: HedgeWait - HedgeDelay is how late the hedges went out
+	// (timers firing late, deferrals).
+	HedgeWait, HedgeDelay, HedgeWonTime time.Duration
 	// HedgesDeferred counts hedge timers that fired late (this process
 	// stalled) and were put off once so a waiting answer could be read
 	// first.
@@ -249,7 +258,8 @@ func (r *Router) Stats() Stats {
 		Primaries: r.primaries.Load(), Hedges: r.hedges.Load(), HedgesWon: r.won.Load(),
 		HedgesDenied: r.denied.Load(), Failovers: r.failovers.Load(), Cancelled: r.cancelled.Load(),
 		HedgeTokens: r.budget.level(),
-		HedgeWait:   time.Duration(r.hedgeWait.Load()), HedgeWonTime: time.Duration(r.hedgeWonTime.Load()),
+		HedgeWait:   time.Duration(r.hedgeWait.Load()), HedgeDelay: time.Duration(r.hedgeDelaySum.Load()),
+		HedgeWonTime:   time.Duration(r.hedgeWonTime.Load()),
 		HedgesDeferred: r.hedgesDeferred.Load(),
 	}
 	if s.Primaries > 0 {
@@ -263,7 +273,7 @@ func (r *Router) Stats() Stats {
 			ID: n.id, Addr: n.addr, Zone: n.zoneName(), Outstanding: n.outstanding.Load(),
 			RPCs: n.rpcs.Load(), Errors: n.errs.Load(), Ejected: n.ejected(now),
 			P50: time.Duration(n.lat.p50.Load()), P99: time.Duration(n.lat.p99.Load()),
-			EWMA: time.Duration(n.ewmaNanos.Load()), HedgeDelay: r.hedgeDelay(n, 0, nil),
+			EWMA: time.Duration(n.ewmaNanos.Load()), HedgeDelay: r.hedgeDelay(n, 0),
 		})
 	}
 	r.installMu.Unlock()

@@ -342,32 +342,103 @@ func TestHedgeBudget(t *testing.T) {
 	}
 }
 
+// Stalls the budget could not hedge are recorded as at most the delay they
+// had, so a burst of them does not become the node's p99 and lift its hedge
+// delay to the stall (after which hedges would come too late to win, and
+// more stalls would be recorded). Recorded in full, 2 of 64+ samples at 40
+// ms make the p99 40 ms.
+func TestUnhedgedStallsHoldTheBar(t *testing.T) {
+	clk := clock.NewFake(time.Time{})
+	c := startCluster(t, func(o *cluster.Options) { o.Clock = clk })
+	ctx := context.Background()
+	r := newRouter(t, c, func(o *Options) {
+		o.Zone, o.Clock = "zone-a", clk
+		o.MinSamples = 16
+		o.HedgeBudget, o.HedgeBurst = 0.1, 1
+	})
+	const base = 1 // the refresh ticker
+	keys := c.Keys()
+	// Healthy: on the fake clock every answer takes 0, so the learned delay
+	// is the floor.
+	for _, k := range keys[:64] {
+		if _, err := r.BatchGet(ctx, [][]byte{k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow := c.Members()[0]
+	r.installMu.Lock()
+	n0 := r.nodes[slow.ID+"@"+slow.Addr]
+	r.installMu.Unlock()
+	if n0 == nil {
+		t.Fatalf("no node %s in the router", slow.ID)
+	}
+	floor := r.opts.HedgeMinDelay
+	if d := r.hedgeDelay(n0, 1); d != floor {
+		t.Fatalf("healthy: delay %v, want the floor %v", d, floor)
+	}
+	if err := slow.Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: 40 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	// Every request now stalls 40 ms on node-0; the budget hedges about one
+	// in ten, the rest wait the stall out.
+	var denied int
+	for _, k := range keys[64:104] {
+		if d := r.hedgeDelay(n0, 1); d != floor {
+			t.Fatalf("after %d unhedged stalls: delay %v, want it held at %v", denied, d, floor)
+		}
+		before := r.Stats()
+		settle(t, clk, base)
+		done := batchGetAsync(r, ctx, [][]byte{k})
+		blockUntilPending(t, clk, base+3, done) // timeout, hedge timer, fault delay
+		clk.Advance(floor)                      // the hedge timer fires
+		var out batchGetResult
+		select {
+		case out = <-done: // hedged: the other replica answered
+		case <-waitUntil(t, func() bool { return r.Stats().HedgesDenied > before.HedgesDenied }):
+			denied++
+			clk.Advance(40*time.Millisecond - floor) // denied: the slow node answers
+			out = <-done
+		}
+		if out.err != nil {
+			t.Fatal(out.err)
+		}
+		checkResults(t, c, [][]byte{k}, out.res)
+	}
+	if denied < 20 {
+		t.Errorf("%d stalls waited out, want most of 40 (budget 0.1)", denied)
+	}
+	if s := nodeStats(r, slow.ID); s.P99 != floor || s.HedgeDelay != floor {
+		t.Errorf("node-0 p99 %v, hedge delay %v after %d unhedged 40 ms stalls; want both %v", s.P99, s.HedgeDelay, denied, floor)
+	}
+}
+
 func TestHedgeDelayLearned(t *testing.T) {
 	r := &Router{opts: Options{Source: RoutingFunc(nil)}}
 	r.opts.ensureDefaults()
 	n := &node{}
 	r.opts.HedgeQuantile, r.opts.HedgeOutlier = 0.95, 1 // the quantile alone
 	n.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile)
-	if d := r.hedgeDelay(n, 12, nil); d != r.opts.HedgeInitialDelay {
+	if d := r.hedgeDelay(n, 12); d != r.opts.HedgeInitialDelay {
 		t.Errorf("no samples: delay %v, want the initial %v", d, r.opts.HedgeInitialDelay)
 	}
 	for i := 1; i <= 100; i++ {
-		n.observe(time.Duration(i)*time.Millisecond, time.Now(), 12)
+		x := time.Duration(i) * time.Millisecond
+		n.observe(x, x, time.Now(), 12)
 	}
-	if d := r.hedgeDelay(n, 12, nil); d < 90*time.Millisecond || d > 95*time.Millisecond {
+	if d := r.hedgeDelay(n, 12); d < 90*time.Millisecond || d > 95*time.Millisecond {
 		t.Errorf("1..100ms: delay %v, want p95 of the samples so far (recomputed every 16)", d)
 	}
 	c := &n.byClass[sizeClass(12)]
 	c.mu.Lock()
 	c.recompute()
 	c.mu.Unlock()
-	if d := r.hedgeDelay(n, 12, nil); d != 95*time.Millisecond {
+	if d := r.hedgeDelay(n, 12); d != 95*time.Millisecond {
 		t.Errorf("1..100ms: delay %v, want p95 = 95ms", d)
 	}
 	for range 2000 { // the window forgets the old samples
-		n.observe(100*time.Microsecond, time.Now(), 12)
+		n.observe(100*time.Microsecond, 100*time.Microsecond, time.Now(), 12)
 	}
-	if d := r.hedgeDelay(n, 12, nil); d != r.opts.HedgeMinDelay {
+	if d := r.hedgeDelay(n, 12); d != r.opts.HedgeMinDelay {
 		t.Errorf("fast node: delay %v, want the floor %v", d, r.opts.HedgeMinDelay)
 	}
 }
@@ -382,39 +453,27 @@ func TestHedgeDelayPerSizeAndOutlier(t *testing.T) {
 	now := time.Now()
 	for i := range 512 {
 		// 1-key reads: 1.0-1.1 ms (tight); 16-key reads: 4 ms, 1% at 40 ms.
-		n.observe(time.Millisecond+time.Duration(i%100)*time.Microsecond, now, 1)
+		x := time.Millisecond + time.Duration(i%100)*time.Microsecond
+		n.observe(x, x, now, 1)
 		d := 4 * time.Millisecond
 		if i%100 == 0 {
 			d = 40 * time.Millisecond
 		}
-		n.observe(d, now, 16)
+		n.observe(d, d, now, 16)
 	}
 	for _, c := range []*latencies{&n.byClass[sizeClass(1)], &n.byClass[sizeClass(16)], &n.lat} {
 		c.mu.Lock()
 		c.recompute()
 		c.mu.Unlock()
 	}
-	if d := r.hedgeDelay(n, 1, nil); d < 2*time.Millisecond || d > 2100*time.Microsecond {
+	if d := r.hedgeDelay(n, 1); d < 2*time.Millisecond || d > 2100*time.Microsecond {
 		t.Errorf("1 key: delay %v, want 2× the median (p99 1.1ms is jitter)", d)
 	}
-	if d := r.hedgeDelay(n, 16, nil); d != 40*time.Millisecond {
+	if d := r.hedgeDelay(n, 16); d != 40*time.Millisecond {
 		t.Errorf("16 keys: delay %v, want their p99, 40ms", d)
 	}
-	if d := r.hedgeDelay(n, 4, nil); d != r.hedgeDelay(n, 0, nil) {
-		t.Errorf("4 keys (no samples of that size): delay %v, want the node's over every size %v", d, r.hedgeDelay(n, 0, nil))
-	}
-	// A peer answering 16-key reads within 5 ms lowers the bar for n, whose
-	// own p99 (40 ms) is its stall; the median floor (2 × 4 ms) stays.
-	peer := &node{}
-	peer.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile)
-	for range 64 {
-		peer.observe(5*time.Millisecond, now, 16)
-	}
-	if d := r.hedgeDelay(n, 16, []*node{n, peer}); d != 8*time.Millisecond {
-		t.Errorf("16 keys with a 5 ms peer: delay %v, want n's median floor 8ms", d)
-	}
-	if d := r.hedgeDelay(n, 1, []*node{n, peer}); d != r.hedgeDelay(n, 1, nil) {
-		t.Errorf("1 key: a peer without 1-key samples changed the delay to %v", d)
+	if d := r.hedgeDelay(n, 4); d != r.hedgeDelay(n, 0) {
+		t.Errorf("4 keys (no samples of that size): delay %v, want the node's over every size %v", d, r.hedgeDelay(n, 0))
 	}
 	for keys, want := range map[int]int{0: 0, 1: 0, 2: 1, 3: 1, 4: 2, 12: 3, 16: 4, 31: 4, 32: 5, 1024: 5} {
 		if c := sizeClass(keys); c != want {
@@ -943,16 +1002,16 @@ func TestScoreFewSamples(t *testing.T) {
 	for _, n := range []*node{fresh, measured} {
 		n.initLatencies(512, 0.99)
 	}
-	fresh.observe(50*time.Millisecond, now, 12)
+	fresh.observe(50*time.Millisecond, 50*time.Millisecond, now, 12)
 	for range scoreSamples {
-		measured.observe(time.Millisecond, now, 12)
+		measured.observe(time.Millisecond, time.Millisecond, now, 12)
 	}
 	if f, m := fresh.score(now.UnixNano(), 0), measured.score(now.UnixNano(), 0); f > m {
 		t.Errorf("one stalled answer: score %v, a measured 1 ms node %v", f, m)
 	}
 	for range scoreSamples {
-		measured.observe(50*time.Millisecond, now, 12)
-		measured.observe(50*time.Millisecond, now, 12)
+		measured.observe(50*time.Millisecond, 50*time.Millisecond, now, 12)
+		measured.observe(50*time.Millisecond, 50*time.Millisecond, now, 12)
 	}
 	if m := measured.score(now.UnixNano(), 0); m < float64(10*time.Millisecond) {
 		t.Errorf("a node measured slow: score %v, want its median", m)
