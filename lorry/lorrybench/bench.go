@@ -749,8 +749,8 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 		st.RegisterTime.Round(time.Millisecond), st.CommitTime.Round(time.Millisecond), st.Batches, st.FreshBatches, st.FollowUps, st.Retries)
 	cs := b.c.store.CommitStats()
 	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
-	fmt.Fprintf(o.Progress, "lorry bench: %s: store commits so far (every writer): %d, staging %v, lock wait %v, locked %v (dir sync %v, manifest %v, CURRENT %v, index %v, cleanup %v)\n",
-		name, cs.Commits, r(cs.Staging), r(cs.LockWait), r(cs.Locked), r(cs.Sync), r(cs.Manifest), r(cs.Current), r(cs.Index), r(cs.Cleanup))
+	fmt.Fprintf(o.Progress, "lorry bench: %s: store commits so far (every writer): %d transactions in %d group commits; per transaction staging %v, queued %v; per group lock wait %v, locked %v (dir sync %v, manifest %v, CURRENT %v, index %v, cleanup %v)\n",
+		name, cs.Commits, cs.Groups, r(cs.Staging), r(cs.Queued), r(cs.LockWait), r(cs.Locked), r(cs.Sync), r(cs.Manifest), r(cs.Current), r(cs.Index), r(cs.Cleanup))
 	return ph, nil
 }
 

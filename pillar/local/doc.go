@@ -39,6 +39,12 @@
 //     merged into a table or attribute someone else changed). Export-queue
 //     appends and consumed marks never conflict: offsets are assigned under
 //     the lock, after whatever committed meanwhile.
+//   - Group commit: concurrent Commit calls of one Store share one store
+//     commit (one manifest at one generation, one round of fsyncs, one
+//     CURRENT rename). Each transaction's conflict check runs in turn
+//     against the state the group has reached, and each is all or nothing:
+//     a failed check or file move leaves that one out; a failure of what
+//     they share fails them all (group.go has the rules).
 //   - Readers read a Snapshot: one manifest and the immutable files it names.
 //     A snapshot stays readable while commits happen, however long it is
 //     held, until Release (see "Snapshot lifetime" below).

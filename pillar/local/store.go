@@ -52,6 +52,9 @@ type Options struct {
 	queueFanout int
 	// spillBytes replaces spillBytes (spool.go) when > 0 (tests).
 	spillBytes int64
+	// groupMin, when > 1, makes a group's leader wait until that many
+	// commits (itself included) are queued (tests).
+	groupMin int
 }
 
 func (o *Options) ensureDefaults() {
@@ -95,6 +98,8 @@ type Store struct {
 	retained map[string]*manifest
 
 	index indexCache // decoded queue index files (queueindex.go)
+
+	group committer // the group commit queue (group.go)
 
 	statsMu sync.Mutex
 	stats   CommitStats
@@ -299,10 +304,15 @@ func (s *Store) lockMode(ctx context.Context, how int) (func(), error) {
 // CommitStats sums the time this Store's commits spent in each part
 // (Store.CommitStats): where a slow commit waits.
 type CommitStats struct {
-	Commits int64 // commits that took the lock
-	// Staging: writing and syncing the queue segments (before the lock).
-	Staging time.Duration
-	// LockWait: waiting for the commit lock (other commits, any process).
+	// Commits: transactions that reached the group committer; Groups: the
+	// store commits (manifests, lock holds) that carried them (group.go).
+	Commits, Groups int64
+	// Staging: writing and syncing the queue segments (before the lock),
+	// per transaction; Queued: waiting for the group in progress to end,
+	// per transaction.
+	Staging, Queued time.Duration
+	// The rest is per group. LockWait: waiting for the commit lock (other
+	// processes' commits and cleanups).
 	LockWait time.Duration
 	// Locked: holding it, in total; of which Sync (the data directory's
 	// fsync), Manifest (writing and syncing the manifest), Current

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -355,7 +354,10 @@ func (s *Store) cleanupHook(step string) {
 }
 
 // Commit makes every change of the transaction visible at once, or none.
-func (t *tx) Commit(ctx context.Context) (err error) {
+// Concurrent commits of one Store share a store commit (group.go): one
+// manifest, one round of fsyncs, each transaction checked and applied in
+// turn, all or nothing per transaction.
+func (t *tx) Commit(ctx context.Context) error {
 	if !t.ws.Finish() {
 		return t.errf("commit: %w", pillar.ErrTxDone)
 	}
@@ -368,18 +370,17 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		return t.errf("commit: %w", err)
 	}
 	s := t.s
-	start := time.Now()
-	staged, err := t.stageQueue()
-	if err != nil {
+	r := &commitReq{t: t, ctx: ctx, start: time.Now(), lead: make(chan struct{}), done: make(chan struct{})}
+	var err error
+	if r.staged, err = t.stageQueue(); err != nil {
 		return err
 	}
 	// A store written before checksums gets them with its next commit
 	// (computed before the lock: it reads every such file once).
-	sums := s.missingSums(ctx, t.m)
+	r.sums = s.missingSums(ctx, t.m)
 	// Every sweepEvery one commit's cleanup also sweeps data/ (listed now,
 	// before the lock): the files of a commit killed before it listed
 	// them, and of a removal that failed.
-	var listed []os.DirEntry
 	s.mu.Lock()
 	sweep := s.opts.Now().Sub(s.lastSweep) > sweepEvery
 	if sweep {
@@ -387,273 +388,10 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 	}
 	s.mu.Unlock()
 	if sweep {
-		listed, _ = os.ReadDir(filepath.Join(s.dir, "data"))
+		r.listed, _ = os.ReadDir(filepath.Join(s.dir, "data"))
 	}
-	staging := time.Now()
-	unlock, err := s.lock(ctx)
-	if err != nil {
-		return t.errf("commit: %w", err)
-	}
-	locked := time.Now()
-	var st CommitStats
-	defer func() {
-		unlock()
-		end := time.Now()
-		s.addStats(func(c *CommitStats) {
-			c.Commits++
-			c.Staging += staging.Sub(start)
-			c.LockWait += locked.Sub(staging)
-			c.Locked += end.Sub(locked)
-			c.Sync += st.Sync
-			c.Manifest += st.Manifest
-			c.Current += st.Current
-			c.Index += st.Index
-			c.Cleanup += st.Cleanup
-		})
-	}()
-	s.hook("locked")
-
-	cur, err := s.current()
-	if err != nil {
-		return err
-	}
-	base := t.m
-	tables := t.ws.Tables()
-	for _, tc := range tables {
-		name := tc.Name
-		if tableGen(cur, name) != tableGen(base, name) {
-			return fmt.Errorf("local store %s: table %q changed by generation %d since this transaction began at %d: %w",
-				s.dir, name, tableGen(cur, name), base.Generation, pillar.ErrConflict)
-		}
-	}
-	attrs := t.ws.Attrs()
-	for _, a := range attrs {
-		name := a.Name
-		if cur.Attrs[name].Gen != base.Attrs[name].Gen {
-			return fmt.Errorf("local store %s: attribute %q changed by generation %d since this transaction began at %d: %w",
-				s.dir, name, cur.Attrs[name].Gen, base.Generation, pillar.ErrConflict)
-		}
-	}
-
-	nm := cur.clone()
-	addSums(nm, sums)
-	nm.Generation = cur.Generation + 1
-	nm.CommittedAt = s.opts.Now().UTC()
-	gen := nm.Generation
-	var rb [4]byte
-	_, _ = rand.Read(rb[:])
-	prefix := fmt.Sprintf("%012d-%s-", gen, hex.EncodeToString(rb[:]))
-	dataDir := filepath.Join(s.dir, "data")
-	var moved []string
-	committed := false // CURRENT names the new manifest: nothing may be removed
-	defer func() {
-		if err != nil && !committed {
-			for _, f := range moved {
-				_ = s.opts.FS.Remove(filepath.Join(dataDir, f))
-			}
-		}
-		if t.intent != nil {
-			t.intent.Close()
-		}
-	}()
-
-	for _, ch := range tables {
-		name := ch.Name
-		if ch.Drop {
-			delete(nm.Tables, name)
-			continue
-		}
-		var files []fileEntry
-		for _, part := range ch.Parts {
-			sf := part.Staged
-			dst := prefix + sf.name
-			if err := t.intend(dst); err != nil {
-				return t.errf("commit: %w", err)
-			}
-			if err := s.opts.FS.Rename(filepath.Join(t.staging, sf.name), filepath.Join(dataDir, dst)); err != nil {
-				return t.errf("commit: table %q: %w", name, err)
-			}
-			moved = append(moved, dst)
-			s.hook("moved-data")
-			files = append(files, fileEntry{Name: dst, Rows: sf.rows, Bytes: sf.bytes, CRC32C: sf.crc})
-		}
-		schema := schemaString(parquet.SchemaOf(reflect.New(ch.RowType).Interface()))
-		te := &tableEntry{RowType: ch.RowType.String(), Schema: schema, SortedBy: ch.SortedBy, Files: files, Gen: gen}
-		if old, ok := nm.Tables[name]; ok && ch.Mode == pillar.Append {
-			te.Files = append(append([]fileEntry(nil), old.Files...), files...)
-			if !equalStrings(old.SortedBy, ch.SortedBy) {
-				te.SortedBy = nil // an append breaks any claimed order
-			}
-		}
-		nm.Tables[name] = te
-	}
-	for _, a := range attrs {
-		switch {
-		case a.Expect:
-		case a.Delete:
-			delete(nm.Attrs, a.Name)
-		default:
-			nm.Attrs[a.Name] = attrEntry{Value: a.Value, Gen: gen}
-		}
-	}
-	// The export queue: the segment files were written before the lock;
-	// offsets are assigned now, after everything already committed.
-	nowMS := nm.CommittedAt.UnixMilli()
-	for _, qf := range staged {
-		q := nm.Queue[qf.partition]
-		if q == nil {
-			q = &queueEntry{}
-			nm.Queue[qf.partition] = q
-		}
-		name := prefix + qf.name
-		if err := t.intend(name); err != nil {
-			return t.errf("commit: %w", err)
-		}
-		if err := s.opts.FS.Rename(filepath.Join(t.staging, qf.name), filepath.Join(dataDir, name)); err != nil {
-			return t.errf("commit: export queue partition %d: %w", qf.partition, err)
-		}
-		moved = append(moved, name)
-		s.hook("queue-written")
-		q.Segments = append(q.Segments, segment{File: name, First: q.end(), Count: qf.count, Bytes: qf.bytes, CommittedAtMS: nowMS, CRC32C: qf.crc})
-	}
-	// Long tails go into index files, so that the manifest (written by
-	// every commit) stays small however long the queue grows.
-	parts := make([]int, 0, len(nm.Queue))
-	for p := range nm.Queue {
-		parts = append(parts, p)
-	}
-	slices.Sort(parts)
-	indexStart := time.Now()
-	for _, p := range parts {
-		err := s.compactQueue(ctx, p, nm.Queue[p], prefix, func(name string, ix *indexFile) (int64, string, error) {
-			if err := t.intend(name); err != nil {
-				return 0, "", err
-			}
-			size, crc, err := writeIndexFile(s.opts.FS, filepath.Join(dataDir, name), ix)
-			if err != nil {
-				_ = s.opts.FS.Remove(filepath.Join(dataDir, name))
-				return 0, "", err
-			}
-			moved = append(moved, name)
-			s.hook("index-written")
-			return size, crc, nil
-		})
-		if err != nil {
-			return t.errf("commit: %w", err)
-		}
-	}
-	st.Index = time.Since(indexStart)
-	if nm.hasIndex() {
-		nm.Format = formatQueueIndex
-	}
-	for _, id := range t.ws.Consumed() {
-		nm.Consumed[id] = gen
-	}
-	// The manifest and CURRENT.tmp are written, then every fsync the
-	// commit point needs runs at once (the data directory, the manifest,
-	// its directory, CURRENT.tmp): the file system's journal serves
-	// concurrent fsyncs in one commit, where five in a row cost five.
-	// Nothing names the new manifest until CURRENT is renamed, after they
-	// all returned.
-	t0 := time.Now()
-	manPath := filepath.Join(s.dir, "manifests", manifestName(gen))
-	curTmp := filepath.Join(s.dir, "CURRENT.tmp")
-	var mf, cf File
-	closeAll := func() {
-		for _, f := range []File{mf, cf} {
-			if f != nil {
-				f.Close()
-			}
-		}
-	}
-	fail := func(what string, err error) error {
-		closeAll()
-		_ = s.opts.FS.Remove(manPath)
-		_ = s.opts.FS.Remove(curTmp)
-		return t.errf("commit: %s: %w", what, err)
-	}
-	b, err := json.Marshal(nm)
-	if err != nil {
-		return fail("manifest", err)
-	}
-	_ = s.opts.FS.Remove(manPath) // left by a commit that crashed at this generation
-	if mf, err = s.opts.FS.Create(manPath); err != nil {
-		return fail("manifest", err)
-	}
-	if _, err := mf.Write(append(b, '\n')); err != nil {
-		return fail("manifest", err)
-	}
-	_ = s.opts.FS.Remove(curTmp)
-	if cf, err = s.opts.FS.Create(curTmp); err != nil {
-		return fail("CURRENT", err)
-	}
-	if _, err := cf.Write([]byte(manifestName(gen) + "\n")); err != nil {
-		return fail("CURRENT", err)
-	}
-	t1 := time.Now()
-	if err := syncAll(
-		func() error { return wrapErr("sync data", s.opts.FS.SyncDir(dataDir)) },
-		func() error { return wrapErr("manifest", mf.Sync()) },
-		func() error { return wrapErr("manifest", s.opts.FS.SyncDir(filepath.Dir(manPath))) },
-		func() error { return wrapErr("CURRENT", cf.Sync()) },
-	); err != nil {
-		closeAll()
-		_ = s.opts.FS.Remove(manPath)
-		_ = s.opts.FS.Remove(curTmp)
-		return t.errf("commit: %w", err)
-	}
-	s.hook("data-synced")
-	for _, f := range []File{mf, cf} {
-		if err := f.Close(); err != nil {
-			mf, cf = nil, nil
-			return fail("close", err)
-		}
-	}
-	mf, cf = nil, nil
-	s.hook("manifest-written")
-	s.hook("current-tmp-written")
-	t2 := time.Now()
-	if err := s.opts.FS.Rename(curTmp, filepath.Join(s.dir, "CURRENT")); err != nil {
-		return fail("CURRENT", err)
-	}
-	s.hook("current-renamed")
-	// From here the commit is decided: CURRENT names it (for every reader
-	// from now on), so nothing it wrote is removed whatever fails next. A
-	// failed sync of the store directory is reported: the commit may not
-	// survive a power loss.
-	committed = true
-	var durable error
-	if err := s.opts.FS.SyncDir(s.dir); err != nil {
-		durable = t.errf("commit: generation %d is committed (CURRENT names it), but the store directory's fsync failed, so it may not survive a power loss: %w", gen, err)
-	}
-	s.hook("committed")
-	t3 := time.Now()
-	st.Manifest, st.Sync, st.Current = t1.Sub(t0), t2.Sub(t1), t3.Sub(t2)
-	s.mu.Lock()
-	s.cached = nm
-	if s.retained == nil {
-		s.retained = map[string]*manifest{}
-	}
-	s.retained[manifestName(gen)] = nm // cleanup need not decode it again
-	s.mu.Unlock()
-	// Cleanup reads every retained manifest: run it every few commits, not
-	// after each one (unreferenced files wait a little longer, that's all).
-	s.mu.Lock()
-	s.commits++
-	due := s.commits >= cleanupEvery || s.opts.Now().Sub(s.lastCleanup) > cleanupAfter || listed != nil
-	if due {
-		s.commits, s.lastCleanup = 0, s.opts.Now()
-	}
-	s.mu.Unlock()
-	if due {
-		c0 := time.Now()
-		if _, cerr := s.cleanupLocked(ctx, listed); cerr != nil {
-			s.opts.Logger.Warn("local store: cleanup after commit", "err", cerr)
-		}
-		st.Cleanup = time.Since(c0)
-	}
-	s.opts.Logger.Debug("local store: committed", "generation", gen, "tables", len(tables), "attrs", len(attrs), "queued", t.queue.queued)
-	return durable
+	r.staging = time.Now()
+	return s.groupCommit(r)
 }
 
 // Cleanup cadence after commits.
