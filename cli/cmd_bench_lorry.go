@@ -16,7 +16,8 @@ func lorryBenchCommand() *cli.Command {
 		Usage: "Lorry priority-lanes benchmark: fresh updates delivered while a bulk backlog drains to 3 replicas",
 		Description: `Starts, in this process, a local store, a control plane (SQLite over loopback gRPC), a
 local object store and three cobbled nodes (real RocksDB, ingesting through the control
-plane), then runs two phases:
+plane), then runs two phases, each on a cluster of its own started empty (removed after
+the phase, so a phase never ingests into replicas holding the other's backlog):
 
   bulk only     --records bulk records of --value-size bytes (a republish) are queued,
                 then one Lorry worker delivers them; the time to the last one applied
@@ -35,8 +36,8 @@ It prints a targets table (met / missed) and exits 1 when a target is missed (wi
 --runs, when any run missed it), also when nothing was delivered; --allow-missed
 exits 0 all the same.
 
-The issue's full size is --records 200000 (about 10 GB of values, written twice, plus three
-replicas' copies): run it where the disk and cores allow; on a small shared machine run
+The issue's full size is --records 200000 (about 10 GB of values per phase, in the queue,
+the object store and three replicas' copies): run it where the disk and cores allow; on a small shared machine run
 a scaled-down size (the default 4000) — the backlog still takes much longer to drain than
 the fresh target.
 
@@ -63,6 +64,9 @@ Examples:
 			&cli.IntFlag{Name: "runs", Value: 1, Usage: "run the benchmark this many times (each on a fresh cluster); every run is reported, and a target counts as met only if every run met it"},
 			&cli.BoolFlag{Name: "allow-missed", Usage: "exit 0 even when a target is missed (the report still says which)"},
 			&cli.Int64Flag{Name: "fresh-bulk-batch-bytes", Usage: "bulk batch size while fresh records flow (default: --max-batch-bytes)"},
+			&cli.IntFlag{Name: "max-bulk-unapplied", Usage: "Lorry's --max-bulk-unapplied (default: Lorry's)"},
+			&cli.DurationFlag{Name: "replica-poll", Usage: "Lorry's --replica-poll (default: Lorry's, 250ms)"},
+			&cli.IntFlag{Name: "node-ingest-concurrency", Usage: "the cobbled nodes' --ingest-concurrency (default: cobbled's, 2)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON (results.json and results.md are written either way)"},
 			&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the run to this file"},
 		},
@@ -77,7 +81,9 @@ Examples:
 				FreshRate: c.Int("fresh-rate"), FreshSize: c.Int("fresh-size"), FreshCommitEvery: c.Duration("fresh-commit-every"), Partitions: c.Int("partitions"),
 				MaxBatchAge: c.Duration("max-batch-age"), BulkMinShare: c.Float64("bulk-min-share"),
 				SkipBaseline: c.Bool("skip-baseline"), InOrder: c.Bool("in-order"),
-				MaxBatchBytes: c.Int64("max-batch-bytes"), FreshBulkBatchBytes: c.Int64("fresh-bulk-batch-bytes"), Progress: os.Stderr,
+				MaxBatchBytes: c.Int64("max-batch-bytes"), FreshBulkBatchBytes: c.Int64("fresh-bulk-batch-bytes"),
+				MaxBulkUnapplied: c.Int("max-bulk-unapplied"), ReplicaPoll: c.Duration("replica-poll"), NodeIngestConcurrency: c.Int("node-ingest-concurrency"),
+				Progress: os.Stderr,
 			}, c.Int("runs"))
 			if err != nil {
 				return err

@@ -543,6 +543,63 @@ func TestReplicaLagPausesBulk(t *testing.T) {
 	}
 }
 
+// appliedSource reports every partition's replicas at one applied seq.
+type appliedSource struct {
+	parts   int
+	applied atomic.Int64
+}
+
+func (s *appliedSource) GetRouting(ctx context.Context) (*control.Routing, error) {
+	r := &control.Routing{Partitions: s.parts, Replicas: make([][]control.Replica, s.parts), NewestSeq: make([]int64, s.parts)}
+	for p := range r.Replicas {
+		r.NewestSeq[p] = 1 << 40
+		r.Replicas[p] = []control.Replica{{NodeID: "n1", AppliedSeq: s.applied.Load()}}
+	}
+	return r, nil
+}
+
+// TestBulkUnappliedPausesBulk: with MaxBulkUnapplied 1, a partition's bulk
+// lane waits while one of its bulk batches is registered and not applied
+// on every replica; fresh batches (which do not count) keep flowing; once
+// the replicas apply, the backlog is delivered.
+func TestBulkUnappliedPausesBulk(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	ks := keysIn(20, 0, parts)
+	var rs []rec
+	for i, k := range ks {
+		rs = append(rs, rec{key: k, val: val(i, 300), pri: pillar.PriorityBulk})
+	}
+	src := &appliedSource{parts: parts}
+	o := e.opts("w")
+	o.Replicas, o.MaxReplicaLag, o.MaxBulkUnapplied, o.ReplicaPoll, o.MaxBatchRecords = src, -1, 1, 10*time.Millisecond, 5
+	o.BulkMinShare = 1e-6 // the share lets no extra bulk batch through
+	w := e.worker(o)
+	stop := runWorker(t, w)
+	defer stop()
+	e.enqueue(rs...)
+	waitFor(t, "one bulk batch delivered", 10*time.Second, func() bool { return e.state(0).Offset > 0 })
+	fk := keysIn(3, 0, parts)
+	for i, k := range fk {
+		e.enqueue(rec{key: k, val: val(100+i, 50)})
+	}
+	waitFor(t, "fresh records delivered while bulk waits", 10*time.Second, func() bool { return e.state(0).FreshOffset() == 23 })
+	if st := e.state(0); st.Offset != int64(o.MaxBatchRecords) {
+		t.Fatalf("bulk delivered %d records while its first batch is unapplied, want one batch of %d: %+v", st.Offset, o.MaxBatchRecords, st)
+	}
+	if !w.bulkPaused(0) {
+		t.Fatal("bulk lane not paused with an unapplied bulk batch")
+	}
+	src.applied.Store(1 << 40)
+	waitFor(t, "backlog delivered once replicas applied", 10*time.Second, func() bool { return e.state(0).Offset == 23 })
+	stop()
+	e.laneChain(0, 23)
+	if got := e.checkOrder(0, append(ks, fk...)); len(got) != 23 {
+		t.Fatalf("%d keys served, want 23", len(got))
+	}
+}
+
 // TestStatusByPriority: Status counts the backlog by priority from the
 // store, and Report adds the live workers' latencies and loss counter. The
 // worker runs on a FAKE clock one second after the commits, Drain delivers,

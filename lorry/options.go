@@ -99,6 +99,16 @@ type Options struct {
 	// flowing. Negative disables it. The default value is 8. It needs
 	// Replicas.
 	MaxReplicaLag int64
+	// MaxBulkUnapplied pauses a partition's bulk lane while this many of
+	// its bulk batches are registered and not yet applied on every replica
+	// (read every ReplicaPoll), down to BulkMinShare; fresh batches keep
+	// flowing. A replica applies a partition's batches in order, so a
+	// fresh batch registered behind bulk ones waits for all of them on
+	// every replica: this bounds that queue to what the replicas apply
+	// meanwhile, where MaxReplicaLag (counted in batches of both lanes)
+	// lets it grow to seconds. Zero or negative disables it (the default
+	// value). It needs Replicas.
+	MaxBulkUnapplied int
 	// Replicas reports each partition's replica progress; it drives the
 	// bulk backpressure, the enqueue → applied-on-all-replicas latency and
 	// the loss counter. The default value is Registry when it implements

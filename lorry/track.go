@@ -34,6 +34,7 @@ type trackedRec struct {
 type trackedBatch struct {
 	seq  int64
 	recs []trackedRec
+	bulk bool // it holds bulk records
 }
 
 // partTrack is what the worker knows of one partition's replicas.
@@ -119,6 +120,7 @@ func (w *Worker) tracked(p int, seq int64, recs []pillar.ExportRecord, replay bo
 			w.o.Metrics.latency(prNames[pr], "registered", d)
 		}
 		tb.recs = append(tb.recs, trackedRec{off: r.Offset, at: r.CommittedAt, pr: pr})
+		tb.bulk = tb.bulk || pr == prBulk
 	}
 	if seq > 0 && w.o.Replicas != nil {
 		pt := w.tr.part(p)
@@ -127,15 +129,34 @@ func (w *Worker) tracked(p int, seq int64, recs []pillar.ExportRecord, replay bo
 }
 
 // bulkPaused reports whether partition p's replicas lag too far for more
-// bulk batches.
+// bulk batches: more than MaxReplicaLag batches behind, or MaxBulkUnapplied
+// bulk batches not applied everywhere yet.
 func (w *Worker) bulkPaused(p int) bool {
-	if w.o.Replicas == nil || w.o.MaxReplicaLag < 0 {
+	if w.o.Replicas == nil {
 		return false
 	}
 	w.tr.mu.Lock()
 	defer w.tr.mu.Unlock()
 	pt := w.tr.parts[p]
-	return pt != nil && pt.known && pt.lag > w.o.MaxReplicaLag
+	if pt == nil {
+		return false
+	}
+	if w.o.MaxReplicaLag >= 0 && pt.known && pt.lag > w.o.MaxReplicaLag {
+		return true
+	}
+	return w.o.MaxBulkUnapplied > 0 && pt.bulkUnapplied() >= w.o.MaxBulkUnapplied
+}
+
+// bulkUnapplied counts the partition's registered batches with bulk
+// records that some replica has not applied yet.
+func (pt *partTrack) bulkUnapplied() int {
+	n := 0
+	for _, b := range pt.batches {
+		if b.bulk {
+			n++
+		}
+	}
+	return n
 }
 
 // watchReplicas reads replica progress every ReplicaPoll until ctx ends:

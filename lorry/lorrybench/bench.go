@@ -41,7 +41,8 @@ import (
 
 // Options configure a run. The zero value of every field means its default.
 type Options struct {
-	// Dir holds the store, object store, control plane and nodes. The
+	// Dir holds the store, object store, control plane and nodes (each
+	// phase's in a folder of its own, removed after the phase). The
 	// default value is a temporary directory, removed afterwards.
 	Dir string
 	// Records is the bulk backlog. The default value is 200000 (≈ 10 GB at
@@ -73,6 +74,14 @@ type Options struct {
 	// MaxBatchBytes and FreshBulkBatchBytes are Lorry's. The default values
 	// are Lorry's defaults.
 	MaxBatchBytes, FreshBulkBatchBytes int64
+	// MaxBulkUnapplied and ReplicaPoll are Lorry's. The default values are
+	// Lorry's defaults.
+	MaxBulkUnapplied int
+	ReplicaPoll      time.Duration
+	// NodeIngestConcurrency is the cobbled nodes' IngestConcurrency (how
+	// many partitions a node downloads and applies at once). The default
+	// value is cobbled's default.
+	NodeIngestConcurrency int
 	// Progress receives one line per phase step. The default value
 	// discards.
 	Progress io.Writer
@@ -237,7 +246,7 @@ func startCluster(ctx context.Context, o Options, dir string) (*cluster, error) 
 		n, err := cobbled.Open(nctx, cobbled.Options{ID: fmt.Sprintf("n%d", i), Zone: fmt.Sprintf("z%d", i),
 			Addr: fmt.Sprintf("127.0.0.1:%d", 1+i), Dir: filepath.Join(dir, fmt.Sprintf("n%d", i)),
 			CacheBytes: 32 << 20, Control: cobbled.FromControlClient(c.ctl), Objects: c.objs,
-			LongPoll: 5 * time.Second, Heartbeat: 200 * time.Millisecond, Logger: o.Logger})
+			LongPoll: 5 * time.Second, Heartbeat: 200 * time.Millisecond, IngestConcurrency: o.NodeIngestConcurrency, Logger: o.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -434,6 +443,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		"partitions": o.Partitions, "max_batch_age": o.MaxBatchAge.String(), "bulk_min_share": o.BulkMinShare, "replicas": 3,
 		"object_store": "local directory", "control_plane": "SQLite over gRPC (loopback)",
 		"max_batch_bytes": o.MaxBatchBytes, "fresh_bulk_batch_bytes": o.FreshBulkBatchBytes,
+		"max_bulk_unapplied": o.MaxBulkUnapplied, "replica_poll": o.ReplicaPoll.String(), "node_ingest_concurrency": o.NodeIngestConcurrency,
 	}}
 	b := &bench{o: o, vals: newValues(max(o.ValueSize, o.FreshSize)), newest: map[string]uint64{}, ends: make([]int64, o.Partitions)}
 	for i := 0; i < o.Records; i++ {
@@ -441,23 +451,37 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	fmt.Fprintf(o.Progress, "lorry bench: %d bulk records of %d B (%.1f MB), %d fresh updates/s, %d partitions × 3 replicas, in %s\n",
 		o.Records, o.ValueSize, float64(o.Records)*float64(o.ValueSize)/1e6, o.FreshRate, o.Partitions, dir)
-	c, err := startCluster(ctx, o, dir)
-	if err != nil {
-		return nil, err
+	// Each phase runs on a cluster of its own, started empty: a phase
+	// that followed another would ingest into replicas already holding
+	// the other's backlog (larger databases, more compaction), which
+	// slowed the second phase's bulk delivery by a third on its own.
+	k := 0
+	onCluster := func(name string, fresh bool) (*Phase, error) {
+		k++
+		pdir := filepath.Join(dir, fmt.Sprintf("phase-%d", k))
+		c, err := startCluster(ctx, o, pdir)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			c.close()
+			_ = os.RemoveAll(pdir) // the next phase's disk
+		}()
+		b.c, b.ends, b.newest = c, make([]int64, o.Partitions), map[string]uint64{}
+		return b.phase(ctx, name, fresh)
 	}
-	defer c.close()
-	b.c = c
+	var err error
 	if !o.SkipBaseline {
-		if res.Baseline, err = b.phase(ctx, "bulk only", false); err != nil {
+		if res.Baseline, err = onCluster("bulk only", false); err != nil {
 			return nil, err
 		}
 	}
-	if res.Mixed, err = b.phase(ctx, "bulk + fresh", true); err != nil {
+	if res.Mixed, err = onCluster("bulk + fresh", true); err != nil {
 		return nil, err
 	}
 	if o.InOrder {
 		b.inOrder = true
-		if res.InOrder, err = b.phase(ctx, "in order (one priority)", true); err != nil {
+		if res.InOrder, err = onCluster("in order (one priority)", true); err != nil {
 			return nil, err
 		}
 	}
@@ -522,7 +546,8 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 	w, err := lorry.New(lorry.Options{Store: b.c.store, Objects: b.c.objs, Registry: b.c.ctl, ID: "bench",
 		MaxBatchAge: o.MaxBatchAge, PollInterval: 20 * time.Millisecond, LeaseTTL: 10 * time.Second,
 		MaxBatchBytes: o.MaxBatchBytes, FreshBulkBatchBytes: o.FreshBulkBatchBytes,
-		BulkMinShare: o.BulkMinShare, LossAfter: 30 * time.Second, BulkLossAfter: 30 * time.Minute,
+		BulkMinShare: o.BulkMinShare, MaxBulkUnapplied: o.MaxBulkUnapplied, ReplicaPoll: o.ReplicaPoll,
+		LossAfter: 30 * time.Second, BulkLossAfter: 30 * time.Minute,
 		TempDir: filepath.Join(b.c.dir, "tmp"), CleanupInterval: -1, Logger: o.Logger})
 	if err != nil {
 		return nil, err
