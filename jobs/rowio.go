@@ -209,6 +209,14 @@ func (w *tableWriter) finish() error {
 	w.mu.Lock()
 	err := w.w.Close()
 	w.mu.Unlock()
+	// The run keeps its tableWriters to the end of the operation (their row
+	// counts, the outputs opened); a closed store writer still holds its
+	// buffers, up to a row group and its pages per column once the output
+	// filled them. Dropping it frees them now: an operation of many jobs
+	// otherwise held one full set per job, a peak that grew with the data
+	// until every job's output filled its row group (a 160k-page `backfill
+	// embed` copy: 30 jobs, live heap 13 → 34 MB over the operation).
+	w.w = nil
 	if err != nil && w.err == nil {
 		w.err = fmt.Errorf("jobs: output %q: close: %w", w.name, err)
 	}
