@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -280,6 +281,9 @@ type Result struct {
 	// mean hedge delay those primaries had been given (HedgeWait above it:
 	// timers firing late, deferrals).
 	HedgeWait, HedgeWon, HedgeDelay time.Duration
+	// GC is what the Go GC took while the scenario ran (cycles, CPU time;
+	// shared with the rows interleaved with it).
+	GC gcUse
 	// NodeP50 and NodeP99 are each node's recent sub-request latency as the
 	// router saw it at the end of the scenario (router.NodeStats).
 	NodeP50, NodeP99 map[string]time.Duration
@@ -814,6 +818,7 @@ func (b *bench) loadSlices(ctx context.Context, d, slice time.Duration, clients 
 			acc.bytes += s.bytes
 			acc.active += s.end.Sub(s.start)
 			acc.slices++
+			acc.gc = acc.gc.add(s.gc)
 			if acc.first == nil {
 				acc.first = s.first
 			}
@@ -841,7 +846,37 @@ type sample struct {
 	// rates are per active time, not per start to end.
 	active time.Duration
 	slices int
+	// gc: the Go GC's cycles and CPU time while this sample ran (shared by
+	// the getters interleaved with it).
+	gc gcUse
 }
+
+// gcUse is what the Go garbage collector took over a stretch of time.
+type gcUse struct {
+	Cycles uint64
+	CPU    time.Duration // GC CPU time, every class (runtime/metrics)
+}
+
+var gcMetrics = []string{"/gc/cycles/total:gc-cycles", "/cpu/classes/gc/total:cpu-seconds"}
+
+func readGC() gcUse {
+	s := make([]metrics.Sample, len(gcMetrics))
+	for i, n := range gcMetrics {
+		s[i].Name = n
+	}
+	metrics.Read(s)
+	var u gcUse
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		u.Cycles = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindFloat64 {
+		u.CPU = time.Duration(s[1].Value.Float64() * float64(time.Second))
+	}
+	return u
+}
+
+func (u gcUse) sub(v gcUse) gcUse { return gcUse{u.Cycles - v.Cycles, u.CPU - v.CPU} }
+func (u gcUse) add(v gcUse) gcUse { return gcUse{u.Cycles + v.Cycles, u.CPU + v.CPU} }
 
 // load runs the closed-loop clients for d.
 func (b *bench) load(ctx context.Context, d time.Duration, get getter, started func(time.Time)) *sample {
@@ -863,6 +898,7 @@ func (b *bench) loadClients(ctx context.Context, d time.Duration, clients int, g
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	per := make([][]*sample, clients)
+	gc0 := readGC()
 	start := time.Now()
 	if started != nil {
 		started(start)
@@ -913,9 +949,10 @@ func (b *bench) loadClients(ctx context.Context, d time.Duration, clients int, g
 		}()
 	}
 	wg.Wait()
+	gc := readGC().sub(gc0)
 	out := make([]*sample, len(gets))
 	for j := range gets {
-		all := &sample{start: start, end: time.Now()}
+		all := &sample{start: start, end: time.Now(), gc: gc}
 		for w := range per {
 			s := per[w][j]
 			all.lat = append(all.lat, s.lat...)
@@ -946,6 +983,7 @@ func (s *sample) fill(r *Result) {
 	}
 	r.RPS = float64(r.Requests) / r.Elapsed.Seconds()
 	r.MBps = float64(s.bytes) / 1e6 / r.Elapsed.Seconds()
+	r.GC = s.gc
 	r.lat = slices.Clone(s.lat)
 	slices.Sort(r.lat)
 	r.P50, r.P90, r.P99, r.P999 = pct(r.lat, 0.50), pct(r.lat, 0.90), pct(r.lat, 0.99), pct(r.lat, 0.999)
