@@ -55,9 +55,9 @@
 // Every batch file is downloaded through the node's pace.Limiter
 // (Options.Pace, pace.go): a node-wide byte-rate cap for deltas and
 // snapshots together, and an adaptive mode that halves the snapshot rate
-// while the node's own BatchGet p99 (handling time, per 500 ms window) is
-// over a target and the window saw ingest, and grows it back when it is
-// under; deltas wait only for the cap, so freshness is not traded for the
+// while the node's own BatchGet p99 (handling time, over the last 2 s and
+// the last 500 ms) is over a target and snapshot bytes passed, and grows
+// it back when it is under (internal/pace); deltas wait only for the cap, so freshness is not traded for the
 // adaptive mode. Options.SnapshotConcurrency can keep an ingest slot free
 // for deltas. RocksDB's side (IngestExternalFile options, compaction rate
 // limit and priority, and why those and not others in 7.8) is in
