@@ -123,7 +123,11 @@
 // Bulk slows first: while a replica of the partition lags more than
 // MaxReplicaLag batches (read from the control plane every ReplicaPoll),
 // bulk batches wait and fresh ones continue, except that bulk keeps
-// BulkMinShare of the recently delivered bytes, so it never starves. While
+// BulkMinShare of the recently delivered bytes, so it never starves. With
+// MaxBulkUnapplied, bulk also waits while that many of the partition's bulk
+// batches are registered and not applied on every replica: a replica applies
+// a partition's batches in order, so a fresh batch waits there behind every
+// bulk batch registered before it, and this keeps that queue short. While
 // fresh records flow, bulk batches close at FreshBulkBatchBytes and the
 // bulk lane reads at most ~1 MiB between two looks at the fresh lane. The
 // worker follows its batches until every replica applied them: latency by
