@@ -103,6 +103,7 @@ Examples:
 			&cli.BoolFlag{Name: "compaction-normal-priority", Usage: "node's compaction threads at normal CPU and I/O priority (default: nice 19, idle I/O class), both modes"},
 			&cli.IntFlag{Name: "l0-compaction-trigger", Usage: "node's L0 files that start a compaction (default: the node's 8), both modes"},
 			&cli.BoolFlag{Name: "no-cache-warm", Usage: "node leaves new delta files and compaction outputs cold in its block cache (default: warmed before they serve), both modes"},
+			&cli.BoolFlag{Name: "time-db-mutex", Usage: "diagnostic: the node's RocksDB statistics time every DB mutex wait (StatsLevel kAll); a column reports the waits per window"},
 			&cli.StringFlag{Name: "cache", Value: "256MiB", Usage: "node's block cache"},
 			&cli.IntFlag{Name: "ingest-concurrency", Usage: "node's --ingest-concurrency (default: --delta-partitions + 1; snapshots get 1 slot)"},
 			&cli.BoolFlag{Name: "reference", Value: true, Usage: "also read, at the same moments, a reference node in a child process that holds the same data and ingests nothing (judges ratios against the machine's noise as well as against the idle windows)"},
@@ -140,7 +141,7 @@ func benchIngest(c *cli.Context) error {
 		DeltaPartitions: c.Int("delta-partitions"), DeltaInterval: c.Duration("delta-interval"), Modes: modes,
 		TargetRatio: c.Float64("target-ratio"), Target: c.Duration("target"), MinRate: int64(c.Float64("min-rate") * 1e6), CacheBytes: cache, IngestConcurrency: c.Int("ingest-concurrency"),
 		Background: rocks.Background{CompactionRate: int64(c.Float64("compaction-rate") * 1e6), NormalPriority: c.Bool("compaction-normal-priority"),
-			L0CompactionTrigger: c.Int("l0-compaction-trigger"), NoWarm: c.Bool("no-cache-warm")}, Logger: logger()}
+			L0CompactionTrigger: c.Int("l0-compaction-trigger"), NoWarm: c.Bool("no-cache-warm"), TimeDBMutex: c.Bool("time-db-mutex")}, Logger: logger()}
 	o.ProfileDir = c.String("cpuprofile-dir")
 	if c.Bool("reference") {
 		exe, err := os.Executable()

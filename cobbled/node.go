@@ -105,7 +105,8 @@ func Open(ctx context.Context, opts Options) (*Node, error) {
 	}
 	tuneForServing(dbOpts)
 	opts.Background.Apply(dbOpts) // compaction rate limit and priority (internal/rocks)
-	// Block-cache warming of deltas and compaction outputs (pace.go).
+	// Block-cache warming of deltas and compaction outputs, and the DB
+	// mutex timing diagnostic (pace.go).
 	if err := n.startWarming(dbOpts); err != nil {
 		dbOpts.Destroy()
 		n.cache.Destroy()

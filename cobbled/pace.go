@@ -106,8 +106,14 @@ func (p pacedObjects) Get(ctx context.Context, key string) (io.ReadCloser, error
 }
 
 // startWarming adds the block-cache warmer (Options.Background; internal/rocks
-// warm.go) to the database options, before any database opens.
+// warm.go) to the database options, before any database opens, and with
+// Background.TimeDBMutex has their statistics time DB mutex waits.
 func (n *Node) startWarming(o *grocksdb.Options) (err error) {
+	if n.opts.Background.TimeDBMutex {
+		if err := rocks.TimeDBMutex(o); err != nil {
+			return err
+		}
+	}
 	n.warmer, err = n.opts.Background.NewWarmer(o, n.opts.CacheBytes)
 	return err
 }
@@ -206,6 +212,9 @@ type CacheStats struct {
 	DataHits, DataMisses, IndexHits, IndexMisses, FilterHits, FilterMisses uint64
 	// Warm is the warmer's counters (zero with Background.NoWarm).
 	Warm rocks.WarmStats
+	// DBMutexWaitMicros is the time spent waiting for the databases' DB
+	// mutexes, by every thread (zero unless Background.TimeDBMutex).
+	DBMutexWaitMicros uint64
 }
 
 // CacheStats returns the node's block cache statistics.
@@ -221,6 +230,7 @@ func (n *Node) CacheStats() CacheStats {
 		"index.miss": &s.IndexMisses, "filter.hit": &s.FilterHits, "filter.miss": &s.FilterMisses} {
 		*v = ticker(st, "rocksdb.block.cache."+name)
 	}
+	s.DBMutexWaitMicros = ticker(st, "rocksdb.db.mutex.wait.micros")
 	if n.warmer != nil {
 		s.Warm = n.warmer.Stats()
 	}

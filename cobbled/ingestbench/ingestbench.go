@@ -269,7 +269,10 @@ type Result struct {
 	// SchedP99 is the p99 of the time this process's goroutines (the
 	// node's read handlers, its ingest, the delta producer) waited
 	// runnable for a P in the window (Go's /sched/latencies:seconds).
-	SchedP99     time.Duration
+	SchedP99 time.Duration
+	// DBMutexWait is the time the node's threads waited for its databases'
+	// DB mutexes in the window (Background.TimeDBMutex; zero without).
+	DBMutexWait  time.Duration
 	lat          []time.Duration
 	deltaVisible []time.Duration
 	nodeP99      time.Duration // median of the node's own window p99s
@@ -580,6 +583,7 @@ func (b *bench) window(ctx context.Context, mode, scenario string, d time.Durati
 	res.End = time.Since(b.start)
 	cpu1, cache1, cs1, sched1 := sampleCPU(), b.node.Stats(), b.node.CacheStats(), sampleSched()
 	res.SchedP99 = schedQuantile(sched0, sched1, 0.99)
+	res.DBMutexWait = time.Duration(cs1.DBMutexWaitMicros-cs0.DBMutexWaitMicros) * time.Microsecond
 	if hits, lookups := cs1.DataHits-cs0.DataHits, cs1.DataHits+cs1.DataMisses-cs0.DataHits-cs0.DataMisses; lookups > 0 {
 		res.DataHitRatio = float64(hits) / float64(lookups)
 	}

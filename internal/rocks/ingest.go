@@ -182,6 +182,9 @@ type Background struct {
 	// installed (on the compaction thread): reads of overwritten keys and
 	// of a freshly compacted partition then hit the cache (warm.go).
 	NoWarm bool
+	// TimeDBMutex times the databases' DB mutex waits in their statistics
+	// (TimeDBMutex; a diagnostic). The default value false does not.
+	TimeDBMutex bool
 	// WarmMaxFile is the most bytes warmed per compaction, and the largest
 	// delta file warmed: more would evict more hot blocks than it brings
 	// in. The default value 0 is a quarter of the block cache.

@@ -58,3 +58,38 @@ func TestOptionsWriteAndRead(t *testing.T) {
 		t.Fatal("bad compression accepted")
 	}
 }
+
+// TestTimeDBMutex: without statistics TimeDBMutex fails naming why; with
+// them it raises the level to kAll (5), and a database opened with the
+// options serves.
+func TestTimeDBMutex(t *testing.T) {
+	opts, err := TableConfig{}.Options(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opts.Destroy()
+	opts.SetCreateIfMissing(true)
+	if err := TimeDBMutex(opts); err == nil {
+		t.Fatal("TimeDBMutex without statistics did not fail")
+	}
+	opts.EnableStatistics()
+	if got := statsLevel(opts); got != 3 {
+		t.Fatalf("stats level %d before, want 3 (kExceptDetailedTimers)", got)
+	}
+	if err := TimeDBMutex(opts); err != nil {
+		t.Fatal(err)
+	}
+	if got := statsLevel(opts); got != 5 {
+		t.Fatalf("stats level %d, want 5 (kAll)", got)
+	}
+	db, err := grocksdb.OpenDb(opts, filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	wo := grocksdb.NewDefaultWriteOptions()
+	defer wo.Destroy()
+	if err := db.Put(wo, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -28,6 +28,11 @@ int pillar_warmer_warm_file(pillar_warmer* w, const char* path,
                             size_t msg_len);
 void pillar_warmer_stats(pillar_warmer* w, pillar_warm_stats* out);
 unsigned long long pillar_options_l0_trigger(void* opts);
+// Sets the options' statistics to StatsLevel::kAll (DB mutex waits timed);
+// 0 when the options have no statistics.
+int pillar_options_time_mutex(void* opts);
+// The options' StatsLevel, or -1 without statistics (for tests).
+int pillar_options_stats_level(void* opts);
 
 // The first bools of IngestExternalFileOptions, as bits: move_files 1,
 // snapshot_consistency 2, allow_global_seqno 4, allow_blocking_flush 8,

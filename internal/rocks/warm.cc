@@ -17,6 +17,7 @@
 #include "rocksdb/listener.h"
 #include "rocksdb/options.h"
 #include "rocksdb/sst_file_reader.h"
+#include "rocksdb/statistics.h"
 #include "rocksdb/table.h"
 
 #include "shim.h"
@@ -437,4 +438,21 @@ extern "C" void pillar_warmer_stats(pillar_warmer* w, pillar_warm_stats* out) {
 
 extern "C" unsigned long long pillar_options_l0_trigger(void* opts) {
   return static_cast<c_options*>(opts)->rep.level0_file_num_compaction_trigger;
+}
+
+extern "C" int pillar_options_time_mutex(void* opts) {
+  auto* o = static_cast<c_options*>(opts);
+  if (!o->rep.statistics) {
+    return 0;
+  }
+  o->rep.statistics->set_stats_level(rocksdb::StatsLevel::kAll);
+  return 1;
+}
+
+extern "C" int pillar_options_stats_level(void* opts) {
+  auto* o = static_cast<c_options*>(opts);
+  if (!o->rep.statistics) {
+    return -1;
+  }
+  return static_cast<int>(o->rep.statistics->get_stats_level());
 }

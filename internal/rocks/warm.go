@@ -117,6 +117,32 @@ func optionsHandle(o *grocksdb.Options) (unsafe.Pointer, error) {
 	return h, nil
 }
 
+// TimeDBMutex makes the statistics of o (EnableStatistics must have been
+// called) time every DB mutex acquisition of the databases opened with it
+// (StatsLevel kAll: the ticker rocksdb.db.mutex.wait.micros), at the cost
+// of a clock read around each one. A diagnostic: whether reads wait on the
+// mutex that IngestExternalFile and compaction installs hold. The C API of
+// 7.8 has no setter for the level.
+func TimeDBMutex(o *grocksdb.Options) error {
+	h, err := optionsHandle(o)
+	if err != nil {
+		return err
+	}
+	if C.pillar_options_time_mutex(h) == 0 {
+		return errors.New("rocks: time DB mutex: the options have no statistics (EnableStatistics first)")
+	}
+	return nil
+}
+
+// statsLevel returns o's StatsLevel (-1 without statistics), for tests.
+func statsLevel(o *grocksdb.Options) int {
+	h, err := optionsHandle(o)
+	if err != nil {
+		return -2
+	}
+	return int(C.pillar_options_stats_level(h))
+}
+
 // WarmFile reads every block of the SST at path into the block cache,
 // verifying block checksums on the way, and returns the bytes of keys and
 // values read. Call it for a file about to be ingested, so that its blocks
