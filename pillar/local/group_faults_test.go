@@ -1,7 +1,7 @@
 package local
 
-// Review of c9fb24b (group commit): tests that demonstrate the findings in
-// /work/notes/rev.md (G1, G2, G3). Each fails on c9fb24b.
+// Faults of group commit found in review (G1, G2, G3): each test failed on
+// the first version of group commit (c9fb24b).
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func (zeroRand) Read(b []byte) (int, error) { clear(b); return len(b), nil }
 // onto each other's files in data/ (rename replaces silently) and the
 // manifest names one file twice, committed data lost. The test makes the
 // draws match; the names must stay unique anyway.
-func TestReviewGroupMemberFileNamesUnique(t *testing.T) {
+func TestGroupMemberFileNamesUnique(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Create(dir, &Options{Partitions: 4, groupMin: 2})
 	if err != nil {
@@ -91,7 +91,7 @@ func TestReviewGroupMemberFileNamesUnique(t *testing.T) {
 // member taken into a group waits for its result. Before c9fb24b a commit
 // waiting for LOCK returned within one 5 ms poll of its context ending.
 // The bound below (10 s) is a liveness bound, not a measurement.
-func TestReviewGroupCommitReturnsWhenContextEnds(t *testing.T) {
+func TestGroupCommitReturnsWhenContextEnds(t *testing.T) {
 	for _, who := range []int{0, 1} { // the leader, the follower
 		t.Run([]string{"leader", "follower"}[who], func(t *testing.T) {
 			dir := t.TempDir()
@@ -166,7 +166,7 @@ func waitGroupState(t *testing.T, s *Store, ok func(*committer) bool) {
 // that many; merges multiply it (a level-3 file of up to 323,584
 // segments, ~45 MB, over the index cache's 131,072-segment bound). Here:
 // F-1 single commits, then a group of 3, at the default fanout.
-func TestReviewGroupQueueIndexFileBound(t *testing.T) {
+func TestGroupQueueIndexFileBound(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Create(dir, &Options{Partitions: 4})
 	if err != nil {
