@@ -75,6 +75,11 @@ type commitReq struct {
 	err  error
 
 	moved []string // files it moved into data/ (under LOCK)
+
+	// grp is its group once taken into one; dropped: it left the group
+	// before LOCK was held (its context ended). Under committer.mu.
+	grp     *groupState
+	dropped bool
 }
 
 // committer is a Store's commit queue.
@@ -87,6 +92,10 @@ type committer struct {
 }
 
 var errGroupAborted = errors.New("the group commit carrying it ended without a result")
+
+// groupState is one group's: locked once its leader holds LOCK (from then
+// on no member may leave it). Under committer.mu.
+type groupState struct{ locked bool }
 
 // groupCommit commits r alone or with the commits queued beside it.
 func (s *Store) groupCommit(r *commitReq) error {
@@ -106,6 +115,11 @@ func (s *Store) groupCommit(r *commitReq) error {
 				g.queue = slices.Delete(g.queue, i, i+1)
 				g.mu.Unlock()
 				return r.t.errf("commit: waiting for the commit in progress: %w", r.ctx.Err())
+			}
+			if r.grp != nil && !r.grp.locked { // taken into a group still waiting for LOCK: leave it
+				r.dropped = true
+				g.mu.Unlock()
+				return r.t.errf("commit: waiting for the commit lock: %w", r.ctx.Err())
 			}
 			g.mu.Unlock()
 			select { // taken: into a group, or to lead one
@@ -134,12 +148,43 @@ func (s *Store) groupCommit(r *commitReq) error {
 	n := min(len(g.queue), maxCommitGroup-1)
 	group := append([]*commitReq{r}, g.queue[:n]...)
 	g.queue = append([]*commitReq(nil), g.queue[n:]...)
+	gs := &groupState{}
+	for _, m := range group {
+		m.grp = gs
+		m.err = m.t.errf("commit: %w", errGroupAborted) // replaced by the group, unless a panic ends it
+	}
 	g.mu.Unlock()
-	defer func() {
-		for _, m := range group[1:] {
-			close(m.done)
-		}
+	// The group runs on a goroutine of its own, so that any member, the
+	// leader included, can leave it while it waits for LOCK.
+	go s.runGroup(group, gs)
+	select {
+	case <-r.done:
+		return r.err
+	case <-r.ctx.Done():
 		g.mu.Lock()
+		if !gs.locked {
+			r.dropped = true
+			g.mu.Unlock()
+			return r.t.errf("commit: waiting for the commit lock: %w", r.ctx.Err())
+		}
+		g.mu.Unlock()
+		<-r.done
+		return r.err
+	}
+}
+
+// runGroup commits the group, tells its members (those that did not leave
+// it) and hands the lead to the first commit queued meanwhile.
+func (s *Store) runGroup(group []*commitReq, gs *groupState) {
+	g := &s.group
+	defer func() {
+		g.mu.Lock()
+		gs.locked = true
+		for _, m := range group {
+			if !m.dropped {
+				close(m.done)
+			}
+		}
 		if len(g.queue) > 0 {
 			next := g.queue[0]
 			g.queue = g.queue[1:]
@@ -149,16 +194,12 @@ func (s *Store) groupCommit(r *commitReq) error {
 		}
 		g.mu.Unlock()
 	}()
-	for _, m := range group {
-		m.err = r.t.errf("commit: %w", errGroupAborted) // replaced below, unless a panic ends the group
-	}
-	s.commitGroup(group)
-	return r.err
+	s.commitGroup(group, gs)
 }
 
 // commitGroup commits the group's transactions in one store commit (see
 // above) and sets each member's err.
-func (s *Store) commitGroup(group []*commitReq) {
+func (s *Store) commitGroup(group []*commitReq, gs *groupState) {
 	grouped := time.Now()
 	// LOCK is waited for while any member still wants it.
 	lctx, cancel := context.WithCancel(context.Background())
@@ -188,6 +229,17 @@ func (s *Store) commitGroup(group []*commitReq) {
 		return false
 	}
 	unlock, err := s.lock(lctx)
+	// From here no member leaves: those that left are dropped.
+	s.group.mu.Lock()
+	gs.locked = true
+	live := make([]*commitReq, 0, len(group))
+	for _, r := range group {
+		if !r.dropped {
+			live = append(live, r)
+		}
+	}
+	s.group.mu.Unlock()
+	group = live
 	if err != nil {
 		for _, r := range group {
 			if !ctxFail(r, "waiting for the commit lock") {
@@ -241,8 +293,14 @@ func (s *Store) commitGroup(group []*commitReq) {
 			_ = s.opts.FS.Remove(filepath.Join(dataDir, f))
 		}
 	}
+	// One random draw per group; each member's files carry its index in
+	// the group, so two members' files never share a name (their staged
+	// files have the same base names).
+	var rb [4]byte
+	_, _ = rand.Read(rb[:])
+	prefix := fmt.Sprintf("%012d-%s-", gen, hex.EncodeToString(rb[:]))
 	var ok []*commitReq
-	for _, r := range group {
+	for i, r := range group {
 		if ctxFail(r, "waiting for the commit lock") {
 			continue
 		}
@@ -250,7 +308,7 @@ func (s *Store) commitGroup(group []*commitReq) {
 			r.err = err
 			continue
 		}
-		if err := r.apply(nm); err != nil {
+		if err := r.apply(nm, fmt.Sprintf("%sm%02d-", prefix, i)); err != nil {
 			removeMoved(r.moved)
 			r.err = err
 			continue
@@ -274,9 +332,6 @@ func (s *Store) commitGroup(group []*commitReq) {
 		removeMoved(shared)
 	}
 	first := ok[0].t
-	var rb [4]byte
-	_, _ = rand.Read(rb[:])
-	prefix := fmt.Sprintf("%012d-%s-", gen, hex.EncodeToString(rb[:]))
 
 	// Long tails go into index files, so that the manifest (written by
 	// every commit) stays small however long the queue grows.
@@ -443,15 +498,12 @@ func (r *commitReq) conflict(nm *manifest) error {
 	return nil
 }
 
-// apply moves r's staged files into data/ (listing each in its intent
-// first), then, once all of them are there, applies its changes to nm. On
+// apply moves r's staged files into data/ under names starting with prefix
+// (unique to the member in its group; listing each in its intent first), then, once all of them are there, applies its changes to nm. On
 // error nm is as it was; r.moved names what is in data/ already.
-func (r *commitReq) apply(nm *manifest) error {
+func (r *commitReq) apply(nm *manifest, prefix string) error {
 	t := r.t
 	s := t.s
-	var rb [4]byte
-	_, _ = rand.Read(rb[:])
-	prefix := fmt.Sprintf("%012d-%s-", nm.Generation, hex.EncodeToString(rb[:]))
 	dataDir := filepath.Join(s.dir, "data")
 	tables := t.ws.Tables()
 	files := make([][]fileEntry, len(tables))

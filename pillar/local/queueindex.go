@@ -225,42 +225,60 @@ func (s *Store) compactQueue(ctx context.Context, p int, q *queueEntry, prefix s
 	for _, r := range q.Index {
 		work = append(work, indexWork{ref: r})
 	}
-	work = append(work, newIndexWork(levelFor(len(q.Segments), fan), append([]segment(nil), q.Segments...)))
-	for {
-		n := len(work)
-		if n < fan {
-			break
-		}
-		l := work[n-1].ref.Level
-		if l >= queueMaxLevel {
-			break
-		}
-		same := true
-		for _, w := range work[n-fan:] {
-			same = same && w.ref.Level == l
-		}
-		if !same {
-			break
-		}
-		var segs []segment
-		var bad error
-		for _, w := range work[n-fan:] {
-			if w.segs == nil {
-				var err error
-				if w.segs, err = s.loadIndex(ctx, p, w.ref); err != nil {
-					bad = err
-					break
-				}
+	merge := func() {
+		for {
+			n := len(work)
+			if n < fan {
+				return
 			}
-			segs = append(segs, w.segs...)
+			l := work[n-1].ref.Level
+			if l >= queueMaxLevel {
+				return
+			}
+			same := true
+			for _, w := range work[n-fan:] {
+				same = same && w.ref.Level == l
+			}
+			if !same {
+				return
+			}
+			var segs []segment
+			var bad error
+			for _, w := range work[n-fan:] {
+				if w.segs == nil {
+					var err error
+					if w.segs, err = s.loadIndex(ctx, p, w.ref); err != nil {
+						bad = err
+						break
+					}
+				}
+				segs = append(segs, w.segs...)
+			}
+			if bad != nil {
+				// A damaged input: no merge (the records commit all the same;
+				// reads of its range fail, Verify reports it).
+				s.opts.Logger.Warn("local store: queue index merge skipped: an input cannot be read", "partition", p, "err", bad)
+				return
+			}
+			work = append(work[:n-fan], newIndexWork(l+1, segs))
 		}
-		if bad != nil {
-			// A damaged input: no merge (the records commit all the same;
-			// reads of its range fail, Verify reports it).
-			s.opts.Logger.Warn("local store: queue index merge skipped: an input cannot be read", "partition", p, "err", bad)
-			break
+	}
+	tail := append([]segment(nil), q.Segments...)
+	if len(q.Index) == 0 && len(tail) >= fan*fan {
+		// A format-1 store's long tail: one file of the level its length
+		// is worth (nothing before it to strand).
+		work = append(work, newIndexWork(levelFor(len(tail), fan), tail))
+		tail = nil
+		merge()
+	} else {
+		// A group commit adds a segment per enqueuing member: the tail is
+		// cut into level-0 files of exactly fan segments (merging after
+		// each), the rest (< fan) stays the tail.
+		for len(tail) >= fan {
+			work = append(work, newIndexWork(0, tail[:fan:fan]))
+			tail = tail[fan:]
+			merge()
 		}
-		work = append(work[:n-fan], newIndexWork(l+1, segs))
 	}
 	refs := make([]indexRef, len(work))
 	k := 0
@@ -277,7 +295,7 @@ func (s *Store) compactQueue(ctx context.Context, p int, q *queueEntry, prefix s
 		}
 		refs[i] = w.ref
 	}
-	q.Index, q.Segments = refs, nil
+	q.Index, q.Segments = refs, tail
 	return nil
 }
 
