@@ -30,9 +30,15 @@ func TestVerifyFindsAFlippedByte(t *testing.T) {
 		t.Fatalf("verify of a fresh store: %v\n%s", err, out)
 	}
 
-	ents, _ := os.ReadDir(filepath.Join(store, "data"))
-	if len(ents) != 1 {
-		t.Fatalf("data files after one ingest: %d, want 1 (docs)", len(ents))
+	all, _ := os.ReadDir(filepath.Join(store, "data"))
+	var ents []os.DirEntry // the table files, not their block-sums sidecars
+	for _, e := range all {
+		if !strings.HasSuffix(e.Name(), ".blocks") {
+			ents = append(ents, e)
+		}
+	}
+	if len(ents) != 1 || len(all) != 2 {
+		t.Fatalf("data files after one ingest: %d and %d sidecars, want 1 (docs) and its sidecar", len(ents), len(all)-len(ents))
 	}
 	file := ents[0].Name()
 	path := filepath.Join(store, "data", file)

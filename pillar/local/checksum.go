@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -9,33 +10,93 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pillarkit/pillar/pillar"
 )
 
-// Checksums: every data file's CRC32C (Castagnoli, the polynomial with
-// hardware support) is computed while it is written and recorded in the
-// manifest entry that names it, as 8 hex digits. A file is verified (size
-// and checksum, the whole file) the first time a Store opens it for a read;
-// data files are immutable, so a Store remembers what it verified.
+// Checksums (doc.go "Checksums"): every data file's CRC32C (Castagnoli,
+// the polynomial with hardware support) is computed while it is written and
+// recorded in the manifest entry that names it, as 8 hex digits.
+//
+// A table file also gets block sums: the CRC32C of each tableBlockSize
+// bytes, in a sidecar file whose own CRC32C the manifest entry records
+// (manifest.go blockSums). A read of such a file (openTable) checks its
+// size and the sidecar, then verifies each block the first time the Store
+// reads from it (blockFile.ReadAt), so verification costs what the reads
+// touch, not the file. A Store keeps one bit per block of the files it has
+// read (blockVerified); nothing else outlives the open file.
+//
+// A file without block sums (queue segments and index files, small and
+// read whole; table files written before block sums) is verified whole the
+// first time a Store opens it (openData). Store.Verify (pillar verify)
+// always reads every file whole and checks its CRC32C and every block sum.
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func crcString(c uint32) string { return fmt.Sprintf("%08x", c) }
 
-// crcFile is a File that keeps the CRC32C of what was written through it.
+// tableBlockSize is the block of a table file's block sums. A read of a
+// few rows touches a few pages of a column chunk (tens of KB); a block
+// verifies at most this much around each, and its sum costs 4 bytes in the
+// sidecar (32 KB per GB of table file).
+const tableBlockSize = 128 << 10
+
+// maxBlockSize bounds the block size a manifest may record (a read holds
+// one block in memory to check it).
+const maxBlockSize = 16 << 20
+
+// crcFile is a File that keeps the CRC32C of what was written through it
+// and, when block > 0, the CRC32C of each block bytes of it.
 type crcFile struct {
 	File
 	crc uint32
+
+	block  int64    // block size; 0: no block sums
+	blocks []uint32 // sums of the completed blocks
+	cur    uint32   // sum of the block being filled
+	fill   int64    // its bytes so far
 }
 
 func (c *crcFile) Write(b []byte) (int, error) {
 	n, err := c.File.Write(b)
 	c.crc = crc32.Update(c.crc, castagnoli, b[:n])
+	if c.block > 0 {
+		for w := b[:n]; len(w) > 0; {
+			k := min(int64(len(w)), c.block-c.fill)
+			c.cur = crc32.Update(c.cur, castagnoli, w[:k])
+			c.fill += k
+			w = w[k:]
+			if c.fill == c.block {
+				c.blocks = append(c.blocks, c.cur)
+				c.cur, c.fill = 0, 0
+			}
+		}
+	}
 	return n, err
 }
 
 func (c *crcFile) sum() string { return crcString(c.crc) }
+
+// blockSidecar returns the content of the file's block-sums sidecar.
+func (c *crcFile) blockSidecar() []byte {
+	sums := c.blocks
+	if c.fill > 0 {
+		sums = append(sums, c.cur)
+	}
+	return encodeSums(sums)
+}
+
+func encodeSums(sums []uint32) []byte {
+	out := make([]byte, 4*len(sums))
+	for i, v := range sums {
+		binary.BigEndian.PutUint32(out[4*i:], v)
+	}
+	return out
+}
+
+// numBlocks is how many blocks of size block a file of size bytes has.
+func numBlocks(size, block int64) int64 { return (size + block - 1) / block }
 
 // ctxReader stops a long read when ctx ends.
 type ctxReader struct {
@@ -53,17 +114,33 @@ func (c ctxReader) Read(b []byte) (int, error) {
 // fileCRC returns the CRC32C and size of a file, reading all of it and
 // reporting each chunk read to progress (may be nil).
 func fileCRC(ctx context.Context, f *os.File, progress func(int64)) (string, int64, error) {
-	h := crc32.New(castagnoli)
-	var w io.Writer = h
+	sum, _, n, err := fileSums(ctx, f, 0, progress)
+	return sum, n, err
+}
+
+// fileSums is fileCRC that also returns the sum of each block bytes of the
+// file (none when block is 0).
+func fileSums(ctx context.Context, f *os.File, block int64, progress func(int64)) (string, []uint32, int64, error) {
+	c := &crcFile{File: discard{}, block: block}
+	var w io.Writer = c
 	if progress != nil {
-		w = io.MultiWriter(h, progressWriter(progress))
+		w = io.MultiWriter(c, progressWriter(progress))
 	}
 	n, err := io.CopyBuffer(w, ctxReader{ctx, io.NewSectionReader(f, 0, 1<<62)}, make([]byte, 256<<10))
 	if err != nil {
-		return "", n, err
+		return "", nil, n, err
 	}
-	return crcString(h.Sum32()), n, nil
+	if c.fill > 0 {
+		c.blocks = append(c.blocks, c.cur)
+	}
+	return c.sum(), c.blocks, n, nil
 }
+
+// discard is a File that drops what is written (fileSums needs only the
+// sums crcFile keeps).
+type discard struct{ File }
+
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
 
 type progressWriter func(int64)
 
@@ -89,15 +166,154 @@ func (s *Store) openData(ctx context.Context, name string, size int64, sum strin
 	if _, ok := s.verified.Load(name); ok {
 		return f, nil
 	}
-	if err := s.checkData(ctx, f, name, size, sum, nil); err != nil {
+	if err := s.checkData(ctx, f, name, size, sum, nil, nil); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return f, nil
 }
 
-// checkData verifies an open data file; a file that passes is remembered.
-func (s *Store) checkData(ctx context.Context, f *os.File, name string, size int64, sum string, progress func(int64)) error {
+// dataFile is an open data file: an *os.File (verified whole) or a
+// *blockFile (verified block by block as it is read).
+type dataFile interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// openTable opens a table file for reading. A file with block sums is
+// checked now for its size and its sidecar (against the manifest), and its
+// blocks as they are read; one without is verified whole (openData).
+func (s *Store) openTable(ctx context.Context, fe fileEntry) (dataFile, error) {
+	if fe.Blocks == nil {
+		return s.openData(ctx, fe.Name, fe.Bytes, fe.CRC32C)
+	}
+	sums, err := s.readSidecar(fe)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(filepath.Join(s.dir, "data", fe.Name))
+	if err != nil {
+		return nil, fmt.Errorf("file %s: %w", fe.Name, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("file %s: %w", fe.Name, err)
+	}
+	if st.Size() != fe.Bytes {
+		f.Close()
+		return nil, fmt.Errorf("file %s: %d bytes, the manifest records %d: %w", fe.Name, st.Size(), fe.Bytes, pillar.ErrCorrupt)
+	}
+	return &blockFile{f: f, name: fe.Name, size: fe.Bytes, block: fe.Blocks.Size, sums: sums, done: s.blockBits(fe.Name, len(sums))}, nil
+}
+
+// readSidecar reads a table file's block sums and checks them against the
+// manifest entry: the sidecar's CRC32C, and one sum per block of the file.
+// A mismatch wraps pillar.ErrCorrupt and names the sidecar.
+func (s *Store) readSidecar(fe fileEntry) ([]uint32, error) {
+	b := fe.Blocks
+	if b.Size <= 0 || b.Size > maxBlockSize {
+		return nil, fmt.Errorf("file %s: the manifest records block size %d (want 1 to %d): %w", fe.Name, b.Size, maxBlockSize, pillar.ErrCorrupt)
+	}
+	raw, err := os.ReadFile(filepath.Join(s.dir, "data", b.File))
+	if err != nil {
+		return nil, fmt.Errorf("block sums %s of file %s: %w", b.File, fe.Name, err)
+	}
+	if got := crcString(crc32.Checksum(raw, castagnoli)); got != b.CRC32C {
+		return nil, fmt.Errorf("block sums %s of file %s: checksum mismatch: the manifest records crc32c %s, the file has %s: %w", b.File, fe.Name, b.CRC32C, got, pillar.ErrCorrupt)
+	}
+	if want := 4 * numBlocks(fe.Bytes, b.Size); int64(len(raw)) != want {
+		return nil, fmt.Errorf("block sums %s of file %s: %d bytes, %d bytes of %d-byte blocks need %d: %w", b.File, fe.Name, len(raw), fe.Bytes, b.Size, want, pillar.ErrCorrupt)
+	}
+	sums := make([]uint32, len(raw)/4)
+	for i := range sums {
+		sums[i] = binary.BigEndian.Uint32(raw[4*i:])
+	}
+	return sums, nil
+}
+
+// blockBits returns the Store's record of which blocks of a table file
+// have been verified (one bit per block), created empty on first use.
+func (s *Store) blockBits(name string, blocks int) []atomic.Uint64 {
+	if v, ok := s.blockVerified.Load(name); ok {
+		if bits := v.([]atomic.Uint64); len(bits) == (blocks+63)/64 {
+			return bits
+		}
+	}
+	v, _ := s.blockVerified.LoadOrStore(name, make([]atomic.Uint64, (blocks+63)/64))
+	bits := v.([]atomic.Uint64)
+	if len(bits) != (blocks+63)/64 { // cannot happen: names are never reused
+		bits = make([]atomic.Uint64, (blocks+63)/64)
+	}
+	return bits
+}
+
+// blockFile reads a table file with block sums. ReadAt serves a block the
+// Store has verified straight from the file; any other block it reads
+// whole, checks against its sum, records as verified and serves from what
+// it checked. Blocks no read touches are never read.
+type blockFile struct {
+	f     *os.File
+	name  string
+	size  int64
+	block int64
+	sums  []uint32        // one per block, from the checked sidecar
+	done  []atomic.Uint64 // the Store's verified bits for this file
+}
+
+var blockBufs = sync.Pool{New: func() any { b := make([]byte, tableBlockSize); return &b }}
+
+func (b *blockFile) verified(i int64) bool { return b.done[i/64].Load()&(1<<(i%64)) != 0 }
+
+func (b *blockFile) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("file %s: read at offset %d", b.name, off)
+	}
+	n := 0
+	for n < len(p) && off+int64(n) < b.size {
+		pos := off + int64(n)
+		i := pos / b.block
+		start, end := i*b.block, min((i+1)*b.block, b.size)
+		take := int(min(int64(len(p)-n), end-pos))
+		if b.verified(i) {
+			k, err := b.f.ReadAt(p[n:n+take], pos)
+			n += k
+			if err != nil {
+				return n, fmt.Errorf("file %s: %w", b.name, err)
+			}
+			continue
+		}
+		bufp := blockBufs.Get().(*[]byte)
+		buf := *bufp
+		if int64(len(buf)) < end-start {
+			buf = make([]byte, end-start)
+		}
+		buf = buf[:end-start]
+		if _, err := b.f.ReadAt(buf, start); err != nil {
+			blockBufs.Put(bufp)
+			return n, fmt.Errorf("file %s: block %d at offset %d: %w", b.name, i, start, err)
+		}
+		if got := crc32.Checksum(buf, castagnoli); got != b.sums[i] {
+			blockBufs.Put(bufp)
+			return n, fmt.Errorf("file %s: block %d (bytes %d to %d): checksum mismatch: the block sums record crc32c %s, the file has %s: %w",
+				b.name, i, start, end, crcString(b.sums[i]), crcString(got), pillar.ErrCorrupt)
+		}
+		b.done[i/64].Or(1 << (i % 64))
+		n += copy(p[n:n+take], buf[pos-start:])
+		blockBufs.Put(bufp)
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (b *blockFile) Close() error { return b.f.Close() }
+
+// checkData verifies an open data file whole: its size, its checksum, and
+// (blocks non-nil) its sidecar and every block sum. A file that passes is
+// remembered.
+func (s *Store) checkData(ctx context.Context, f *os.File, name string, size int64, sum string, blocks *blockSums, progress func(int64)) error {
 	st, err := f.Stat()
 	if err != nil {
 		return fmt.Errorf("file %s: %w", name, err)
@@ -111,9 +327,24 @@ func (s *Store) checkData(ctx context.Context, f *os.File, name string, size int
 		}
 		return nil // written before checksums: nothing to compare (pillar verify reports it)
 	}
-	got, _, err := fileCRC(ctx, f, progress)
+	var want []uint32
+	var block int64
+	if blocks != nil {
+		if want, err = s.readSidecar(fileEntry{Name: name, Bytes: size, Blocks: blocks}); err != nil {
+			return err
+		}
+		block = blocks.Size
+	}
+	got, sums, _, err := fileSums(ctx, f, block, progress)
 	if err != nil {
 		return fmt.Errorf("file %s: checksum: %w", name, err)
+	}
+	// The first damaged block, when there are block sums, says where.
+	for i := range want {
+		if sums[i] != want[i] {
+			return fmt.Errorf("file %s: block %d at offset %d: checksum mismatch: the block sums %s record crc32c %s, the file has %s: %w",
+				name, i, int64(i)*block, blocks.File, crcString(want[i]), crcString(sums[i]), pillar.ErrCorrupt)
+		}
 	}
 	if got != sum {
 		return fmt.Errorf("file %s: checksum mismatch: the manifest records crc32c %s, the file has %s: %w", name, sum, got, pillar.ErrCorrupt)

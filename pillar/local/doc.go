@@ -68,15 +68,30 @@
 //     not held) are removed by cleanup; an aborted Tx removes its own.
 //   - Checksums: every data file's size and CRC32C (Castagnoli, 8 hex
 //     digits) are in the manifest entry that names it, computed while the
-//     file is written. A Store checks a file (its whole content) the first
-//     time it opens it for a read, for table reads and queue reads alike; a
-//     mismatch is an error wrapping pillar.ErrCorrupt that names the table
-//     (or queue partition) and the file, and no row of that file is
-//     returned. A Store remembers the files it checked (they are
-//     immutable), so damage done to a file after a Store read it is found by
-//     the next Store (the next command) or by Verify (pillar verify), which
-//     always reads everything and also checks the Parquet footer and row
-//     counts.
+//     file is written. A mismatch is an error wrapping pillar.ErrCorrupt
+//     that names the table (or queue partition) and the file, and no row
+//     read from the damaged bytes is returned.
+//   - Block sums: a table file also has, computed while it is written, the
+//     CRC32C of each 128 KiB block in a sidecar data file (<file>.blocks,
+//     4 bytes big-endian per block). The manifest entry names the sidecar,
+//     its block size and its own CRC32C. A read opens the sidecar and
+//     checks it (CRC32C, one sum per block of the file's recorded size) and
+//     the file's size; then each block is checked the first time the Store
+//     reads from it: read whole, compared with its sum, and the read served
+//     from the checked bytes. A Store keeps one bit per block of each table
+//     file it has read; the sums live only as long as the open file. So
+//     verification costs what a read touches (rounded up to blocks), not
+//     the file: an incremental step that reads a few hundred rows of a
+//     20 GB table checks a few MB. The sidecar is moved into data/ before
+//     its file, under the same intent, and is removed with it by cleanup
+//     (manifest.files lists both). A block nobody reads is not checked by
+//     reads: Verify (pillar verify) always reads every file whole and
+//     checks its CRC32C, its sidecar and every block sum, besides the
+//     Parquet footer and row counts. Queue segments and index files (small,
+//     read whole) and table files written before block sums are checked
+//     whole the first time a Store opens them. A Store remembers what it
+//     checked (files are immutable), so damage done after a Store read a
+//     block is found by the next Store (the next command) or by Verify.
 //   - Stores written before checksums: their manifest entries have no
 //     crc32c. They read as before (size is still checked); Verify lists
 //     such files as "no checksum"; the next commit, whatever it writes,

@@ -514,6 +514,19 @@ func (r *commitReq) apply(nm *manifest, prefix string) error {
 		for _, part := range ch.Parts {
 			sf := part.Staged
 			dst := prefix + sf.name
+			fe := fileEntry{Name: dst, Rows: sf.rows, Bytes: sf.bytes, CRC32C: sf.crc}
+			if sf.blocksCRC != "" {
+				// The sidecar goes first: a manifest naming the file
+				// names it too, and the intent covers both.
+				fe.Blocks = &blockSums{File: blocksName(dst), Size: tableBlockSize, CRC32C: sf.blocksCRC}
+				if err := t.intend(fe.Blocks.File); err != nil {
+					return t.errf("commit: %w", err)
+				}
+				if err := s.opts.FS.Rename(filepath.Join(t.staging, blocksName(sf.name)), filepath.Join(dataDir, fe.Blocks.File)); err != nil {
+					return t.errf("commit: table %q: %w", ch.Name, err)
+				}
+				r.moved = append(r.moved, fe.Blocks.File)
+			}
 			if err := t.intend(dst); err != nil {
 				return t.errf("commit: %w", err)
 			}
@@ -522,7 +535,7 @@ func (r *commitReq) apply(nm *manifest, prefix string) error {
 			}
 			r.moved = append(r.moved, dst)
 			s.hook("moved-data")
-			files[i] = append(files[i], fileEntry{Name: dst, Rows: sf.rows, Bytes: sf.bytes, CRC32C: sf.crc})
+			files[i] = append(files[i], fe)
 		}
 	}
 	segs := make([]string, len(r.staged))

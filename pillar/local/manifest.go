@@ -31,6 +31,20 @@ type fileEntry struct {
 	// CRC32C is the file's checksum (8 hex digits, Castagnoli); "" for a
 	// file written before checksums (the next commit adds it).
 	CRC32C string `json:"crc32c,omitempty"`
+	// Blocks names the file's block sums (checksum.go); nil for a file
+	// written before them, which a read verifies whole.
+	Blocks *blockSums `json:"blocks,omitempty"`
+}
+
+// blockSums names the sidecar in data/ that holds a table file's block
+// checksums: the CRC32C of each consecutive Size bytes of the file (the
+// last block shorter), 4 bytes big-endian each, nothing else. Its own
+// CRC32C is recorded here, so the manifest vouches for it as it does for
+// the data file.
+type blockSums struct {
+	File   string `json:"file"`
+	Size   int64  `json:"size"` // bytes per block
+	CRC32C string `json:"crc32c"`
 }
 
 type tableEntry struct {
@@ -167,6 +181,9 @@ func (m *manifest) files() []string {
 	for _, t := range m.Tables {
 		for _, f := range t.Files {
 			out = append(out, f.Name)
+			if f.Blocks != nil {
+				out = append(out, f.Blocks.File)
+			}
 		}
 	}
 	for _, q := range m.Queue {

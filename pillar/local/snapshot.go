@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -310,7 +309,7 @@ type rowReader struct {
 
 	//lint:ignore SA1019 the untyped reader is what decodes into any row type the caller scans into
 	cur     *parquet.Reader
-	curFile *os.File
+	curFile dataFile
 	curIdx  int   // index into files of cur
 	curBase int64 // table row index of cur's first row
 	last    int64 // row index within cur of the last row read (-1: none)
@@ -348,7 +347,7 @@ func (r *rowReader) open(idx int64) error {
 		if idx < base+f.Rows {
 			if r.cur == nil || r.curIdx != i {
 				r.closeCur()
-				fh, err := r.s.openData(r.ctx, f.Name, f.Bytes, f.CRC32C)
+				fh, err := r.s.openTable(r.ctx, f)
 				if err != nil {
 					return err
 				}

@@ -106,6 +106,9 @@ type Store struct {
 
 	verified  sync.Map // data file name → struct{}: size and checksum checked (checksum.go)
 	verifying sync.Map // data file name → *sync.Mutex: one check at a time per file
+	// blockVerified: table file name → []atomic.Uint64, a bit per block
+	// whose sum a read has checked (checksum.go blockFile)
+	blockVerified sync.Map
 
 	leaseMu sync.Mutex
 	leases  map[int64]*lease // generation → this process's lease (lease.go)
@@ -518,6 +521,7 @@ func (s *Store) cleanupLocked(ctx context.Context, listed []os.DirEntry) (Cleanu
 			cs.Bytes += size
 			s.verified.Delete(name)
 			s.verifying.Delete(name)
+			s.blockVerified.Delete(name)
 			s.index.drop(name)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -27,7 +28,13 @@ type stagedFile struct {
 	rows  int64
 	bytes int64
 	crc   string // CRC32C of the file (checksum.go)
+	// blocksCRC is the CRC32C of the block-sums sidecar written beside it
+	// (blocksName), "" for a file without one (queue segments).
+	blocksCRC string
 }
+
+// blocksName is the name of a table file's block-sums sidecar.
+func blocksName(name string) string { return name + ".blocks" }
 
 type tx struct {
 	*snapshot
@@ -133,7 +140,7 @@ func (t *tx) WriteTable(ctx context.Context, name string, rowType any, opts *pil
 		if err != nil {
 			return sf, err
 		}
-		f = &crcFile{File: raw}
+		f = &crcFile{File: raw, block: tableBlockSize}
 		return sf, nil
 	})
 	if err != nil {
@@ -260,8 +267,38 @@ func (w *rowWriter) Close() error {
 	if err != nil {
 		return fail(err)
 	}
-	w.t.ws.Closed(w.part, func(sf *stagedFile) { sf.rows, sf.bytes, sf.crc = w.rows, st.Size(), w.f.sum() })
+	if st.Size() != w.f.fill+tableBlockSize*int64(len(w.f.blocks)) {
+		return fail(fmt.Errorf("file %s: %d bytes, %d written", w.part.Staged.name, st.Size(), w.f.fill+tableBlockSize*int64(len(w.f.blocks))))
+	}
+	blocks, err := w.t.writeSidecar(w.part.Staged.name, w.f.blockSidecar())
+	if err != nil {
+		return fail(err)
+	}
+	w.t.ws.Closed(w.part, func(sf *stagedFile) {
+		sf.rows, sf.bytes, sf.crc, sf.blocksCRC = w.rows, st.Size(), w.f.sum(), blocks
+	})
 	return nil
+}
+
+// writeSidecar writes, synced, the block-sums sidecar of staged file name
+// and returns its CRC32C.
+func (t *tx) writeSidecar(name string, b []byte) (string, error) {
+	f, err := t.s.opts.FS.Create(filepath.Join(t.staging, blocksName(name)))
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		return "", err
+	}
+	return crcString(crc32.Checksum(b, castagnoli)), nil
 }
 
 // replaceLayers: a Replace of a layered table drops its delta layers with

@@ -58,6 +58,7 @@ type verifyItem struct {
 	VerifyFile
 	rows, bytes int64
 	sum         string
+	blocks      *blockSums // a table file's block sums, when it has them
 	// index: a queue index file of this partition, checked by decoding it
 	// against ref (not as Parquet).
 	index     bool
@@ -80,7 +81,8 @@ func (s *Store) VerifyTotal() (files int, bytes int64, err error) {
 
 // Verify reads every data file of the current generation (each table's
 // files and the export-queue segments) and checks it against the manifest:
-// its size, its CRC32C, that it opens as Parquet and holds the rows the
+// its size, its CRC32C (and a table file's block sums, sidecar and every
+// block), that it opens as Parquet and holds the rows the
 // manifest says. It always reads the files, even ones this Store verified
 // before. The error is for Verify itself (the store cannot be read, ctx
 // ended); failed files are in the report.
@@ -121,7 +123,7 @@ func (s *Store) verifyFile(ctx context.Context, it verifyItem, progress func(int
 		return err
 	}
 	defer f.Close()
-	if err := s.checkData(ctx, f, it.File, it.bytes, it.sum, progress); err != nil {
+	if err := s.checkData(ctx, f, it.File, it.bytes, it.sum, it.blocks, progress); err != nil {
 		return err
 	}
 	if it.index {
@@ -155,7 +157,7 @@ func verifyItems(dir string, m *manifest) []verifyItem {
 	sort.Strings(names)
 	for _, n := range names {
 		for _, f := range m.Tables[n].Files {
-			out = append(out, verifyItem{VerifyFile: VerifyFile{n, f.Name}, rows: f.Rows, bytes: f.Bytes, sum: f.CRC32C})
+			out = append(out, verifyItem{VerifyFile: VerifyFile{n, f.Name}, rows: f.Rows, bytes: f.Bytes, sum: f.CRC32C, blocks: f.Blocks})
 		}
 	}
 	parts := make([]int, 0, len(m.Queue))
