@@ -23,6 +23,7 @@ func cobbledPaceFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "ingest-rate", Usage: "cap on batch downloads for ingest, MB/s (10^6 bytes) for the whole node, deltas and snapshots together; 0 = unlimited"},
 		&cli.DurationFlag{Name: "ingest-target-p99", Usage: "adaptive pacing: slow snapshot downloads while this node's own BatchGet p99 exceeds this (e.g. 2ms); deltas are never slowed by it; 0 = off"},
 		&cli.Float64Flag{Name: "ingest-min-rate", Value: 2, Usage: "floor of the adaptive snapshot rate, MB/s"},
+		&cli.Float64Flag{Name: "ingest-ambient-max-rate", Usage: "adaptive pacing: cap on the snapshot rate while other work (deltas, the machine) keeps the p99 over the target even at the floor, MB/s (default: 4 × --ingest-min-rate; -1 = no cap)"},
 		&cli.IntFlag{Name: "snapshot-concurrency", Usage: "snapshots downloading/applying at once (default: --ingest-concurrency; set lower to keep a slot for deltas)"},
 		&cli.Float64Flag{Name: "compaction-rate", Usage: "cap on RocksDB flush and compaction writes, MB/s for the whole node; 0 = unlimited"},
 		&cli.BoolFlag{Name: "compaction-normal-priority", Usage: "run compaction threads at normal CPU and I/O priority (default: nice 19, idle I/O class)"},
@@ -41,7 +42,11 @@ func cobbledPaceOptions(c *cli.Context, o *cobbled.Options) error {
 	if c.Duration("ingest-target-p99") < 0 || c.Int("snapshot-concurrency") < 0 {
 		return fmt.Errorf("--ingest-target-p99 and --snapshot-concurrency must not be negative")
 	}
-	o.Pace = pace.Options{Rate: int64(c.Float64("ingest-rate") * 1e6), TargetP99: c.Duration("ingest-target-p99"), MinRate: int64(c.Float64("ingest-min-rate") * 1e6)}
+	o.Pace = pace.Options{Rate: int64(c.Float64("ingest-rate") * 1e6), TargetP99: c.Duration("ingest-target-p99"), MinRate: int64(c.Float64("ingest-min-rate") * 1e6),
+		AmbientMaxRate: ambientMaxRate(c.Float64("ingest-ambient-max-rate"))}
+	if err := o.Pace.Validate(); err != nil {
+		return fmt.Errorf("--ingest-rate, --ingest-min-rate, --ingest-ambient-max-rate: %w", err)
+	}
 	o.SnapshotConcurrency = c.Int("snapshot-concurrency")
 	o.Background = rocks.Background{CompactionRate: int64(c.Float64("compaction-rate") * 1e6), NormalPriority: c.Bool("compaction-normal-priority"),
 		L0CompactionTrigger: c.Int("l0-compaction-trigger"), NoWarm: c.Bool("no-cache-warm")}
@@ -99,6 +104,7 @@ Examples:
 			&cli.Float64Flag{Name: "target-ratio", Value: 1.2, Usage: "paced mode: target p99 = this × the node's own idle p99"},
 			&cli.DurationFlag{Name: "target", Usage: "paced mode: a fixed target p99 instead of --target-ratio"},
 			&cli.Float64Flag{Name: "min-rate", Value: 16, Usage: "paced mode: floor of the adaptive snapshot rate, MB/s"},
+			&cli.Float64Flag{Name: "ambient-max-rate", Usage: "paced mode: cap on the snapshot rate while the deltas or the machine keep the node's p99 over the target even at the floor, MB/s (default: 4 × --min-rate; -1 = no cap)"},
 			&cli.Float64Flag{Name: "compaction-rate", Usage: "node's RocksDB compaction rate limit in MB/s, both modes; 0 = unlimited"},
 			&cli.BoolFlag{Name: "compaction-normal-priority", Usage: "node's compaction threads at normal CPU and I/O priority (default: nice 19, idle I/O class), both modes"},
 			&cli.IntFlag{Name: "l0-compaction-trigger", Usage: "node's L0 files that start a compaction (default: the node's 8), both modes"},
@@ -139,7 +145,7 @@ func benchIngest(c *cli.Context) error {
 	o := ingestbench.Options{Out: c.String("out"), Dir: c.String("data"), SnapshotBytes: snap, Phase: c.Duration("phase"), Settle: c.Duration("settle"),
 		Partitions: c.Int("partitions"), Keys: c.Int("keys"), ReadRate: c.Int("read-rate"), UpdatesPerSec: c.Int("updates"),
 		DeltaPartitions: c.Int("delta-partitions"), DeltaInterval: c.Duration("delta-interval"), Modes: modes,
-		TargetRatio: c.Float64("target-ratio"), Target: c.Duration("target"), MinRate: int64(c.Float64("min-rate") * 1e6), CacheBytes: cache, IngestConcurrency: c.Int("ingest-concurrency"),
+		TargetRatio: c.Float64("target-ratio"), Target: c.Duration("target"), MinRate: int64(c.Float64("min-rate") * 1e6), AmbientMaxRate: ambientMaxRate(c.Float64("ambient-max-rate")), CacheBytes: cache, IngestConcurrency: c.Int("ingest-concurrency"),
 		Background: rocks.Background{CompactionRate: int64(c.Float64("compaction-rate") * 1e6), NormalPriority: c.Bool("compaction-normal-priority"),
 			L0CompactionTrigger: c.Int("l0-compaction-trigger"), NoWarm: c.Bool("no-cache-warm"), TimeDBMutex: c.Bool("time-db-mutex")}, Logger: logger()}
 	o.ProfileDir = c.String("cpuprofile-dir")
@@ -160,4 +166,13 @@ func benchIngest(c *cli.Context) error {
 	fmt.Fprint(c.App.Writer, rep.Markdown())
 	fmt.Fprintf(c.App.Writer, "\nwritten to %s (results.md, results.json, latency-timeline.png)\n", o.Out)
 	return nil
+}
+
+// ambientMaxRate turns an --…ambient-max-rate value (MB/s; 0 = the
+// default, negative = no cap) into pace.Options.AmbientMaxRate.
+func ambientMaxRate(mbps float64) int64 {
+	if mbps < 0 {
+		return -1
+	}
+	return int64(mbps * 1e6)
 }

@@ -102,6 +102,10 @@ type Options struct {
 	// value is 16 MB/s (a 1 GiB snapshot takes at most ~70 s; the node's
 	// own default is 2 MiB/s).
 	MinRate int64
+	// AmbientMaxRate is the paced mode's cap on the adaptive rate while an
+	// ambient p99 is in force (pace.Options.AmbientMaxRate), bytes/s. The
+	// default value 0 is the pacer's (4 × MinRate); negative caps nothing.
+	AmbientMaxRate int64
 	// Background is the node's RocksDB background configuration (both
 	// modes). The default value is cobbled's default.
 	Background rocks.Background
@@ -205,6 +209,9 @@ func (o Options) Validate() error {
 	}
 	if o.TargetRatio < 1 || o.Target < 0 || o.MinRate < 0 {
 		fail("TargetRatio %v must be ≥ 1, Target %v and MinRate %d non-negative", o.TargetRatio, o.Target, o.MinRate)
+	}
+	if o.AmbientMaxRate > 0 && o.AmbientMaxRate < o.MinRate {
+		fail("AmbientMaxRate %d is below MinRate %d", o.AmbientMaxRate, o.MinRate)
 	}
 	if err := o.Background.Validate(); err != nil {
 		errs = append(errs, err)
@@ -396,7 +403,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	c, err := cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), Nodes: 1, Replicas: 1, Partitions: opts.Partitions,
 		Keys: opts.Keys, MinValue: opts.MinValue, MaxValue: opts.MaxValue, CacheBytes: opts.CacheBytes, Logger: log,
 		Node: func(no *cobbled.Options) {
-			no.Background, no.Pace.MinRate = opts.Background, opts.MinRate
+			no.Background, no.Pace.MinRate, no.Pace.AmbientMaxRate = opts.Background, opts.MinRate, opts.AmbientMaxRate
 			no.IngestConcurrency, no.SnapshotConcurrency = opts.IngestConcurrency, 1
 		}})
 	if err != nil {

@@ -84,7 +84,7 @@ func TestRunSmall(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	for _, o := range []Options{{Modes: []string{"fast"}}, {Partitions: 4, DeltaPartitions: 4}, {SnapshotPartition: 2}, {TargetRatio: 0.5}} {
+	for _, o := range []Options{{Modes: []string{"fast"}}, {Partitions: 4, DeltaPartitions: 4}, {SnapshotPartition: 2}, {TargetRatio: 0.5}, {MinRate: 16e6, AmbientMaxRate: 1e6}} {
 		if err := o.Validate(); err == nil {
 			t.Errorf("%+v accepted", o)
 		}

@@ -111,10 +111,10 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "# pillar bench ingest\n\n")
 	fmt.Fprintf(&b, "One cobbled node on 127.0.0.1, %d partitions, %d read keys (values %d B–%d KiB), %d MiB block cache; steady read load %d × %d-key BatchGet/s over gRPC (open loop, every value checked). "+
 		"(a) a %.2f GiB snapshot for partition %d; (b) %d updates/s as one delta batch per partition every %v on partitions 1–%d, for %v; (c) both. Idle windows %v; each \"during\" window runs to %v after the ingest ends. "+
-		"Node: IngestConcurrency %d, SnapshotConcurrency 1. Paced mode: the node's adaptive pacer with target %s × its own idle p99 (floor %.0f MB/s); compaction: %s. GOMAXPROCS %d, load average %s before, %s after; run took %s, started %s.\n\n",
+		"Node: IngestConcurrency %d, SnapshotConcurrency 1. Paced mode: the node's adaptive pacer with target %s × its own idle p99 (floor %.0f MB/s, %s while judged by an ambient p99); compaction: %s. GOMAXPROCS %d, load average %s before, %s after; run took %s, started %s.\n\n",
 		o.Partitions, o.Keys, o.MinValue, o.MaxValue>>10, o.CacheBytes>>20, o.ReadRate, o.BatchKeys,
 		float64(o.SnapshotBytes)/(1<<30), o.SnapshotPartition, o.UpdatesPerSec, o.DeltaInterval, o.DeltaPartitions, o.Phase, o.Phase, o.Settle,
-		o.IngestConcurrency, targetDesc(o), float64(o.MinRate)/1e6, bgDesc(o), runtime.GOMAXPROCS(0), r.LoadAvg[0], r.LoadAvg[1], r.Elapsed.Round(time.Second), r.Started.UTC().Format(time.RFC3339))
+		o.IngestConcurrency, targetDesc(o), float64(o.MinRate)/1e6, ambientDesc(o), bgDesc(o), runtime.GOMAXPROCS(0), r.LoadAvg[0], r.LoadAvg[1], r.Elapsed.Round(time.Second), r.Started.UTC().Format(time.RFC3339))
 	if r.Reference {
 		fmt.Fprintf(&b, "A reference node in its own process holds the same data and ingests nothing; every batch is also sent to it (the order alternates), so its latencies are taken at the same moments as the measured node's; \"ref\" columns are its reads in the same window.\n\n")
 	}
@@ -392,4 +392,15 @@ func spanColor(label string) color.Color {
 
 func shortLabel(l string) string {
 	return strings.NewReplacer("unpaced ", "unpaced: ", "paced ", "paced: ").Replace(l)
+}
+
+// ambientDesc describes the paced mode's cap under an ambient p99.
+func ambientDesc(o Options) string {
+	switch {
+	case o.AmbientMaxRate < 0:
+		return "no cap"
+	case o.AmbientMaxRate == 0:
+		return fmt.Sprintf("at most %.0f MB/s", 4*float64(o.MinRate)/1e6)
+	}
+	return fmt.Sprintf("at most %.0f MB/s", float64(o.AmbientMaxRate)/1e6)
 }

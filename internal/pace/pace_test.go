@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -392,6 +393,64 @@ func TestAdaptiveLeavesAFutileFloor(t *testing.T) {
 	}
 	if s := h.Stats(); s.AdaptiveRate != 1<<20 || s.Releases != 0 || s.Ambient != 0 {
 		t.Fatalf("FloorWindows -1 left the floor: %+v", s)
+	}
+}
+
+// TestAdaptiveAmbientCap: judged by an ambient p99, bulk grows back to
+// AmbientMaxRate (4 × MinRate by default) and no further, however long the
+// p99 stays within 1.25 × ambient; with the cap off (negative) the same
+// windows take it past that, back to unlimited; once the p99 is back at the
+// target the cap no longer applies. A cap below MinRate is refused.
+func TestAdaptiveAmbientCap(t *testing.T) {
+	run := func(o Options) (*Limiter, func(time.Duration)) {
+		l, clk := newLimiter(t, o)
+		return l, func(d time.Duration) { window(t, l, clk, 100, d, Bulk, 64<<10) }
+	}
+	base := Options{TargetP99: time.Millisecond, MinRate: 1 << 20, FloorWindows: 3, Windows: 1}
+	l, slow := run(base)
+	for l.Stats().AdaptiveRate != 1<<20 {
+		slow(5 * time.Millisecond)
+	}
+	for range 3 {
+		slow(5 * time.Millisecond)
+	}
+	if s := l.Stats(); s.Releases != 1 || s.Ambient == 0 {
+		t.Fatalf("the floor was not left: %+v", s)
+	}
+	for range 30 {
+		slow(5 * time.Millisecond)
+		if r := l.Stats().AdaptiveRate; r == 0 || r > 4<<20 {
+			t.Fatalf("adaptive rate %d under an ambient p99, want ≤ the default cap %d", r, 4<<20)
+		}
+	}
+	if s := l.Stats(); s.AdaptiveRate != 4<<20 || s.Ambient == 0 {
+		t.Fatalf("after 30 windows at the ambient level: rate %d (want the cap %d), ambient %v", s.AdaptiveRate, 4<<20, s.Ambient)
+	}
+	slow(100 * time.Microsecond) // back under the target: the ambient and its cap are gone
+	if s := l.Stats(); s.Ambient != 0 || s.AdaptiveRate <= 4<<20 && s.AdaptiveRate != 0 {
+		t.Fatalf("under the target the rate stayed capped: %+v", s)
+	}
+
+	off := base
+	off.AmbientMaxRate = -1
+	u, uslow := run(off)
+	for u.Stats().AdaptiveRate != 1<<20 {
+		uslow(5 * time.Millisecond)
+	}
+	for range 3 {
+		uslow(5 * time.Millisecond)
+	}
+	for range 30 {
+		uslow(5 * time.Millisecond)
+	}
+	if s := u.Stats(); s.Ambient == 0 || (s.AdaptiveRate != 0 && s.AdaptiveRate <= 4<<20) {
+		t.Fatalf("AmbientMaxRate -1: rate %d after 30 windows at the ambient level, want past %d (ambient %v)", s.AdaptiveRate, 4<<20, s.Ambient)
+	}
+
+	bad := base
+	bad.AmbientMaxRate = 1 << 19
+	if _, err := New(bad); err == nil || !strings.Contains(err.Error(), "AmbientMaxRate") {
+		t.Fatalf("AmbientMaxRate below MinRate: err %v, want one naming AmbientMaxRate", err)
 	}
 }
 
