@@ -15,10 +15,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/cobbled/readbench"
+	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
 	"github.com/pillarkit/pillar/cobbled/router"
 	"github.com/pillarkit/pillar/cobbled/switchbench"
+	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/internal/health"
 )
@@ -218,8 +221,10 @@ func benchCommand() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:  "read",
 			Usage: "read benchmark: router over a loopback cobbled cluster, with slow, degraded and killed nodes, Redis MGET as the peer and bare gRPC as the floor",
-			Description: `Starts --nodes cobbled nodes in this process, each with its own RocksDB directories and
-its own gRPC server on 127.0.0.1 (distinct zones), loads --keys synthetic keys (values
+			Description: `Starts --nodes cobbled nodes, each a process of its own (pillar bench read-node, as
+production runs one node per process; --nodes-in-process runs them in this one, sharing
+its cores and garbage collector with the router and the clients), each with its own
+RocksDB directories and its own gRPC server on 127.0.0.1 (distinct zones), loads --keys synthetic keys (values
 100 B–100 KiB, mean ≈ 50 KB) as --partitions partitions × --replicas replicas, and runs
 --clients closed-loop clients issuing 12-key BatchGets for --duration per scenario:
 
@@ -283,10 +288,13 @@ Examples:
 				&cli.StringFlag{Name: "redis", Value: "127.0.0.1:6379", Usage: "Redis address for the peer scenario (- to skip)"},
 				&cli.BoolFlag{Name: "interleave", Value: true, Usage: "also run router and Redis interleaved (each client alternates them), so both see the same moment of a shared machine"},
 				&cli.IntFlag{Name: "gogc", Value: 400, Usage: "Go GC percent for the run (requests allocate ~600 KB each; the Redis client shares the process and the setting)"},
+				&cli.BoolFlag{Name: "nodes-in-process", Usage: "run the nodes and the bare floor in this process (with the router and the clients) instead of one process each"},
+				&cli.StringSliceFlag{Name: "node-env", Usage: "KEY=VALUE added to the node processes' environment (repeatable; after --gogc's GOGC), e.g. GOMAXPROCS=1"},
+				&cli.StringSliceFlag{Name: "node-exec", Hidden: true, Usage: "the command (program, then its leading arguments, one per flag) that runs a node process (default: this binary's bench read-node)"},
 				&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the run to this file"},
 			}, routerFlags()...),
 			Action: benchRead,
-		}, benchScaleCommand(), lorryBenchCommand(), benchIngestCommand(), benchSwitchCommand()}, // bench ingest: cmd_bench_ingest.go
+		}, benchReadNodeCommand(), benchScaleCommand(), lorryBenchCommand(), benchIngestCommand(), benchSwitchCommand()}, // bench ingest: cmd_bench_ingest.go
 	}
 }
 
@@ -315,6 +323,22 @@ func benchRead(c *cli.Context) error {
 			routerOptionsFrom(c, ro, true)
 			ro.DisableHedging = noHedge
 		},
+	}
+	for _, kv := range c.StringSlice("node-env") {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("--node-env %q: want KEY=VALUE", kv)
+		}
+		o.NodeEnv = append(o.NodeEnv, kv)
+	}
+	if o.NodeExec = c.StringSlice("node-exec"); len(o.NodeExec) == 0 && !c.Bool("nodes-in-process") {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench read: the node processes run this binary: %w", err)
+		}
+		o.NodeExec = []string{exe, "bench", "read-node"}
+	}
+	if c.Bool("nodes-in-process") {
+		o.NodeExec = nil
 	}
 	stop, err := startCPUProfile(c.String("cpuprofile"))
 	if err != nil {
@@ -442,4 +466,53 @@ func startCPUProfile(path string) (stop func(), err error) {
 		return nil, fmt.Errorf("--cpuprofile: %w", err)
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// benchReadNodeCommand is the process bench read runs per node (and for the
+// bare floor): it serves a directory bench read has loaded.
+func benchReadNodeCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "read-node",
+		Hidden: true,
+		Usage:  "one node of pillar bench read, as a process of its own (bench read starts it)",
+		Description: `Opens the cobbled node bench read loaded under --data (or, with --bare, the bare
+floor's --partitions databases), serves gRPC and the lean wire protocol on --listen,
+prints "serving ADDR" on stdout, and serves until stdin ends (its parent closed it or
+died) or SIGINT/SIGTERM. --fault-slow FRACTION:DELAY delays that fraction of its
+BatchGets (cobbled's test-only fault; bench read's slow and degraded scenarios).
+
+Example (as bench read runs it):
+   pillar bench read-node --id node-0 --zone zone-a --data /tmp/rb/node-0 --batch-dir /tmp/rb/objects \
+       --listen 127.0.0.1:0 --partitions 64 --cache 268435456`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "id", Usage: "node id"},
+			&cli.StringFlag{Name: "zone", Usage: "node zone"},
+			&cli.StringFlag{Name: "data", Usage: "the node's data directory (--bare: the bare floor's)", Required: true},
+			&cli.StringFlag{Name: "batch-dir", Usage: "the directory of the batches bench read loaded the data from (its objects folder)"},
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:0", Usage: "address to serve on"},
+			&cli.IntFlag{Name: "partitions", Usage: "partition count", Required: true},
+			&cli.StringFlag{Name: "cache", Value: "256MiB", Usage: "block cache size"},
+			&cli.StringFlag{Name: "fault-slow", Usage: "test only: FRACTION:DELAY, e.g. 0.03:50ms"},
+			&cli.BoolFlag{Name: "bare", Usage: "serve the bare floor (grpc-go, raw codec, the same MultiGet) instead of a node"},
+		},
+		Action: func(c *cli.Context) error {
+			cacheBytes, err := bytesize.ParseFlag("cache", c.String("cache"))
+			if err != nil {
+				return err
+			}
+			if c.Bool("bare") {
+				return readbench.ServeBareProcess(c.Context, readbench.BareConfig{Dir: c.String("data"), Partitions: c.Int("partitions"),
+					CacheBytes: cacheBytes, Listen: c.String("listen")}, os.Stdin, os.Stdout)
+			}
+			var fault cobbled.FaultDelay
+			if s := c.String("fault-slow"); s != "" {
+				if fault, err = cobbledParseFault(s); err != nil {
+					return fmt.Errorf("--fault-slow: %w", err)
+				}
+			}
+			return cluster.ServeNodeProcess(c.Context, cluster.NodeConfig{ID: c.String("id"), Zone: c.String("zone"), Dir: c.String("data"),
+				Objects: c.String("batch-dir"), Listen: c.String("listen"), Partitions: c.Int("partitions"), CacheBytes: cacheBytes, Fault: fault},
+				os.Stdin, os.Stdout, logger())
+		},
+	}
 }

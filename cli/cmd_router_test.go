@@ -142,12 +142,15 @@ func TestRouterServeCLI(t *testing.T) {
 // lands in --out.
 func TestBenchReadCLI(t *testing.T) {
 	out := t.TempDir()
+	// The node processes are this test binary as pillar (TestCLIChild).
+	t.Setenv("PILLAR_CLI_CHILD_ARGV", "1")
 	stdout, err := runRouterCLI(t, context.Background(), "bench", "read", "--out", out, "--data", t.TempDir(), "--duration", "300ms",
-		"--warmup", "100ms", "--keys", "120", "--partitions", "8", "--clients", "1", "--scenarios", "healthy,slow-hedge", "--slow", "0.5:20ms")
+		"--warmup", "100ms", "--keys", "120", "--partitions", "8", "--clients", "1", "--scenarios", "healthy,slow-hedge", "--slow", "0.5:20ms",
+		"--node-exec", os.Args[0], "--node-exec", "-test.run=^TestCLIChild$", "--node-exec", "--", "--node-exec", "bench", "--node-exec", "read-node")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| healthy |", "| slow-hedge |", "50% of requests by 20ms"} {
+	for _, want := range []string{"| healthy |", "| slow-hedge |", "50% of requests by 20ms", "processes of their own"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}

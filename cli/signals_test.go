@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -21,8 +22,18 @@ import (
 // the test binary as a child process (PILLAR_CLI_CHILD_ARGS holds the
 // arguments, separated by newlines), so that a test can send it real
 // signals.
+//
+// With PILLAR_CLI_CHILD_ARGV=1 the arguments are the command line's after
+// "--" instead (os.Args[0] -test.run=^TestCLIChild$ -- ARGS…): a command
+// that runs pillar itself with arguments of its own (bench read's node
+// processes, --node-exec) runs the test binary that way.
 func TestCLIChild(t *testing.T) {
 	args := os.Getenv("PILLAR_CLI_CHILD_ARGS")
+	if os.Getenv("PILLAR_CLI_CHILD_ARGV") == "1" {
+		os.Args = append([]string{"pillar"}, flag.Args()...)
+		Main()
+		return
+	}
 	if args == "" {
 		t.Skip("only runs as a child process of another test")
 	}

@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
+	"time"
 
 	"github.com/linxGnu/grocksdb"
 	"google.golang.org/grpc"
@@ -18,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pillarkit/pillar/cobbled/mget"
+	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/internal/rocks"
 	"github.com/pillarkit/pillar/pillar"
@@ -75,10 +80,75 @@ type bareServer struct {
 	srv   *grpc.Server
 	addr  string
 	pool  *servepb.BufferPool
+	// served gets Serve's error; proc is the bare process (out of
+	// process: nothing else is set).
+	served chan error
+	proc   *cluster.Process
 }
 
-func (b *bench) startBare(dir string) (*bareServer, error) {
-	s := &bareServer{cache: grocksdb.NewLRUCache(uint64(b.c.CacheBytes())), ro: grocksdb.NewDefaultReadOptions(), pool: new(servepb.BufferPool)}
+func (b *bench) startBare(ctx context.Context, dir string) (*bareServer, error) {
+	ssts := make([]string, b.c.Partitions())
+	for p := range ssts {
+		ssts[p] = b.c.SSTFile(p)
+	}
+	s, err := openBare(dir, ssts, b.c.CacheBytes())
+	if err != nil {
+		return nil, err
+	}
+	if len(b.exec) == 0 {
+		return s, s.listen("127.0.0.1:0")
+	}
+	// Out of process, like the nodes: close the databases the loading
+	// opened; the bare process opens them again.
+	s.close()
+	cfg := BareConfig{Dir: dir, Partitions: len(ssts), CacheBytes: b.c.CacheBytes(), Listen: "127.0.0.1:0"}
+	p, err := cluster.StartProcess(ctx, "the bare floor", append(slices.Clone(b.exec), cfg.Args()...), b.env)
+	if err != nil {
+		return nil, err
+	}
+	return &bareServer{addr: p.Addr, proc: p}, nil
+}
+
+// BareConfig is what the bare floor's process (pillar bench read-node
+// --bare) needs: Partitions databases under Dir (p00000, …) that the
+// benchmark has loaded.
+type BareConfig struct {
+	Dir        string
+	Partitions int
+	CacheBytes int64
+	Listen     string
+}
+
+// Args are the flags of pillar bench read-node --bare for c.
+func (c BareConfig) Args() []string {
+	return []string{"--bare", "--data", c.Dir, "--partitions", strconv.Itoa(c.Partitions), "--cache", strconv.FormatInt(c.CacheBytes, 10), "--listen", c.Listen}
+}
+
+// ServeBareProcess is the bare floor's process body: it opens cfg's
+// databases, serves on cfg.Listen and returns as cluster.ServeUntilParentGone
+// does.
+func ServeBareProcess(ctx context.Context, cfg BareConfig, stdin io.Reader, stdout io.Writer) error {
+	if cfg.Dir == "" || cfg.Partitions <= 0 {
+		return fmt.Errorf("readbench: bare process: --data %q and --partitions %d: both required", cfg.Dir, cfg.Partitions)
+	}
+	s, err := openBare(cfg.Dir, make([]string, cfg.Partitions), cfg.CacheBytes)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := s.listen(cfg.Listen); err != nil {
+		return err
+	}
+	if err := cluster.ServeUntilParentGone(ctx, s.addr, stdin, stdout, s.served); err != nil {
+		return fmt.Errorf("readbench: bare process: %w", err)
+	}
+	return nil
+}
+
+// openBare opens (creating) one database per partition under dir and
+// ingests ssts[p] into partition p's where it is not "".
+func openBare(dir string, ssts []string, cacheBytes int64) (*bareServer, error) {
+	s := &bareServer{cache: grocksdb.NewLRUCache(uint64(cacheBytes)), ro: grocksdb.NewDefaultReadOptions(), pool: new(servepb.BufferPool)}
 	var err error
 	if s.opts, err = (rocks.TableConfig{}).Options(s.cache); err != nil {
 		s.close()
@@ -87,7 +157,7 @@ func (b *bench) startBare(dir string) (*bareServer, error) {
 	s.opts.SetCreateIfMissing(true)
 	ing := grocksdb.NewDefaultIngestExternalFileOptions()
 	defer ing.Destroy()
-	for p := range b.c.Partitions() {
+	for p, sst := range ssts {
 		pdir := filepath.Join(dir, fmt.Sprintf("p%05d", p))
 		if err := os.MkdirAll(pdir, 0o755); err != nil {
 			s.close()
@@ -99,15 +169,21 @@ func (b *bench) startBare(dir string) (*bareServer, error) {
 			return nil, fmt.Errorf("readbench: bare: open %s: %w", pdir, err)
 		}
 		s.dbs = append(s.dbs, db)
-		if err := db.IngestExternalFile([]string{b.c.SSTFile(p)}, ing); err != nil {
+		if sst == "" {
+			continue
+		}
+		if err := db.IngestExternalFile([]string{sst}, ing); err != nil {
 			s.close()
 			return nil, fmt.Errorf("readbench: bare: ingest partition %d: %w", p, err)
 		}
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	return s, nil
+}
+
+func (s *bareServer) listen(addr string) error {
+	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		s.close()
-		return nil, fmt.Errorf("readbench: bare: %w", err)
+		return fmt.Errorf("readbench: bare: %w", err)
 	}
 	s.addr = lis.Addr().String()
 	// The same transport settings as cobbled.Node.NewGRPCServer.
@@ -116,8 +192,9 @@ func (b *bench) startBare(dir string) (*bareServer, error) {
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 	s.srv.RegisterService(&grpc.ServiceDesc{ServiceName: "pillar.readbench.Bare", HandlerType: (*any)(nil),
 		Methods: []grpc.MethodDesc{{MethodName: "Get", Handler: s.handle}}}, s)
-	go s.srv.Serve(lis)
-	return s, nil
+	s.served = make(chan error, 1)
+	go func() { s.served <- s.srv.Serve(lis) }()
+	return nil
 }
 
 func (s *bareServer) handle(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
@@ -185,6 +262,10 @@ func (s *bareServer) handle(_ any, ctx context.Context, dec func(any) error, _ g
 }
 
 func (s *bareServer) close() {
+	if s.proc != nil {
+		s.proc.Stop(5 * time.Second)
+		return
+	}
 	if s.srv != nil {
 		s.srv.Stop()
 	}

@@ -3,7 +3,10 @@
 // own gRPC server and RocksDB directories, synthetic 12-key batches with
 // values of 100 B–100 KiB), drives it through the router with closed-loop
 // clients for a fixed duration per scenario, and compares with Redis MGET
-// over the same values as the peer a user would otherwise pick.
+// over the same values as the peer a user would otherwise pick. With
+// Options.NodeExec (pillar bench read's default) every node and the bare
+// floor is a process of its own, as Redis's server is; without it they run
+// in this process beside the router and the clients.
 //
 // Scenarios, in order: healthy (hedging on); redis (the same batches,
 // loaded under a per-run key prefix and deleted afterwards; with
@@ -24,7 +27,8 @@
 // 5 ms to every request: replica choice must steer away; p50 from 2 s on), compared with
 // degraded/reference, a router whose routing table marks that node down,
 // interleaved batch by batch in the same clients);
-// kill (a node's gRPC server and listener stopped a third of the way in,
+// kill (a node's gRPC server and listener stopped, or its process killed,
+// a third of the way in,
 // then marked down in routing DownAfter later, as the control plane would);
 // saturation (16 clients on the router and on Redis in alternating
 // SaturationSlice slices, so both see the same stretches of the machine:

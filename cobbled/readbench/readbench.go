@@ -141,9 +141,23 @@ type Options struct {
 	// Scenarios to run. The default value is AllScenarios.
 	Scenarios []string
 	// GCPercent, when positive, is the Go GC percent for the run (restored
-	// afterwards). Requests allocate ~600 KB each; the Redis client shares
-	// the process and the setting. The default value 0 leaves it as is.
+	// afterwards), and the node processes' GOGC (NodeExec), so nodes run
+	// with the same setting in a process of their own or in this one.
+	// Requests allocate ~600 KB each; the Redis client shares the process
+	// and the setting. The default value 0 leaves it as is.
 	GCPercent int
+	// NodeExec, when set, runs every node and the bare floor as a process
+	// of its own, as production runs nodes, instead of in this process
+	// with the router, the clients and the Redis client (sharing its cores
+	// and its garbage collector, while Redis's server has a process of its
+	// own). It is the pillar binary and its leading arguments, to which
+	// the read-node flags are appended: {"/path/pillar", "bench",
+	// "read-node"} (cluster.Options.Exec). The default value nil runs them
+	// in this process.
+	NodeExec []string
+	// NodeEnv is added to the node processes' environment (KEY=VALUE),
+	// after GCPercent's GOGC. The default value nil adds nothing.
+	NodeEnv []string
 	// Router adjusts the router's options (after the benchmark's own). The
 	// default value nil changes nothing.
 	Router func(*router.Options)
@@ -357,14 +371,19 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
+	var env []string // the node processes'
+	if opts.GCPercent > 0 {
+		env = append(env, fmt.Sprintf("GOGC=%d", opts.GCPercent))
+	}
+	env = append(env, opts.NodeEnv...)
 	log.Info("readbench: building cluster", "nodes", opts.Nodes, "partitions", opts.Partitions, "replicas", opts.Replicas, "keys", opts.Keys, "dir", dir)
 	c, err := cluster.Start(ctx, cluster.Options{Dir: dir, Nodes: opts.Nodes, Partitions: opts.Partitions, Replicas: opts.Replicas,
-		Keys: opts.Keys, MinValue: opts.MinValue, MaxValue: opts.MaxValue, CacheBytes: 256 << 20, Logger: log})
+		Keys: opts.Keys, MinValue: opts.MinValue, MaxValue: opts.MaxValue, CacheBytes: 256 << 20, Logger: log, Exec: opts.NodeExec, Env: env})
 	if err != nil {
 		return nil, fmt.Errorf("readbench: %w", err)
 	}
 	defer c.Close()
-	b := &bench{opts: opts, c: c, batches: c.Batches(opts.BatchKeys), log: log, dir: dir, lens: map[string]int{}}
+	b := &bench{opts: opts, c: c, batches: c.Batches(opts.BatchKeys), log: log, dir: dir, lens: map[string]int{}, exec: opts.NodeExec, env: env}
 	for _, k := range c.Keys() { // verify's expected lengths, computed once (not a SHA-256 per key per request)
 		b.lens[string(k)] = cluster.ValueLen(k, opts.MinValue, opts.MaxValue)
 	}
@@ -450,6 +469,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.Results = append(rep.Results, res)
 		rep.Results = append(rep.Results, extra...)
 	}
+	if len(opts.NodeExec) > 0 {
+		rep.Notes = append(rep.Notes, "The nodes and the bare floor ran in processes of their own (as production nodes do); the router, the clients and the Redis client in this one.")
+	} else {
+		rep.Notes = append(rep.Notes, "The nodes and the bare floor ran in this process, with the router, the clients and the Redis client (one Go runtime and garbage collector); Redis's server in its own.")
+	}
 	rep.Notes = append(rep.Notes, fmt.Sprintf("Machine load (1/5/15-minute averages from /proc/loadavg): %s at the start, %s at the end.", startLoad, loadavg()))
 	rep.evaluate()
 	if opts.Out != "" {
@@ -468,6 +492,8 @@ type bench struct {
 	lens    map[string]int // value length per key
 	dir     string
 	log     *slog.Logger
+	exec    []string // Options.NodeExec
+	env     []string // the node processes' extra environment
 }
 
 // prewarm reads every key once from every node, so the first scenario does

@@ -148,7 +148,7 @@ func (b *bench) interleaved(ctx context.Context, out []*Result, get getter) ([]*
 	floors := []getter{dget}
 	bareAt, wireAt := -1, -1
 	if o.Replicas == o.Nodes {
-		bs, err := b.startBare(filepath.Join(b.dir, "bare"))
+		bs, err := b.startBare(ctx, filepath.Join(b.dir, "bare"))
 		if err != nil {
 			return nil, err
 		}

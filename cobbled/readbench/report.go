@@ -83,8 +83,12 @@ func (r *Report) evaluate() {
 			r.Notes = append(r.Notes, fmt.Sprintf("Lean protocol (interleaved with direct/interleaved): straight to a node over wire p50 %s / p99 %s, %.2f× / %.2f× the same node over gRPC; %.2f× / %.2f× Redis MGET of the phase before.",
 				ms(wi.P50), ms(wi.P99), ratio(wi.P50, di.P50), ratio(wi.P99, di.P99), ratio(wi.P50, ri.P50), ratio(wi.P99, ri.P99)))
 		}
-		r.Notes = append(r.Notes, fmt.Sprintf("Go GC during the interleaved router/Redis phase (this process: nodes, router, clients and Redis's client): %d cycles, %s of GC CPU in %s.",
-			hi.GC.Cycles, hi.GC.CPU.Round(time.Millisecond), hi.Elapsed.Round(time.Millisecond)))
+		who := "nodes, router, clients and Redis's client"
+		if len(o.NodeExec) > 0 {
+			who = "router, clients and Redis's client; the nodes' processes not counted"
+		}
+		r.Notes = append(r.Notes, fmt.Sprintf("Go GC during the interleaved router/Redis phase (this process: %s): %d cycles, %s of GC CPU in %s.",
+			who, hi.GC.Cycles, hi.GC.CPU.Round(time.Millisecond), hi.Elapsed.Round(time.Millisecond)))
 		if di := r.Result(DirectInterleaved); di != nil {
 			r.Notes = append(r.Notes, fmt.Sprintf("Attribution (adjacent interleaved phases, not the same moments): straight to a node over gRPC without the router p50 %s / p99 %s; the router (over its own transport) is %.2f× at p50 and %.2f× at p99 of that; that floor is %.2f× / %.2f× Redis MGET.",
 				ms(di.P50), ms(di.P99), ratio(hi.P50, di.P50), ratio(hi.P99, di.P99), ratio(di.P50, ri.P50), ratio(di.P99, ri.P99)))
@@ -200,7 +204,7 @@ func optionsJSON(o Options) map[string]any {
 		"batch_keys": o.BatchKeys, "nodes": o.Nodes, "partitions": o.Partitions, "replicas": o.Replicas,
 		"min_value": o.MinValue, "max_value": o.MaxValue, "zone": o.Zone, "slow_node": o.SlowNode, "slow_fraction": o.SlowFraction,
 		"slow_delay": o.SlowDelay.String(), "degraded_node": o.DegradedNode, "degraded_delay": o.DegradedDelay.String(),
-		"saturation_clients": o.SaturationClients, "gc_percent": o.GCPercent, "kill_node": o.KillNode, "down_after": o.DownAfter.String(), "deadline": o.Deadline.String(),
+		"saturation_clients": o.SaturationClients, "gc_percent": o.GCPercent, "node_processes": len(o.NodeExec) > 0, "kill_node": o.KillNode, "down_after": o.DownAfter.String(), "deadline": o.Deadline.String(),
 		"via_server": o.ViaServer, "transport": o.Transport, "interleave": o.Interleave, "spread": o.Spread, "redis": o.RedisAddr, "scenarios": o.Scenarios}
 }
 

@@ -1,5 +1,6 @@
 // Package cluster runs a small cobbled cluster on 127.0.0.1 for the router's
-// tests and the read benchmark: N in-process serving nodes, each with its own
+// tests and the read benchmark: N serving nodes, in this process or (Exec)
+// each a process of its own, each with its own
 // RocksDB directories and its own gRPC server on a real loopback listener,
 // holding P partitions × R replicas of deterministic synthetic data, and a
 // routing source the caller can change (mark nodes down, reassign). Kill
@@ -76,8 +77,21 @@ type Options struct {
 	// Logger receives progress. The default value discards.
 	Logger *slog.Logger
 	// Node adjusts each node's options before it opens (also on Restart).
-	// The default value nil changes nothing.
+	// The default value nil changes nothing. Not with Exec.
 	Node func(*cobbled.Options)
+	// Exec, when set, runs every node as a process of its own, as in
+	// production, instead of in this one: Exec is the program and its
+	// leading arguments, to which NodeConfig.Args are appended (the pillar
+	// binary: pillar bench read-node, which calls ServeNodeProcess). The
+	// data is still loaded in this process, before the node processes
+	// start; Kill then kills a node's process (SIGKILL) and Restart starts
+	// a new one on the same address. Member.Node and Member.Metrics are
+	// then nil and unused. Requires the wall clock (Clock nil). The default
+	// value nil runs the nodes in this process.
+	Exec []string
+	// Env is added to the node processes' environment (KEY=VALUE; this
+	// process's is passed on). The default value nil adds nothing.
+	Env []string
 }
 
 func (o *Options) ensureDefaults() {
@@ -141,6 +155,7 @@ type Member struct {
 	mu   sync.Mutex
 	node *cobbled.Node
 	srv  *grpc.Server
+	proc *Process // with Options.Exec
 	up   bool
 }
 
@@ -150,6 +165,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	opts.ensureDefaults()
 	if opts.Dir == "" {
 		return nil, errors.New("cluster: Dir is required")
+	}
+	if len(opts.Exec) > 0 && (opts.Node != nil || opts.Clock != nil) {
+		return nil, errors.New("cluster: Exec runs nodes in processes of their own: Node and Clock cannot reach them")
 	}
 	if opts.MinValue < 0 || opts.MaxValue < opts.MinValue {
 		return nil, fmt.Errorf("cluster: value sizes [%d, %d] out of order", opts.MinValue, opts.MaxValue)
@@ -214,7 +232,16 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	opts.Logger.Info("cluster: data loaded", "keys", len(c.keys), "partitions", opts.Partitions, "replicas", opts.Replicas, "took", time.Since(start).Round(time.Millisecond))
 	for _, m := range c.members {
-		if err := m.serve(""); err != nil {
+		var err error
+		if len(opts.Exec) > 0 {
+			// Close the loading node; its process opens the directory.
+			m.node.Close()
+			m.node, m.Metrics = nil, nil
+			err = m.spawn(ctx, "", cobbled.FaultDelay{})
+		} else {
+			err = m.serve("")
+		}
+		if err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -399,6 +426,11 @@ func (m *Member) Kill() {
 	if !m.up {
 		return
 	}
+	if m.proc != nil {
+		m.proc.Kill()
+		m.up, m.proc = false, nil
+		return
+	}
 	m.srv.Stop()
 	m.node.Close()
 	m.up, m.node = false, nil
@@ -411,17 +443,21 @@ func (m *Member) Restart(ctx context.Context, fault cobbled.FaultDelay) error {
 	m.Kill()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if len(m.c.opts.Exec) > 0 {
+		return m.spawn(ctx, m.Addr, fault)
+	}
 	if err := m.open(ctx, fault); err != nil {
 		return err
 	}
 	return m.serve(m.Addr)
 }
 
-// Up reports whether the node is serving.
+// Up reports whether the node is serving (a node process that died on its
+// own is not).
 func (m *Member) Up() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.up
+	return m.up && (m.proc == nil || !m.proc.Exited())
 }
 
 // SetDown marks member i down (or up again) in the routing table, as the
@@ -463,9 +499,15 @@ func (c *Cluster) GetRouting(ctx context.Context) (*control.Routing, error) {
 	return rt, nil
 }
 
-// Close kills every node.
+// Close kills every node (a node process is first asked to stop: it
+// closes its databases).
 func (c *Cluster) Close() error {
 	for _, m := range c.members {
+		m.mu.Lock()
+		if m.proc != nil {
+			m.proc.Stop(5 * time.Second)
+		}
+		m.mu.Unlock()
 		m.Kill()
 	}
 	return nil
