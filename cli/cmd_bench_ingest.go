@@ -25,6 +25,8 @@ func cobbledPaceFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "ingest-min-rate", Value: 2, Usage: "floor of the adaptive snapshot rate, MB/s"},
 		&cli.Float64Flag{Name: "ingest-ambient-max-rate", Usage: "adaptive pacing: cap on the snapshot rate while other work (deltas, the machine) keeps the p99 over the target even at the floor, MB/s (default: 4 × --ingest-min-rate; -1 = no cap)"},
 		&cli.IntFlag{Name: "snapshot-concurrency", Usage: "snapshots downloading/applying at once (default: --ingest-concurrency; set lower to keep a slot for deltas)"},
+		&cli.IntFlag{Name: "small-delta-slots", Usage: "ingest slots beyond --ingest-concurrency that only small deltas (--small-delta-size) may take, so a fresh delta does not queue behind other partitions' bulk deltas (default 1; -1 = none)"},
+		&cli.StringFlag{Name: "small-delta-size", Value: "1MiB", Usage: "the size up to which a delta's files together make it small (--small-delta-slots)"},
 		&cli.Float64Flag{Name: "compaction-rate", Usage: "cap on RocksDB flush and compaction writes, MB/s for the whole node; 0 = unlimited"},
 		&cli.BoolFlag{Name: "compaction-normal-priority", Usage: "run compaction threads at normal CPU and I/O priority (default: nice 19, idle I/O class)"},
 		&cli.IntFlag{Name: "l0-compaction-trigger", Usage: "L0 files (ingested deltas) that start a compaction, 1..39 (default 8); higher: fewer rewrites of a partition into uncached files, more bloom probes per read"},
@@ -48,6 +50,12 @@ func cobbledPaceOptions(c *cli.Context, o *cobbled.Options) error {
 		return fmt.Errorf("--ingest-rate, --ingest-min-rate, --ingest-ambient-max-rate: %w", err)
 	}
 	o.SnapshotConcurrency = c.Int("snapshot-concurrency")
+	o.SmallDeltaSlots = c.Int("small-delta-slots")
+	small, err := bytesize.ParseFlag("small-delta-size", c.String("small-delta-size"))
+	if err != nil {
+		return err
+	}
+	o.SmallDeltaBytes = small
 	o.Background = rocks.Background{CompactionRate: int64(c.Float64("compaction-rate") * 1e6), NormalPriority: c.Bool("compaction-normal-priority"),
 		L0CompactionTrigger: c.Int("l0-compaction-trigger"), NoWarm: c.Bool("no-cache-warm")}
 	return o.Background.Validate()

@@ -85,7 +85,7 @@ Examples:
 				&cli.StringFlag{Name: "cache", Value: "1GiB", Usage: "block cache size shared by all partitions (e.g. 512MiB, 2GiB)"},
 				&cli.IntFlag{Name: "partitions", Usage: "expected partition count (default: learn from the control plane)"},
 				&cli.BoolFlag{Name: "direct-reads", Usage: "read SST files with O_DIRECT: the block cache is the only cache"},
-				&cli.IntFlag{Name: "ingest-concurrency", Value: 2, Usage: "partitions downloading/applying at once"},
+				&cli.IntFlag{Name: "ingest-concurrency", Value: 2, Usage: "partitions downloading/applying at once (plus --small-delta-slots for small deltas)"},
 				&cli.IntFlag{Name: "max-keys", Value: 1024, Usage: "largest BatchGet request in keys"},
 				&cli.StringFlag{Name: "max-response", Value: "64MiB", Usage: "largest BatchGet response"},
 				&cli.DurationFlag{Name: "drain", Value: 30 * time.Second, Usage: "how long shutdown waits for in-flight requests"},

@@ -39,7 +39,10 @@
 // batch unless the control plane lists it as retracted (then it records it
 // as passed without applying it), and keeps serving what it has. A staging
 // directory is removed after a failed download. At most
-// Options.IngestConcurrency partitions download or apply at a time.
+// Options.IngestConcurrency partitions download or apply at a time, plus
+// Options.SmallDeltaSlots (1) slots that only small deltas (≤ 1 MiB) take
+// when the ordinary ones are all held, so a fresh delta of a few KB does not
+// queue behind other partitions' bulk deltas.
 //
 // # Corruption of the replica's own data
 //

@@ -417,12 +417,11 @@ func (n *Node) fetchAndApply(ctx context.Context, p *partition, b *Batch) error 
 			n.learnPublications(r)
 		}
 	}
-	select {
-	case n.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	releaseSlot, err := n.ingestSlot(ctx, &b.Manifest) // an ordinary or a small-delta slot (pace.go)
+	if err != nil {
+		return err
 	}
-	defer func() { <-n.sem }()
+	defer releaseSlot()
 	p.applyMu.Lock()
 	defer p.applyMu.Unlock()
 	if p.dropping {

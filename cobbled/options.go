@@ -56,6 +56,16 @@ type Options struct {
 	// download. The default value is IngestConcurrency (no separate bound:
 	// a node bootstrapping many partitions loads them in parallel).
 	SnapshotConcurrency int
+	// SmallDeltaSlots are ingest slots beyond IngestConcurrency that only a
+	// small delta (files of at most SmallDeltaBytes together) may take, so
+	// a fresh delta of a few KB does not queue behind other partitions'
+	// bulk deltas of several MB when those hold every ordinary slot (a small
+	// delta takes an ordinary slot when one is free). The default value 0
+	// is 1; a negative value reserves none.
+	SmallDeltaSlots int
+	// SmallDeltaBytes is the size up to which a delta is small
+	// (SmallDeltaSlots). The default value is 1 MiB.
+	SmallDeltaBytes int64
 	// Pace paces batch downloads (pace.go, internal/pace): Pace.Rate caps
 	// the node's ingest bytes per second (--ingest-rate), Pace.TargetP99
 	// turns on the adaptive mode, which slows snapshot downloads while the
@@ -130,6 +140,12 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.SnapshotConcurrency == 0 {
 		o.SnapshotConcurrency = o.IngestConcurrency
+	}
+	if o.SmallDeltaSlots == 0 {
+		o.SmallDeltaSlots = 1
+	}
+	if o.SmallDeltaBytes == 0 {
+		o.SmallDeltaBytes = 1 << 20
 	}
 	if o.LongPoll == 0 {
 		o.LongPoll = 20 * time.Second
@@ -206,6 +222,9 @@ func (o Options) Validate() error {
 	}
 	if o.SnapshotConcurrency < 1 {
 		fail("SnapshotConcurrency %d must be positive", o.SnapshotConcurrency)
+	}
+	if o.SmallDeltaBytes < 0 {
+		fail("SmallDeltaBytes %d is negative", o.SmallDeltaBytes)
 	}
 	if err := o.Pace.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("cobbled: options: %w", err))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/linxGnu/grocksdb"
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,8 @@ import (
 type pacing struct {
 	pacer    *pace.Limiter
 	snapSem  chan struct{}
+	smallSem chan struct{} // Options.SmallDeltaSlots; nil when none
+	smallUse atomic.Int64  // small deltas that took a small-delta slot
 	stopPace context.CancelFunc
 	warmer   *rocks.Warmer // nil with Background.NoWarm
 }
@@ -49,6 +52,9 @@ func (n *Node) startPacing() error {
 	}
 	n.pacer = l
 	n.snapSem = make(chan struct{}, n.opts.SnapshotConcurrency)
+	if n.opts.SmallDeltaSlots > 0 {
+		n.smallSem = make(chan struct{}, n.opts.SmallDeltaSlots)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stopPace = cancel
 	go l.Run(ctx)
@@ -84,6 +90,41 @@ func (n *Node) paceBatch(ctx context.Context, m *batch.Manifest) (_ context.Cont
 		}
 	}
 	return context.WithValue(ctx, paceClassKey{}, class), release, nil
+}
+
+// ingestSlot waits for an ingest slot for m's download and apply: one of
+// Options.IngestConcurrency ordinary slots, or for a small delta
+// (Options.SmallDeltaBytes) whichever comes first of an ordinary and a
+// small-delta slot (Options.SmallDeltaSlots). The caller calls release
+// when the batch is applied or has failed.
+func (n *Node) ingestSlot(ctx context.Context, m *batch.Manifest) (release func(), _ error) {
+	var small chan struct{} // nil: never ready in the select
+	if m.Kind == batch.KindDelta && n.smallSem != nil && batchBytes(m) <= n.opts.SmallDeltaBytes {
+		small = n.smallSem
+	}
+	select {
+	case n.sem <- struct{}{}:
+		return func() { <-n.sem }, nil
+	default:
+	}
+	select {
+	case n.sem <- struct{}{}:
+		return func() { <-n.sem }, nil
+	case small <- struct{}{}:
+		n.smallUse.Add(1)
+		return func() { <-small }, nil
+	case <-ctx.Done():
+		return func() {}, ctx.Err()
+	}
+}
+
+// batchBytes is the size of m's files together.
+func batchBytes(m *batch.Manifest) int64 {
+	var n int64
+	for _, f := range m.Files {
+		n += f.Size
+	}
+	return n
 }
 
 // pacedObjects reads every object through the limiter, in the class the
@@ -307,6 +348,9 @@ func (m *Metrics) paceCollectors() []prometheus.Collector {
 			warm(f)))
 	}
 	return append(cs,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cobbled_ingest_small_delta_slot_total",
+			Help: "Small deltas that found every ordinary ingest slot taken and used a slot reserved for them (--small-delta-slots)."},
+			fromNode(func(n *Node) float64 { return float64(n.smallUse.Load()) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cobbled_ingest_rate_limit_bytes", ConstLabels: prometheus.Labels{"limit": "cap"},
 			Help: "Ingest rate limit in bytes/s: the hard cap (--ingest-rate) and the adaptive snapshot rate; 0 is unlimited."},
 			stat(func(s pace.Stats) float64 { return float64(s.Rate) })),
