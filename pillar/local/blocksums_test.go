@@ -194,7 +194,7 @@ func TestBlockSidecarDamaged(t *testing.T) {
 
 // rewriteManifest edits the current manifest on disk, as a store written
 // by an older binary would have it.
-func rewriteManifest(t *testing.T, dir string, edit func(*manifest)) {
+func rewriteManifest(t testing.TB, dir string, edit func(*manifest)) {
 	t.Helper()
 	s, err := Open(dir, nil)
 	if err != nil {
@@ -258,4 +258,58 @@ func TestCleanupRemovesSidecar(t *testing.T) {
 			t.Fatalf("after cleanup, %s exists: %v, want %v", name, err == nil, want)
 		}
 	}
+}
+
+// BenchmarkFirstReadOfFewRows: what a Store that has not seen a ~50 MB
+// docs file (a new command) pays to read 2 rows of it, with block sums
+// (checks the blocks the read touches) and without (the file as written
+// before block sums: checked whole), side by side. The file is in the page
+// cache; on a store larger than memory the whole-file check is a disk read
+// of the file.
+func BenchmarkFirstReadOfFewRows(b *testing.B) {
+	dir := b.TempDir()
+	s, _ := Create(dir, &Options{Partitions: 4})
+	tx, _ := s.Begin(ctx)
+	w, _ := tx.WriteTable(ctx, "docs", pillar.Doc{}, &pillar.WriteOptions{SortedBy: []string{"page_key"}})
+	rng := rand.New(rand.NewSource(1))
+	buf := make([]byte, 5000)
+	for i := 0; i < 5000; i++ {
+		rng.Read(buf)
+		w.Write(&pillar.Doc{PageKey: fmt.Sprintf("%08d", i), Text: fmt.Sprintf("%x", buf)})
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		b.Fatal(err)
+	}
+	m, _ := s.current()
+	fe := m.Tables["docs"].Files[0]
+	read := func(b *testing.B, st *Store) {
+		sn, _ := st.Snapshot(ctx)
+		defer sn.Release()
+		if err := readAll(sn, "docs", &pillar.Range{Start: 2500, End: 2502}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("block-sums", func(b *testing.B) {
+		b.ReportMetric(float64(fe.Bytes)/1e6, "file-MB")
+		st, _ := Open(dir, nil)
+		for i := 0; i < b.N; i++ {
+			st.blockVerified.Clear() // as a new process
+			read(b, st)
+		}
+	})
+	b.Run("whole-file", func(b *testing.B) {
+		old := filepath.Join(b.TempDir(), "store")
+		if err := os.CopyFS(old, os.DirFS(dir)); err != nil {
+			b.Fatal(err)
+		}
+		rewriteManifest(b, old, func(m *manifest) { m.Tables["docs"].Files[0].Blocks = nil }) // as written before block sums
+		st, _ := Open(old, nil)
+		for i := 0; i < b.N; i++ {
+			st.verified.Clear() // as a new process
+			read(b, st)
+		}
+	})
 }
