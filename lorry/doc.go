@@ -75,9 +75,10 @@
 //	          Commit: O = Last+1, F = max(F, Last+1). Manifest queue range
 //	          [O, Last+1). A range with nothing left (only delivered fresh
 //	          records, superseded bulk ones) becomes a refresh: the newest
-//	          delivered record of each of its keys again. (A batch recorded
-//	          by an older version may carry FreshLast: the fresh records up
-//	          to it rode along; its commit moves F past them.)
+//	          delivered record of each of its keys again. A bulk batch may
+//	          carry FreshLast: the fresh records of [max(F, Last+1),
+//	          FreshLast] ride along (FreshRideWait, below); its commit
+//	          moves F past them.
 //	fresh     the fresh records of [F, Last]. Commit: F = Last+1. No queue
 //	          range: the bulk records around them are not delivered.
 //	replay    `pillar lorry replay`: for each key of a delivered range, its
@@ -123,11 +124,25 @@
 // Bulk slows first: while a replica of the partition lags more than
 // MaxReplicaLag batches (read from the control plane every ReplicaPoll),
 // bulk batches wait and fresh ones continue, except that bulk keeps
-// BulkMinShare of the recently delivered bytes, so it never starves. With
-// MaxBulkUnapplied, bulk also waits while that many of the partition's bulk
-// batches are registered and not applied on every replica: a replica applies
-// a partition's batches in order, so a fresh batch waits there behind every
-// bulk batch registered before it, and this keeps that queue short. While
+// BulkMinShare of the recently delivered bytes, so it never starves. While
+// fresh records flow, bulk also waits while MaxBulkUnapplied (2) of the
+// partition's bulk batches are registered and not applied on every replica:
+// a replica applies a partition's batches in order, so a fresh record waits
+// there behind every bulk batch registered before it, and this keeps that
+// queue short.
+//
+// Fresh records ride along with bulk batches (FreshRideWait): while the
+// bulk lane is delivering records of their publication, fetched fresh
+// records wait (at most FreshRideWait after their commit) for the next bulk
+// batch, which carries every fetched fresh record, recorded as
+// Pending.FreshLast (batch id CombinedBatchID); its commit moves F past
+// them. Every batch costs a build, an upload, a registration and an apply
+// on each replica, so fresh traffic then adds bytes, not batches. The
+// riders are a prefix of the undelivered fresh records (nothing rides while
+// a fresh batch is recorded), beyond the bulk range and so newer than its
+// records of their keys; no fresh batch is planned while a batch carrying
+// fresh records flies. Latency and loss are still accounted by each
+// record's priority. While
 // fresh records flow, bulk batches close at FreshBulkBatchBytes and the
 // bulk lane reads at most ~1 MiB between two looks at the fresh lane. The
 // worker follows its batches until every replica applied them: latency by

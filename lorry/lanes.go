@@ -427,8 +427,71 @@ func (lp *loop) freshDue() bool {
 		return false
 	}
 	waiting := len(lp.fresh) > 0 && !lp.full(lp.fbytes, len(lp.fbuf))
-	return lp.full(lp.fbytes, len(lp.fbuf)) || lp.age(lp.fbuf[0].CommittedAt, time.Time{}) >= lp.w.o.MaxBatchAge ||
-		(lp.drained() && !waiting)
+	return lp.full(lp.fbytes, len(lp.fbuf)) || lp.age(lp.fbuf[0].CommittedAt, time.Time{}) >= lp.freshAge() ||
+		(lp.drained() && !waiting && !lp.rideable())
+}
+
+// freshAge is the age at which the fetched fresh records close a batch of
+// their own: MaxBatchAge, or, while a bulk batch may carry them
+// (rideable), FreshRideWait (at least MaxBatchAge).
+func (lp *loop) freshAge() time.Duration {
+	if lp.rideable() {
+		return max(lp.w.o.MaxBatchAge, lp.w.o.FreshRideWait)
+	}
+	return lp.w.o.MaxBatchAge
+}
+
+// rideable reports whether the fetched fresh records may wait for the
+// partition's next bulk batch to carry them (FreshRideWait): riding is on,
+// no fresh batch is recorded (the fresh position must cover every fresh
+// record before the riders), and the bulk lane is delivering: a riding
+// batch in flight (the next one follows its commit), or a bulk batch in
+// flight or buffered of the riders' publication. A bulk lane paused by
+// replica backpressure counts too: the pause lasts until the replicas
+// apply what they hold (MaxBulkUnapplied: a few hundred ms), and a fresh
+// batch of its own would wait behind the same queue on every replica
+// anyway; FreshRideWait bounds the wait.
+func (lp *loop) rideable() bool {
+	o := lp.w.o
+	if o.FreshRideWait <= 0 || len(lp.fbuf) == 0 || lp.l.st.FreshPending != nil || lp.fplanned != nil {
+		return false
+	}
+	if lp.bfl != nil && lp.bfl.pl.fresh && lp.bfl.pl.pend.FreshLast > 0 {
+		return true
+	}
+	var pub string
+	switch {
+	case lp.bfl != nil && len(lp.bfl.pl.recs) > 0:
+		pub = lp.bfl.pl.recs[0].Publication
+	case len(lp.bbuf) > 0:
+		pub = lp.bbuf[0].Publication
+	default:
+		return false
+	}
+	return pub == lp.fbuf[0].Publication
+}
+
+// freshFlowing reports whether the scan found undelivered fresh records in
+// the last 2s.
+func (lp *loop) freshFlowing() bool { return lp.w.now().Sub(lp.lastFresh) < 2*time.Second }
+
+// bulkPaused reports whether replica backpressure holds the bulk lane
+// (Worker.bulkPaused; MaxBulkUnapplied only while fresh records flow).
+func (lp *loop) bulkPaused() bool { return lp.w.bulkPaused(lp.pt.id, lp.freshFlowing()) }
+
+// carryDue reports whether fetched fresh records waited out FreshRideWait
+// while a complete bulk batch waits for the replicas only by
+// MaxBulkUnapplied (not by MaxReplicaLag): that batch then goes and carries
+// them, instead of a fresh batch of their own — one batch instead of two,
+// and the replicas' queue of the partition grows by one bulk batch, at most
+// once per FreshRideWait.
+func (lp *loop) carryDue() bool {
+	if len(lp.fbuf) == 0 || lp.bfl != nil || lp.l.st.Pending != nil || !lp.bulkFull() || !lp.rideable() ||
+		lp.age(lp.fbuf[0].CommittedAt, time.Time{}) < lp.freshAge() {
+		return false
+	}
+	lag, _ := lp.w.bulkHeld(lp.pt.id, lp.freshFlowing())
+	return !lag
 }
 
 // bulkDue reports whether the bulk lane has a batch to close now.
@@ -439,7 +502,7 @@ func (lp *loop) bulkDue() bool {
 	if len(lp.bbuf) == 0 {
 		return true // only delivered fresh records: a refresh
 	}
-	if lp.w.bulkPaused(lp.pt.id) && lp.bulkShare() >= lp.w.o.BulkMinShare {
+	if lp.bulkPaused() && lp.bulkShare() >= lp.w.o.BulkMinShare && !lp.carryDue() {
 		return false // replicas lag: bulk waits, down to its minimum share
 	}
 	caughtUp := lp.bnext >= lp.bulkLimit()
@@ -457,10 +520,15 @@ func (lp *loop) nextFresh() *plan {
 	if !lp.freshDue() || lp.l.st.FreshPending != nil {
 		return nil // a recorded fresh batch goes first (the loop delivers it)
 	}
+	if lp.carryDue() {
+		return nil // the waiting bulk batch carries them (nextBulk)
+	}
 	free := lp.bfl == nil && lp.l.st.Pending == nil
 	if lp.bfl != nil && lp.bfl.pl.fresh {
-		// The batch in flight is the fresh records' own (an ordinary one:
-		// no bulk work before them); the next one follows it.
+		// The batch in flight carries fresh records (an ordinary one: no
+		// bulk work before them, or a bulk batch they ride): the fresh
+		// position moves past them only with its commit, so the next
+		// fresh batch follows it.
 		lp.held = true
 		return nil
 	}
@@ -561,7 +629,38 @@ func (lp *loop) bulkPlan() *plan {
 	if len(recs) == 0 {
 		recs = nil
 	}
-	return &plan{pend: Pending{ID: BatchID(lp.w.storeID, lp.pt.id, first, last), First: first, Last: last}, recs: recs}
+	pl := &plan{pend: Pending{ID: BatchID(lp.w.storeID, lp.pt.id, first, last), First: first, Last: last}, recs: recs}
+	lp.ride(pl)
+	return pl
+}
+
+// ride lets the fetched fresh records ride along with bulk batch pl
+// (FreshRideWait): its commit moves the fresh position past them
+// (Pending.FreshLast), so they cost no batch of their own. They are a
+// prefix of the undelivered fresh records (none is recorded as
+// FreshPending), all beyond pl's range (the bulk lane stops at the first
+// undelivered one) and so newer than every bulk record of their keys in
+// it; nothing else in flight holds their keys (fresh batches wait while a
+// batch carrying fresh records flies). Only records of the bulk batch's
+// publication ride, up to MaxBatchBytes.
+func (lp *loop) ride(pl *plan) {
+	if lp.w.o.FreshRideWait <= 0 || len(pl.recs) == 0 || len(lp.fbuf) == 0 || lp.l.st.FreshPending != nil || lp.fplanned != nil {
+		return
+	}
+	pub := pl.recs[0].Publication
+	n := 0
+	var bytes int64
+	for n < len(lp.fbuf) && lp.fbuf[n].Publication == pub && !lp.full(bytes, n) {
+		bytes += int64(len(lp.fbuf[n].Value)) + 64
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	pl.recs = append(pl.recs, lp.fbuf[:n]...)
+	pl.pend.FreshLast = lp.fbuf[n-1].Offset
+	pl.pend.ID = CombinedBatchID(lp.w.storeID, lp.pt.id, pl.pend.First, pl.pend.Last, pl.pend.FreshLast)
+	pl.fresh = true
 }
 
 // supersede drops the bulk records a delivered fresh record of the same
@@ -947,9 +1046,9 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 func (lp *loop) wait() time.Duration {
 	d := lp.w.o.PollInterval
 	if len(lp.fbuf) > 0 && !lp.held {
-		d = min(d, max(time.Millisecond, lp.w.o.MaxBatchAge-lp.age(lp.fbuf[0].CommittedAt, time.Time{})))
+		d = min(d, max(time.Millisecond, lp.freshAge()-lp.age(lp.fbuf[0].CommittedAt, time.Time{})))
 	}
-	if len(lp.bbuf) > 0 && lp.bfl == nil && lp.l.st.Pending == nil && (!lp.w.bulkPaused(lp.pt.id) || lp.bulkShare() < lp.w.o.BulkMinShare) {
+	if len(lp.bbuf) > 0 && lp.bfl == nil && lp.l.st.Pending == nil && (!lp.bulkPaused() || lp.bulkShare() < lp.w.o.BulkMinShare) {
 		d = min(d, max(time.Millisecond, lp.w.o.MaxBatchAge-lp.age(lp.bbuf[0].CommittedAt, lp.bseen)))
 	}
 	return d
@@ -1012,8 +1111,8 @@ func (lp *loop) freshFollowUp(ctx context.Context, cur *plan, after PartitionSta
 		return nil, false
 	}
 	lp.fill(ctx)
-	if !lp.freshDue() {
-		return nil, false
+	if !lp.freshDue() || lp.carryDue() {
+		return nil, false // none due, or the waiting bulk batch carries them
 	}
 	free := lp.bfl == nil && after.Pending == nil
 	pl := lp.freshPlan(free)

@@ -78,6 +78,17 @@ func (e *env) laneChain(p int, end int64) []string {
 				e.t.Fatalf("partition %d: batch %s covers [%d,%d], overlapping the batches before it (up to %d): %v", p, b.Manifest.ID, first, last, next-1, sources)
 			}
 			next = last + 1
+			// Fresh records riding along (CombinedBatchID, "-f<last>"):
+			// the fresh lane moves past them.
+			var f0, f1, fl int64
+			if i := strings.Index(b.Manifest.ID, fmt.Sprintf("-p%05d-", p)); i >= 0 {
+				if n, _ := fmt.Sscanf(b.Manifest.ID[i:], fmt.Sprintf("-p%05d-%%d-%%d-f%%d", p), &f0, &f1, &fl); n == 3 {
+					if f0 != first || f1 != last || fl <= last {
+						e.t.Fatalf("partition %d: batch %s (source %q): riders to %d", p, b.Manifest.ID, b.Manifest.Source, fl)
+					}
+					freshNext = max(freshNext, fl+1)
+				}
+			}
 		}
 	}
 	st := e.state(p)
@@ -146,6 +157,7 @@ func TestFreshAheadOfBulk(t *testing.T) {
 	// Every record is past MaxBatchAge on this FAKE clock (no sleep).
 	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
 	o.MaxBatchRecords, o.MaxBatchAge = 4, 50*time.Millisecond
+	o.FreshRideWait = -1 // the fresh lane alone (riding: ride_test.go)
 	res, err := e.worker(o).Drain(context.Background())
 	must(t, err)
 	src := e.laneChain(0, 43)
@@ -173,38 +185,54 @@ func TestFreshAheadOfBulk(t *testing.T) {
 // ever goes back while the batches apply one by one.
 func TestPerKeyOrderAcrossLanes(t *testing.T) {
 	t.Parallel()
-	const parts = 2
-	e := newEnv(t, parts)
-	ks := keysIn(24, 0, parts)
-	A, B, C := ks[0], ks[1], ks[2]
-	bulk, fresh := pillar.PriorityBulk, pillar.PriorityFresh
-	rs := []rec{{key: A, val: val(1, 500), pri: bulk}, {key: B, val: val(2, 500), pri: bulk}, {key: C, val: val(3, 500), pri: bulk}}
-	for i, k := range ks[3:] {
-		rs = append(rs, rec{key: k, val: val(10+i, 500), pri: bulk})
-	}
-	rs = append(rs,
-		rec{key: A, val: val(50, 50), pri: fresh},
-		rec{key: A, val: val(51, 500), pri: bulk},
-		rec{key: B, val: val(52, 50), pri: fresh},
-		rec{key: C, del: true, pri: fresh},
-	)
-	e.enqueue(rs...)
-	o := e.opts("w")
-	// Every record is past MaxBatchAge on this FAKE clock (no sleep).
-	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
-	o.MaxBatchRecords, o.MaxBatchAge = 3, 50*time.Millisecond
-	_, err := e.worker(o).Drain(context.Background())
-	must(t, err)
-	src := e.laneChain(0, int64(len(rs)))
-	if want := fmt.Sprintf("lorry:p0:fresh:0-%d", len(rs)-1); src[0] != want {
-		t.Fatalf("first batch %q, want the fresh records first (%q); all: %v", src[0], want, src)
-	}
-	got := e.checkOrder(0, ks)
-	if counter(got[A]) != 51 || counter(got[B]) != 52 {
-		t.Fatalf("A = update %d (want 51: the bulk put after the fresh one), B = %d (want 52: the fresh put superseding bulk 2)", counter(got[A]), counter(got[B]))
-	}
-	if _, ok := got[C]; ok {
-		t.Fatalf("C = %q: the fresh delete lost to the older bulk put", got[C])
+	for _, ride := range []time.Duration{-1, time.Minute} {
+		t.Run(fmt.Sprintf("ride=%v", ride), func(t *testing.T) {
+			t.Parallel()
+			const parts = 2
+			e := newEnv(t, parts)
+			ks := keysIn(24, 0, parts)
+			A, B, C := ks[0], ks[1], ks[2]
+			bulk, fresh := pillar.PriorityBulk, pillar.PriorityFresh
+			rs := []rec{{key: A, val: val(1, 500), pri: bulk}, {key: B, val: val(2, 500), pri: bulk}, {key: C, val: val(3, 500), pri: bulk}}
+			for i, k := range ks[3:] {
+				rs = append(rs, rec{key: k, val: val(10+i, 500), pri: bulk})
+			}
+			rs = append(rs,
+				rec{key: A, val: val(50, 50), pri: fresh},
+				rec{key: A, val: val(51, 500), pri: bulk},
+				rec{key: B, val: val(52, 50), pri: fresh},
+				rec{key: C, del: true, pri: fresh},
+			)
+			e.enqueue(rs...)
+			o := e.opts("w")
+			// Every record is past MaxBatchAge on this FAKE clock (no
+			// sleep); with riding on, none is past FreshRideWait, so the
+			// fresh records ride the first bulk batch.
+			o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
+			// (4 a batch: the 3 fresh records are not a full batch, which
+			// would go alone.)
+			o.MaxBatchRecords, o.MaxBatchAge, o.FreshRideWait = 4, 50*time.Millisecond, ride
+			_, err := e.worker(o).Drain(context.Background())
+			must(t, err)
+			src := e.laneChain(0, int64(len(rs)))
+			first := fmt.Sprintf("lorry:p0:fresh:0-%d", len(rs)-1)
+			if ride > 0 {
+				first = "lorry:p0:0-3"
+				if id := e.registered(0)[0].Manifest.ID; !strings.HasSuffix(id, fmt.Sprintf("-0-3-f%d", len(rs)-1)) {
+					t.Fatalf("first batch %s, want the fresh records riding it", id)
+				}
+			}
+			if src[0] != first {
+				t.Fatalf("first batch %q, want %q; all: %v", src[0], first, src)
+			}
+			got := e.checkOrder(0, ks)
+			if counter(got[A]) != 51 || counter(got[B]) != 52 {
+				t.Fatalf("A = update %d (want 51: the bulk put after the fresh one), B = %d (want 52: the fresh put superseding bulk 2)", counter(got[A]), counter(got[B]))
+			}
+			if _, ok := got[C]; ok {
+				t.Fatalf("C = %q: the fresh delete lost to the older bulk put", got[C])
+			}
+		})
 	}
 }
 
@@ -227,6 +255,7 @@ func TestFreshWhileBulkInFlight(t *testing.T) {
 	e.objs.blockOrdinary(gate)
 	o := e.opts("w")
 	o.MaxBatchRecords = 4
+	o.FreshRideWait = -1 // fresh batches of their own past the hanging bulk batch
 	w := e.worker(o)
 	runWorker(t, w)
 	waitFor(t, "the first bulk batch's upload hanging", 20*time.Second, func() bool {
@@ -520,7 +549,7 @@ func TestReplicaLagPausesBulk(t *testing.T) {
 	defer stop()
 	// Enqueue only once the watcher has read the lag (a fixed sleep was a
 	// guess that a loaded machine can miss).
-	waitFor(t, "the watcher read the lag", 10*time.Second, func() bool { return w.bulkPaused(0) })
+	waitFor(t, "the watcher read the lag", 10*time.Second, func() bool { return w.bulkPaused(0, true) })
 	e.enqueue(rs...)
 	fk := keysIn(3, 0, parts)
 	for i, k := range fk {
@@ -558,10 +587,12 @@ func (s *appliedSource) GetRouting(ctx context.Context) (*control.Routing, error
 	return r, nil
 }
 
-// TestBulkUnappliedPausesBulk: with MaxBulkUnapplied 1, a partition's bulk
-// lane waits while one of its bulk batches is registered and not applied
-// on every replica; fresh batches (which do not count) keep flowing; once
-// the replicas apply, the backlog is delivered.
+// TestBulkUnappliedPausesBulk: with MaxBulkUnapplied 1, while fresh
+// records flow, a partition's bulk lane waits while one of its bulk
+// batches is registered and not applied on every replica; fresh batches
+// (which do not count) keep flowing; once the replicas apply, the backlog
+// is delivered. (Riding is off: a bulk batch carrying fresh records whose
+// ride wait ran out would go despite the bound, see TestRideRules.)
 func TestBulkUnappliedPausesBulk(t *testing.T) {
 	t.Parallel()
 	const parts = 2
@@ -575,20 +606,27 @@ func TestBulkUnappliedPausesBulk(t *testing.T) {
 	o := e.opts("w")
 	o.Replicas, o.MaxReplicaLag, o.MaxBulkUnapplied, o.ReplicaPoll, o.MaxBatchRecords = src, -1, 1, 10*time.Millisecond, 5
 	o.BulkMinShare = 1e-6 // the share lets no extra bulk batch through
+	o.FreshRideWait = -1
 	w := e.worker(o)
 	stop := runWorker(t, w)
 	defer stop()
-	e.enqueue(rs...)
-	waitFor(t, "one bulk batch delivered", 10*time.Second, func() bool { return e.state(0).Offset > 0 })
+	// A fresh record queued with the backlog: fresh records flow (the
+	// bound holds bulk only then, for 2s after the last one seen).
 	fk := keysIn(3, 0, parts)
-	for i, k := range fk {
-		e.enqueue(rec{key: k, val: val(100+i, 50)})
+	e.enqueue(append(rs, rec{key: fk[0], val: val(100, 50)})...)
+	waitFor(t, "one bulk batch delivered", 10*time.Second, func() bool { return e.state(0).Offset > 0 })
+	for i, k := range fk[1:] {
+		e.enqueue(rec{key: k, val: val(101+i, 50)})
 	}
 	waitFor(t, "fresh records delivered while bulk waits", 10*time.Second, func() bool { return e.state(0).FreshOffset() == 23 })
-	if st := e.state(0); st.Offset != int64(o.MaxBatchRecords) {
-		t.Fatalf("bulk delivered %d records while its first batch is unapplied, want one batch of %d: %+v", st.Offset, o.MaxBatchRecords, st)
+	// Two bulk batches: the first (nothing unapplied yet), and the one its
+	// commit records as the follow-up: bulk's share of the delivered bytes
+	// is still 0 then (only the fresh batch counted), below BulkMinShare.
+	// From then on bulk waits.
+	if st := e.state(0); st.Offset != 2*int64(o.MaxBatchRecords) {
+		t.Fatalf("bulk delivered %d records while its batches are unapplied, want two batches of %d: %+v", st.Offset, o.MaxBatchRecords, st)
 	}
-	if !w.bulkPaused(0) {
+	if !w.bulkPaused(0, true) {
 		t.Fatal("bulk lane not paused with an unapplied bulk batch")
 	}
 	src.applied.Store(1 << 40)
@@ -705,6 +743,7 @@ func TestFreshGoesAlone(t *testing.T) {
 	// Every record is past MaxBatchAge on this FAKE clock (no sleep).
 	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
 	o.MaxBatchRecords, o.MaxBatchAge = 4, 50*time.Millisecond
+	o.FreshRideWait = -1 // the fresh lane alone (riding: ride_test.go)
 	_, err := e.worker(o).Drain(context.Background())
 	must(t, err)
 	src := e.laneChain(0, int64(len(rs)))

@@ -75,6 +75,20 @@ type Options struct {
 	// MaxBatchAge closes a batch once its oldest record was committed this
 	// long ago. The default value is 1s.
 	MaxBatchAge time.Duration
+	// FreshRideWait lets fresh records ride at the head of the partition's
+	// next bulk batch instead of costing a batch of their own: while the
+	// partition's bulk lane is delivering (a bulk batch in flight or
+	// filling, of the same publication, bulk not paused), a fetched fresh
+	// record waits up to this long after its commit (at least MaxBatchAge)
+	// for a bulk batch to carry it; a bulk batch takes every fresh record
+	// fetched when it is planned. Older ones, a full batch of them
+	// (MaxBatchBytes or MaxBatchRecords: no small batch to save), and all
+	// of them when no bulk batch can take them, go in a fresh batch as
+	// before. Each batch costs
+	// a build, an upload, a registration and an apply on every replica, so
+	// fresh traffic then adds bytes to bulk batches, not batches. Negative
+	// disables riding. The default value is 1s.
+	FreshRideWait time.Duration
 	// PollInterval is how often an idle partition looks for new records.
 	// The default value is 100ms.
 	PollInterval time.Duration
@@ -99,15 +113,19 @@ type Options struct {
 	// flowing. Negative disables it. The default value is 8. It needs
 	// Replicas.
 	MaxReplicaLag int64
-	// MaxBulkUnapplied pauses a partition's bulk lane while this many of
-	// its bulk batches are registered and not yet applied on every replica
-	// (read every ReplicaPoll), down to BulkMinShare; fresh batches keep
-	// flowing. A replica applies a partition's batches in order, so a
-	// fresh batch registered behind bulk ones waits for all of them on
-	// every replica: this bounds that queue to what the replicas apply
-	// meanwhile, where MaxReplicaLag (counted in batches of both lanes)
-	// lets it grow to seconds. Zero or negative disables it (the default
-	// value). It needs Replicas.
+	// MaxBulkUnapplied pauses a partition's bulk lane, while fresh records
+	// flow in it (seen in the last 2s), as long as this many of its bulk
+	// batches are registered and not yet applied on every replica (read
+	// every ReplicaPoll), down to BulkMinShare; fresh records keep flowing
+	// (riding the next bulk batch, FreshRideWait, or alone). A replica
+	// applies a partition's batches in order, so a fresh record registered
+	// behind bulk batches waits for all of them on every replica: this
+	// bounds that queue to what the replicas apply meanwhile, where
+	// MaxReplicaLag (counted in batches of both lanes) lets it grow to
+	// seconds. Without fresh traffic bulk is not held (there is nothing to
+	// keep the queue short for), nor for a partition with no replicas
+	// known. Negative disables it. The default value is 2. It needs
+	// Replicas.
 	MaxBulkUnapplied int
 	// Replicas reports each partition's replica progress; it drives the
 	// bulk backpressure, the enqueue → applied-on-all-replicas latency and
@@ -202,6 +220,9 @@ func (o *Options) ensureDefaults() {
 	if o.MaxBatchAge == 0 {
 		o.MaxBatchAge = time.Second
 	}
+	if o.FreshRideWait == 0 {
+		o.FreshRideWait = time.Second
+	}
 	if o.PollInterval == 0 {
 		o.PollInterval = 100 * time.Millisecond
 	}
@@ -216,6 +237,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.MaxReplicaLag == 0 {
 		o.MaxReplicaLag = 8
+	}
+	if o.MaxBulkUnapplied == 0 {
+		o.MaxBulkUnapplied = 2
 	}
 	if o.Replicas == nil {
 		if rs, ok := o.Registry.(ReplicaSource); ok {
@@ -305,6 +329,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxBatchAge <= 0 || o.PollInterval <= 0 {
 		fail("MaxBatchAge %v and PollInterval %v must be positive", o.MaxBatchAge, o.PollInterval)
+	}
+	if o.FreshRideWait >= o.LossAfter {
+		fail("FreshRideWait %v must be below LossAfter %v (a fresh record waiting to ride would count as lost)", o.FreshRideWait, o.LossAfter)
 	}
 	if o.BulkMinShare <= 0 || o.BulkMinShare > 1 {
 		fail("BulkMinShare %v must lie in (0, 1]", o.BulkMinShare)

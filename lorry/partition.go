@@ -302,7 +302,16 @@ func (w *Worker) deliver(ctx context.Context, lp *loop, pl *plan, pre *prefetch)
 		size += f.Size
 	}
 	bulk := pl.bulk()
+	rode := int64(0)
+	if pend.Lane == LaneOrdinary && pend.FreshLast > 0 && bulk {
+		for _, r := range pl.recs {
+			if !r.IsBulk() && r.Offset > pend.Last {
+				rode++
+			}
+		}
+	}
 	w.count(func(s *Stats) {
+		s.FreshRode += rode
 		s.Batches++
 		s.Records += n
 		s.Keys += m.Keys

@@ -129,22 +129,29 @@ func (w *Worker) tracked(p int, seq int64, recs []pillar.ExportRecord, replay bo
 }
 
 // bulkPaused reports whether partition p's replicas lag too far for more
-// bulk batches: more than MaxReplicaLag batches behind, or MaxBulkUnapplied
+// bulk batches: more than MaxReplicaLag batches behind, or (while fresh
+// records flow in the partition, and its replicas are known) MaxBulkUnapplied
 // bulk batches not applied everywhere yet.
-func (w *Worker) bulkPaused(p int) bool {
+func (w *Worker) bulkPaused(p int, fresh bool) bool {
+	lag, unapplied := w.bulkHeld(p, fresh)
+	return lag || unapplied
+}
+
+// bulkHeld is bulkPaused by cause: lag (MaxReplicaLag), unapplied
+// (MaxBulkUnapplied).
+func (w *Worker) bulkHeld(p int, fresh bool) (lag, unapplied bool) {
 	if w.o.Replicas == nil {
-		return false
+		return false, false
 	}
 	w.tr.mu.Lock()
 	defer w.tr.mu.Unlock()
 	pt := w.tr.parts[p]
-	if pt == nil {
-		return false
+	if pt == nil || !pt.known {
+		return false, false
 	}
-	if w.o.MaxReplicaLag >= 0 && pt.known && pt.lag > w.o.MaxReplicaLag {
-		return true
-	}
-	return w.o.MaxBulkUnapplied > 0 && pt.bulkUnapplied() >= w.o.MaxBulkUnapplied
+	lag = w.o.MaxReplicaLag >= 0 && pt.lag > w.o.MaxReplicaLag
+	unapplied = fresh && w.o.MaxBulkUnapplied > 0 && pt.bulkUnapplied() >= w.o.MaxBulkUnapplied
+	return lag, unapplied
 }
 
 // bulkUnapplied counts the partition's registered batches with bulk

@@ -66,6 +66,7 @@ type Stats struct {
 	FollowUps    int64 // batches recorded as pending by the previous batch's commit
 	FreshBatches int64 // batches holding no bulk record
 	BulkBatches  int64 // batches holding bulk records
+	FreshRode    int64 // fresh records delivered at the head of a bulk batch (FreshRideWait)
 	Acquired     int64 // leases taken
 	Lost         int64 // leases lost to another worker
 	Held         []int // partitions held now

@@ -78,6 +78,9 @@ type Options struct {
 	// Lorry's defaults.
 	MaxBulkUnapplied int
 	ReplicaPoll      time.Duration
+	// FreshRideWait is Lorry's (fresh records ride along with bulk
+	// batches). The default value is Lorry's default; negative disables it.
+	FreshRideWait time.Duration
 	// NodeIngestConcurrency is the cobbled nodes' IngestConcurrency (how
 	// many partitions a node downloads and applies at once). The default
 	// value is cobbled's default.
@@ -156,6 +159,8 @@ type Phase struct {
 	Batches      int64                           `json:"batches"`
 	FreshBatches int64                           `json:"fresh_batches"`
 	BulkBatches  int64                           `json:"bulk_batches"`
+	// FreshRode counts the fresh records that rode along with bulk batches.
+	FreshRode int64 `json:"fresh_rode"`
 	// Checked keys read back from every replica with their newest value.
 	Checked int `json:"checked_keys"`
 	// Enqueued records (bulk and fresh) and those seen applied on all
@@ -443,7 +448,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		"partitions": o.Partitions, "max_batch_age": o.MaxBatchAge.String(), "bulk_min_share": o.BulkMinShare, "replicas": 3,
 		"object_store": "local directory", "control_plane": "SQLite over gRPC (loopback)",
 		"max_batch_bytes": o.MaxBatchBytes, "fresh_bulk_batch_bytes": o.FreshBulkBatchBytes,
-		"max_bulk_unapplied": o.MaxBulkUnapplied, "replica_poll": o.ReplicaPoll.String(), "node_ingest_concurrency": o.NodeIngestConcurrency,
+		"max_bulk_unapplied": o.MaxBulkUnapplied, "replica_poll": o.ReplicaPoll.String(), "fresh_ride_wait": o.FreshRideWait.String(), "node_ingest_concurrency": o.NodeIngestConcurrency,
 	}}
 	b := &bench{o: o, vals: newValues(max(o.ValueSize, o.FreshSize)), newest: map[string]uint64{}, ends: make([]int64, o.Partitions)}
 	for i := 0; i < o.Records; i++ {
@@ -547,7 +552,7 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 		MaxBatchAge: o.MaxBatchAge, PollInterval: 20 * time.Millisecond, LeaseTTL: 10 * time.Second,
 		MaxBatchBytes: o.MaxBatchBytes, FreshBulkBatchBytes: o.FreshBulkBatchBytes,
 		BulkMinShare: o.BulkMinShare, MaxBulkUnapplied: o.MaxBulkUnapplied, ReplicaPoll: o.ReplicaPoll,
-		LossAfter: 30 * time.Second, BulkLossAfter: 30 * time.Minute,
+		LossAfter: 30 * time.Second, BulkLossAfter: 30 * time.Minute, FreshRideWait: o.FreshRideWait,
 		TempDir: filepath.Join(b.c.dir, "tmp"), CleanupInterval: -1, Logger: o.Logger})
 	if err != nil {
 		return nil, err
@@ -682,6 +687,7 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 	time.Sleep(2 * o.MaxBatchAge) // the worker's last replica poll
 	ph := &Phase{Name: name, BulkRecords: len(bulkUps), Stats: w.Stats(), Lost: w.Lost(), LorryLatency: w.Latency()}
 	ph.Batches, ph.FreshBatches, ph.BulkBatches = ph.Stats.Batches, ph.Stats.FreshBatches, ph.Stats.BulkBatches
+	ph.FreshRode = ph.Stats.FreshRode
 	ph.BulkSeconds = bulkApplied.Sub(start).Seconds()
 	ph.RegisteredSecs = regDone.Sub(start).Seconds()
 	ph.BulkPerSecond = float64(len(bulkUps)) / ph.BulkSeconds
@@ -769,9 +775,9 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 	fmt.Fprintf(o.Progress, "lorry bench: %s: bulk %.0f records/s (%.1f MB/s) over %.1fs; fresh %d updates, p50 %.0f ms, p99 %.0f ms to all 3 replicas; lost %d\n",
 		name, ph.BulkPerSecond, ph.BulkMBPerSec, ph.BulkSeconds, ph.FreshUpdates, ph.FreshP50MS, ph.FreshP99MS, ph.Lost)
 	st := ph.Stats
-	fmt.Fprintf(o.Progress, "lorry bench: %s: lorry step totals: read %v, pending %v, upload %v, register %v, commit %v; %d batches (%d fresh), %d follow-ups, %d retries\n",
+	fmt.Fprintf(o.Progress, "lorry bench: %s: lorry step totals: read %v, pending %v, upload %v, register %v, commit %v; %d batches (%d fresh), %d fresh records rode bulk batches, %d follow-ups, %d retries\n",
 		name, st.ReadTime.Round(time.Millisecond), st.PendingTime.Round(time.Millisecond), st.UploadTime.Round(time.Millisecond),
-		st.RegisterTime.Round(time.Millisecond), st.CommitTime.Round(time.Millisecond), st.Batches, st.FreshBatches, st.FollowUps, st.Retries)
+		st.RegisterTime.Round(time.Millisecond), st.CommitTime.Round(time.Millisecond), st.Batches, st.FreshBatches, st.FreshRode, st.FollowUps, st.Retries)
 	cs := b.c.store.CommitStats()
 	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 	fmt.Fprintf(o.Progress, "lorry bench: %s: store commits so far (every writer): %d transactions in %d group commits; per transaction staging %v, queued %v; per group lock wait %v, locked %v (dir sync %v, manifest %v, CURRENT %v, index %v, cleanup %v)\n",

@@ -22,14 +22,14 @@ func (r *Result) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Lorry priority lanes\n\n")
 	fmt.Fprintf(&b, "Options: %v\n\nLoad: %s\n\n", optionsLine(r.Options), r.LoadAvg)
-	fmt.Fprintf(&b, "| phase | bulk records | bulk s (applied on 3) | bulk records/s | bulk MB/s | fresh updates | fresh p50 / p90 / p99 / max (ms) | fresh → registered p99 (ms) | batches (fresh / bulk) | lost |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| phase | bulk records | bulk s (applied on 3) | bulk records/s | bulk MB/s | fresh updates | fresh p50 / p90 / p99 / max (ms) | fresh → registered p99 (ms) | batches (fresh / bulk) | fresh records riding bulk batches | lost |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, ph := range []*Phase{r.Baseline, r.Mixed, r.InOrder} {
 		if ph == nil {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.1f | %.0f | %.1f | %d | %.0f / %.0f / %.0f / %.0f | %.0f | %d (%d / %d) | %d |\n",
+		fmt.Fprintf(&b, "| %s | %d | %.1f | %.0f | %.1f | %d | %.0f / %.0f / %.0f / %.0f | %.0f | %d (%d / %d) | %d | %d |\n",
 			ph.Name, ph.BulkRecords, ph.BulkSeconds, ph.BulkPerSecond, ph.BulkMBPerSec, ph.FreshUpdates,
-			ph.FreshP50MS, ph.FreshP90MS, ph.FreshP99MS, ph.FreshMaxMS, ph.FreshRegP99MS, ph.Batches, ph.FreshBatches, ph.BulkBatches, ph.Lost)
+			ph.FreshP50MS, ph.FreshP90MS, ph.FreshP99MS, ph.FreshMaxMS, ph.FreshRegP99MS, ph.Batches, ph.FreshBatches, ph.BulkBatches, ph.FreshRode, ph.Lost)
 	}
 	if m := r.Mixed; m != nil {
 		if l, ok := m.LorryLatency["fresh"]; ok {
