@@ -461,7 +461,7 @@ func (lp *loop) rideable() bool {
 	}
 	var pub string
 	switch {
-	case lp.bfl != nil && len(lp.bfl.pl.recs) > 0:
+	case lp.bfl != nil && lp.bfl.pl.bulk():
 		pub = lp.bfl.pl.recs[0].Publication
 	case len(lp.bbuf) > 0:
 		pub = lp.bbuf[0].Publication

@@ -173,11 +173,17 @@ func TestRideRules(t *testing.T) {
 	lp := &loop{w: w, pt: &part{drainTo: -1}, shareAt: fc.Now(), freshMax: map[string]int64{}}
 	lp.l = &lease{w: w, st: PartitionState{}}
 
-	// No bulk work: fresh records go at MaxBatchAge.
+	// No bulk work: fresh records go at MaxBatchAge, also while an
+	// ordinary batch of fresh records only (no bulk before them) flies.
 	lp.fbuf = []pillar.ExportRecord{fresh(5, ks[0], live, time.Second)}
 	if lp.rideable() || !lp.freshDue() {
 		t.Fatal("fresh records with no bulk work wait to ride")
 	}
+	lp.bfl = &flight{pl: &plan{recs: []pillar.ExportRecord{fresh(4, ks[5], live, time.Second)}, fresh: true}}
+	if lp.rideable() || !lp.freshDue() {
+		t.Fatal("fresh records wait to ride behind a batch of fresh records only")
+	}
+	lp.bfl = nil
 	// Bulk records of the live publication buffered: they wait, up to
 	// FreshRideWait.
 	lp.bbuf = []pillar.ExportRecord{bulk(0, ks[1], live)}
