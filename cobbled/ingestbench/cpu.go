@@ -211,3 +211,39 @@ func schedQuantile(a, b schedHist, q float64) time.Duration {
 	}
 	return 0
 }
+
+// gcSample is this process's Go collector, cumulative: cycles, CPU time
+// (/cpu/classes/gc/total: mark workers, assists, pauses) and the
+// stop-the-world pause histogram (/sched/pauses/total/gc:seconds).
+type gcSample struct {
+	cycles uint64
+	cpu    float64 // seconds
+	pauses schedHist
+}
+
+func sampleGC() gcSample {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/sched/pauses/total/gc:seconds"}}
+	metrics.Read(s)
+	var g gcSample
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		g.cycles = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindFloat64 {
+		g.cpu = s[1].Value.Float64()
+	}
+	if s[2].Value.Kind() == metrics.KindFloat64Histogram {
+		h := s[2].Value.Float64Histogram()
+		g.pauses = schedHist{counts: slices.Clone(h.Counts), buckets: h.Buckets}
+	}
+	return g
+}
+
+// gcWindow is the collector's work between two samples taken wall apart:
+// cycles, cores busy with GC, and the longest stop-the-world pause (a
+// bucket's upper bound).
+func gcWindow(a, b gcSample, wall time.Duration) (cycles uint64, cores float64, maxPause time.Duration) {
+	if wall > 0 {
+		cores = (b.cpu - a.cpu) / wall.Seconds()
+	}
+	return b.cycles - a.cycles, cores, schedQuantile(a.pauses, b.pauses, 1)
+}

@@ -32,3 +32,20 @@ func TestSampleCPU(t *testing.T) {
 		t.Fatalf("statCPU %v, want %v", got, 10*clockTick)
 	}
 }
+
+// TestSampleGC: two forced collections between two samples count as two
+// cycles with a pause and some GC CPU; a window without samples' change
+// reports none.
+func TestSampleGC(t *testing.T) {
+	a := sampleGC()
+	runtime.GC()
+	runtime.GC()
+	b := sampleGC()
+	cycles, cores, pause := gcWindow(a, b, 100*time.Millisecond)
+	if cycles < 2 || cores <= 0 || pause <= 0 {
+		t.Fatalf("after two runtime.GC: cycles %d, cores %v, max pause %v; want ≥ 2, > 0, > 0", cycles, cores, pause)
+	}
+	if c, _, p := gcWindow(b, b, time.Second); c != 0 || p != 0 {
+		t.Fatalf("an empty window: cycles %d, max pause %v", c, p)
+	}
+}

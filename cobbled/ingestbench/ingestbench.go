@@ -277,6 +277,12 @@ type Result struct {
 	// node's read handlers, its ingest, the delta producer) waited
 	// runnable for a P in the window (Go's /sched/latencies:seconds).
 	SchedP99 time.Duration
+	// GCCycles, GCCores and GCMaxPause are this process's Go collector in
+	// the window: cycles, cores busy with it (mark workers, assists,
+	// pauses), and its longest stop-the-world pause.
+	GCCycles   uint64
+	GCCores    float64
+	GCMaxPause time.Duration
 	// DBMutexWait is the time the node's threads waited for its databases'
 	// DB mutexes in the window (Background.TimeDBMutex; zero without).
 	DBMutexWait  time.Duration
@@ -559,7 +565,7 @@ func (b *bench) window(ctx context.Context, mode, scenario string, d time.Durati
 	before := b.node.Pacer().Stats()
 	hBefore := b.histograms()
 	b.pacerMin.Store(0)
-	cpu0, cache0, cs0, sched0 := sampleCPU(), b.node.Stats(), b.node.CacheStats(), sampleSched()
+	cpu0, cache0, cs0, sched0, gc0 := sampleCPU(), b.node.Stats(), b.node.CacheStats(), sampleSched(), sampleGC()
 	var nodeP99s []time.Duration
 	stopProfile, err := b.profile(mode, scenario)
 	if err != nil {
@@ -588,8 +594,9 @@ func (b *bench) window(ctx context.Context, mode, scenario string, d time.Durati
 	}
 	stopSample()
 	res.End = time.Since(b.start)
-	cpu1, cache1, cs1, sched1 := sampleCPU(), b.node.Stats(), b.node.CacheStats(), sampleSched()
+	cpu1, cache1, cs1, sched1, gc1 := sampleCPU(), b.node.Stats(), b.node.CacheStats(), sampleSched(), sampleGC()
 	res.SchedP99 = schedQuantile(sched0, sched1, 0.99)
+	res.GCCycles, res.GCCores, res.GCMaxPause = gcWindow(gc0, gc1, cpu1.at.Sub(cpu0.at))
 	res.DBMutexWait = time.Duration(cs1.DBMutexWaitMicros-cs0.DBMutexWaitMicros) * time.Microsecond
 	if hits, lookups := cs1.DataHits-cs0.DataHits, cs1.DataHits+cs1.DataMisses-cs0.DataHits-cs0.DataMisses; lookups > 0 {
 		res.DataHitRatio = float64(hits) / float64(lookups)

@@ -81,6 +81,24 @@ func TestRunSmall(t *testing.T) {
 	if md := rep.Markdown(); !strings.Contains(md, "| paced | c-both |") {
 		t.Fatalf("table lacks the paced c-both row:\n%s", md)
 	}
+	var gcs uint64
+	for _, x := range rep.Results {
+		gcs += x.GCCycles
+	}
+	if gcs == 0 {
+		t.Fatal("no window counted a GC cycle (the reads and ingest allocate)")
+	}
+	// Every row of the window table has the header's columns.
+	var cols int
+	for _, line := range strings.Split(rep.Markdown(), "\n") {
+		if strings.HasPrefix(line, "| mode | scenario |") {
+			cols = strings.Count(line, "|")
+		} else if cols > 0 && (strings.HasPrefix(line, "| unpaced |") || strings.HasPrefix(line, "| paced |")) && strings.Count(line, "|") != cols {
+			t.Fatalf("row with %d bars, header %d: %s", strings.Count(line, "|"), cols, line)
+		} else if line == "" && cols > 0 {
+			break
+		}
+	}
 }
 
 func TestValidate(t *testing.T) {

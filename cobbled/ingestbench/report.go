@@ -118,8 +118,8 @@ func (r *Report) Markdown() string {
 	if r.Reference {
 		fmt.Fprintf(&b, "A reference node in its own process holds the same data and ingests nothing; every batch is also sent to it (the order alternates), so its latencies are taken at the same moments as the measured node's; \"ref\" columns are its reads in the same window.\n\n")
 	}
-	fmt.Fprintf(&b, "| mode | scenario | reads | p50 | p99 | p99.9 | idle before+after p50 / p99 / p99.9 | p99 ratio | ref p50 / p99 (same moments) | p99 / ref p99 | ingest MB/s | visible | updates/s offered / delivered | download / delta apply mean (ms) | throttle waits (time) | lowest adaptive MB/s | max pending compaction MB | max L0 files | block cache hits: all / data | warmed MB: deltas / compactions | CPU cores: process (RocksDB threads) / machine (kernel threads) | stalled: CPU some / I/O some / full | Go sched wait p99 (ms) | DB mutex wait (ms) |\n")
-	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| mode | scenario | reads | p50 | p99 | p99.9 | idle before+after p50 / p99 / p99.9 | p99 ratio | ref p50 / p99 (same moments) | p99 / ref p99 | ingest MB/s | visible | updates/s offered / delivered | download / delta apply mean (ms) | throttle waits (time) | lowest adaptive MB/s | max pending compaction MB | max L0 files | block cache hits: all / data | warmed MB: deltas / compactions | CPU cores: process (RocksDB threads) / machine (kernel threads) | stalled: CPU some / I/O some / full | Go sched wait p99 (ms) | Go GC: cycles / cores / max pause (ms) | DB mutex wait (ms) |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
 		if x.Scenario == Idle && x.RefReads == 0 {
 			continue
@@ -152,16 +152,16 @@ func (r *Report) Markdown() string {
 			refS = fmt.Sprintf("%s / %s", msn(x.RefP50), msn(x.RefP99))
 			refRatio = fmt.Sprintf("%.2f×", ratio(x.P99, x.RefP99))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d%s | %s | %s | %s | %s | %s | %s | %s | %.1f | %s | %s | %s / %s | %d (%.1f s) | %s | %.0f | %d | %.1f%% / %.1f%% | %.0f / %.0f | %.2f (%.2f) / %.2f (%.2f) | %.0f%% / %.0f%% / %.0f%% | %s | %s |\n", x.Mode, x.Scenario, x.Reads, errs,
+		fmt.Fprintf(&b, "| %s | %s | %d%s | %s | %s | %s | %s | %s | %s | %s | %.1f | %s | %s | %s / %s | %d (%.1f s) | %s | %.0f | %d | %.1f%% / %.1f%% | %.0f / %.0f | %.2f (%.2f) / %.2f (%.2f) | %.0f%% / %.0f%% / %.0f%% | %s | %d / %.2f / %s | %s |\n", x.Mode, x.Scenario, x.Reads, errs,
 			msn(x.P50), msn(x.P99), msn(x.P999), idle, ratioS, refS, refRatio, x.MBps, strings.Join(vis, "; "), ups, msn(x.DownloadMean), msn(x.DeltaApplyMean),
 			x.ThrottleWaits, x.ThrottleWaited.Seconds(), rate(x.MinAdaptiveRate), float64(x.MaxPendingCompaction)/1e6, x.MaxL0,
-			100*x.CacheHitRatio, 100*x.DataHitRatio, float64(x.Warmed.Bytes)/1e6, float64(x.Warmed.CompactionBytes)/1e6, x.CPU, x.RocksCPU, x.MachineCPU, x.KernelCPU, 100*x.CPUSome, 100*x.IOSome, 100*x.IOFull, msn(x.SchedP99), dbMutex(o, x.DBMutexWait))
+			100*x.CacheHitRatio, 100*x.DataHitRatio, float64(x.Warmed.Bytes)/1e6, float64(x.Warmed.CompactionBytes)/1e6, x.CPU, x.RocksCPU, x.MachineCPU, x.KernelCPU, 100*x.CPUSome, 100*x.IOSome, 100*x.IOFull, msn(x.SchedP99), x.GCCycles, x.GCCores, msn(x.GCMaxPause), dbMutex(o, x.DBMutexWait))
 	}
 	fmt.Fprintf(&b, "\nLatencies in ms, client-side (gRPC round trip). Visible: from handing the batch to the node (Node.Apply) to a BatchGet finding its data, so download, pacing and queueing behind the partition's previous batch count. "+
 		"The floor is a bare IngestExternalFile loop copying the same snapshot files from the object store into a fresh database, under the same read load. "+
 		"In (c) ingest MB/s is the snapshot's; the deltas' rate is the updates/s column. "+
 		"Block cache hits: the node's hits ÷ lookups in the window. CPU: cores busy over the window in this process (the node, its RocksDB threads, the delta producer; "+
-		"the reader and the reference node are processes of their own), in its RocksDB background threads alone, and on the whole machine (%d CPUs), of which in kernel threads (writeback, journal, kworkers). Stalled: the machine's pressure-stall time over the window (/proc/pressure): some task waiting for a CPU; some, and every, task waiting for I/O. Go sched wait: p99 of the time this process's goroutines waited runnable for a P (runtime/metrics /sched/latencies:seconds). DB mutex wait: the time the node's threads (readers, ingest, compaction) waited for its databases' DB mutexes in the window (--time-db-mutex; – without).\n", runtime.NumCPU())
+		"the reader and the reference node are processes of their own), in its RocksDB background threads alone, and on the whole machine (%d CPUs), of which in kernel threads (writeback, journal, kworkers). Stalled: the machine's pressure-stall time over the window (/proc/pressure): some task waiting for a CPU; some, and every, task waiting for I/O. Go sched wait: p99 of the time this process's goroutines waited runnable for a P (runtime/metrics /sched/latencies:seconds). Go GC: this process's collector in the window: cycles, cores busy with it (mark workers, assists, pauses), longest stop-the-world pause (runtime/metrics). DB mutex wait: the time the node's threads (readers, ingest, compaction) waited for its databases' DB mutexes in the window (--time-db-mutex; – without).\n", runtime.NumCPU())
 	if len(r.Checks) > 0 {
 		fmt.Fprintf(&b, "\n| target | measured | met |\n|---|---|---|\n")
 		for _, c := range r.Checks {
