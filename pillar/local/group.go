@@ -526,6 +526,7 @@ func (r *commitReq) apply(nm *manifest, prefix string) error {
 					return t.errf("commit: table %q: %w", ch.Name, err)
 				}
 				r.moved = append(r.moved, fe.Blocks.File)
+				s.hook("moved-blocks")
 			}
 			if err := t.intend(dst); err != nil {
 				return t.errf("commit: %w", err)
