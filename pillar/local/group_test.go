@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -412,14 +410,7 @@ func TestGroupCommitCanceled(t *testing.T) {
 // the six records, and no unnamed file.
 func TestKillDuringGroupCommit(t *testing.T) {
 	if os.Getenv("PILLAR_LOCAL_CHILD") == "group" {
-		n, _ := strconv.Atoi(os.Getenv("PILLAR_LOCAL_STEP"))
-		step := 0
-		s, err := Open(os.Getenv("PILLAR_LOCAL_DIR"), &Options{queueFanout: 4, groupMin: 3, crashAt: func(name string) {
-			step++
-			if step == n {
-				syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			}
-		}})
+		s, err := Open(os.Getenv("PILLAR_LOCAL_DIR"), &Options{queueFanout: 4, groupMin: 3, crashAt: crashChild()})
 		if err != nil {
 			os.Exit(3)
 		}
@@ -451,18 +442,7 @@ func TestKillDuringGroupCommit(t *testing.T) {
 	old := queueCauses(t, sn)
 	sn.Release()
 	sawOld, sawNew := false, false
-	for n := 1; n <= 30; n++ {
-		dir := filepath.Join(t.TempDir(), "store")
-		if out, err := exec.Command("cp", "-a", tmpl, dir).CombinedOutput(); err != nil {
-			t.Fatalf("copy: %v %s", err, out)
-		}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKillDuringGroupCommit$")
-		cmd.Env = append(os.Environ(), "PILLAR_LOCAL_CHILD=group", "PILLAR_LOCAL_DIR="+dir, "PILLAR_LOCAL_STEP="+strconv.Itoa(n))
-		out, _ := cmd.CombinedOutput()
-		killed := cmd.ProcessState.Sys().(syscall.WaitStatus).Signaled()
-		if !killed && !cmd.ProcessState.Success() {
-			t.Fatalf("step %d: child failed: %v\n%s", n, cmd.ProcessState, out)
-		}
+	steps := crashPoints(t, "TestKillDuringGroupCommit", "group", tmpl, 30, func(n int, dir string, killed bool, out []byte) {
 		s2, err := Open(dir, &Options{queueFanout: 4})
 		if err != nil {
 			t.Fatalf("step %d: reopen: %v\n%s", n, err, out)
@@ -488,18 +468,14 @@ func TestKillDuringGroupCommit(t *testing.T) {
 			t.Fatalf("step %d: members %v: a group must land whole", n, states)
 		}
 		checkNoOrphans(t, dir)
-		if !killed {
-			if states[0] != "new" {
-				t.Fatalf("step %d: child finished but state is %v", n, states)
-			}
-			if !sawOld || !sawNew {
-				t.Fatalf("crash points covered old=%v new=%v", sawOld, sawNew)
-			}
-			t.Logf("killed at %d group commit steps; both outcomes seen", n-1)
-			return
+		if !killed && states[0] != "new" {
+			t.Fatalf("step %d: child finished but state is %v", n, states)
 		}
+	})
+	if !sawOld || !sawNew {
+		t.Fatalf("crash points covered old=%v new=%v", sawOld, sawNew)
 	}
-	t.Fatal("child never finished a group within 30 crash points")
+	t.Logf("killed at %d group commit steps; both outcomes seen", steps)
 }
 
 // BenchmarkConcurrentCommits: writers goroutines each commit Lorry-sized

@@ -4,12 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -293,16 +290,9 @@ func TestQueueIndexConcurrentReaders(t *testing.T) {
 // one, whole, every record at its offset, and no unnamed file.
 func TestKillDuringQueueCompaction(t *testing.T) {
 	if os.Getenv("PILLAR_LOCAL_CHILD") == "compact" {
-		n, _ := strconv.Atoi(os.Getenv("PILLAR_LOCAL_STEP"))
-		step := 0
 		c := newFakeClock()
 		c.advance(time.Hour)
-		s, err := Open(os.Getenv("PILLAR_LOCAL_DIR"), &Options{queueFanout: 4, Now: c.Now, crashAt: func(name string) {
-			step++
-			if step == n {
-				syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			}
-		}})
+		s, err := Open(os.Getenv("PILLAR_LOCAL_DIR"), &Options{queueFanout: 4, Now: c.Now, crashAt: crashChild()})
 		if err != nil {
 			os.Exit(3)
 		}
@@ -323,15 +313,7 @@ func TestKillDuringQueueCompaction(t *testing.T) {
 		t.Fatalf("setup: tail of %d segments, want 3", len(m.Queue[0].Segments))
 	}
 	sawOld, sawNew := false, false
-	for n := 1; n <= 20; n++ {
-		dir := filepath.Join(t.TempDir(), "store")
-		if out, err := exec.Command("cp", "-a", tmpl, dir).CombinedOutput(); err != nil {
-			t.Fatalf("copy: %v %s", err, out)
-		}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKillDuringQueueCompaction$")
-		cmd.Env = append(os.Environ(), "PILLAR_LOCAL_CHILD=compact", "PILLAR_LOCAL_DIR="+dir, "PILLAR_LOCAL_STEP="+strconv.Itoa(n))
-		out, _ := cmd.CombinedOutput()
-		killed := cmd.ProcessState.Sys().(syscall.WaitStatus).Signaled()
+	steps := crashPoints(t, "TestKillDuringQueueCompaction", "compact", tmpl, 20, func(n int, dir string, killed bool, out []byte) {
 		s2, err := Open(dir, &Options{queueFanout: 4})
 		if err != nil {
 			t.Fatalf("step %d: reopen: %v\n%s", n, err, out)
@@ -358,18 +340,14 @@ func TestKillDuringQueueCompaction(t *testing.T) {
 		checkQueue(t, sn, want)
 		sn.Release()
 		checkNoOrphans(t, dir)
-		if !killed {
-			if tag != "new" {
-				t.Fatalf("step %d: child finished but state is %s", n, tag)
-			}
-			if !sawOld || !sawNew {
-				t.Fatalf("crash points covered old=%v new=%v", sawOld, sawNew)
-			}
-			t.Logf("killed at %d commit steps; both outcomes seen", n-1)
-			return
+		if !killed && tag != "new" {
+			t.Fatalf("step %d: child finished but state is %s", n, tag)
 		}
+	})
+	if !sawOld || !sawNew {
+		t.Fatalf("crash points covered old=%v new=%v", sawOld, sawNew)
 	}
-	t.Fatal("child never finished a commit within 20 crash points")
+	t.Logf("killed at %d commit steps; both outcomes seen", steps)
 }
 
 // A transaction that enqueues more than the spill threshold writes its
@@ -431,8 +409,6 @@ func TestEnqueueSpills(t *testing.T) {
 // never a manifest naming a missing file).
 func TestKillDuringCleanup(t *testing.T) {
 	if os.Getenv("PILLAR_LOCAL_CHILD") == "cleanup" {
-		n, _ := strconv.Atoi(os.Getenv("PILLAR_LOCAL_STEP"))
-		step := 0
 		c := newFakeClock()
 		s, err := Open(os.Getenv("PILLAR_LOCAL_DIR"), &Options{queueFanout: 4, Now: c.Now, RetainManifests: 1, RetainFor: time.Nanosecond})
 		if err != nil {
@@ -443,12 +419,7 @@ func TestKillDuringCleanup(t *testing.T) {
 			commitGeneration(t, s, fmt.Sprintf("g%d", i))
 		}
 		c.advance(time.Second)
-		s.opts.crashAtCleanup = func(name string) {
-			step++
-			if step == n {
-				syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			}
-		}
+		s.opts.crashAtCleanup = crashChild()
 		if _, err := s.Cleanup(ctx); err != nil {
 			os.Exit(4)
 		}
@@ -457,18 +428,7 @@ func TestKillDuringCleanup(t *testing.T) {
 	tmpl := filepath.Join(t.TempDir(), "template")
 	s := mustCreate(t, tmpl)
 	commitGeneration(t, s, "old")
-	for n := 1; n <= 200; n++ {
-		dir := filepath.Join(t.TempDir(), "store")
-		if out, err := exec.Command("cp", "-a", tmpl, dir).CombinedOutput(); err != nil {
-			t.Fatalf("copy: %v %s", err, out)
-		}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKillDuringCleanup$")
-		cmd.Env = append(os.Environ(), "PILLAR_LOCAL_CHILD=cleanup", "PILLAR_LOCAL_DIR="+dir, "PILLAR_LOCAL_STEP="+strconv.Itoa(n))
-		out, _ := cmd.CombinedOutput()
-		killed := cmd.ProcessState.Sys().(syscall.WaitStatus).Signaled()
-		if !killed && cmd.ProcessState.ExitCode() != 0 {
-			t.Fatalf("step %d: child failed: %s", n, out)
-		}
+	steps := crashPoints(t, "TestKillDuringCleanup", "cleanup", tmpl, 200, func(n int, dir string, killed bool, out []byte) {
 		s2, err := Open(dir, nil)
 		if err != nil {
 			t.Fatalf("step %d: reopen: %v\n%s", n, err, out)
@@ -488,15 +448,11 @@ func TestKillDuringCleanup(t *testing.T) {
 		}
 		sn.Release()
 		checkNoOrphans(t, dir)
-		if !killed {
-			if n < 3 {
-				t.Fatalf("the cleanup removed only %d things", n-1)
-			}
-			t.Logf("killed at %d cleanup removals", n-1)
-			return
-		}
+	})
+	if steps < 2 {
+		t.Fatalf("the cleanup removed only %d things", steps)
 	}
-	t.Fatal("the child's cleanup did not finish within 200 removals")
+	t.Logf("killed at %d cleanup removals", steps)
 }
 
 // newQueueStore creates a one-partition store in a temporary folder on a

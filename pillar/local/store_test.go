@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -413,29 +412,17 @@ func TestCommitLockWaitCanceled(t *testing.T) {
 // the new one, whole, and that cleanup leaves no unreferenced files.
 func TestKillDuringCommit(t *testing.T) {
 	if os.Getenv("PILLAR_LOCAL_CHILD") == "crash" {
-		n, _ := strconv.Atoi(os.Getenv("PILLAR_LOCAL_STEP"))
-		step := 0
-		s, err := Open(os.Getenv("PILLAR_LOCAL_DIR"), &Options{crashAt: func(name string) {
-			step++
-			if step == n {
-				syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			}
-		}})
+		s, err := Open(os.Getenv("PILLAR_LOCAL_DIR"), &Options{crashAt: crashChild()})
 		if err != nil {
 			os.Exit(3)
 		}
 		commitGeneration(t, s, "new")
 		os.Exit(0)
 	}
-	dir := t.TempDir()
-	s := mustCreate(t, dir)
-	commitGeneration(t, s, "old")
+	tmpl := t.TempDir()
+	commitGeneration(t, mustCreate(t, tmpl), "old")
 	sawOld, sawNew := false, false
-	for n := 1; n <= 20; n++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKillDuringCommit$")
-		cmd.Env = append(os.Environ(), "PILLAR_LOCAL_CHILD=crash", "PILLAR_LOCAL_DIR="+dir, "PILLAR_LOCAL_STEP="+strconv.Itoa(n))
-		out, _ := cmd.CombinedOutput()
-		killed := cmd.ProcessState.Sys().(syscall.WaitStatus).Signaled()
+	steps := crashPoints(t, "TestKillDuringCommit", "crash", tmpl, 30, func(n int, dir string, killed bool, out []byte) {
 		s2, err := Open(dir, nil)
 		if err != nil {
 			t.Fatalf("step %d: reopen: %v\n%s", n, err, out)
@@ -447,20 +434,14 @@ func TestKillDuringCommit(t *testing.T) {
 			sawOld = true
 		}
 		checkNoOrphans(t, dir)
-		// Reset to "old" for the next round.
-		commitGeneration(t, s2, "old")
-		if !killed {
-			if state != "new" {
-				t.Fatalf("step %d: child finished but state is %s", n, state)
-			}
-			if !sawOld || !sawNew {
-				t.Fatalf("crash points covered old=%v new=%v", sawOld, sawNew)
-			}
-			t.Logf("killed at %d commit steps; both outcomes seen", n-1)
-			return
+		if !killed && state != "new" {
+			t.Fatalf("step %d: child finished but state is %s", n, state)
 		}
+	})
+	if !sawOld || !sawNew {
+		t.Fatalf("crash points covered old=%v new=%v", sawOld, sawNew)
 	}
-	t.Fatal("child never finished a commit within 20 crash points")
+	t.Logf("killed at %d commit steps; both outcomes seen", steps)
 }
 
 // commitGeneration writes tag into a table (two files), an attribute and the
