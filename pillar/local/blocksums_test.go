@@ -162,34 +162,70 @@ func TestBlockSumsVerifyWhatAReadTouches(t *testing.T) {
 	}
 }
 
-// A damaged or missing block-sums sidecar fails the read of its file
-// (naming the sidecar) and Verify.
-func TestBlockSidecarDamaged(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		damage  func(path string)
-		want    string
-		corrupt bool
-	}{
-		{"flipped", func(p string) { flipAt(t, p, 5) }, "checksum mismatch", true},
-		{"missing", func(p string) { os.Remove(p) }, "no such file", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir, fe := blockStore(t)
-			tc.damage(filepath.Join(dir, "data", fe.Blocks.File))
-			s, _ := Open(dir, nil)
-			sn, _ := s.Snapshot(ctx)
-			defer sn.Release()
-			err := readAll(sn, "docs", &pillar.Range{Start: 0, End: 1})
-			if err == nil || errors.Is(err, pillar.ErrCorrupt) != tc.corrupt || !strings.Contains(err.Error(), fe.Blocks.File) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("read with a %s sidecar: %v", tc.name, err)
-			}
-			rep, err := s.Verify(ctx, nil)
-			if err != nil || len(rep.Problems) != 1 || rep.Problems[0].Corrupt != tc.corrupt || !strings.Contains(rep.Problems[0].Error, fe.Blocks.File) {
-				t.Fatalf("verify with a %s sidecar: %+v %v", tc.name, rep, err)
-			}
-		})
-	}
+// A damaged block-sums sidecar fails the read of its file (naming the
+// sidecar) and Verify. A missing one (an older binary's sweep removes
+// sidecars) is not damage: the file is checked whole against its CRC32C,
+// so a flipped byte anywhere still fails the read, and Verify lists the
+// file under NoBlockSums.
+func TestBlockSidecarDamagedOrMissing(t *testing.T) {
+	t.Run("flipped", func(t *testing.T) {
+		dir, fe := blockStore(t)
+		flipAt(t, filepath.Join(dir, "data", fe.Blocks.File), 5)
+		s, _ := Open(dir, nil)
+		sn, _ := s.Snapshot(ctx)
+		defer sn.Release()
+		err := readAll(sn, "docs", &pillar.Range{Start: 0, End: 1})
+		if !errors.Is(err, pillar.ErrCorrupt) || !strings.Contains(err.Error(), fe.Blocks.File) || !strings.Contains(err.Error(), "checksum mismatch") {
+			t.Fatalf("read with a flipped sidecar: %v", err)
+		}
+		rep, err := s.Verify(ctx, nil)
+		if err != nil || len(rep.Problems) != 1 || !rep.Problems[0].Corrupt || !strings.Contains(rep.Problems[0].Error, fe.Blocks.File) {
+			t.Fatalf("verify with a flipped sidecar: %+v %v", rep, err)
+		}
+	})
+	t.Run("missing", func(t *testing.T) {
+		dir, fe := blockStore(t)
+		os.Remove(filepath.Join(dir, "data", fe.Blocks.File))
+		s, _ := Open(dir, nil)
+		sn, _ := s.Snapshot(ctx)
+		if err := readAll(sn, "docs", &pillar.Range{Start: 0, End: 1}); err != nil {
+			t.Fatalf("read with a missing sidecar: %v", err)
+		}
+		sn.Release()
+		rep, err := s.Verify(ctx, nil)
+		if err != nil || !rep.OK() || len(rep.NoBlockSums) != 1 || rep.NoBlockSums[0].File != fe.Name {
+			t.Fatalf("verify with a missing sidecar: %+v %v, want OK listing %s without block sums", rep, err, fe.Name)
+		}
+		// Checked whole: a flip in a block the read does not touch fails it.
+		off, _ := textChunk(t, filepath.Join(dir, "data", fe.Name), 3)
+		_, lastRow := textChunk(t, filepath.Join(dir, "data", fe.Name), -1)
+		flipAt(t, filepath.Join(dir, "data", fe.Name), off)
+		s2, _ := Open(dir, nil)
+		sn2, _ := s2.Snapshot(ctx)
+		defer sn2.Release()
+		if err := readAll(sn2, "docs", &pillar.Range{Start: lastRow, End: lastRow + 1}); !errors.Is(err, pillar.ErrCorrupt) || !strings.Contains(err.Error(), "the manifest records crc32c") {
+			t.Fatalf("read of a flipped file without its sidecar: %v, want the whole-file mismatch", err)
+		}
+	})
+	t.Run("removed-after-open", func(t *testing.T) {
+		// The Store checked the sidecar, then it goes: the next block to
+		// check makes the Store check the file whole instead.
+		dir, fe := blockStore(t)
+		_, lastRow := textChunk(t, filepath.Join(dir, "data", fe.Name), -1)
+		s, _ := Open(dir, nil)
+		sn, _ := s.Snapshot(ctx)
+		defer sn.Release()
+		if err := readAll(sn, "docs", &pillar.Range{Start: lastRow, End: lastRow + 1}); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(filepath.Join(dir, "data", fe.Blocks.File))
+		if err := readAll(sn, "docs", nil); err != nil {
+			t.Fatalf("full scan after the sidecar went: %v", err)
+		}
+		if _, ok := s.verified.Load(fe.Name); !ok {
+			t.Fatal("the file was not checked whole")
+		}
+	})
 }
 
 // rewriteManifest edits the current manifest on disk, as a store written

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -181,13 +182,24 @@ type dataFile interface {
 }
 
 // openTable opens a table file for reading. A file with block sums is
-// checked now for its size and its sidecar (against the manifest), and its
-// blocks as they are read; one without is verified whole (openData).
+// checked now for its size and, the first time this Store opens it, its
+// sidecar (against the manifest); its blocks are checked as they are read.
+// A file without block sums, or whose sidecar is gone, is verified whole
+// (openData).
 func (s *Store) openTable(ctx context.Context, fe fileEntry) (dataFile, error) {
 	if fe.Blocks == nil {
 		return s.openData(ctx, fe.Name, fe.Bytes, fe.CRC32C)
 	}
-	sums, err := s.readSidecar(fe)
+	bits, err := s.checkedBits(fe)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The sidecar is gone (a binary from before block sums sweeps
+		// data/ of files it does not know): the manifest still has the
+		// file's CRC32C, so check the file whole, as before block sums.
+		if _, warned := s.noSidecar.LoadOrStore(fe.Name, struct{}{}); !warned {
+			s.opts.Logger.Warn("local store: block sums missing; the file is checked whole", "file", fe.Name, "sidecar", fe.Blocks.File)
+		}
+		return s.openData(ctx, fe.Name, fe.Bytes, fe.CRC32C)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -204,12 +216,27 @@ func (s *Store) openTable(ctx context.Context, fe fileEntry) (dataFile, error) {
 		f.Close()
 		return nil, fmt.Errorf("file %s: %d bytes, the manifest records %d: %w", fe.Name, st.Size(), fe.Bytes, pillar.ErrCorrupt)
 	}
-	return &blockFile{f: f, name: fe.Name, size: fe.Bytes, block: fe.Blocks.Size, sums: sums, done: s.blockBits(fe.Name, len(sums))}, nil
+	return &blockFile{s: s, ctx: ctx, fe: fe, f: f, done: bits}, nil
+}
+
+// checkedBits returns the Store's verified bits of a table file (one per
+// block), checking the file's sidecar whole (readSidecar) the first time:
+// an entry in blockVerified means this Store checked the sidecar.
+func (s *Store) checkedBits(fe fileEntry) ([]atomic.Uint64, error) {
+	if v, ok := s.blockVerified.Load(fe.Name); ok {
+		return v.([]atomic.Uint64), nil
+	}
+	if _, err := s.readSidecar(fe); err != nil {
+		return nil, err
+	}
+	v, _ := s.blockVerified.LoadOrStore(fe.Name, make([]atomic.Uint64, (numBlocks(fe.Bytes, fe.Blocks.Size)+63)/64))
+	return v.([]atomic.Uint64), nil
 }
 
 // readSidecar reads a table file's block sums and checks them against the
 // manifest entry: the sidecar's CRC32C, and one sum per block of the file.
-// A mismatch wraps pillar.ErrCorrupt and names the sidecar.
+// A mismatch wraps pillar.ErrCorrupt and names the sidecar; a missing
+// sidecar wraps fs.ErrNotExist.
 func (s *Store) readSidecar(fe fileEntry) ([]uint32, error) {
 	b := fe.Blocks
 	if b.Size <= 0 || b.Size > maxBlockSize {
@@ -232,56 +259,91 @@ func (s *Store) readSidecar(fe fileEntry) ([]uint32, error) {
 	return sums, nil
 }
 
-// blockBits returns the Store's record of which blocks of a table file
-// have been verified (one bit per block), created empty on first use.
-func (s *Store) blockBits(name string, blocks int) []atomic.Uint64 {
-	if v, ok := s.blockVerified.Load(name); ok {
-		if bits := v.([]atomic.Uint64); len(bits) == (blocks+63)/64 {
-			return bits
-		}
-	}
-	v, _ := s.blockVerified.LoadOrStore(name, make([]atomic.Uint64, (blocks+63)/64))
-	bits := v.([]atomic.Uint64)
-	if len(bits) != (blocks+63)/64 { // cannot happen: names are never reused
-		bits = make([]atomic.Uint64, (blocks+63)/64)
-	}
-	return bits
-}
-
 // blockFile reads a table file with block sums. ReadAt serves a block the
 // Store has verified straight from the file; any other block it reads
-// whole, checks against its sum, records as verified and serves from what
-// it checked. Blocks no read touches are never read.
+// whole, checks against its sum (4 bytes read from the sidecar, which this
+// Store checked whole when it first opened the file), records as verified
+// and serves from what it checked. Blocks no read touches are never read.
 type blockFile struct {
-	f     *os.File
-	name  string
-	size  int64
-	block int64
-	sums  []uint32        // one per block, from the checked sidecar
-	done  []atomic.Uint64 // the Store's verified bits for this file
+	s    *Store
+	ctx  context.Context // of the open: bounds a whole-file check (sidecar gone)
+	fe   fileEntry
+	f    *os.File
+	done []atomic.Uint64 // the Store's verified bits for this file
+
+	mu   sync.Mutex
+	side *os.File // the sidecar, opened at the first block to check
 }
 
 var blockBufs = sync.Pool{New: func() any { b := make([]byte, tableBlockSize); return &b }}
 
 func (b *blockFile) verified(i int64) bool { return b.done[i/64].Load()&(1<<(i%64)) != 0 }
 
+// sum returns block i's checksum from the sidecar.
+func (b *blockFile) sum(i int64) (uint32, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.side == nil {
+		f, err := os.Open(filepath.Join(b.s.dir, "data", b.fe.Blocks.File))
+		if err != nil {
+			return 0, fmt.Errorf("block sums %s of file %s: %w", b.fe.Blocks.File, b.fe.Name, err)
+		}
+		b.side = f
+	}
+	var w [4]byte
+	if _, err := b.side.ReadAt(w[:], 4*i); err != nil {
+		// Its length was checked: a short read means it changed since.
+		return 0, fmt.Errorf("block sums %s of file %s: block %d: %v: %w", b.fe.Blocks.File, b.fe.Name, i, err, pillar.ErrCorrupt)
+	}
+	return binary.BigEndian.Uint32(w[:]), nil
+}
+
+// wholeInstead checks the file whole (its CRC32C, once per Store) when its
+// sidecar went after this Store checked it; a file that passes has every
+// block good.
+func (b *blockFile) wholeInstead() error {
+	if _, warned := b.s.noSidecar.LoadOrStore(b.fe.Name, struct{}{}); !warned {
+		b.s.opts.Logger.Warn("local store: block sums missing; the file is checked whole", "file", b.fe.Name, "sidecar", b.fe.Blocks.File)
+	}
+	f, err := b.s.openData(b.ctx, b.fe.Name, b.fe.Bytes, b.fe.CRC32C)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for i := range b.done {
+		b.done[i].Store(^uint64(0))
+	}
+	return nil
+}
+
 func (b *blockFile) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
-		return 0, fmt.Errorf("file %s: read at offset %d", b.name, off)
+		return 0, fmt.Errorf("file %s: read at offset %d", b.fe.Name, off)
 	}
+	size, block := b.fe.Bytes, b.fe.Blocks.Size
 	n := 0
-	for n < len(p) && off+int64(n) < b.size {
+	for n < len(p) && off+int64(n) < size {
 		pos := off + int64(n)
-		i := pos / b.block
-		start, end := i*b.block, min((i+1)*b.block, b.size)
+		i := pos / block
+		start, end := i*block, min((i+1)*block, size)
 		take := int(min(int64(len(p)-n), end-pos))
 		if b.verified(i) {
 			k, err := b.f.ReadAt(p[n:n+take], pos)
 			n += k
 			if err != nil {
-				return n, fmt.Errorf("file %s: %w", b.name, err)
+				return n, fmt.Errorf("file %s: %w", b.fe.Name, err)
 			}
 			continue
+		}
+		want, err := b.sum(i)
+		if errors.Is(err, fs.ErrNotExist) {
+			if err := b.wholeInstead(); err != nil {
+				return n, err
+			}
+			continue // every block is verified now
+		}
+		if err != nil {
+			return n, err
 		}
 		bufp := blockBufs.Get().(*[]byte)
 		buf := *bufp
@@ -291,12 +353,12 @@ func (b *blockFile) ReadAt(p []byte, off int64) (int, error) {
 		buf = buf[:end-start]
 		if _, err := b.f.ReadAt(buf, start); err != nil {
 			blockBufs.Put(bufp)
-			return n, fmt.Errorf("file %s: block %d at offset %d: %w", b.name, i, start, err)
+			return n, fmt.Errorf("file %s: block %d at offset %d: %w", b.fe.Name, i, start, err)
 		}
-		if got := crc32.Checksum(buf, castagnoli); got != b.sums[i] {
+		if got := crc32.Checksum(buf, castagnoli); got != want {
 			blockBufs.Put(bufp)
 			return n, fmt.Errorf("file %s: block %d (bytes %d to %d): checksum mismatch: the block sums record crc32c %s, the file has %s: %w",
-				b.name, i, start, end, crcString(b.sums[i]), crcString(got), pillar.ErrCorrupt)
+				b.fe.Name, i, start, end, crcString(want), crcString(got), pillar.ErrCorrupt)
 		}
 		b.done[i/64].Or(1 << (i % 64))
 		n += copy(p[n:n+take], buf[pos-start:])
@@ -308,7 +370,14 @@ func (b *blockFile) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-func (b *blockFile) Close() error { return b.f.Close() }
+func (b *blockFile) Close() error {
+	b.mu.Lock()
+	if b.side != nil {
+		b.side.Close()
+	}
+	b.mu.Unlock()
+	return b.f.Close()
+}
 
 // checkData verifies an open data file whole: its size, its checksum, and
 // (blocks non-nil) its sidecar and every block sum. A file that passes is

@@ -74,17 +74,24 @@
 //   - Block sums: a table file also has, computed while it is written, the
 //     CRC32C of each 128 KiB block in a sidecar data file (<file>.blocks,
 //     4 bytes big-endian per block). The manifest entry names the sidecar,
-//     its block size and its own CRC32C. A read opens the sidecar and
-//     checks it (CRC32C, one sum per block of the file's recorded size) and
-//     the file's size; then each block is checked the first time the Store
-//     reads from it: read whole, compared with its sum, and the read served
-//     from the checked bytes. A Store keeps one bit per block of each table
-//     file it has read; the sums live only as long as the open file. So
+//     its block size and its own CRC32C. The first open of a table file in
+//     a Store reads the sidecar whole and checks it (CRC32C, one sum per
+//     block of the file's recorded size); every open checks the file's
+//     size. Each block is checked the first time the Store reads from it:
+//     read whole, compared with its sum (4 bytes read from the sidecar),
+//     and the read served from the checked bytes. A Store keeps one bit per
+//     block of each table file it has read, and nothing per open file but
+//     the sidecar's descriptor (opened at the first block to check). So
 //     verification costs what a read touches (rounded up to blocks), not
 //     the file: an incremental step that reads a few hundred rows of a
 //     20 GB table checks a few MB. The sidecar is moved into data/ before
 //     its file, under the same intent, and is removed with it by cleanup
-//     (manifest.files lists both). A block nobody reads is not checked by
+//     (manifest.files lists both). A missing sidecar is not damage (a
+//     binary from before block sums removes sidecars when it sweeps data/):
+//     the file is then checked whole against its CRC32C, as before, and
+//     Verify lists it under NoBlockSums; a sidecar present but wrong is
+//     corrupt. A scan of a file with a damaged block returns the rows
+//     before that block, then the error. A block nobody reads is not checked by
 //     reads: Verify (pillar verify) always reads every file whole and
 //     checks its CRC32C, its sidecar and every block sum, besides the
 //     Parquet footer and row counts. Queue segments and index files (small,

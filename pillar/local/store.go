@@ -109,6 +109,7 @@ type Store struct {
 	// blockVerified: table file name → []atomic.Uint64, a bit per block
 	// whose sum a read has checked (checksum.go blockFile)
 	blockVerified sync.Map
+	noSidecar     sync.Map // table file name → struct{}: its missing sidecar was logged
 
 	leaseMu sync.Mutex
 	leases  map[int64]*lease // generation → this process's lease (lease.go)
@@ -522,6 +523,7 @@ func (s *Store) cleanupLocked(ctx context.Context, listed []os.DirEntry) (Cleanu
 			s.verified.Delete(name)
 			s.verifying.Delete(name)
 			s.blockVerified.Delete(name)
+			s.noSidecar.Delete(name)
 			s.index.drop(name)
 		}
 	}
@@ -548,6 +550,10 @@ func (s *Store) cleanupLocked(ctx context.Context, listed []os.DirEntry) (Cleanu
 					if !keep[f.Name] && !done[f.Name] {
 						done[f.Name] = true
 						remove(f.Name)
+					}
+					if f.Blocks != nil && !keep[f.Blocks.File] && !done[f.Blocks.File] {
+						done[f.Blocks.File] = true
+						remove(f.Blocks.File) // no manifest names either: a kill before this leaves an orphan the next Open sweeps
 					}
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -31,6 +32,10 @@ type VerifyReport struct {
 	// Parquet footer were checked, their contents could not be. The next
 	// commit records their checksums.
 	NoChecksum []VerifyFile `json:"no_checksum,omitempty"`
+	// NoBlockSums lists table files whose block-sums sidecar is missing
+	// (removed by a binary from before block sums): they were checked
+	// whole against their CRC32C, as reads of them are.
+	NoBlockSums []VerifyFile `json:"no_block_sums,omitempty"`
 	// Problems lists every file that failed a check.
 	Problems []VerifyProblem `json:"problems,omitempty"`
 }
@@ -106,6 +111,12 @@ func (s *Store) Verify(ctx context.Context, opts *VerifyOptions) (*VerifyReport,
 		rep.Bytes += it.bytes
 		if it.sum == "" {
 			rep.NoChecksum = append(rep.NoChecksum, it.VerifyFile)
+		}
+		if it.blocks != nil {
+			if _, err := os.Stat(filepath.Join(s.dir, "data", it.blocks.File)); errors.Is(err, fs.ErrNotExist) {
+				rep.NoBlockSums = append(rep.NoBlockSums, it.VerifyFile)
+				it.blocks = nil
+			}
 		}
 		if err := s.verifyFile(ctx, it, o.Progress); err != nil {
 			if ctx.Err() != nil {
