@@ -37,6 +37,7 @@ func routerFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "no-hedge", Usage: "turn hedged requests off"},
 		&cli.BoolFlag{Name: "spread", Usage: "choose each partition's replica on its own (default: a request goes to as few nodes as possible)"},
 		&cli.Float64Flag{Name: "hedge-quantile", Value: 0.99, Usage: "hedge a sub-request unanswered after this quantile of its node's recent latencies for its size (an outlier)"},
+		&cli.Float64Flag{Name: "hedge-quantile-full", Value: 0.985, Usage: "the hedge quantile while the hedge budget holds at least half its bank (a lower bar while tokens are to spare; at most --hedge-quantile)"},
 		&cli.Float64Flag{Name: "hedge-outlier", Value: 2, Usage: "and only after this multiple of that node's median for its size"},
 		&cli.DurationFlag{Name: "hedge-min", Value: time.Millisecond, Usage: "floor of the hedge delay"},
 		&cli.Float64Flag{Name: "hedge-budget", Value: 0.045, Usage: "most hedges per primary sub-request (token bucket)"},
@@ -72,6 +73,9 @@ func routerOptionsFrom(c *cli.Context, o *router.Options, onlySet bool) {
 	}
 	if set("hedge-quantile") {
 		o.HedgeQuantile = c.Float64("hedge-quantile")
+	}
+	if set("hedge-quantile-full") {
+		o.HedgeQuantileFull = c.Float64("hedge-quantile-full")
 	}
 	if set("hedge-outlier") {
 		o.HedgeOutlier = c.Float64("hedge-outlier")

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 )
 
 // Metrics are a node's Prometheus collectors. Create them with NewMetrics,
@@ -32,12 +33,17 @@ type Metrics struct {
 	pubsDropped      prometheus.Counter
 	versionReads     *prometheus.CounterVec
 
+	// The read path's fixed series, looked up once (a WithLabelValues per
+	// request hashes the labels and takes the vector's lock).
+	requestsOK                                        prometheus.Counter
+	keysFound, keysMissing, keysNotServed, keysFailed prometheus.Counter
+
 	node atomic.Pointer[Node] // set by Open, for the cache gauges
 }
 
 // NewMetrics returns a fresh, unregistered set of node metrics.
 func NewMetrics() *Metrics {
-	return &Metrics{
+	m := &Metrics{
 		requestDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "cobbled_batchget_duration_seconds",
 			Help:    "BatchGet handling time on the node (decode to encoded response).",
@@ -106,6 +112,10 @@ func NewMetrics() *Metrics {
 			Name: "cobbled_batchget_version_requests_total", Help: "BatchGet requests by the publication they read (after resolving \"\" to the live one); \"(not held)\" when no partition of the request holds it here.",
 		}, []string{"publication"}),
 	}
+	m.requestsOK = m.requests.WithLabelValues(codes.OK.String())
+	m.keysFound, m.keysMissing = m.keys.WithLabelValues("found"), m.keys.WithLabelValues("missing")
+	m.keysNotServed, m.keysFailed = m.keys.WithLabelValues("not_served"), m.keys.WithLabelValues("error")
+	return m
 }
 
 // Collectors returns every collector, including block-cache gauges read from

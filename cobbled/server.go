@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/linxGnu/grocksdb"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/experimental"
@@ -175,7 +176,11 @@ func (n *Node) read(ctx context.Context, req *servepb.BatchGetRequest, zeroCopy 
 		d := clock.Since(clk, start)
 		m.requestDuration.Observe(d.Seconds())
 		n.pacer.Observe(d) // the adaptive ingest mode's read latency (pace.go)
-		m.requests.WithLabelValues(status.Code(err).String()).Inc()
+		if err == nil {
+			m.requestsOK.Inc()
+		} else {
+			m.requests.WithLabelValues(status.Code(err).String()).Inc()
+		}
 	}()
 	keys := req.Keys
 	if len(keys) == 0 {
@@ -332,10 +337,14 @@ func (n *Node) countRead(held bool, version string, s *getScratch, keys int) {
 		version = notHeldLabel // callers choose versions: keep the label set to what is held
 	}
 	m.versionReads.WithLabelValues(version).Inc()
-	m.keys.WithLabelValues("found").Add(float64(found))
-	m.keys.WithLabelValues("missing").Add(float64(missing))
-	m.keys.WithLabelValues("not_served").Add(float64(notServed))
-	m.keys.WithLabelValues("error").Add(float64(failed))
+	for _, c := range [...]struct {
+		c prometheus.Counter
+		n int
+	}{{m.keysFound, found}, {m.keysMissing, missing}, {m.keysNotServed, notServed}, {m.keysFailed, failed}} {
+		if c.n > 0 {
+			c.c.Add(float64(c.n))
+		}
+	}
 	m.bytes.Add(float64(valueBytes))
 }
 

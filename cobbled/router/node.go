@@ -87,7 +87,7 @@ func (r *Router) newNode(id, addr, zone string) (*node, error) {
 		n.wire = wire.NewClient(addr, wire.ClientOptions{Conns: r.opts.WireConns})
 	}
 	n.zone.Store(&zone)
-	n.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile)
+	n.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile, r.opts.HedgeQuantileFull)
 	return n, nil
 }
 
@@ -104,10 +104,12 @@ func (n *node) zoneName() string { return *n.zone.Load() }
 // ejected reports whether the node failed recently.
 func (n *node) ejected(now int64) bool { return now < n.ejectUntil.Load() }
 
-func (n *node) initLatencies(window int, q float64) {
-	n.lat.init(window, q)
+// initLatencies sizes the windows; q is the hedge quantile, qFull the one
+// while the budget is full (Options.HedgeQuantileFull; 0: q).
+func (n *node) initLatencies(window int, q, qFull float64) {
+	n.lat.init(window, q, qFull)
 	for i := range n.byClass {
-		n.byClass[i].init(window, q)
+		n.byClass[i].init(window, q, qFull)
 	}
 }
 
@@ -221,14 +223,19 @@ type latencies struct {
 	filled bool
 	since  int // samples since the last recomputation
 	q      float64
+	qFull  float64 // ≤ q
 
-	hedgeQ, p50, p99 atomic.Int64 // nanos; 0 until enough samples
-	count            atomic.Int64
+	hedgeQ, hedgeQFull, p50, p99 atomic.Int64 // nanos; 0 until enough samples
+	count                        atomic.Int64
 }
 
-func (l *latencies) init(window int, q float64) {
+func (l *latencies) init(window int, q, qFull float64) {
 	l.ring = make([]time.Duration, window)
 	l.q = q
+	l.qFull = min(q, qFull)
+	if qFull <= 0 {
+		l.qFull = q
+	}
 }
 
 func (l *latencies) add(d time.Duration) {
@@ -259,13 +266,15 @@ func (l *latencies) recompute() {
 		return int64(s[max(0, min(i, n-1))])
 	}
 	l.hedgeQ.Store(at(l.q))
+	l.hedgeQFull.Store(at(l.qFull))
 	l.p50.Store(at(0.50))
 	l.p99.Store(at(0.99))
 }
 
 // hedgeDelay is how long a sub-request of keys keys to n may go unanswered
 // before it is an outlier, and hedged: the HedgeQuantile of n's recent
-// latencies for that size class, and at least HedgeOutlier × that class's
+// latencies for that size class (HedgeQuantileFull while the budget holds
+// at least half its bank), and at least HedgeOutlier × that class's
 // median, clamped to [HedgeMinDelay, HedgeMaxDelay]. A size class with
 // fewer than MinSamples latencies uses the node's latencies of every size;
 // a node with fewer, HedgeInitialDelay. keys ≤ 0 asks for the node's delay
@@ -313,6 +322,9 @@ func (r *Router) hedgeDelay(n *node, keys int) time.Duration {
 		return r.opts.HedgeInitialDelay
 	}
 	q := time.Duration(l.hedgeQ.Load())
+	if r.budget != nil && r.budget.level() >= r.opts.HedgeBurst/2 {
+		q = time.Duration(l.hedgeQFull.Load()) // tokens to spare: a lower bar
+	}
 	d := max(q, time.Duration(r.opts.HedgeOutlier*float64(l.p50.Load())))
 	return min(max(d, r.opts.HedgeMinDelay), r.opts.HedgeMaxDelay)
 }

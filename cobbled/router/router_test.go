@@ -417,7 +417,7 @@ func TestHedgeDelayLearned(t *testing.T) {
 	r.opts.ensureDefaults()
 	n := &node{}
 	r.opts.HedgeQuantile, r.opts.HedgeOutlier = 0.95, 1 // the quantile alone
-	n.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile)
+	n.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile, r.opts.HedgeQuantile)
 	if d := r.hedgeDelay(n, 12); d != r.opts.HedgeInitialDelay {
 		t.Errorf("no samples: delay %v, want the initial %v", d, r.opts.HedgeInitialDelay)
 	}
@@ -443,13 +443,66 @@ func TestHedgeDelayLearned(t *testing.T) {
 	}
 }
 
+// While the budget holds at least half its bank the bar is
+// HedgeQuantileFull (p98.5); drawn below half, HedgeQuantile (p99); full
+// again, the lower bar.
+func TestHedgeBarLowerWhileBudgetFull(t *testing.T) {
+	r := &Router{opts: Options{Source: RoutingFunc(nil), HedgeOutlier: 1}}
+	r.opts.ensureDefaults()
+	if r.opts.HedgeQuantileFull != 0.985 {
+		t.Fatalf("default HedgeQuantileFull %v, want 0.985", r.opts.HedgeQuantileFull)
+	}
+	r.budget = newBudget(r.opts.HedgeBudget, r.opts.HedgeBurst)
+	n := &node{}
+	n.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile, r.opts.HedgeQuantileFull)
+	now := time.Now()
+	for i := range 512 { // sorted: 504 × 3 ms, 2 × 4 ms (p98.5), 6 × 8 ms (p99)
+		d := 3 * time.Millisecond
+		if i >= 506 {
+			d = 8 * time.Millisecond
+		} else if i >= 504 {
+			d = 4 * time.Millisecond
+		}
+		n.observe(d, d, now, 12)
+	}
+	c := &n.byClass[sizeClass(12)]
+	c.mu.Lock()
+	c.recompute()
+	c.mu.Unlock()
+	if d := r.hedgeDelay(n, 12); d != 4*time.Millisecond {
+		t.Errorf("budget full: delay %v, want p98.5 = 4ms", d)
+	}
+	for r.budget.level() >= r.opts.HedgeBurst/2 {
+		r.budget.take()
+	}
+	if d := r.hedgeDelay(n, 12); d != 8*time.Millisecond {
+		t.Errorf("budget at %.1f of %v tokens: delay %v, want p99 = 8ms", r.budget.level(), r.opts.HedgeBurst, d)
+	}
+	for range 1000 {
+		r.budget.earn()
+	}
+	if d := r.hedgeDelay(n, 12); d != 4*time.Millisecond {
+		t.Errorf("budget refilled: delay %v, want p98.5 = 4ms", d)
+	}
+	bad := Options{Source: RoutingFunc(nil), HedgeQuantile: 0.95, HedgeQuantileFull: 0.99}
+	bad.ensureDefaults()
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "HedgeQuantileFull") {
+		t.Errorf("HedgeQuantileFull above HedgeQuantile: %v", err)
+	}
+	low := Options{Source: RoutingFunc(nil), HedgeQuantile: 0.95}
+	low.ensureDefaults()
+	if low.HedgeQuantileFull != 0.95 {
+		t.Errorf("HedgeQuantile 0.95: default HedgeQuantileFull %v, want 0.95", low.HedgeQuantileFull)
+	}
+}
+
 // The hedge delay is per size class, and never under HedgeOutlier × the
 // class's median: a tight distribution is not hedged for its jitter.
 func TestHedgeDelayPerSizeAndOutlier(t *testing.T) {
 	r := &Router{opts: Options{Source: RoutingFunc(nil)}}
 	r.opts.ensureDefaults() // p99, outlier 2×, window 512, 32 samples
 	n := &node{}
-	n.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile)
+	n.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile, r.opts.HedgeQuantile)
 	now := time.Now()
 	for i := range 512 {
 		// 1-key reads: 1.0-1.1 ms (tight); 16-key reads: 4 ms, 1% at 40 ms.
@@ -1000,7 +1053,7 @@ func TestScoreFewSamples(t *testing.T) {
 	now := time.Now()
 	fresh, measured := &node{}, &node{}
 	for _, n := range []*node{fresh, measured} {
-		n.initLatencies(512, 0.99)
+		n.initLatencies(512, 0.99, 0.99)
 	}
 	fresh.observe(50*time.Millisecond, 50*time.Millisecond, now, 12)
 	for range scoreSamples {
