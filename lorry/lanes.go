@@ -759,33 +759,26 @@ func (lp *loop) contents(ctx context.Context, pend Pending) ([]pillar.ExportReco
 	if pend.Lane == LaneReplay {
 		return lp.replayContents(ctx, pend)
 	}
+	if pend.Lane == LaneFresh {
+		// Its range starts at the fresh position and may span a bulk
+		// backlog: only the fresh records are read.
+		return w.readFresh(ctx, p, pend.First, pend.Last)
+	}
 	recs, err := w.readRange(ctx, p, pend.First, pend.Last)
 	if err != nil {
 		return nil, err
-	}
-	if pend.Lane == LaneFresh {
-		out := recs[:0]
-		for _, r := range recs {
-			if !r.IsBulk() {
-				out = append(out, r)
-			}
-		}
-		return out, nil
 	}
 	out := lp.supersede(recs)
 	if pend.FreshLast > 0 {
 		// The fresh records riding along: those of [max(F, Last+1),
 		// FreshLast] (below Last+1 none is waiting: the bulk lane stops
-		// at the first undelivered fresh record).
-		more, err := w.readRange(ctx, p, max(lp.F(), pend.Last+1), pend.FreshLast)
+		// at the first undelivered fresh record). The bulk backlog
+		// between the batch's range and them is not read.
+		more, err := w.readFresh(ctx, p, max(lp.F(), pend.Last+1), pend.FreshLast)
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range more {
-			if !r.IsBulk() {
-				out = append(out, r)
-			}
-		}
+		out = append(out, more...)
 	}
 	if len(out) > 0 {
 		return out, nil

@@ -155,6 +155,51 @@ func (w *Worker) readRange(ctx context.Context, p int, first, last int64) ([]pil
 	return out, nil
 }
 
+// readFresh reads the fresh records among queue offsets [first, last] of
+// partition p (a fresh batch's or a bulk batch's riders, read again after
+// a takeover or a crash): it scans the range's heads (no values) and reads
+// only the fresh records, in runs (gaps of up to 4 bulk records are read
+// and dropped), so a bulk backlog queued between them is never read.
+func (w *Worker) readFresh(ctx context.Context, p int, first, last int64) ([]pillar.ExportRecord, error) {
+	var offs []int64
+	for next := first; next <= last; {
+		hs, _, err := w.readHeads(ctx, p, next, last+1, w.o.HeadChunk)
+		if err != nil {
+			return nil, err
+		}
+		if len(hs) == 0 {
+			return nil, fmt.Errorf("lorry: partition %d: queue ends before offset %d of pending batch [%d,%d]", p, next, first, last)
+		}
+		for _, h := range hs {
+			if h.Offset != next {
+				return nil, fmt.Errorf("lorry: partition %d: queue returned offset %d, want %d", p, h.Offset, next)
+			}
+			if !h.IsBulk() {
+				offs = append(offs, h.Offset)
+			}
+			next++
+		}
+	}
+	var out []pillar.ExportRecord
+	for i := 0; i < len(offs); {
+		j := i + 1
+		for j < len(offs) && offs[j]-offs[j-1] <= 5 {
+			j++
+		}
+		recs, err := w.readRange(ctx, p, offs[i], offs[j-1])
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			if !r.IsBulk() {
+				out = append(out, r)
+			}
+		}
+		i = j
+	}
+	return out, nil
+}
+
 // deliver takes one batch through the four steps, each retried until it
 // succeeds: record it as pending (unless it is already), upload it (unless
 // an earlier attempt did), register it, commit the new positions. pl.recs
