@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pillarkit/pillar/cobbled/control"
@@ -628,6 +629,11 @@ type prefetch struct {
 	abortOnce        sync.Once
 	registeredSignal chan struct{}
 	seq              int64
+	// claim: 0 open, 1 the flight writes its manifest and registers (it
+	// can no longer be demoted), 2 demoted (the flight gives up before its
+	// manifest); cancel ends the flight's upload.
+	claim  atomic.Int32
+	cancel context.CancelFunc
 
 	// failed: upload returned err once already (the loop's goroutine
 	// only, after done).
@@ -646,6 +652,17 @@ func (pre *prefetch) stop() {
 	if pre != nil && pre.register {
 		pre.abortOnce.Do(func() { close(pre.abort) })
 	}
+}
+
+// demote takes the flight's batch back before its manifest is written:
+// false when the flight already writes its manifest (it registers soon).
+// The flight's upload is cancelled; its files become orphans (Cleanup).
+func (pre *prefetch) demote() bool {
+	if pre == nil || !pre.register || !pre.claim.CompareAndSwap(0, 2) {
+		return false
+	}
+	pre.cancel()
+	return true
 }
 
 // registered reports whether the background registration is done.
@@ -683,9 +700,11 @@ func (w *Worker) startFlight(ctx context.Context, p int, pend Pending, recs []pi
 	if recorded {
 		close(pre.recorded)
 	}
+	ctx, pre.cancel = context.WithCancel(ctx)
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
+		defer pre.cancel()
 		defer close(pre.done)
 		defer close(pre.registeredSignal)
 		pre.m, pre.err = w.uploadFiles(ctx, p, pend, recs)
@@ -698,6 +717,9 @@ func (w *Worker) startFlight(ctx context.Context, p int, pend Pending, recs []pi
 			return
 		case <-ctx.Done():
 			return
+		}
+		if !pre.claim.CompareAndSwap(0, 1) {
+			return // demoted: the loop delivers the batch otherwise
 		}
 		m, err := w.putManifest(ctx, pre.m)
 		if err != nil {
