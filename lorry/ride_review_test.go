@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"regexp"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,10 +27,11 @@ type gateObjects struct {
 	objstore.Store
 	gate    chan struct{}
 	blocked atomic.Int64
+	only    string // when set, only keys under this prefix are held
 }
 
 func (g *gateObjects) Put(ctx context.Context, key string, r io.Reader, size int64, opts *objstore.PutOptions) error {
-	if batchPrefix.MatchString(key) {
+	if batchPrefix.MatchString(key) && strings.HasPrefix(key, g.only) {
 		g.blocked.Add(1)
 		select {
 		case <-g.gate:
@@ -95,6 +97,81 @@ func TestReviewFreshNotHeldByHangingRidingBatch(t *testing.T) {
 	for i, want := range map[int]int{0: 0, 7: 7, 8: 80, 9: 90, 10: 100, 11: 110} {
 		if counter(got[ks[i]]) != want {
 			t.Fatalf("key %d: update %d, want %d; batches %v", i, counter(got[ks[i]]), want, e.sources(0))
+		}
+	}
+}
+
+// TestReviewFreshNotHeldByOtherPartitionsBulk (R1, the same hold without
+// any fault in this partition): a batch holding bulk records builds and
+// uploads only with a slot of the worker's build semaphore (Parallelism,
+// default 4; uploadFiles), which a batch of fresh records only skips "so it
+// does not queue behind them". A riding batch holds bulk records, so the
+// riders, and every fresh record of the partition after them, queue behind
+// the other partitions' bulk builds and uploads. Here Parallelism 1,
+// partition 1's bulk upload hangs holding the slot; partition 0's fresh
+// records, 10s old on the FAKE clock, must still be delivered. (With
+// FreshRideWait -1 they are.)
+func TestReviewFreshNotHeldByOtherPartitionsBulk(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	k0, k1 := keysIn(12, 0, 2), keysIn(8, 1, 2)
+	var rs []rec
+	for i, k := range k1 {
+		rs = append(rs, rec{key: k, val: val(i, 500), pri: pillar.PriorityBulk})
+	}
+	e.enqueue(rs...) // partition 1: bulk 0-7, its upload hangs
+	g := &gateObjects{Store: e.objs, gate: make(chan struct{}), only: "batches/p00001/"}
+	fc := clock.NewFake(time.Now())
+	o := e.opts("w")
+	o.Objects, o.Now = g, fc.Now
+	o.LeaseTTL = time.Hour // the fake clock jumps; the lease must not lapse by it
+	o.MaxBatchRecords, o.Parallelism = 4, 1
+	runWorker(t, e.worker(o))
+	waitFor(t, "partition 1's bulk upload hanging (holding the only build slot)", 20*time.Second, func() bool { return g.blocked.Load() > 0 })
+	rs = nil
+	for i, k := range k0[:8] {
+		rs = append(rs, rec{key: k, val: val(i, 500), pri: pillar.PriorityBulk})
+	}
+	e.enqueue(rs...)                                                                // partition 0: bulk 0-7
+	e.enqueue(rec{key: k0[8], val: val(80, 50)}, rec{key: k0[9], val: val(90, 50)}) // fresh 8, 9
+	// The worker's shared queue snapshot is renewed by the (FAKE) clock:
+	// step it until partition 0's first bulk batch, carrying fresh 8 and 9,
+	// is recorded.
+	for i := 0; ; i++ {
+		if pd := e.state(0).Pending; pd != nil {
+			if pd.Last != 3 || pd.FreshLast != 9 {
+				t.Fatalf("partition 0's first batch %+v, want [0,3] with fresh 8 and 9 riding", pd)
+			}
+			break
+		}
+		if i == 500 {
+			t.Fatalf("partition 0's first bulk batch not recorded: %+v", e.state(0))
+		}
+		fc.Advance(time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.enqueue(rec{key: k0[10], val: val(100, 50)}, rec{key: k0[11], val: val(110, 50)}) // fresh 10, 11
+	fc.Advance(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.state(0).FreshOffset() < 12 {
+		if time.Now().After(deadline) {
+			close(g.gate)
+			st := e.state(0)
+			t.Fatalf("partition 0: fresh records 10s old (FreshRideWait 1s) undelivered while partition 1's bulk upload holds the build slot: fresh position %d, pending %+v, registered %v",
+				st.FreshOffset(), st.Pending, e.sources(0))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(g.gate)
+	waitFor(t, "everything delivered", 20*time.Second, func() bool {
+		s0, s1 := e.state(0), e.state(1)
+		return s0.Offset == 12 && s0.Pending == nil && s0.FreshPending == nil && s1.Offset == 8 && s1.Pending == nil
+	})
+	e.laneChain(0, 12)
+	got := e.checkOrder(0, k0)
+	for i, want := range map[int]int{0: 0, 7: 7, 8: 80, 9: 90, 10: 100, 11: 110} {
+		if counter(got[k0[i]]) != want {
+			t.Fatalf("key %d: update %d, want %d; batches %v", i, counter(got[k0[i]]), want, e.sources(0))
 		}
 	}
 }
