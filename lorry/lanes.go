@@ -475,8 +475,8 @@ func (lp *loop) rideable() bool {
 func (lp *loop) rideWait() time.Duration { return max(lp.w.o.MaxBatchAge, lp.w.o.FreshRideWait) }
 
 // demote takes the riders off the bulk batch in flight (bfl) when its
-// upload is not done within the ride wait, so fresh records are never held
-// behind bulk work for longer: the recorded Pending becomes the plain
+// upload is not done within twice the ride wait, so fresh records are never
+// held behind bulk work for longer: the recorded Pending becomes the plain
 // batch of the same range (FreshLast 0), the flight restarts without the
 // riders, and they go back to the head of the fresh buffer, where the
 // fresh lane delivers them past the flight (the bulk plan left out every
@@ -976,10 +976,13 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 			return err
 		}
 		lp.checkLoss()
-		if f := lp.bfl; f != nil && !f.uploaded() && f.pl.pend.FreshLast > 0 && w.now().Sub(f.pl.start) >= lp.rideWait() {
-			// A bulk batch carrying fresh records is not up within the
-			// ride wait (a slow upload, the build slots busy with other
-			// partitions' bulk work): the riders go back to the fresh lane.
+		if f := lp.bfl; f != nil && !f.uploaded() && f.pl.pend.FreshLast > 0 && w.now().Sub(f.pl.start) >= 2*lp.rideWait() {
+			// A bulk batch carrying fresh records is not up within twice
+			// the ride wait (a slow upload, the build slots busy with
+			// other partitions' bulk work): the riders go back to the
+			// fresh lane. (Twice: a flight that waited a while for a build
+			// slot is usually up soon, and demoting it throws its build
+			// away.)
 			if err := lp.demote(ctx); err != nil {
 				return err
 			}

@@ -86,7 +86,10 @@ type Options struct {
 	// to save), and all of them when no bulk batch can take them, go in a
 	// fresh batch as before; a complete bulk batch held back only by
 	// MaxBulkUnapplied goes instead to carry fresh records whose wait ran
-	// out. Each batch costs a build, an upload, a registration and an
+	// out. A bulk batch whose upload is not done within twice this long
+	// after it took its riders gives them back to the fresh lane (and
+	// restarts without them), so a slow or hanging bulk upload never holds
+	// fresh records. Each batch costs a build, an upload, a registration and an
 	// apply on every replica, so fresh traffic then adds bytes to bulk
 	// batches, not batches. Negative disables riding. The default value is
 	// 1s.
