@@ -175,3 +175,46 @@ func TestReviewFreshNotHeldByOtherPartitionsBulk(t *testing.T) {
 		}
 	}
 }
+
+// TestReviewLossCounterSeesRiders (R2): the loss counter (checkLoss) visits
+// fresh records in registered batches, in fbuf and in the fresh heads, but
+// not in the batch in flight; riders leave fbuf when a bulk batch takes
+// them and then spend the bulk batch's whole build and upload in flight.
+// Here the riding batch's upload hangs; the two riders are undelivered 10s
+// after their commit with LossAfter 3s (FAKE clock): the alert must count
+// them. (The backlog and oldest-age metrics, setBacklog, leave them out the
+// same way.)
+func TestReviewLossCounterSeesRiders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	ks := keysIn(10, 0, 1)
+	var rs []rec
+	for i, k := range ks[:8] {
+		rs = append(rs, rec{key: k, val: val(i, 500), pri: pillar.PriorityBulk})
+	}
+	e.enqueue(rs...)                                                                // bulk 0-7
+	e.enqueue(rec{key: ks[8], val: val(80, 50)}, rec{key: ks[9], val: val(90, 50)}) // fresh 8, 9
+	g := &gateObjects{Store: e.objs, gate: make(chan struct{})}
+	defer close(g.gate)
+	fc := clock.NewFake(time.Now())
+	o := e.opts("w")
+	o.Objects, o.Now = g, fc.Now
+	o.LeaseTTL = time.Hour // the fake clock jumps; the lease must not lapse by it
+	o.MaxBatchRecords, o.LossAfter = 4, 3*time.Second
+	w := e.worker(o)
+	runWorker(t, w)
+	waitFor(t, "the riding batch [0,3]+fresh to 9 recorded, its upload hanging", 20*time.Second, func() bool {
+		st := e.state(0)
+		return st.Pending != nil && st.Pending.Last == 3 && st.Pending.FreshLast == 9 && g.blocked.Load() > 0
+	})
+	fc.Advance(10 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for w.Lost() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("loss counter %d, want 2: fresh records 8 and 9 (riding the hanging batch) are undelivered 10s after their commit, LossAfter 3s; fresh position %d",
+				w.Lost(), e.state(0).FreshOffset())
+		}
+		fc.Advance(100 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
