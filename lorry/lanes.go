@@ -436,7 +436,7 @@ func (lp *loop) freshDue() bool {
 // (rideable), FreshRideWait (at least MaxBatchAge).
 func (lp *loop) freshAge() time.Duration {
 	if lp.rideable() {
-		return max(lp.w.o.MaxBatchAge, lp.w.o.FreshRideWait)
+		return lp.rideWait()
 	}
 	return lp.w.o.MaxBatchAge
 }
@@ -469,6 +469,76 @@ func (lp *loop) rideable() bool {
 		return false
 	}
 	return pub == lp.fbuf[0].Publication
+}
+
+// rideWait is how long fresh records wait for, and ride, a bulk batch.
+func (lp *loop) rideWait() time.Duration { return max(lp.w.o.MaxBatchAge, lp.w.o.FreshRideWait) }
+
+// demote takes the riders off the bulk batch in flight (bfl) when its
+// upload is not done within twice the ride wait, so fresh records are never
+// held behind bulk work for longer: the recorded Pending becomes the plain
+// batch of the same range (FreshLast 0), the flight restarts without the
+// riders, and they go back to the head of the fresh buffer, where the
+// fresh lane delivers them past the flight (the bulk plan left out every
+// key they hold, so the flight holds none of theirs). Nothing happens when
+// the flight already writes its manifest (it registers soon). A crash
+// after the state change delivers the plain batch: its range read again,
+// without the riders.
+func (lp *loop) demote(ctx context.Context) error {
+	w, l, f := lp.w, lp.l, lp.bfl
+	if !f.pre.demote() {
+		return nil
+	}
+	old := f.pl.pend
+	plain := Pending{ID: BatchID(w.storeID, lp.pt.id, old.First, old.Last), First: old.First, Last: old.Last}
+	err := w.retry(ctx, l, "take the riders off a bulk batch", func() error {
+		return l.cas(ctx, func(cur PartitionState) (PartitionState, error) {
+			if cur.Pending != nil && *cur.Pending == plain {
+				return cur, errUnchanged
+			}
+			if cur.Pending == nil || *cur.Pending != old {
+				return cur, fmt.Errorf("lorry: partition %d: pending batch changed under %s: %w", lp.pt.id, old.ID, ErrLeaseLost)
+			}
+			cur.Pending = &plain
+			return cur, nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	var bulk, riders []pillar.ExportRecord
+	for _, r := range f.pl.recs {
+		if !r.IsBulk() && r.Offset > old.Last {
+			riders = append(riders, r)
+		} else {
+			bulk = append(bulk, r)
+		}
+	}
+	var rb int64
+	for _, r := range riders {
+		rb += int64(len(r.Value)) + 64
+	}
+	lp.fbuf = append(riders, lp.fbuf...)
+	lp.fbytes += rb
+	lp.inflight = max(0, lp.inflight-rb)
+	if len(riders) > 0 && lp.bnext > riders[0].Offset {
+		// The bulk lane read on past the riders (they were to be delivered
+		// first); undelivered again, they bound it (bulkLimit).
+		n := sort.Search(len(lp.bbuf), func(i int) bool { return lp.bbuf[i].Offset >= riders[0].Offset })
+		for _, r := range lp.bbuf[n:] {
+			lp.bbytes -= int64(len(r.Value)) + 64
+		}
+		lp.bbuf, lp.bnext, lp.bcut = lp.bbuf[:n], riders[0].Offset, false
+		if len(lp.bbuf) == 0 {
+			lp.bseen = time.Time{}
+		}
+	}
+	lp.setBuffered()
+	pl := &plan{pend: plain, recs: bulk, start: f.pl.start, flown: true}
+	lp.bfl = newFlight(pl, w.startFlight(ctx, lp.pt.id, plain, bulk, true))
+	w.count(func(s *Stats) { s.Demoted++ })
+	w.o.Logger.Info("lorry: fresh records taken off a slow bulk batch", "partition", lp.pt.id, "batch", old.ID, "riders", len(riders))
+	return nil
 }
 
 // freshFlowing reports whether the scan found undelivered fresh records in
@@ -759,33 +829,26 @@ func (lp *loop) contents(ctx context.Context, pend Pending) ([]pillar.ExportReco
 	if pend.Lane == LaneReplay {
 		return lp.replayContents(ctx, pend)
 	}
+	if pend.Lane == LaneFresh {
+		// Its range starts at the fresh position and may span a bulk
+		// backlog: only the fresh records are read.
+		return w.readFresh(ctx, p, pend.First, pend.Last)
+	}
 	recs, err := w.readRange(ctx, p, pend.First, pend.Last)
 	if err != nil {
 		return nil, err
-	}
-	if pend.Lane == LaneFresh {
-		out := recs[:0]
-		for _, r := range recs {
-			if !r.IsBulk() {
-				out = append(out, r)
-			}
-		}
-		return out, nil
 	}
 	out := lp.supersede(recs)
 	if pend.FreshLast > 0 {
 		// The fresh records riding along: those of [max(F, Last+1),
 		// FreshLast] (below Last+1 none is waiting: the bulk lane stops
-		// at the first undelivered fresh record).
-		more, err := w.readRange(ctx, p, max(lp.F(), pend.Last+1), pend.FreshLast)
+		// at the first undelivered fresh record). The bulk backlog
+		// between the batch's range and them is not read.
+		more, err := w.readFresh(ctx, p, max(lp.F(), pend.Last+1), pend.FreshLast)
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range more {
-			if !r.IsBulk() {
-				out = append(out, r)
-			}
-		}
+		out = append(out, more...)
 	}
 	if len(out) > 0 {
 		return out, nil
@@ -913,6 +976,17 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 			return err
 		}
 		lp.checkLoss()
+		if f := lp.bfl; f != nil && !f.uploaded() && f.pl.pend.FreshLast > 0 && w.now().Sub(f.pl.start) >= 2*lp.rideWait() {
+			// A bulk batch carrying fresh records is not up within twice
+			// the ride wait (a slow upload, the build slots busy with
+			// other partitions' bulk work): the riders go back to the
+			// fresh lane. (Twice: a flight that waited a while for a build
+			// slot is usually up soon, and demoting it throws its build
+			// away.)
+			if err := lp.demote(ctx); err != nil {
+				return err
+			}
+		}
 		if f := lp.bfl; f != nil && f.uploaded() {
 			// The ordinary batch's files are up: manifest, register, commit
 			// (bulk goes before any further fresh batch).

@@ -75,19 +75,24 @@ type Options struct {
 	// MaxBatchAge closes a batch once its oldest record was committed this
 	// long ago. The default value is 1s.
 	MaxBatchAge time.Duration
-	// FreshRideWait lets fresh records ride at the head of the partition's
+	// FreshRideWait lets fresh records ride along with the partition's
 	// next bulk batch instead of costing a batch of their own: while the
-	// partition's bulk lane is delivering (a bulk batch in flight or
-	// filling, of the same publication, bulk not paused), a fetched fresh
-	// record waits up to this long after its commit (at least MaxBatchAge)
-	// for a bulk batch to carry it; a bulk batch takes every fresh record
-	// fetched when it is planned. Older ones, a full batch of them
-	// (MaxBatchBytes or MaxBatchRecords: no small batch to save), and all
-	// of them when no bulk batch can take them, go in a fresh batch as
-	// before. Each batch costs
-	// a build, an upload, a registration and an apply on every replica, so
-	// fresh traffic then adds bytes to bulk batches, not batches. Negative
-	// disables riding. The default value is 1s.
+	// partition's bulk lane is delivering records of their publication (a
+	// bulk batch in flight or buffered, paused by replica backpressure or
+	// not), a fetched fresh record waits up to this long after its commit
+	// (at least MaxBatchAge) for a bulk batch to carry it; a bulk batch
+	// takes every fresh record fetched when it is planned. Older ones, a
+	// full batch of them (MaxBatchBytes or MaxBatchRecords: no small batch
+	// to save), and all of them when no bulk batch can take them, go in a
+	// fresh batch as before; a complete bulk batch held back only by
+	// MaxBulkUnapplied goes instead to carry fresh records whose wait ran
+	// out. A bulk batch whose upload is not done within twice this long
+	// after it took its riders gives them back to the fresh lane (and
+	// restarts without them), so a slow or hanging bulk upload never holds
+	// fresh records. Each batch costs a build, an upload, a registration and an
+	// apply on every replica, so fresh traffic then adds bytes to bulk
+	// batches, not batches. Negative disables riding. The default value is
+	// 1s.
 	FreshRideWait time.Duration
 	// PollInterval is how often an idle partition looks for new records.
 	// The default value is 100ms.

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pillarkit/pillar/cobbled/control"
@@ -151,6 +152,51 @@ func (w *Worker) readRange(ctx context.Context, p int, first, last int64) ([]pil
 			out = append(out, r)
 			next++
 		}
+	}
+	return out, nil
+}
+
+// readFresh reads the fresh records among queue offsets [first, last] of
+// partition p (a fresh batch's or a bulk batch's riders, read again after
+// a takeover or a crash): it scans the range's heads (no values) and reads
+// only the fresh records, in runs (gaps of up to 4 bulk records are read
+// and dropped), so a bulk backlog queued between them is never read.
+func (w *Worker) readFresh(ctx context.Context, p int, first, last int64) ([]pillar.ExportRecord, error) {
+	var offs []int64
+	for next := first; next <= last; {
+		hs, _, err := w.readHeads(ctx, p, next, last+1, w.o.HeadChunk)
+		if err != nil {
+			return nil, err
+		}
+		if len(hs) == 0 {
+			return nil, fmt.Errorf("lorry: partition %d: queue ends before offset %d of pending batch [%d,%d]", p, next, first, last)
+		}
+		for _, h := range hs {
+			if h.Offset != next {
+				return nil, fmt.Errorf("lorry: partition %d: queue returned offset %d, want %d", p, h.Offset, next)
+			}
+			if !h.IsBulk() {
+				offs = append(offs, h.Offset)
+			}
+			next++
+		}
+	}
+	var out []pillar.ExportRecord
+	for i := 0; i < len(offs); {
+		j := i + 1
+		for j < len(offs) && offs[j]-offs[j-1] <= 5 {
+			j++
+		}
+		recs, err := w.readRange(ctx, p, offs[i], offs[j-1])
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			if !r.IsBulk() {
+				out = append(out, r)
+			}
+		}
+		i = j
 	}
 	return out, nil
 }
@@ -583,6 +629,11 @@ type prefetch struct {
 	abortOnce        sync.Once
 	registeredSignal chan struct{}
 	seq              int64
+	// claim: 0 open, 1 the flight writes its manifest and registers (it
+	// can no longer be demoted), 2 demoted (the flight gives up before its
+	// manifest); cancel ends the flight's upload.
+	claim  atomic.Int32
+	cancel context.CancelFunc
 
 	// failed: upload returned err once already (the loop's goroutine
 	// only, after done).
@@ -601,6 +652,17 @@ func (pre *prefetch) stop() {
 	if pre != nil && pre.register {
 		pre.abortOnce.Do(func() { close(pre.abort) })
 	}
+}
+
+// demote takes the flight's batch back before its manifest is written:
+// false when the flight already writes its manifest (it registers soon).
+// The flight's upload is cancelled; its files become orphans (Cleanup).
+func (pre *prefetch) demote() bool {
+	if pre == nil || !pre.register || !pre.claim.CompareAndSwap(0, 2) {
+		return false
+	}
+	pre.cancel()
+	return true
 }
 
 // registered reports whether the background registration is done.
@@ -638,9 +700,11 @@ func (w *Worker) startFlight(ctx context.Context, p int, pend Pending, recs []pi
 	if recorded {
 		close(pre.recorded)
 	}
+	ctx, pre.cancel = context.WithCancel(ctx)
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
+		defer pre.cancel()
 		defer close(pre.done)
 		defer close(pre.registeredSignal)
 		pre.m, pre.err = w.uploadFiles(ctx, p, pend, recs)
@@ -653,6 +717,9 @@ func (w *Worker) startFlight(ctx context.Context, p int, pend Pending, recs []pi
 			return
 		case <-ctx.Done():
 			return
+		}
+		if !pre.claim.CompareAndSwap(0, 1) {
+			return // demoted: the loop delivers the batch otherwise
 		}
 		m, err := w.putManifest(ctx, pre.m)
 		if err != nil {

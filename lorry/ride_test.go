@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,5 +287,68 @@ func TestRideRules(t *testing.T) {
 	lp.lastFresh = fc.Now().Add(-3 * time.Second)
 	if lp.bulkPaused() || !lp.bulkDue() {
 		t.Fatal("bulk held by MaxBulkUnapplied without fresh traffic")
+	}
+}
+
+// countingStore counts the queue records its snapshots read with their
+// values (ReadQueue), not the heads.
+type countingStore struct {
+	pillar.Store
+	values atomic.Int64
+}
+
+func (s *countingStore) Snapshot(ctx context.Context) (pillar.Snapshot, error) {
+	sn, err := s.Store.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &countingSnap{Snapshot: sn, s: s}, nil
+}
+
+type countingSnap struct {
+	pillar.Snapshot
+	s *countingStore
+}
+
+func (c *countingSnap) ReadQueue(ctx context.Context, p int, from int64, limit int) ([]pillar.ExportRecord, error) {
+	recs, err := c.Snapshot.ReadQueue(ctx, p, from, limit)
+	c.s.values.Add(int64(len(recs)))
+	return recs, err
+}
+
+func (c *countingSnap) ReadQueueHeads(ctx context.Context, p int, from int64, limit int) ([]pillar.ExportRecord, error) {
+	return c.Snapshot.(pillar.QueueHeadReader).ReadQueueHeads(ctx, p, from, limit)
+}
+
+// TestReadFreshSkipsBulkValues: reading a recorded batch's fresh records
+// again (a fresh batch's range from the fresh position, a bulk batch's
+// riders) reads the values of the fresh records only, not of the bulk
+// backlog queued between them.
+func TestReadFreshSkipsBulkValues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	ks := keysIn(60, 0, 1)
+	var rs []rec
+	for i, k := range ks[:50] {
+		rs = append(rs, rec{key: k, val: val(i, 500), pri: pillar.PriorityBulk})
+	}
+	rs = append(rs, rec{key: ks[50], val: "f50"}, rec{key: ks[51], val: "f51"}, rec{key: ks[52], val: "b52", pri: pillar.PriorityBulk}, rec{key: ks[53], val: "f53"})
+	e.enqueue(rs...)
+	cs := &countingStore{Store: e.store}
+	o := e.opts("w")
+	o.Store = cs
+	w := e.worker(o)
+	got, err := w.readFresh(context.Background(), 0, 0, 53)
+	must(t, err)
+	var vals []string
+	for _, r := range got {
+		vals = append(vals, string(r.Value))
+	}
+	if fmt.Sprint(vals) != "[f50 f51 f53]" {
+		t.Fatalf("fresh records %v, want [f50 f51 f53]", vals)
+	}
+	// Offsets 50-53 (the bulk record in the gap is read and dropped).
+	if n := cs.values.Load(); n != 4 {
+		t.Fatalf("%d records read with their values, want 4 (none of the bulk backlog)", n)
 	}
 }

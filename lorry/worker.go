@@ -67,6 +67,7 @@ type Stats struct {
 	FreshBatches int64 // batches holding no bulk record
 	BulkBatches  int64 // batches holding bulk records
 	FreshRode    int64 // fresh records delivered at the head of a bulk batch (FreshRideWait)
+	Demoted      int64 // bulk batches whose riders went back to the fresh lane (upload not done within twice the ride wait)
 	Acquired     int64 // leases taken
 	Lost         int64 // leases lost to another worker
 	Held         []int // partitions held now
