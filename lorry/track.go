@@ -271,6 +271,15 @@ func (lp *loop) checkLoss() {
 			}
 			continue
 		}
+		for _, r := range lp.freshInFlight() {
+			if !visit(r.Offset, r.CommittedAt) {
+				more = false
+				break
+			}
+		}
+		if !more {
+			continue
+		}
 		for _, r := range lp.fbuf {
 			if !visit(r.Offset, r.CommittedAt) {
 				more = false
@@ -292,6 +301,30 @@ func (lp *loop) checkLoss() {
 	}
 }
 
+// freshInFlight returns, in offset order, the fresh records that left the
+// fresh buffer and are not registered yet: those of the ordinary batch in
+// flight (riders of a bulk batch, or a batch of fresh records only) and of
+// the fresh batch the last fresh commit recorded (fplanned). They are older
+// than every record of fbuf and the fresh heads, and newer than those of
+// the registered batches (the tracker's), so the loss counter and the
+// backlog gauge visit them between the two (rev2 R2: riders spend a bulk
+// batch's build and upload there).
+func (lp *loop) freshInFlight() []pillar.ExportRecord {
+	var out []pillar.ExportRecord
+	if lp.bfl != nil && lp.bfl.pl.fresh {
+		for _, r := range lp.bfl.pl.recs {
+			if !r.IsBulk() {
+				out = append(out, r)
+			}
+		}
+	}
+	if lp.fplanned != nil {
+		out = append(out, lp.fplanned.recs...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Offset < out[j].Offset })
+	return out
+}
+
 // setBacklog publishes a partition's undelivered records by priority (nil:
 // the partition is no longer held).
 func (w *Worker) setBacklog(p int, lp *loop) {
@@ -303,11 +336,15 @@ func (w *Worker) setBacklog(p int, lp *loop) {
 		return
 	}
 	var b backlogSample
-	b.records[prFresh] = int64(len(lp.fbuf) + len(lp.fresh))
+	fl := lp.freshInFlight()
+	b.records[prFresh] = int64(len(fl) + len(lp.fbuf) + len(lp.fresh))
 	b.records[prBulk] = int64(len(lp.bulk))
-	if len(lp.fbuf) > 0 {
+	switch {
+	case len(fl) > 0:
+		b.oldest[prFresh] = fl[0].CommittedAt
+	case len(lp.fbuf) > 0:
 		b.oldest[prFresh] = lp.fbuf[0].CommittedAt
-	} else if len(lp.fresh) > 0 {
+	case len(lp.fresh) > 0:
 		b.oldest[prFresh] = lp.fresh[0].at
 	}
 	if len(lp.bulk) > 0 {
