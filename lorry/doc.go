@@ -141,9 +141,11 @@
 // riders are a prefix of the undelivered fresh records (nothing rides while
 // a fresh batch is recorded), beyond the bulk range and so newer than its
 // records of their keys; no fresh batch is planned while a batch carrying
-// fresh records flies — for at most twice the ride wait: a bulk batch not
-// uploaded by then (a hanging upload, build slots busy with other
-// partitions' bulk work) gives its riders back to the fresh lane (its
+// fresh records flies — for at most twice the ride wait, or twice the time
+// a bulk batch now takes to be uploaded (Stats.FlightTime; at most 8 times
+// the ride wait): a bulk batch not uploaded by then (a hanging upload,
+// build slots busy with other partitions' bulk work) gives its riders back
+// to the fresh lane (its
 // Pending becomes the plain batch of the same range, the flight restarts
 // without them, the bulk lane is cut back before them). Latency and loss
 // are still accounted by each record's priority. While

@@ -32,6 +32,9 @@ type plan struct {
 	fresh bool      // taken from the fresh lane's buffer
 	start time.Time // when it was taken (its delivery time, for the shares)
 	flown bool      // recorded as pending and uploaded in the background
+	// demoted: the flight restarted without its riders (demote); its
+	// time from start is no sample of a flight's (Stats.FlightTime).
+	demoted bool
 }
 
 // bytes is the plan's record bytes (as the read-ahead budget counts them).
@@ -474,6 +477,32 @@ func (lp *loop) rideable() bool {
 // rideWait is how long fresh records wait for, and ride, a bulk batch.
 func (lp *loop) rideWait() time.Duration { return max(lp.w.o.MaxBatchAge, lp.w.o.FreshRideWait) }
 
+// flightDone adds an uploaded flight's time since it was planned to
+// Stats.FlightTime when it is a sample of what a bulk batch takes: not a
+// batch of fresh records only (no build slot, small), not a failed upload,
+// not a demoted flight (its time counts the build thrown away).
+func (lp *loop) flightDone(f *flight) {
+	if f.pre.err == nil && !f.pl.demoted && f.pl.bulk() {
+		lp.w.noteFlight(lp.w.now().Sub(f.pl.start))
+	}
+}
+
+// demoteAfter is how long a bulk batch carrying fresh records may take to
+// be uploaded before its riders go back to the fresh lane: twice the time a
+// bulk batch takes now from being planned to its files uploaded
+// (Stats.FlightTime: waiting for a build slot, building, uploading), at
+// least twice the ride wait and at most 8 times it. A flight that takes
+// its usual time is no hang, and demoting it throws its build away: on a
+// slow machine, where every flight takes longer than twice the ride wait,
+// a fixed bound would demote nearly every riding batch (each then costs a
+// second bulk build and a fresh batch of its own). The upper bound keeps a
+// run of slow or hanging uploads, which the flight time includes, from
+// holding riders for long.
+func (lp *loop) demoteAfter() time.Duration {
+	rw := lp.rideWait()
+	return min(max(2*rw, 2*lp.w.flightTime()), 8*rw)
+}
+
 // demote takes the riders off the bulk batch in flight (bfl) when its
 // upload is not done within twice the ride wait, so fresh records are never
 // held behind bulk work for longer: the recorded Pending becomes the plain
@@ -534,7 +563,7 @@ func (lp *loop) demote(ctx context.Context) error {
 		}
 	}
 	lp.setBuffered()
-	pl := &plan{pend: plain, recs: bulk, start: f.pl.start, flown: true}
+	pl := &plan{pend: plain, recs: bulk, start: f.pl.start, flown: true, demoted: true}
 	lp.bfl = newFlight(pl, w.startFlight(ctx, lp.pt.id, plain, bulk, true))
 	w.count(func(s *Stats) { s.Demoted++ })
 	w.o.Logger.Info("lorry: fresh records taken off a slow bulk batch", "partition", lp.pt.id, "batch", old.ID, "riders", len(riders))
@@ -976,13 +1005,12 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 			return err
 		}
 		lp.checkLoss()
-		if f := lp.bfl; f != nil && !f.uploaded() && f.pl.pend.FreshLast > 0 && w.now().Sub(f.pl.start) >= 2*lp.rideWait() {
+		if f := lp.bfl; f != nil && !f.uploaded() && f.pl.pend.FreshLast > 0 && w.now().Sub(f.pl.start) >= lp.demoteAfter() {
 			// A bulk batch carrying fresh records is not up within twice
-			// the ride wait (a slow upload, the build slots busy with
-			// other partitions' bulk work): the riders go back to the
-			// fresh lane. (Twice: a flight that waited a while for a build
-			// slot is usually up soon, and demoting it throws its build
-			// away.)
+			// the ride wait, or twice the time a bulk batch takes to be
+			// up (a slow upload, the build slots busy with other
+			// partitions' bulk work): the riders go back to the fresh
+			// lane (see demoteAfter).
 			if err := lp.demote(ctx); err != nil {
 				return err
 			}
@@ -991,6 +1019,7 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 			// The ordinary batch's files are up: manifest, register, commit
 			// (bulk goes before any further fresh batch).
 			lp.bfl = nil
+			lp.flightDone(f)
 			if err := w.deliver(ctx, lp, f.pl, f.pre); err != nil {
 				return err
 			}

@@ -54,7 +54,10 @@ type Options struct {
 
 	// MaxBatchBytes closes a batch once its records' values reach this many
 	// bytes; it is also how much a partition reads ahead besides the batch
-	// it is delivering. The default value is 8 MiB.
+	// it is delivering. A bulk batch carrying fresh records (FreshRideWait)
+	// takes up to this many bytes of them on top, so it can reach about
+	// twice this (bounding the whole batch instead would keep fresh
+	// records off every full bulk batch). The default value is 8 MiB.
 	MaxBatchBytes int64
 	// FreshBulkBatchBytes replaces MaxBatchBytes for bulk batches while
 	// fresh records flow in the partition (seen in the last 2s): a fresh
@@ -87,9 +90,11 @@ type Options struct {
 	// fresh batch as before; a complete bulk batch held back only by
 	// MaxBulkUnapplied goes instead to carry fresh records whose wait ran
 	// out. A bulk batch whose upload is not done within twice this long
-	// after it took its riders gives them back to the fresh lane (and
-	// restarts without them), so a slow or hanging bulk upload never holds
-	// fresh records. Each batch costs a build, an upload, a registration and an
+	// after it took its riders (or, when bulk batches take longer to be
+	// uploaded, twice their usual time, Stats.FlightTime; at most 8 times
+	// this long) gives them back to the fresh lane (and restarts without
+	// them), so a slow or hanging bulk upload never holds fresh records.
+	// Each batch costs a build, an upload, a registration and an
 	// apply on every replica, so fresh traffic then adds bytes to bulk
 	// batches, not batches. Negative disables riding. The default value is
 	// 1s.

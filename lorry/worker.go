@@ -67,7 +67,14 @@ type Stats struct {
 	FreshBatches int64 // batches holding no bulk record
 	BulkBatches  int64 // batches holding bulk records
 	FreshRode    int64 // fresh records delivered at the head of a bulk batch (FreshRideWait)
-	Demoted      int64 // bulk batches whose riders went back to the fresh lane (upload not done within twice the ride wait)
+	Demoted      int64 // bulk batches whose riders went back to the fresh lane (upload not done in time: see FlightTime)
+	// FlightTime is the time an ordinary batch takes now from being
+	// planned to its files uploaded (waiting for a build slot included):
+	// a moving mean of the last ~8, over every partition (0: none yet). A
+	// bulk batch carrying fresh records that takes more than twice this
+	// (at least twice FreshRideWait, at most 8 times it) gives its riders
+	// back to the fresh lane.
+	FlightTime   time.Duration
 	Acquired     int64 // leases taken
 	Lost         int64 // leases lost to another worker
 	Held         []int // partitions held now
@@ -122,6 +129,25 @@ func (w *Worker) count(fn func(s *Stats)) {
 }
 
 func (w *Worker) now() time.Time { return w.o.Now() }
+
+// noteFlight adds one ordinary batch's time from being planned to its files
+// uploaded to Stats.FlightTime.
+func (w *Worker) noteFlight(d time.Duration) {
+	w.count(func(s *Stats) {
+		if s.FlightTime == 0 {
+			s.FlightTime = max(d, 1)
+		} else {
+			s.FlightTime = max(1, s.FlightTime+(d-s.FlightTime)/8)
+		}
+	})
+}
+
+// flightTime returns Stats.FlightTime.
+func (w *Worker) flightTime() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stats.FlightTime
+}
 
 func (w *Worker) hook(point string, p int) error {
 	if w.o.hook == nil {
