@@ -166,6 +166,15 @@ type Phase struct {
 	BulkBatches  int64                           `json:"bulk_batches"`
 	// FreshRode counts the fresh records that rode along with bulk batches.
 	FreshRode int64 `json:"fresh_rode"`
+	// Demoted counts the bulk batches whose riders went back to the fresh
+	// lane (their upload took longer than Lorry's demotion bound);
+	// FlightMS is Lorry's Stats.FlightTime at the phase's end (what a bulk
+	// batch takes from being planned to its files uploaded); Retries and
+	// FollowUps are Lorry's counters.
+	Demoted   int64   `json:"demoted"`
+	FlightMS  float64 `json:"flight_ms"`
+	Retries   int64   `json:"retries"`
+	FollowUps int64   `json:"follow_ups"`
 	// Checked keys read back from every replica with their newest value.
 	Checked int `json:"checked_keys"`
 	// Enqueued records (bulk and fresh) and those seen applied on all
@@ -174,6 +183,14 @@ type Phase struct {
 	Applied  int `json:"applied_everywhere"`
 
 	points []point
+}
+
+// setStats records the worker's counters in the phase.
+func (ph *Phase) setStats(st lorry.Stats) {
+	ph.Stats = st
+	ph.Batches, ph.FreshBatches, ph.BulkBatches = st.Batches, st.FreshBatches, st.BulkBatches
+	ph.FreshRode, ph.Demoted, ph.Retries, ph.FollowUps = st.FreshRode, st.Demoted, st.Retries, st.FollowUps
+	ph.FlightMS = msf(st.FlightTime)
 }
 
 // point is one record's latency, for the plot.
@@ -690,9 +707,8 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 		return nil, fmt.Errorf("lorrybench: %s: replicas not caught up: %w", name, err)
 	}
 	time.Sleep(2 * o.MaxBatchAge) // the worker's last replica poll
-	ph := &Phase{Name: name, BulkRecords: len(bulkUps), Stats: w.Stats(), Lost: w.Lost(), LorryLatency: w.Latency()}
-	ph.Batches, ph.FreshBatches, ph.BulkBatches = ph.Stats.Batches, ph.Stats.FreshBatches, ph.Stats.BulkBatches
-	ph.FreshRode = ph.Stats.FreshRode
+	ph := &Phase{Name: name, BulkRecords: len(bulkUps), Lost: w.Lost(), LorryLatency: w.Latency()}
+	ph.setStats(w.Stats())
 	ph.BulkSeconds = bulkApplied.Sub(start).Seconds()
 	ph.RegisteredSecs = regDone.Sub(start).Seconds()
 	ph.BulkPerSecond = float64(len(bulkUps)) / ph.BulkSeconds
@@ -780,9 +796,10 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 	fmt.Fprintf(o.Progress, "lorry bench: %s: bulk %.0f records/s (%.1f MB/s) over %.1fs; fresh %d updates, p50 %.0f ms, p99 %.0f ms to all 3 replicas; lost %d\n",
 		name, ph.BulkPerSecond, ph.BulkMBPerSec, ph.BulkSeconds, ph.FreshUpdates, ph.FreshP50MS, ph.FreshP99MS, ph.Lost)
 	st := ph.Stats
-	fmt.Fprintf(o.Progress, "lorry bench: %s: lorry step totals: read %v, pending %v, upload %v, register %v, commit %v; %d batches (%d fresh), %d fresh records rode bulk batches, %d follow-ups, %d retries\n",
+	fmt.Fprintf(o.Progress, "lorry bench: %s: lorry step totals: read %v, pending %v, upload %v, register %v, commit %v; %d batches (%d fresh), %d fresh records rode bulk batches, %d riding batches demoted (bulk batch flight time %v), %d follow-ups, %d retries\n",
 		name, st.ReadTime.Round(time.Millisecond), st.PendingTime.Round(time.Millisecond), st.UploadTime.Round(time.Millisecond),
-		st.RegisterTime.Round(time.Millisecond), st.CommitTime.Round(time.Millisecond), st.Batches, st.FreshBatches, st.FreshRode, st.FollowUps, st.Retries)
+		st.RegisterTime.Round(time.Millisecond), st.CommitTime.Round(time.Millisecond), st.Batches, st.FreshBatches, st.FreshRode,
+		st.Demoted, st.FlightTime.Round(time.Millisecond), st.FollowUps, st.Retries)
 	cs := b.c.store.CommitStats()
 	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 	fmt.Fprintf(o.Progress, "lorry bench: %s: store commits so far (every writer): %d transactions in %d group commits; per transaction staging %v, queued %v; per group lock wait %v, locked %v (dir sync %v, manifest %v, CURRENT %v, index %v, cleanup %v)\n",

@@ -2,11 +2,14 @@ package lorrybench
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pillarkit/pillar/lorry"
 )
 
 func envInt(name string, def int) int {
@@ -119,5 +122,35 @@ func TestNothingDeliveredFails(t *testing.T) {
 	s.evaluate()
 	if m := s.Missed(); len(m) != 1 || !strings.Contains(m[0].Got, "run 2: 7000 ms") {
 		t.Fatalf("series missed %+v, want the fresh p99 target (run 2)", m)
+	}
+}
+
+// TestReportShowsDemoted: a phase records Lorry's demotions, flight time,
+// retries and follow-ups from its Stats, and the report (a run's table,
+// the series table, results.json) shows them: a run's batch and latency
+// figures cannot be explained without them.
+func TestReportShowsDemoted(t *testing.T) {
+	mixed := &Phase{Name: "bulk + fresh", Enqueued: 150, Applied: 150, BulkRecords: 100, BulkPerSecond: 90, FreshUpdates: 50, FreshP99MS: 900, Checked: 100}
+	mixed.setStats(lorry.Stats{Batches: 40, FreshBatches: 11, BulkBatches: 29, FreshRode: 123, Demoted: 7, FlightTime: 1234 * time.Millisecond, Retries: 3, FollowUps: 5})
+	if mixed.Demoted != 7 || mixed.FlightMS != 1234 || mixed.Retries != 3 || mixed.FollowUps != 5 || mixed.FreshRode != 123 {
+		t.Fatalf("phase %+v: counters not taken from Stats", mixed)
+	}
+	r := &Result{Baseline: &Phase{Name: "bulk only", Enqueued: 100, Applied: 100, BulkRecords: 100, BulkPerSecond: 100, Checked: 100}, Mixed: mixed}
+	r.evaluate()
+	md := r.Markdown()
+	if !strings.Contains(md, "| riding batches demoted | bulk batch flight (ms) | retries | lost |") || !strings.Contains(md, "| 40 (11 / 29) | 123 | 7 | 1234 | 3 | 0 |") {
+		t.Fatalf("run report lacks the demotions:\n%s", md)
+	}
+	s := &Series{Runs: []*Result{r, r}}
+	s.evaluate()
+	if md := s.Markdown(); !strings.Contains(md, "| 11 / 29 (123, 7) |") {
+		t.Fatalf("series report lacks the demotions:\n%s", md)
+	}
+	raw, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"demoted":7`) || !strings.Contains(string(raw), `"flight_ms":1234`) {
+		t.Fatalf("results.json lacks the demotions: %s", raw)
 	}
 }

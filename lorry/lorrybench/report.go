@@ -22,14 +22,15 @@ func (r *Result) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Lorry priority lanes\n\n")
 	fmt.Fprintf(&b, "Options: %v\n\nLoad: %s\n\n", optionsLine(r.Options), r.LoadAvg)
-	fmt.Fprintf(&b, "| phase | bulk records | bulk s (applied on 3) | bulk records/s | bulk MB/s | fresh updates | fresh p50 / p90 / p99 / max (ms) | fresh → registered p99 (ms) | batches (fresh / bulk) | fresh records riding bulk batches | lost |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| phase | bulk records | bulk s (applied on 3) | bulk records/s | bulk MB/s | fresh updates | fresh p50 / p90 / p99 / max (ms) | fresh → registered p99 (ms) | batches (fresh / bulk) | fresh records riding bulk batches | riding batches demoted | bulk batch flight (ms) | retries | lost |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, ph := range []*Phase{r.Baseline, r.Mixed, r.InOrder} {
 		if ph == nil {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.1f | %.0f | %.1f | %d | %.0f / %.0f / %.0f / %.0f | %.0f | %d (%d / %d) | %d | %d |\n",
+		fmt.Fprintf(&b, "| %s | %d | %.1f | %.0f | %.1f | %d | %.0f / %.0f / %.0f / %.0f | %.0f | %d (%d / %d) | %d | %d | %.0f | %d | %d |\n",
 			ph.Name, ph.BulkRecords, ph.BulkSeconds, ph.BulkPerSecond, ph.BulkMBPerSec, ph.FreshUpdates,
-			ph.FreshP50MS, ph.FreshP90MS, ph.FreshP99MS, ph.FreshMaxMS, ph.FreshRegP99MS, ph.Batches, ph.FreshBatches, ph.BulkBatches, ph.FreshRode, ph.Lost)
+			ph.FreshP50MS, ph.FreshP90MS, ph.FreshP99MS, ph.FreshMaxMS, ph.FreshRegP99MS, ph.Batches, ph.FreshBatches, ph.BulkBatches, ph.FreshRode,
+			ph.Demoted, ph.FlightMS, ph.Retries, ph.Lost)
 	}
 	if m := r.Mixed; m != nil {
 		if l, ok := m.LorryLatency["fresh"]; ok {
@@ -205,7 +206,7 @@ func (s *Series) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Lorry priority lanes: %d runs\n\n", len(s.Runs))
 	fmt.Fprintf(&b, "Options: %v\n\n", optionsLine(s.Runs[0].Options))
-	fmt.Fprintf(&b, "| run | load (before → after) | bulk records/s alone / with fresh | ratio | fresh p50 / p99 / max (ms) | fresh → registered p99 (ms) | lost | targets met |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| run | load (before → after) | bulk records/s alone / with fresh | ratio | fresh p50 / p99 / max (ms) | fresh → registered p99 (ms) | mixed: batches fresh / bulk (riders, demoted) | lost | targets met |\n|---|---|---|---|---|---|---|---|---|\n")
 	for i, r := range s.Runs {
 		m := r.Mixed
 		base := 0.0
@@ -216,8 +217,8 @@ func (s *Series) Markdown() string {
 		if r.Baseline != nil {
 			lost += r.Baseline.Lost
 		}
-		fmt.Fprintf(&b, "| %d | %s | %.0f / %.0f | %.2f | %.0f / %.0f / %.0f | %.0f | %d | %d of %d |\n", i+1, r.LoadAvg, base, m.BulkPerSecond, r.Ratio,
-			m.FreshP50MS, m.FreshP99MS, m.FreshMaxMS, m.FreshRegP99MS, lost, len(r.Targets)-len(r.Missed()), len(r.Targets))
+		fmt.Fprintf(&b, "| %d | %s | %.0f / %.0f | %.2f | %.0f / %.0f / %.0f | %.0f | %d / %d (%d, %d) | %d | %d of %d |\n", i+1, r.LoadAvg, base, m.BulkPerSecond, r.Ratio,
+			m.FreshP50MS, m.FreshP99MS, m.FreshMaxMS, m.FreshRegP99MS, m.FreshBatches, m.BulkBatches, m.FreshRode, m.Demoted, lost, len(r.Targets)-len(r.Missed()), len(r.Targets))
 	}
 	fmt.Fprintf(&b, "\nEach run's report and plot: run-<n>/results.md, run-<n>/latency.png.\n")
 	writeTargets(&b, s.Targets)
