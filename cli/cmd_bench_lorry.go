@@ -46,6 +46,7 @@ Examples:
    pillar bench lorry --out bench-out/lorry --records 200000 --data /big/disk/lorrybench
    pillar bench lorry --out bench-out/lorry --records 8000 --in-order    # with the in-order peer
    pillar bench lorry --out bench-out/lorry --records 20000 --runs 3     # repeated runs, all reported
+   pillar bench lorry --out bench-out/lorry --records 40000 --fresh-ride-wait -1s   # fresh records never ride bulk batches
    pillar bench lorry --out /tmp/lorry --records 500 --value-size 8192 --partitions 4   # quick look`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: "bench-out/lorry", Usage: "folder for results.md, results.json and latency.png"},
@@ -66,7 +67,7 @@ Examples:
 			&cli.Int64Flag{Name: "fresh-bulk-batch-bytes", Usage: "bulk batch size while fresh records flow (default: --max-batch-bytes)"},
 			&cli.IntFlag{Name: "max-bulk-unapplied", Usage: "Lorry's --max-bulk-unapplied (default: Lorry's)"},
 			&cli.DurationFlag{Name: "replica-poll", Usage: "Lorry's --replica-poll (default: Lorry's, 250ms)"},
-			&cli.DurationFlag{Name: "fresh-ride-wait", Usage: "Lorry's --fresh-ride-wait (default: Lorry's, 1s; negative: fresh records never ride bulk batches)"},
+			&cli.DurationFlag{Name: "fresh-ride-wait", Usage: "Lorry's --fresh-ride-wait (default: Lorry's, 1s; negative, such as -1s: fresh records never ride bulk batches)"},
 			&cli.IntFlag{Name: "node-ingest-concurrency", Usage: "the cobbled nodes' --ingest-concurrency (default: cobbled's, 2)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON (results.json and results.md are written either way)"},
 			&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the run to this file"},
