@@ -336,12 +336,30 @@ func (w *Worker) setBacklog(p int, lp *loop) {
 		return
 	}
 	var b backlogSample
-	fl := lp.freshInFlight()
-	b.records[prFresh] = int64(len(fl) + len(lp.fbuf) + len(lp.fresh))
+	// The fresh records in flight (freshInFlight, counted here without a
+	// copy: this runs after every fill).
+	var n, oldest int64
+	count := func(recs []pillar.ExportRecord) {
+		for _, r := range recs {
+			if !r.IsBulk() {
+				n++
+				if oldest == 0 || r.CommittedAt < oldest {
+					oldest = r.CommittedAt
+				}
+			}
+		}
+	}
+	if lp.bfl != nil && lp.bfl.pl.fresh {
+		count(lp.bfl.pl.recs)
+	}
+	if lp.fplanned != nil {
+		count(lp.fplanned.recs)
+	}
+	b.records[prFresh] = n + int64(len(lp.fbuf)+len(lp.fresh))
 	b.records[prBulk] = int64(len(lp.bulk))
 	switch {
-	case len(fl) > 0:
-		b.oldest[prFresh] = fl[0].CommittedAt
+	case n > 0:
+		b.oldest[prFresh] = oldest
 	case len(lp.fbuf) > 0:
 		b.oldest[prFresh] = lp.fbuf[0].CommittedAt
 	case len(lp.fresh) > 0:
