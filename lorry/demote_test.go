@@ -49,8 +49,9 @@ func TestDemotionWaitsForUsualFlightTime(t *testing.T) {
 
 // TestFlightTimeNoted: a bulk batch's time from being planned to its files
 // uploaded (here 3s on the FAKE clock, its upload held) is the first sample
-// of Stats.FlightTime; a batch of fresh records only, a failed upload and a
-// demoted flight are none, and later samples move it by an eighth.
+// of Stats.FlightTime; a batch of fresh records only and a failed upload are
+// none, a demoted flight counts from its restart, and it is the median of
+// the last samples.
 func TestFlightTimeNoted(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
@@ -90,13 +91,20 @@ func TestFlightTimeNoted(t *testing.T) {
 	}
 	lp.flightDone(flight(time.Second, true, false, nil))
 	lp.flightDone(flight(100*time.Millisecond, false, false, nil))
-	lp.flightDone(flight(5*time.Second, true, true, nil))
+	demoted := flight(5*time.Second, true, true, nil)
+	demoted.pl.flightStart = fc.Now().Add(-time.Second) // restarted 1s ago
+	lp.flightDone(demoted)
 	lp.flightDone(flight(7*time.Second, true, false, errors.New("upload failed")))
 	if ft := lp.w.Stats().FlightTime; ft != time.Second {
-		t.Fatalf("flight time %v after a 1s bulk flight, then a fresh-only (0.1s), a demoted (5s) and a failed one (7s); want 1s", ft)
+		t.Fatalf("flight time %v after a 1s bulk flight, then a fresh-only (0.1s), a demoted one (5s, 1s since its restart) and a failed one (7s); want 1s", ft)
 	}
 	lp.w.noteFlight(9 * time.Second)
-	if ft := lp.w.Stats().FlightTime; ft != 2*time.Second {
-		t.Fatalf("flight time %v after 1s and 9s, want 2s (an eighth of the way)", ft)
+	if ft := lp.w.Stats().FlightTime; ft != time.Second {
+		t.Fatalf("flight time %v after 1s and 9s, want 1s (the lower median)", ft)
+	}
+	lp.w.noteFlight(3 * time.Second)
+	lp.w.noteFlight(3 * time.Second)
+	if ft := lp.w.Stats().FlightTime; ft != 3*time.Second {
+		t.Fatalf("flight time %v after 1s, 1s, 9s, 3s and 3s, want 3s (the median)", ft)
 	}
 }

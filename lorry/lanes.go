@@ -32,9 +32,11 @@ type plan struct {
 	fresh bool      // taken from the fresh lane's buffer
 	start time.Time // when it was taken (its delivery time, for the shares)
 	flown bool      // recorded as pending and uploaded in the background
-	// demoted: the flight restarted without its riders (demote); its
-	// time from start is no sample of a flight's (Stats.FlightTime).
-	demoted bool
+	// demoted: the flight restarted without its riders (demote), at
+	// flightStart (its sample of Stats.FlightTime is from then: the time
+	// before counts the build thrown away).
+	demoted     bool
+	flightStart time.Time
 }
 
 // bytes is the plan's record bytes (as the read-ahead budget counts them).
@@ -477,20 +479,27 @@ func (lp *loop) rideable() bool {
 // rideWait is how long fresh records wait for, and ride, a bulk batch.
 func (lp *loop) rideWait() time.Duration { return max(lp.w.o.MaxBatchAge, lp.w.o.FreshRideWait) }
 
-// flightDone adds an uploaded flight's time since it was planned to
-// Stats.FlightTime when it is a sample of what a bulk batch takes: not a
-// batch of fresh records only (no build slot, small), not a failed upload,
-// not a demoted flight (its time counts the build thrown away).
+// flightDone adds a finished flight's time to Stats.FlightTime when it is a
+// sample of what a bulk batch takes: not a batch of fresh records only (no
+// build slot, small), not a failed upload. A demoted flight's time counts
+// from its restart (r24 R1: skipping it, a machine where every flight
+// takes longer than the bound never yields a sample, and every riding
+// batch is demoted for ever).
 func (lp *loop) flightDone(f *flight) {
-	if f.pre.err == nil && !f.pl.demoted && f.pl.bulk() {
-		lp.w.noteFlight(lp.w.now().Sub(f.pl.start))
+	if f.pre.err != nil || !f.pl.bulk() {
+		return
 	}
+	start := f.pl.start
+	if f.pl.demoted {
+		start = f.pl.flightStart
+	}
+	lp.w.noteFlight(lp.w.now().Sub(start))
 }
 
-// demoteAfter is how long a bulk batch carrying fresh records may take to
-// be uploaded before its riders go back to the fresh lane: twice the time a
-// bulk batch takes now from being planned to its files uploaded
-// (Stats.FlightTime: waiting for a build slot, building, uploading), at
+// demoteAfter is how long a bulk batch carrying fresh records may fly
+// before its riders go back to the fresh lane: twice the time a bulk
+// batch's flight takes now (Stats.FlightTime: waiting for a build slot,
+// building, uploading, registering), at
 // least twice the ride wait and at most 8 times it. A flight that takes
 // its usual time is no hang, and demoting it throws its build away: on a
 // slow machine, where every flight takes longer than twice the ride wait,
@@ -563,7 +572,7 @@ func (lp *loop) demote(ctx context.Context) error {
 		}
 	}
 	lp.setBuffered()
-	pl := &plan{pend: plain, recs: bulk, start: f.pl.start, flown: true, demoted: true}
+	pl := &plan{pend: plain, recs: bulk, start: f.pl.start, flown: true, demoted: true, flightStart: w.now()}
 	lp.bfl = newFlight(pl, w.startFlight(ctx, lp.pt.id, plain, bulk, true))
 	w.count(func(s *Stats) { s.Demoted++ })
 	w.o.Logger.Info("lorry: fresh records taken off a slow bulk batch", "partition", lp.pt.id, "batch", old.ID, "riders", len(riders))

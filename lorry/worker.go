@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -40,8 +41,11 @@ type Worker struct {
 	snap   *sharedSnap // the snapshot partition loops share
 	stats  Stats
 	tr     *tracker
-	bufs   atomic.Int64 // bytes read ahead, all partitions
-	peak   atomic.Int64
+	// flights: the last bulk flights' times (noteFlight; under mu).
+	flights  [8]time.Duration
+	nflights int
+	bufs     atomic.Int64 // bytes read ahead, all partitions
+	peak     atomic.Int64
 }
 
 // part is one held partition's loop.
@@ -68,9 +72,11 @@ type Stats struct {
 	BulkBatches  int64 // batches holding bulk records
 	FreshRode    int64 // fresh records delivered at the head of a bulk batch (FreshRideWait)
 	Demoted      int64 // bulk batches whose riders went back to the fresh lane (upload not done in time: see FlightTime)
-	// FlightTime is the time an ordinary batch takes now from being
-	// planned to its files uploaded (waiting for a build slot included):
-	// a moving mean of the last ~8, over every partition (0: none yet). A
+	// FlightTime is the time a bulk batch's flight takes now from its
+	// being planned to its end (a build slot, the build and upload, then,
+	// once its pending record is committed, the manifest and the
+	// registration): the median of the last 8, over every partition
+	// (0: none yet; one hung flight moves it little, r24 R2). A
 	// bulk batch carrying fresh records that takes more than twice this
 	// (at least twice FreshRideWait, at most 8 times it) gives its riders
 	// back to the fresh lane.
@@ -130,16 +136,18 @@ func (w *Worker) count(fn func(s *Stats)) {
 
 func (w *Worker) now() time.Time { return w.o.Now() }
 
-// noteFlight adds one ordinary batch's time from being planned to its files
-// uploaded to Stats.FlightTime.
+// noteFlight adds one bulk batch's flight time (from being planned to the
+// flight's end) to the last 8, and sets Stats.FlightTime to their (lower)
+// median.
 func (w *Worker) noteFlight(d time.Duration) {
-	w.count(func(s *Stats) {
-		if s.FlightTime == 0 {
-			s.FlightTime = max(d, 1)
-		} else {
-			s.FlightTime = max(1, s.FlightTime+(d-s.FlightTime)/8)
-		}
-	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.flights[w.nflights%len(w.flights)] = max(d, 1)
+	w.nflights++
+	n := min(w.nflights, len(w.flights))
+	ds := append([]time.Duration(nil), w.flights[:n]...)
+	slices.Sort(ds)
+	w.stats.FlightTime = ds[(n-1)/2]
 }
 
 // flightTime returns Stats.FlightTime.
