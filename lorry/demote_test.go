@@ -108,3 +108,50 @@ func TestFlightTimeNoted(t *testing.T) {
 		t.Fatalf("flight time %v after 1s, 1s, 9s, 3s and 3s, want 3s (the median)", ft)
 	}
 }
+
+// TestFailedFlightRetriedInBackground (r24 R4): while every ordinary
+// batch's put fails, fresh records (riding or not) are still delivered,
+// the failed bulk flight is retried in the background (Stats.Retries),
+// and once puts succeed again everything is delivered in per-key order.
+func TestFailedFlightRetriedInBackground(t *testing.T) {
+	t.Parallel()
+	for _, ride := range []time.Duration{0, -1} {
+		fc := clock.NewFake(time.Now())
+		start := fc.Now()
+		e := newEnvNow(t, 1, fc.Now)
+		ks := keysIn(10, 0, 1)
+		var rs []rec
+		for i, k := range ks[:8] {
+			rs = append(rs, rec{key: k, val: val(i, 500), pri: pillar.PriorityBulk})
+		}
+		e.enqueue(rs...)
+		e.enqueue(rec{key: ks[0], val: val(80, 50)}, rec{key: ks[9], val: val(90, 50)}) // fresh 8 (key 0), 9
+		f := &failObjects{Store: e.objs}
+		f.fail.Store(true)
+		o := e.opts("w")
+		o.Objects, o.Now = f, fc.Now
+		o.LeaseTTL = time.Hour
+		o.MaxBatchRecords, o.FreshRideWait = 4, ride
+		w := e.worker(o)
+		stop := runWorker(t, w)
+		waitFor(t, "an ordinary batch's put failing", 20*time.Second, func() bool { return f.failed.Load() > 0 })
+		advanceTo(fc, start, 3*time.Second)
+		waitFor(t, "fresh 8 and 9 delivered while bulk puts fail (ride wait "+ride.String()+")", 10*time.Second, func() bool {
+			fc.Advance(10 * time.Millisecond)
+			return e.state(0).FreshOffset() == 10
+		})
+		waitFor(t, "the failed bulk flight retried", 10*time.Second, func() bool { return w.Stats().Retries > 0 })
+		f.fail.Store(false)
+		waitFor(t, "everything delivered once puts succeed", 20*time.Second, func() bool {
+			fc.Advance(10 * time.Millisecond)
+			st := e.state(0)
+			return st.Offset == 10 && st.Pending == nil && st.FreshPending == nil
+		})
+		stop()
+		e.laneChain(0, 10)
+		got := e.checkOrder(0, ks)
+		if counter(got[ks[0]]) != 80 || counter(got[ks[9]]) != 90 || counter(got[ks[7]]) != 7 {
+			t.Fatalf("ride wait %v: key 0 %d (want the fresh 80), key 9 %d (want 90), key 7 %d (want 7)", ride, counter(got[ks[0]]), counter(got[ks[9]]), counter(got[ks[7]]))
+		}
+	}
+}

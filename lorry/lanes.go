@@ -37,6 +37,7 @@ type plan struct {
 	// before counts the build thrown away).
 	demoted     bool
 	flightStart time.Time
+	retries     int // failed uploads of the flight, retried in the background
 }
 
 // bytes is the plan's record bytes (as the read-ahead budget counts them).
@@ -1023,6 +1024,32 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 			if err := lp.demote(ctx); err != nil {
 				return err
 			}
+		}
+		if f := lp.bfl; f != nil && f.uploaded() && f.pre.err != nil && f.pre.register && ctx.Err() == nil &&
+			!errors.Is(f.pre.err, errCrash) && !errors.Is(f.pre.err, ErrLeaseLost) {
+			// The flight's upload failed (r24 R4): retried in the
+			// background, as a flight, so neither its riders nor the
+			// fresh lane wait through the retries (delivered by the loop
+			// itself, they would): a batch carrying fresh records gives
+			// them back to the fresh lane and restarts without them at
+			// once; any other restarts after the backoff.
+			if f.pl.pend.FreshLast > 0 {
+				if err := lp.demote(ctx); err != nil {
+					return err
+				}
+				if lp.bfl != f {
+					continue
+				}
+			}
+			msg := f.pre.err.Error()
+			f.pl.retries++
+			w.count(func(s *Stats) { s.Retries++; s.LastError = msg })
+			w.o.Metrics.retried("upload")
+			if f.pl.retries == 1 || f.pl.retries%10 == 0 {
+				w.o.Logger.Warn("lorry: retrying a batch's upload in the background", "partition", p, "batch", f.pl.pend.ID, "attempt", f.pl.retries, "err", f.pre.err)
+			}
+			lp.bfl = newFlight(f.pl, w.startFlightAfter(ctx, p, f.pl.pend, f.pl.recs, true, w.backoff(f.pl.retries)))
+			continue
 		}
 		if f := lp.bfl; f != nil && f.uploaded() {
 			// The ordinary batch's files are up: manifest, register, commit

@@ -695,6 +695,22 @@ func (w *Worker) startPrefetch(ctx context.Context, p int, pend Pending, recs []
 // retries what failed). Registering it here is safe in any order against
 // the fresh batches delivered meanwhile: they hold none of its keys.
 func (w *Worker) startFlight(ctx context.Context, p int, pend Pending, recs []pillar.ExportRecord, recorded bool) *prefetch {
+	return w.startFlightAfter(ctx, p, pend, recs, recorded, 0)
+}
+
+// backoff is the wait before attempt n+1 after n failed ones (RetryMin
+// doubling up to RetryMax, with jitter), as retry waits.
+func (w *Worker) backoff(n int) time.Duration {
+	d := w.o.RetryMin
+	for i := 1; i < n && d < w.o.RetryMax; i++ {
+		d = min(2*d, w.o.RetryMax)
+	}
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// startFlightAfter is startFlight, the upload starting after delay (a
+// failed flight's retry).
+func (w *Worker) startFlightAfter(ctx context.Context, p int, pend Pending, recs []pillar.ExportRecord, recorded bool, delay time.Duration) *prefetch {
 	pre := &prefetch{id: pend.ID, done: make(chan struct{}), register: true, recorded: make(chan struct{}), abort: make(chan struct{}),
 		registeredSignal: make(chan struct{})}
 	if recorded {
@@ -707,6 +723,20 @@ func (w *Worker) startFlight(ctx context.Context, p int, pend Pending, recs []pi
 		defer pre.cancel()
 		defer close(pre.done)
 		defer close(pre.registeredSignal)
+		if delay > 0 {
+			t := w.o.Clock.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-pre.abort:
+				t.Stop()
+				pre.err = errors.New("lorry: flight stopped before its retry")
+				return
+			case <-ctx.Done():
+				t.Stop()
+				pre.err = ctx.Err()
+				return
+			}
+		}
 		pre.m, pre.err = w.uploadFiles(ctx, p, pend, recs)
 		if pre.err != nil {
 			return

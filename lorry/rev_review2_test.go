@@ -249,7 +249,6 @@ func TestReview2LossCounterSeesBatchBeingDelivered(t *testing.T) {
 // only ordinary (bulk, riding) batches' puts fail. The riders 8 and 9 must
 // reach the fresh lane within a few ride waits.
 func TestReview2RidersNotHeldByFailingBulkUpload(t *testing.T) {
-	t.Skip("r24 R4: open (a failed bulk flight is retried by the loop itself, riders and fresh lane with it; /work/notes/h24.md)")
 	t.Parallel()
 	fc := clock.NewFake(time.Now())
 	start := fc.Now()
@@ -286,7 +285,6 @@ func TestReview2RidersNotHeldByFailingBulkUpload(t *testing.T) {
 // records are stuck behind bulk work for as long as bulk puts fail. A
 // fresh record queued meanwhile must be delivered.
 func TestReview2FreshNotHeldByFailingBulkUpload(t *testing.T) {
-	t.Skip("r24 R4, the lane part: open (a failed bulk flight is retried by the loop itself; the fix, retrying it in the background, is not in; /work/notes/h24.md)")
 	t.Parallel()
 	fc := clock.NewFake(time.Now())
 	start := fc.Now()
