@@ -103,6 +103,18 @@ func Open(ctx context.Context, opts Options) (*Node, error) {
 		n.cache.Destroy()
 		return nil, fmt.Errorf("cobbled: %w", err)
 	}
+	// Index and filter blocks live in the table readers (every reader
+	// stays open: tuneForServing), not in the block cache: a key's read
+	// then makes one block-cache lookup (its data block), not three, each
+	// a shard mutex and an LRU unlink and relink. Ingested files land
+	// below L0, where the cache's L0 pinning did not reach. In bench read
+	// (12 keys over ~11 partitions a request) the node processes spent
+	// ~15% less CPU per request. Their memory is outside the cache's
+	// bound: ~10 bits of filter and an index entry per data block.
+	bbto := opts.Table.BlockBasedTableOptions(n.cache)
+	bbto.SetCacheIndexAndFilterBlocks(false)
+	dbOpts.SetBlockBasedTableFactory(bbto)
+	bbto.Destroy()
 	tuneForServing(dbOpts)
 	opts.Background.Apply(dbOpts) // compaction rate limit and priority (internal/rocks)
 	// Block-cache warming of deltas and compaction outputs, and the DB
