@@ -36,7 +36,7 @@ static char* malloced_status(const rocksdb::Status& st) {
 // of each per database). Keys are back to back, database by database; the
 // outcome of key i is st[i] (1 found, 0 absent, 2 failed), data[i] and
 // sizes[i]; errs[j] is the first failure of database j (malloc'd), or
-// null.
+// null. A null dbps[j] (closed) is skipped, its keys absent.
 extern "C" void* pillar_mget_multi(size_t ndb, void** dbps, const size_t* counts, void* rop, const char* keys,
                                    size_t keylen, void** data, size_t* sizes, int* st, char** errs) {
   auto& ro = static_cast<rocksdb_readoptions_t*>(rop)->rep;
@@ -52,6 +52,15 @@ extern "C" void* pillar_mget_multi(size_t ndb, void** dbps, const size_t* counts
     errs[j] = nullptr;
     size_t c = counts[j];
     if (c == 0) continue;
+    if (dbps[j] == nullptr) {  // nil or closed (the Go side reports it): its keys read as absent
+      for (size_t i = off; i < off + c; i++) {
+        st[i] = 0;
+        data[i] = nullptr;
+        sizes[i] = 0;
+      }
+      off += c;
+      continue;
+    }
     auto* db = static_cast<rocksdb_t*>(dbps[j])->rep;
     db->MultiGet(ro, db->DefaultColumnFamily(), c, ks.data() + off, vals + off, sts.data() + off, false);
     for (size_t i = off; i < off + c; i++) {

@@ -21,6 +21,7 @@ import "C"
 
 import (
 	"errors"
+	"fmt"
 	"unsafe"
 
 	"github.com/linxGnu/grocksdb"
@@ -60,9 +61,11 @@ func Get(db *grocksdb.DB, ro *grocksdb.ReadOptions, keys []byte, keyLen int, r *
 // dozen partition databases; one call saves a cgo transition, its pointer
 // checks and a C allocation per database. The j-th error (in a slice
 // reused by the next call on r) is db j's first failure other than an
-// absent key; that database's keys then read as absent here (read them
-// again one by one to tell which failed), and the other databases' values
-// are valid.
+// absent key (read its keys again one by one to tell which failed: the
+// failed ones read as absent here), or that db j is nil or closed (its
+// keys then read as absent); the other databases' values are valid. A
+// database asked for no keys is not touched (it may be nil). A negative
+// count, counts that do not match keys, or nil read options panic.
 func GetMulti(dbs []*grocksdb.DB, ro *grocksdb.ReadOptions, counts []int, keys []byte, keyLen int, r *Result) []error {
 	r.Release()
 	nd := len(dbs)
@@ -70,11 +73,17 @@ func GetMulti(dbs []*grocksdb.DB, ro *grocksdb.ReadOptions, counts []int, keys [
 		panic("mget: GetMulti: counts and dbs differ in length")
 	}
 	n := 0
-	for _, c := range counts {
+	for j, c := range counts {
+		if c < 0 {
+			panic(fmt.Sprintf("mget: GetMulti: database %d: negative key count %d", j, c))
+		}
 		n += c
 	}
 	if n*keyLen != len(keys) {
 		panic("mget: GetMulti: keys do not match counts × keyLen")
+	}
+	if ro == nil || *(*unsafe.Pointer)(unsafe.Pointer(ro)) == nil {
+		panic("mget: GetMulti: nil or destroyed read options")
 	}
 	if cap(r.data) < n {
 		r.data, r.sizes, r.status = make([]unsafe.Pointer, n), make([]C.size_t, n), make([]C.int, n)
@@ -89,8 +98,16 @@ func GetMulti(dbs []*grocksdb.DB, ro *grocksdb.ReadOptions, counts []int, keys [
 		return r.errs
 	}
 	for j, db := range dbs {
-		r.dbs[j] = *(*unsafe.Pointer)(unsafe.Pointer(db))
-		r.counts[j] = C.size_t(counts[j])
+		r.dbs[j], r.counts[j] = nil, C.size_t(counts[j])
+		if counts[j] == 0 {
+			continue // skipped: the handle is never read
+		}
+		if db != nil {
+			r.dbs[j] = *(*unsafe.Pointer)(unsafe.Pointer(db))
+		}
+		if r.dbs[j] == nil { // nil, or closed (grocksdb's Close clears the handle): C skips it
+			r.errs[j] = fmt.Errorf("mget: database %d is nil or closed", j)
+		}
 	}
 	r.h = C.pillar_mget_multi(C.size_t(nd), &r.dbs[0], &r.counts[0], *(*unsafe.Pointer)(unsafe.Pointer(ro)),
 		(*C.char)(unsafe.Pointer(&keys[0])), C.size_t(keyLen), &r.data[0], &r.sizes[0], &r.status[0], &r.cerrs[0])
