@@ -133,8 +133,9 @@ type Options struct {
 	// possible.
 	Spread bool
 	// Transport is the router's node transport (router.Options.Transport):
-	// "grpc" or "wire". The default value "" is gRPC. The interleaved rows
-	// measure both straight to a node either way.
+	// "grpc" or "wire". The default value "" is wire, as `bench read`'s
+	// (gRPC before 2026-12-02). The interleaved rows measure both straight
+	// to a node either way.
 	Transport string
 	// ViaServer sends requests through the router's gRPC server on
 	// loopback instead of the library. The default value is false.
@@ -200,6 +201,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.CacheBytes == 0 {
 		o.CacheBytes = 1 << 30
+	}
+	if o.Transport == "" {
+		o.Transport = router.TransportWire
 	}
 	if o.MinValue == 0 {
 		o.MinValue = 100
