@@ -42,7 +42,7 @@ func routerFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "hedge-min", Value: time.Millisecond, Usage: "floor of the hedge delay"},
 		&cli.Float64Flag{Name: "hedge-budget", Value: 0.045, Usage: "most hedges per primary sub-request (token bucket)"},
 		&cli.DurationFlag{Name: "refresh", Value: 2 * time.Second, Usage: "routing refresh interval (and long-poll wait)"},
-		&cli.StringFlag{Name: "transport", Value: router.TransportGRPC, Usage: "how the router reaches nodes: grpc, or wire (cobbled's lean protocol on the nodes' own port: length-prefixed frames over TCP, pipelined)"},
+		&cli.StringFlag{Name: "transport", Value: router.TransportWire, Usage: "how the router reaches nodes: wire (cobbled's lean protocol on the nodes' own port: length-prefixed frames over TCP, pipelined), or grpc (the Serve API other languages use)"},
 	}
 }
 
@@ -129,7 +129,7 @@ Examples:
    pillar router serve --control 127.0.0.1:7000 --no-hedge   # compare tails without hedging
    pillar router serve --control 127.0.0.1:7000 --candidate-fraction 0.05   # 5% A/B to the candidate
    pillar router serve --control 127.0.0.1:7000 --listen 127.0.0.1:7401 --version candidate
-   pillar router serve --control 127.0.0.1:7000 --transport wire   # nodes over the lean wire protocol`,
+   pillar router serve --control 127.0.0.1:7000 --transport grpc   # nodes over gRPC instead of the lean wire protocol`,
 			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true, EnvVars: []string{envControl}},
 				controlTokenFileFlag, hiddenControlTokenFlag(), controlTLSCAFlag,
@@ -255,7 +255,8 @@ With --interleave the Redis scenario then measures, batch by batch in the same c
 straight to one node (direct/interleaved), a bare grpc-go call with a raw codec
 around the same MultiGet (bare/interleaved): the floor the node's BatchGet is held to,
 and the same BatchGet over cobbled's lean wire protocol (wire/interleaved).
---transport wire sends the router's own sub-requests over that protocol.
+The router's own sub-requests go over that protocol too (--transport, default wire;
+--transport grpc for the Serve API over gRPC).
 
 Writes results.md (table and targets), results.json and latency.png (latency by
 percentile per scenario) to --out, and prints the table.
@@ -264,7 +265,8 @@ Examples:
    pillar bench read --out bench-out/read
    pillar bench read --out /tmp/read --duration 30s --clients 8 --keys 12000
    pillar bench read --out /tmp/read --scenarios healthy,redis --via-server
-   pillar bench read --out /tmp/read --transport wire --clients 1   # router over the lean wire protocol
+   pillar bench read --out /tmp/read --clients 1 --cache 256MiB   # one client, a cache below the data set
+   pillar bench read --out /tmp/read --transport grpc   # the router reaches nodes over gRPC
    pillar bench read --out /tmp/read --duration 2s --keys 1200 --partitions 16   # quick look`,
 			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "out", Value: "bench-out/read", Usage: "folder for results.md, results.json and latency.png"},
@@ -278,6 +280,7 @@ Examples:
 				&cli.IntFlag{Name: "nodes", Value: 3, Usage: "cobbled nodes"},
 				&cli.IntFlag{Name: "partitions", Value: 64, Usage: "partitions"},
 				&cli.IntFlag{Name: "replicas", Value: 3, Usage: "replicas per partition"},
+				&cli.StringFlag{Name: "cache", Value: "1GiB", Usage: "each node's (and the bare floor's) block cache; the default, a node's own, holds the default data set (Redis holds it all in memory)"},
 				&cli.StringFlag{Name: "scenarios", Value: strings.Join(readbench.AllScenarios, ","), Usage: "comma-separated scenarios to run"},
 				&cli.StringFlag{Name: "slow", Value: "0.03:50ms", Usage: "FRACTION:DELAY of the slow node's requests (the scenario reports the share of all requests it reached)"},
 				&cli.IntFlag{Name: "degraded-node", Value: 1, Usage: "index of the node that adds --degraded-delay to every request in the degraded scenario"},
@@ -307,6 +310,10 @@ func benchRead(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--slow: %w", err)
 	}
+	cacheBytes, err := bytesize.ParseFlag("cache", c.String("cache"))
+	if err != nil {
+		return err
+	}
 	var scen []string
 	for _, s := range strings.Split(c.String("scenarios"), ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -316,7 +323,7 @@ func benchRead(c *cli.Context) error {
 	o := readbench.Options{
 		Out: c.String("out"), Dir: c.String("data"), Duration: c.Duration("duration"), Warmup: c.Duration("warmup"),
 		Clients: c.Int("clients"), Keys: c.Int("keys"), BatchKeys: c.Int("batch-keys"),
-		Nodes: c.Int("nodes"), Partitions: c.Int("partitions"), Replicas: c.Int("replicas"),
+		Nodes: c.Int("nodes"), Partitions: c.Int("partitions"), Replicas: c.Int("replicas"), CacheBytes: cacheBytes,
 		Zone: c.String("zone"), SlowNode: c.Int("slow-node"), SlowFraction: frac, SlowDelay: delay,
 		DegradedNode: c.Int("degraded-node"), DegradedDelay: c.Duration("degraded-delay"), SaturationClients: c.Int("saturation-clients"), SaturationSlice: c.Duration("saturation-slice"),
 		KillNode: c.Int("kill-node"), DownAfter: c.Duration("down-after"), Deadline: c.Duration("deadline"),
@@ -498,12 +505,18 @@ Example (as bench read runs it):
 			&cli.StringFlag{Name: "cache", Value: "256MiB", Usage: "block cache size"},
 			&cli.StringFlag{Name: "fault-slow", Usage: "test only: FRACTION:DELAY, e.g. 0.03:50ms"},
 			&cli.BoolFlag{Name: "bare", Usage: "serve the bare floor (grpc-go, raw codec, the same MultiGet) instead of a node"},
+			&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the process to this file (written when it stops; a %p in it becomes the process id)"},
 		},
 		Action: func(c *cli.Context) error {
 			cacheBytes, err := bytesize.ParseFlag("cache", c.String("cache"))
 			if err != nil {
 				return err
 			}
+			stop, err := startCPUProfile(strings.ReplaceAll(c.String("cpuprofile"), "%p", strconv.Itoa(os.Getpid())))
+			if err != nil {
+				return err
+			}
+			defer stop()
 			if c.Bool("bare") {
 				return readbench.ServeBareProcess(c.Context, readbench.BareConfig{Dir: c.String("data"), Partitions: c.Int("partitions"),
 					CacheBytes: cacheBytes, Listen: c.String("listen")}, os.Stdin, os.Stdout)

@@ -145,12 +145,12 @@ func TestBenchReadCLI(t *testing.T) {
 	// The node processes are this test binary as pillar (TestCLIChild).
 	t.Setenv("PILLAR_CLI_CHILD_ARGV", "1")
 	stdout, err := runRouterCLI(t, context.Background(), "bench", "read", "--out", out, "--data", t.TempDir(), "--duration", "300ms",
-		"--warmup", "100ms", "--keys", "120", "--partitions", "8", "--clients", "1", "--scenarios", "healthy,slow-hedge", "--slow", "0.5:20ms",
+		"--warmup", "100ms", "--keys", "120", "--partitions", "8", "--clients", "1", "--scenarios", "healthy,slow-hedge", "--slow", "0.5:20ms", "--cache", "64MiB",
 		"--node-exec", os.Args[0], "--node-exec", "-test.run=^TestCLIChild$", "--node-exec", "--", "--node-exec", "bench", "--node-exec", "read-node")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| healthy |", "| slow-hedge |", "50% of requests by 20ms", "processes of their own"} {
+	for _, want := range []string{"| healthy |", "| slow-hedge |", "50% of requests by 20ms", "processes of their own", "block cache 64 MiB per node"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
@@ -160,5 +160,8 @@ func TestBenchReadCLI(t *testing.T) {
 	}
 	if _, err := runRouterCLI(t, context.Background(), "bench", "read", "--slow", "5%"); err == nil || !strings.Contains(err.Error(), "FRACTION:DELAY") {
 		t.Errorf("bad --slow: %v", err)
+	}
+	if _, err := runRouterCLI(t, context.Background(), "bench", "read", "--cache", "lots"); err == nil || !strings.Contains(err.Error(), "--cache") {
+		t.Errorf("bad --cache: %v", err)
 	}
 }

@@ -136,7 +136,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		m.batchesApplied, m.reconciled, m.fault, m.corruptReads, m.rebuilds, m.retracted,
 		m.passed, m.pubBytes, m.pubsDropped, m.versionReads,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "cobbled_block_cache_hit_ratio", Help: "Block cache hits / (hits + misses) since start, all partitions.",
+			Name: "cobbled_block_cache_hit_ratio", Help: "Block cache hits / (hits + misses) since start, all partitions (data blocks only since 2026-12-02: index and filter blocks live in the table readers).",
 		}, cache(func(s Stats) float64 {
 			if s.CacheHits+s.CacheMisses == 0 {
 				return 0
@@ -149,5 +149,8 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cobbled_block_cache_capacity_bytes", Help: "Block cache capacity (--cache).",
 		}, cache(func(s Stats) float64 { return float64(s.CacheCapacity) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cobbled_table_readers_memory_bytes", Help: "Memory of the open table readers, outside the block cache: their index and filter blocks (~25-30 bytes a ~50 KB page, per publication held).",
+		}, cache(func(s Stats) float64 { return float64(s.TableReadersBytes) })),
 	}, m.paceCollectors()...) // ingest pacing and compaction backlog (pace.go)
 }

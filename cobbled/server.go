@@ -89,11 +89,13 @@ var respPool = new(servepb.BufferPool)
 type getScratch struct {
 	part   []int
 	order  []int
-	kbuf   []byte        // one partition's keys, back to back
-	val    [][]byte      // per key: the value (pinned by mr or res) when found
-	found  []bool        // per key
-	mr     []mget.Result // one per partition read, reused
-	nmr    int           // mr in use
+	kbuf   []byte      // the keys read, back to back, partition by partition
+	val    [][]byte    // per key: the value (pinned by mr or res) when found
+	found  []bool      // per key
+	mr     mget.Result // every partition's pinned values (one GetMulti)
+	reads  []partRead  // the partitions read, in kbuf's order
+	dbs    []*grocksdb.DB
+	counts []int
 	status []servepb.KeyStatus
 	msg    []string // per key error text (shared per partition)
 	held   []*partition
@@ -110,6 +112,7 @@ func (s *getScratch) reset(n int) {
 	s.found = slices.Grow(s.found[:0], n)[:n]
 	s.status = slices.Grow(s.status[:0], n)[:n]
 	s.msg = slices.Grow(s.msg[:0], n)[:n]
+	s.kbuf = s.kbuf[:0]
 	clear(s.val)
 	clear(s.found)
 	clear(s.status)
@@ -128,22 +131,23 @@ func (s *getScratch) release() {
 	}
 	clear(s.held)
 	s.held = s.held[:0]
-	for i := range s.nmr {
-		s.mr[i].Release()
-	}
-	s.nmr = 0
+	s.mr.Release()
+	clear(s.reads)
+	s.reads = s.reads[:0]
+	clear(s.dbs)
+	s.dbs, s.counts = s.dbs[:0], s.counts[:0]
 	clear(s.val)
 	clear(s.parts)
 	s.parts = s.parts[:0]
 }
 
-// nextResult is a pinned-MultiGet result to read one partition into.
-func (s *getScratch) nextResult() *mget.Result {
-	if s.nmr == len(s.mr) {
-		s.mr = append(s.mr, mget.Result{})
-	}
-	s.nmr++
-	return &s.mr[s.nmr-1]
+// partRead is one partition of a request read from its database: the
+// request's keys s.order[lo:hi].
+type partRead struct {
+	p      *partition
+	db     *grocksdb.DB
+	q      int
+	lo, hi int
 }
 
 func (n *Node) batchGet(ctx context.Context, req *servepb.BatchGetRequest) (any, error) {
@@ -267,22 +271,29 @@ func (n *Node) read(ctx context.Context, req *servepb.BatchGetRequest, zeroCopy 
 			}
 			continue
 		}
-		s.kbuf = s.kbuf[:0]
 		for _, i := range run {
 			s.kbuf = append(s.kbuf, keys[i]...)
 		}
 		held = true
-		// Pinned: the values are read in place (block cache) until release.
-		mr := s.nextResult()
-		if err := mget.Get(db, n.ro, s.kbuf, pillar.KeySize, mr); err != nil {
-			// One bad key fails the whole MultiGet: read the keys one by
-			// one, so only those that fail get an error.
-			n.getEach(p, db, version, q, keys, run, s, err)
-			continue
+		s.reads = append(s.reads, partRead{p: p, db: db, q: q, lo: lo - len(run), hi: lo})
+		s.dbs, s.counts = append(s.dbs, db), append(s.counts, len(run))
+	}
+	// Pinned: the values are read in place (block cache) until release,
+	// every partition's in one call into RocksDB.
+	errs := mget.GetMulti(s.dbs, n.ro, s.counts, s.kbuf, pillar.KeySize, &s.mr)
+	at := 0
+	for j, pr := range s.reads {
+		run := s.order[pr.lo:pr.hi]
+		if errs[j] != nil {
+			// One bad key fails the partition's MultiGet: read its keys
+			// one by one, so only those that fail get an error.
+			n.getEach(pr.p, pr.db, version, pr.q, keys, run, s, errs[j])
+		} else {
+			for k, i := range run {
+				s.val[i], s.found[i] = s.mr.Value(at + k)
+			}
 		}
-		for j, i := range run {
-			s.val[i], s.found[i] = mr.Value(j)
-		}
+		at += len(run)
 	}
 
 	// Size, then encode in request order.

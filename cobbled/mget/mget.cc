@@ -2,6 +2,9 @@
 // grocksdb does): the values stay pinned in the block cache (or in one
 // buffer per value when they are not in a block) until mget_free, instead
 // of being copied into malloc'd strings as rocksdb_multi_get does.
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include <rocksdb/c.h>
@@ -18,38 +21,72 @@ struct rocksdb_readoptions_t {
   rocksdb::ReadOptions rep;
 };
 
-extern "C" void* pillar_mget(void* dbp, void* rop, size_t n, const char* keys, size_t keylen,
-                             void** data, size_t* sizes, int* st, char** err) {
-  auto* db = static_cast<rocksdb_t*>(dbp)->rep;
+// malloced_status copies a status's text into malloc'd memory (the Go side
+// frees it).
+static char* malloced_status(const rocksdb::Status& st) {
+  std::string s = st.ToString();
+  char* out = static_cast<char*>(malloc(s.size() + 1));
+  memcpy(out, s.c_str(), s.size() + 1);
+  return out;
+}
+
+// pillar_mget_multi reads counts[j] keys from dbps[j], for j < ndb, one
+// database after the other in one call from Go (a node's request spans a
+// dozen partition databases: one cgo transition, one allocation, not one
+// of each per database). Keys are back to back, database by database; the
+// outcome of key i is st[i] (1 found, 0 absent, 2 failed), data[i] and
+// sizes[i]; errs[j] is the first failure of database j (malloc'd), or
+// null. A null dbps[j] (closed) is skipped, its keys absent.
+extern "C" void* pillar_mget_multi(size_t ndb, void** dbps, const size_t* counts, void* rop, const char* keys,
+                                   size_t keylen, void** data, size_t* sizes, int* st, char** errs) {
   auto& ro = static_cast<rocksdb_readoptions_t*>(rop)->rep;
+  size_t n = 0;
+  for (size_t j = 0; j < ndb; j++) n += counts[j];
   std::vector<rocksdb::Slice> ks;
   ks.reserve(n);
   for (size_t i = 0; i < n; i++) ks.emplace_back(keys + i * keylen, keylen);
   auto* vals = new rocksdb::PinnableSlice[n];
   std::vector<rocksdb::Status> sts(n);
-  db->MultiGet(ro, db->DefaultColumnFamily(), n, ks.data(), vals, sts.data(), false);
-  *err = nullptr;
-  for (size_t i = 0; i < n; i++) {
-    if (sts[i].ok()) {
-      st[i] = 1;
-      data[i] = const_cast<char*>(vals[i].data());
-      sizes[i] = vals[i].size();
-    } else if (sts[i].IsNotFound()) {
-      st[i] = 0;
-      data[i] = nullptr;
-      sizes[i] = 0;
-    } else {
-      st[i] = 2;
-      data[i] = nullptr;
-      sizes[i] = 0;
-      if (*err == nullptr) {
-        std::string s = sts[i].ToString();
-        *err = static_cast<char*>(malloc(s.size() + 1));
-        memcpy(*err, s.c_str(), s.size() + 1);
+  size_t off = 0;
+  for (size_t j = 0; j < ndb; j++) {
+    errs[j] = nullptr;
+    size_t c = counts[j];
+    if (c == 0) continue;
+    if (dbps[j] == nullptr) {  // nil or closed (the Go side reports it): its keys read as absent
+      for (size_t i = off; i < off + c; i++) {
+        st[i] = 0;
+        data[i] = nullptr;
+        sizes[i] = 0;
+      }
+      off += c;
+      continue;
+    }
+    auto* db = static_cast<rocksdb_t*>(dbps[j])->rep;
+    db->MultiGet(ro, db->DefaultColumnFamily(), c, ks.data() + off, vals + off, sts.data() + off, false);
+    for (size_t i = off; i < off + c; i++) {
+      if (sts[i].ok()) {
+        st[i] = 1;
+        data[i] = const_cast<char*>(vals[i].data());
+        sizes[i] = vals[i].size();
+      } else if (sts[i].IsNotFound()) {
+        st[i] = 0;
+        data[i] = nullptr;
+        sizes[i] = 0;
+      } else {
+        st[i] = 2;
+        data[i] = nullptr;
+        sizes[i] = 0;
+        if (errs[j] == nullptr) errs[j] = malloced_status(sts[i]);
       }
     }
+    off += c;
   }
   return vals;
+}
+
+extern "C" void* pillar_mget(void* dbp, void* rop, size_t n, const char* keys, size_t keylen, void** data,
+                             size_t* sizes, int* st, char** err) {
+  return pillar_mget_multi(1, &dbp, &n, rop, keys, keylen, data, sizes, st, err);
 }
 
 extern "C" void pillar_mget_free(void* h) { delete[] static_cast<rocksdb::PinnableSlice*>(h); }

@@ -21,17 +21,25 @@ import "C"
 
 import (
 	"errors"
+	"fmt"
 	"unsafe"
 
 	"github.com/linxGnu/grocksdb"
 )
 
-// Result holds the pinned values of one Get; Release frees them.
+// Result holds the pinned values of one Get or GetMulti; Release frees
+// them.
 type Result struct {
 	h      unsafe.Pointer
 	data   []unsafe.Pointer // C memory
 	sizes  []C.size_t
 	status []C.int
+
+	// GetMulti's per-database arguments, reused.
+	dbs    []unsafe.Pointer // C handles
+	counts []C.size_t
+	cerrs  []*C.char
+	errs   []error
 }
 
 // Get reads keys (all of length keyLen, back to back in keys) from db's
@@ -39,25 +47,79 @@ type Result struct {
 // status) when any key failed other than by being absent; the values
 // then are not read.
 func Get(db *grocksdb.DB, ro *grocksdb.ReadOptions, keys []byte, keyLen int, r *Result) error {
-	n := len(keys) / keyLen
+	errs := GetMulti([]*grocksdb.DB{db}, ro, []int{len(keys) / keyLen}, keys, keyLen, r)
+	if errs[0] != nil {
+		r.Release()
+		return errs[0]
+	}
+	return nil
+}
+
+// GetMulti reads, in one call into RocksDB, counts[j] keys from dbs[j]
+// for every j: keys are of length keyLen, back to back, database by
+// database, and Value(i) is the i-th of them. A node's BatchGet spans a
+// dozen partition databases; one call saves a cgo transition, its pointer
+// checks and a C allocation per database. The j-th error (in a slice
+// reused by the next call on r) is db j's first failure other than an
+// absent key (read its keys again one by one to tell which failed: the
+// failed ones read as absent here), or that db j is nil or closed (its
+// keys then read as absent); the other databases' values are valid. A
+// database asked for no keys is not touched (it may be nil). A negative
+// count, counts that do not match keys, or nil read options panic.
+func GetMulti(dbs []*grocksdb.DB, ro *grocksdb.ReadOptions, counts []int, keys []byte, keyLen int, r *Result) []error {
 	r.Release()
+	nd := len(dbs)
+	if len(counts) != nd {
+		panic("mget: GetMulti: counts and dbs differ in length")
+	}
+	n := 0
+	for j, c := range counts {
+		if c < 0 {
+			panic(fmt.Sprintf("mget: GetMulti: database %d: negative key count %d", j, c))
+		}
+		n += c
+	}
+	if n*keyLen != len(keys) {
+		panic("mget: GetMulti: keys do not match counts × keyLen")
+	}
+	if ro == nil || *(*unsafe.Pointer)(unsafe.Pointer(ro)) == nil {
+		panic("mget: GetMulti: nil or destroyed read options")
+	}
 	if cap(r.data) < n {
 		r.data, r.sizes, r.status = make([]unsafe.Pointer, n), make([]C.size_t, n), make([]C.int, n)
 	}
 	r.data, r.sizes, r.status = r.data[:n], r.sizes[:n], r.status[:n]
+	if cap(r.dbs) < nd {
+		r.dbs, r.counts, r.cerrs, r.errs = make([]unsafe.Pointer, nd), make([]C.size_t, nd), make([]*C.char, nd), make([]error, nd)
+	}
+	r.dbs, r.counts, r.cerrs, r.errs = r.dbs[:nd], r.counts[:nd], r.cerrs[:nd], r.errs[:nd]
+	clear(r.errs)
 	if n == 0 {
-		return nil
+		return r.errs
 	}
-	var cerr *C.char
-	r.h = C.pillar_mget(*(*unsafe.Pointer)(unsafe.Pointer(db)), *(*unsafe.Pointer)(unsafe.Pointer(ro)), C.size_t(n),
-		(*C.char)(unsafe.Pointer(&keys[0])), C.size_t(keyLen), &r.data[0], &r.sizes[0], &r.status[0], &cerr)
-	if cerr != nil {
-		msg := C.GoString(cerr)
-		C.free(unsafe.Pointer(cerr))
-		r.Release()
-		return errors.New(msg)
+	for j, db := range dbs {
+		r.dbs[j], r.counts[j] = nil, C.size_t(counts[j])
+		if counts[j] == 0 {
+			continue // skipped: the handle is never read
+		}
+		if db != nil {
+			r.dbs[j] = *(*unsafe.Pointer)(unsafe.Pointer(db))
+		}
+		if r.dbs[j] == nil { // nil, or closed (grocksdb's Close clears the handle): C skips it
+			r.errs[j] = fmt.Errorf("mget: database %d is nil or closed", j)
+		}
 	}
-	return nil
+	r.h = C.pillar_mget_multi(C.size_t(nd), &r.dbs[0], &r.counts[0], *(*unsafe.Pointer)(unsafe.Pointer(ro)),
+		(*C.char)(unsafe.Pointer(&keys[0])), C.size_t(keyLen), &r.data[0], &r.sizes[0], &r.status[0], &r.cerrs[0])
+	for j, ce := range r.cerrs {
+		if ce != nil {
+			r.errs[j] = errors.New(C.GoString(ce))
+			C.free(unsafe.Pointer(ce))
+			r.cerrs[j] = nil
+		}
+	}
+	clear(r.dbs)
+	return r.errs
 }
 
 // Len is the number of keys read.

@@ -68,3 +68,77 @@ func TestGetMatchesMultiGet(t *testing.T) {
 		t.Fatalf("no keys: %v, %d results", err, r.Len())
 	}
 }
+
+// GetMulti reads several databases in one call: each key's value comes from
+// its own database (the same key holds a different value in each), a
+// database with no keys asked is skipped, and a database read next to
+// others answers as it does alone.
+func TestGetMultiReadsEachDatabase(t *testing.T) {
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	opts.SetCreateIfMissing(true)
+	wo := grocksdb.NewDefaultWriteOptions()
+	defer wo.Destroy()
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	key := func(i int) []byte { return []byte(fmt.Sprintf("key-%012d", i)) }
+	val := func(db, i int) []byte { return bytes.Repeat([]byte{byte(db*31 + i)}, (db*7919+i*997)%20000+1) }
+	var dbs []*grocksdb.DB
+	for d := range 3 {
+		db, err := grocksdb.OpenDb(opts, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for i := 0; i < 20; i += 2 { // odd keys absent
+			if err := db.Put(wo, key(i), val(d, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dbs = append(dbs, db)
+	}
+	asks := [][]int{{0, 1, 4}, {}, {2, 4, 19, 2}} // per database
+	var keys []byte
+	var counts []int
+	type want struct {
+		v  []byte
+		ok bool
+	}
+	var wants []want
+	for d, ks := range asks {
+		counts = append(counts, len(ks))
+		for _, i := range ks {
+			keys = append(keys, key(i)...)
+			if i%2 == 0 {
+				wants = append(wants, want{val(d, i), true})
+			} else {
+				wants = append(wants, want{nil, false})
+			}
+		}
+	}
+	var r Result
+	defer r.Release()
+	for round := range 2 { // the second reuses r's buffers
+		errs := GetMulti(dbs, ro, counts, keys, 16, &r)
+		if len(errs) != len(dbs) {
+			t.Fatalf("round %d: %d errors for %d databases", round, len(errs), len(dbs))
+		}
+		for j, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: database %d: %v", round, j, err)
+			}
+		}
+		if r.Len() != len(wants) {
+			t.Fatalf("round %d: %d results for %d keys", round, r.Len(), len(wants))
+		}
+		for i, w := range wants {
+			v, ok := r.Value(i)
+			if ok != w.ok || !bytes.Equal(v, w.v) {
+				t.Errorf("round %d: key %d: got %d bytes (found %v), want %d (found %v)", round, i, len(v), ok, len(w.v), w.ok)
+			}
+		}
+	}
+	if errs := GetMulti(nil, ro, nil, nil, 16, &r); len(errs) != 0 || r.Len() != 0 {
+		t.Fatalf("no databases: %v, %d results", errs, r.Len())
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sort"
 	"strconv"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
+	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/mget"
 	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
 	"github.com/pillarkit/pillar/cobbled/servepb"
@@ -150,7 +152,7 @@ func ServeBareProcess(ctx context.Context, cfg BareConfig, stdin io.Reader, stdo
 func openBare(dir string, ssts []string, cacheBytes int64) (*bareServer, error) {
 	s := &bareServer{cache: grocksdb.NewLRUCache(uint64(cacheBytes)), ro: grocksdb.NewDefaultReadOptions(), pool: new(servepb.BufferPool)}
 	var err error
-	if s.opts, err = (rocks.TableConfig{}).Options(s.cache); err != nil {
+	if s.opts, err = cobbled.TableOptions(rocks.TableConfig{}, s.cache); err != nil { // the node's own
 		s.close()
 		return nil, fmt.Errorf("readbench: bare: %w", err)
 	}
@@ -214,34 +216,32 @@ func (s *bareServer) handle(_ any, ctx context.Context, dec func(any) error, _ g
 	}
 	vals := make([][]byte, n)
 	found := make([]bool, n)
-	var res []*mget.Result
-	defer func() {
-		for _, r := range res {
-			r.Release()
+	// Every partition's keys in one pinned MultiGet call, as the node does
+	// (package mget): keys grouped by partition, in partition order.
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return part[order[a]] < part[order[b]] })
+	pk := make([]byte, 0, len(in))
+	var dbs []*grocksdb.DB
+	var counts []int
+	for x, i := range order {
+		pk = append(pk, keys[i]...)
+		if x == 0 || part[i] != part[order[x-1]] {
+			dbs, counts = append(dbs, s.dbs[part[i]]), append(counts, 0)
 		}
-	}()
-	// One pinned MultiGet per partition, as the node does (package mget).
-	done := make([]bool, n)
-	var pk []byte
-	var idx []int
-	for i := range keys {
-		if done[i] {
-			continue
-		}
-		pk, idx = pk[:0], idx[:0]
-		for j := i; j < n; j++ {
-			if !done[j] && part[j] == part[i] {
-				pk, idx, done[j] = append(pk, keys[j]...), append(idx, j), true
-			}
-		}
-		got := new(mget.Result)
-		if err := mget.Get(s.dbs[part[i]], s.ro, pk, pillar.KeySize, got); err != nil {
+		counts[len(counts)-1]++
+	}
+	got := new(mget.Result)
+	defer got.Release()
+	for _, err := range mget.GetMulti(dbs, s.ro, counts, pk, pillar.KeySize, got) {
+		if err != nil {
 			return nil, status.Errorf(codes.Internal, "bare: %v", err)
 		}
-		res = append(res, got)
-		for j, k := range idx {
-			vals[k], found[k] = got.Value(j)
-		}
+	}
+	for x, i := range order {
+		vals[i], found[i] = got.Value(x)
 	}
 	total := 0
 	for _, v := range vals {

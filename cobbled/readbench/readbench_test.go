@@ -62,7 +62,7 @@ func TestRunShort(t *testing.T) {
 	if n := rep.Result(SlowNoHedge).NodeRPCs["node-2"]; n == 0 {
 		t.Error("no per-node sub-request counts")
 	}
-	for _, want := range []string{"| healthy |", "| slow-hedge |", "| kill |", "| degraded |", "p99 ≤ 1.5 × healthy p99", "p99.9 ≤ 2 × healthy p99.9", "fault reaches", "p50 after 2 s"} {
+	for _, want := range []string{"block cache 1024 MiB per node", "| healthy |", "| slow-hedge |", "| kill |", "| degraded |", "p99 ≤ 1.5 × healthy p99", "p99.9 ≤ 2 × healthy p99.9", "fault reaches", "p50 after 2 s"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}
@@ -80,6 +80,7 @@ func TestOptionsValidate(t *testing.T) {
 		{Replicas: 1},
 		{SlowNode: 3},
 		{Keys: 5},
+		{CacheBytes: 512 << 10},
 	} {
 		if err := o.Validate(); err == nil {
 			t.Errorf("%+v: no error", o)

@@ -119,8 +119,8 @@ func (r *Report) Markdown() string {
 	}
 	via += ", router→node transport " + tr
 	fmt.Fprintf(&b, "# pillar bench read\n\n")
-	fmt.Fprintf(&b, "%d cobbled nodes on 127.0.0.1 (zones zone-a…), %d partitions × %d replicas, %d keys in %d-key batches, values %d B–%d KiB (mean ≈ %d KB), %d closed-loop clients, %v per scenario after %v warm-up, request deadline %v, through the %s, router zone %q, %s, GOGC %s, GOMAXPROCS %d. %s\n\n",
-		o.Nodes, o.Partitions, o.Replicas, o.Keys, o.BatchKeys, o.MinValue, o.MaxValue>>10, (o.MinValue+o.MaxValue)/2/1000, o.Clients, o.Duration, o.Warmup, o.Deadline, via, o.Zone, map[bool]string{false: "a request to as few nodes as possible", true: "partitions spread over nodes"}[o.Spread], gogc(o.GCPercent), runtime.GOMAXPROCS(0), r.Started.UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "%d cobbled nodes on 127.0.0.1 (zones zone-a…), %d partitions × %d replicas, %d keys in %d-key batches, values %d B–%d KiB (mean ≈ %d KB), block cache %d MiB per node, %d closed-loop clients, %v per scenario after %v warm-up, request deadline %v, through the %s, router zone %q, %s, GOGC %s, GOMAXPROCS %d. %s\n\n",
+		o.Nodes, o.Partitions, o.Replicas, o.Keys, o.BatchKeys, o.MinValue, o.MaxValue>>10, (o.MinValue+o.MaxValue)/2/1000, o.CacheBytes>>20, o.Clients, o.Duration, o.Warmup, o.Deadline, via, o.Zone, map[bool]string{false: "a request to as few nodes as possible", true: "partitions spread over nodes"}[o.Spread], gogc(o.GCPercent), runtime.GOMAXPROCS(0), r.Started.UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "| scenario | requests | req/s | MB/s | p50 | p90 | p99 | p99.9 | max | failed (deadline) | hedges (won) | extra requests | failovers |\n")
 	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
