@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -202,10 +204,12 @@ func TestPartitionReaderEarlyClose(t *testing.T) {
 	}
 }
 
-// Row groups are cut by bytes, bounding the writer's memory per partition.
-func TestPartitionWriterRowGroupBytes(t *testing.T) {
+// Row groups are cut by rows (RowGroupRows), not by the memory share
+// (RowGroupBytes): 100 rows of 10 KB at a 64 KiB share and 30 rows per group
+// make four row groups (not 16 of 64 KiB), and no page file is left behind.
+func TestPartitionWriterRowGroupRows(t *testing.T) {
 	dir := t.TempDir()
-	w, err := NewPartitionWriter(dir, 0, 1, &PartitionWriterOptions{RowGroupBytes: 64 << 10})
+	w, err := NewPartitionWriter(dir, 0, 1, &PartitionWriterOptions{RowGroupBytes: 64 << 10, RowGroupRows: 30})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,11 +229,89 @@ func TestPartitionWriterRowGroupBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(pf.RowGroups()); n < 10 {
-		t.Fatalf("%d row groups for 1 MB at 64 KiB each", n)
+	var sizes []int64
+	for _, rg := range pf.RowGroups() {
+		sizes = append(sizes, rg.NumRows())
+	}
+	if !slices.Equal(sizes, []int64{30, 30, 30, 10}) {
+		t.Fatalf("row groups of %v rows, want [30 30 30 10]", sizes)
 	}
 	if pf.NumRows() != 100 {
 		t.Fatalf("%d rows", pf.NumRows())
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 || ents[0].Name() != ef.Name {
+		t.Fatalf("export dir holds %v, want only %s", ents, ef.Name)
+	}
+}
+
+// An aborted writer leaves nothing behind: neither its file nor the pages of
+// its open row group.
+func TestPartitionWriterAbortRemovesPages(t *testing.T) {
+	dir := t.TempDir()
+	w, err := NewPartitionWriter(dir, 0, 1, &PartitionWriterOptions{RowGroupBytes: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	val := bytes.Repeat([]byte("v"), 10<<10)
+	for _, k := range pageKeys(50, 0, 1) {
+		if err := w.Write(ExportRow{PageKey: hex.EncodeToString(k), Op: "put", Value: val}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Abort()
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("export dir holds %v after Abort", ents)
+	}
+}
+
+// liveHeap is the live heap after a full collection.
+func liveHeap() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// An export's writers hold memory that does not grow with its rows (#16): a
+// Parquet writer keeps every written row group's metadata (about 4 KB) until
+// Close, so row groups cut at the memory share (64 KiB here, 8 records of
+// 8 KB) grew the heap by about 0.5 KB a row: 4 MB more for 8,000 more rows
+// over 16 partitions. Cut by rows (256), the growth is about 15 bytes a row.
+func TestExportWriterHeapIndependentOfRows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 100 MB")
+	}
+	const parts = 16
+	val := bytes.Repeat([]byte("0123456789abcdef"), 512) // 8 KiB
+	write := func(n int) (grew int64) {
+		dir := t.TempDir()
+		w, err := NewExportWriter(dir, parts, batch.KindSnapshot, &ExportOptions{ID: "heap", RowGroupBytes: 64 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Abort()
+		var keys []string
+		for p := range parts {
+			for _, k := range pageKeys(n/parts, p, parts) {
+				keys = append(keys, hex.EncodeToString(k))
+			}
+		}
+		slices.Sort(keys)
+		base := liveHeap()
+		for _, k := range keys {
+			if err := w.WriteRecord(k, pillar.OpPut, val); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return liveHeap() - base
+	}
+	small, large := write(2000), write(10000)
+	t.Logf("live heap with the writers open: %.1f MB at 2,000 rows, %.1f MB at 10,000", float64(small)/1e6, float64(large)/1e6)
+	if d := large - small; d > 1<<20 {
+		t.Fatalf("the writers' live heap grew by %.1f MB for 8,000 more rows (%.0f bytes a row); want under 1 MiB",
+			float64(d)/1e6, float64(d)/8000)
 	}
 }
 
