@@ -42,8 +42,13 @@
 // (one partition per task, as the export MapReduce does: each task writes
 // its p<NNNNN>.parquet and returns the ExportFile entry; the job writes
 // export.json once every task has succeeded). Parquet files are
-// snappy-compressed; a row group holds at most 256 rows or 4 MiB of values
-// by default, which bounds the writer's memory per partition.
+// snappy-compressed; a row group holds at most 256 rows (RowGroupRows) or
+// 64 MiB of values. The open row group's pages wait in a temporary file, so
+// a writer's memory is its RowGroupBytes (default 4 MiB), however large the
+// row group. Row groups are not cut at that memory share, because a Parquet
+// writer keeps every row group's metadata until Close: small row groups
+// would make memory grow with the file (#16). The record column's data pages
+// carry no statistics.
 //
 // A snapshot export must carry queue_ends: per partition, the export-queue
 // end when the export was taken, which its snapshots supersede

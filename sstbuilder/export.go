@@ -201,10 +201,13 @@ func writeFileAtomic(path string, data []byte) error {
 // the defaults.
 type PartitionWriterOptions struct {
 	// RowGroupRows caps the rows of one Parquet row group. The default value
-	// is 256.
+	// is 256. A row group also ends at maxGroupValueBytes of values.
 	RowGroupRows int
-	// RowGroupBytes caps the value bytes of one row group; the writer buffers
-	// about this much per partition. The default value is 4 MiB.
+	// RowGroupBytes caps the value bytes the writer holds in memory: rows
+	// waiting to be encoded and the page being filled. The pages of the open
+	// row group wait in a temporary file beside the partition file, not in
+	// memory, so row groups need not be small to keep memory small (see
+	// PartitionWriter). The default value is 4 MiB.
 	RowGroupBytes int
 	// Compression of the Parquet pages: "snappy", "zstd" or "none". The
 	// default value is "snappy". "none" makes files larger and reading
@@ -227,6 +230,18 @@ func exportCodec(name string) (compress.Codec, error) {
 // PartitionWriter writes one partition file of an export. Rows must come
 // sorted by (page_key, seq); every error names the partition and key. It is
 // used by one goroutine.
+//
+// Memory. A Parquet writer keeps the metadata of every row group it has
+// written (about 4 KB for the four columns) until Close, for the footer, so
+// a file of small row groups costs memory that grows with its rows: the
+// export's 16 writers at 512 KiB row groups held about 35 MB of it for a
+// 160k-page export of 20 KB pages (about 30 KB records, 18 to a row group).
+// So the row groups are cut by rows (RowGroupRows, 256; about 40 per
+// partition there, 2 MB of metadata in all) and the pages of the open row
+// group wait in a temporary file (a parquet-go file buffer pool, in a
+// .tmp-…-pages directory beside the file, removed by Close and Abort): what
+// the writer holds in memory is RowGroupBytes (rows waiting to be encoded and
+// the page being filled), whatever the row group's size.
 type PartitionWriter struct {
 	dir        string
 	partition  int
@@ -235,15 +250,23 @@ type PartitionWriter struct {
 	h          hash.Hash
 	cw         *countWriter
 	pw         *parquet.GenericWriter[ExportRow]
+	pages      string // temporary directory of the open row group's pages
 	buf        []ExportRow
 	bufBytes   int
+	bufMax     int // bytes of rows buffered before they are encoded
+	groupRows  int // rows in the open row group
+	groupMax   int // RowGroupRows
 	groupBytes int // value bytes in the open row group
-	groupMax   int
 	rows       int64
 	lastKey    string
 	lastSeq    int64
 	err        error
 }
+
+// maxGroupValueBytes ends a row group with this many value bytes before it
+// has RowGroupRows rows (a row group of large records stays a reasonable
+// unit to read).
+const maxGroupValueBytes = 64 << 20
 
 type countWriter struct {
 	w io.Writer
@@ -283,12 +306,28 @@ func NewPartitionWriter(dir string, partition, partitions int, opts *PartitionWr
 	if err != nil {
 		return nil, fmt.Errorf("sstbuilder: export %s: %w", dir, err)
 	}
-	w := &PartitionWriter{dir: dir, partition: partition, partitions: partitions, f: f, h: sha256.New(), groupMax: o.RowGroupBytes}
+	pages, err := os.MkdirTemp(dir, ".tmp-"+PartitionFileName(partition)+"-pages-*")
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("sstbuilder: export %s: %w", dir, err)
+	}
+	// Half the memory share for the rows waiting to be encoded, half for the
+	// page being filled (parquet-go's page buffer, at most its 256 KiB
+	// default).
+	w := &PartitionWriter{dir: dir, partition: partition, partitions: partitions, f: f, h: sha256.New(), pages: pages,
+		bufMax: max(o.RowGroupBytes/2, 1), groupMax: o.RowGroupRows}
 	w.cw = &countWriter{w: io.MultiWriter(f, w.h)}
+	page := min(max(o.RowGroupBytes/2, 16<<10), parquet.DefaultPageBufferSize)
 	// No page bounds for the records: the writer would hold every page's
 	// untruncated min/max record until Close, memory growing with the file.
+	// No page statistics for them either: each data page's header would
+	// carry its smallest and largest record twice over (min/max and the
+	// deprecated min/max fields), uncompressed, about a third of the file
+	// with ~30 KB records; nothing reads them.
 	w.pw = parquet.NewGenericWriter[ExportRow](w.cw, parquet.Compression(codec), parquet.MaxRowsPerRowGroup(int64(o.RowGroupRows)),
-		parquet.SkipPageBounds("value"))
+		parquet.SkipPageBounds("value"), parquet.SkipPageStatistics("value"), parquet.PageBufferSize(page),
+		parquet.ColumnPageBuffers(parquet.NewFileBufferPool(pages, "column-*")))
 	return w, nil
 }
 
@@ -325,7 +364,7 @@ func (w *PartitionWriter) Write(row ExportRow) error {
 	w.rows++
 	w.buf = append(w.buf, row)
 	w.bufBytes += len(row.Value) + len(row.PageKey) + 16
-	if len(w.buf) >= 64 || w.bufBytes >= 1<<20 || w.groupBytes+w.bufBytes >= w.groupMax {
+	if len(w.buf) >= 64 || w.bufBytes >= w.bufMax || w.groupRows+len(w.buf) >= w.groupMax || w.groupBytes+w.bufBytes >= maxGroupValueBytes {
 		return w.flush()
 	}
 	return nil
@@ -340,14 +379,17 @@ func (w *PartitionWriter) flush() error {
 		return w.err
 	}
 	w.groupBytes += w.bufBytes
+	w.groupRows += len(w.buf)
 	clear(w.buf)
 	w.buf, w.bufBytes = w.buf[:0], 0
-	if w.groupBytes >= w.groupMax { // end the row group: bounded memory per partition
+	if w.groupRows >= w.groupMax || w.groupBytes >= maxGroupValueBytes {
+		// End the row group (at RowGroupRows parquet-go has ended it
+		// already; Flush then writes nothing).
 		if err := w.pw.Flush(); err != nil {
 			w.err = fmt.Errorf("sstbuilder: export partition %d: write parquet: %w", w.partition, err)
 			return w.err
 		}
-		w.groupBytes = 0
+		w.groupRows, w.groupBytes = 0, 0
 	}
 	return nil
 }
@@ -387,6 +429,8 @@ func (w *PartitionWriter) Abort() {
 	if w.f == nil {
 		return
 	}
+	w.pw.Reset(io.Discard) // closes and removes the open row group's page files
+	os.RemoveAll(w.pages)
 	w.f.Close()
 	os.Remove(w.f.Name())
 	w.f = nil
@@ -402,21 +446,24 @@ type ExportOptions struct {
 	// Source describes where the rows come from. The default value is "".
 	Source string
 	// RowGroupRows, RowGroupBytes and Compression: see
-	// PartitionWriterOptions. Every partition with rows buffers up to one row
-	// group, so memory is about partitions × RowGroupBytes (default 4 MiB).
+	// PartitionWriterOptions. Every partition with rows holds up to
+	// RowGroupBytes in memory (default 4 MiB), so memory is about
+	// partitions × RowGroupBytes, and its row group's pages on disk.
 	RowGroupRows, RowGroupBytes int
 	Compression                 string
 	// Now is the clock. The default value is time.Now.
 	Now func() time.Time
 }
 
-// ExportRowGroupBytes is the RowGroupBytes that keeps an export's partition
-// writers, which all buffer a row group at once (rows come in key order,
-// their partitions interleaved), within an eighth of memoryLimit: its part
-// per partition, between 128 KiB and the 4 MiB default. 0 (the default)
-// when memoryLimit is not positive. At --memory-limit 64MiB and 16
-// partitions it is 512 KiB: 8 MiB in all, where 4 MiB each could reach 64
-// MiB with large records, whatever the limit.
+// ExportRowGroupBytes is the RowGroupBytes (the memory one partition writer
+// holds) that keeps an export's partition writers, which are all open at
+// once (rows come in key order, their partitions interleaved), within an
+// eighth of memoryLimit: its part per partition, between 128 KiB and the 4
+// MiB default. 0 (the default) when memoryLimit is not positive. At
+// --memory-limit 64MiB and 16 partitions it is 512 KiB: 8 MiB in all, where
+// 4 MiB each could reach 64 MiB with large records, whatever the limit. (It
+// once was the size of the row groups too; they are now cut by rows, their
+// pages waiting on disk: see PartitionWriter.)
 func ExportRowGroupBytes(memoryLimit int64, partitions int) int {
 	if memoryLimit <= 0 || partitions <= 0 {
 		return 0
