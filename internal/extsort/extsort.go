@@ -18,6 +18,7 @@ package extsort
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"container/heap"
 	"encoding/binary"
 	"errors"
@@ -518,26 +519,35 @@ func MergeWith(sorters []*Sorter, sources []Source) (*Iterator, error) {
 		runs = append(runs, s.runs...)
 	}
 	owner := sorters[0]
-	for len(runs) > fanIn {
-		var next []string
-		for i := 0; i < len(runs); i += fanIn {
-			group := runs[i:min(i+fanIn, len(runs))]
-			if len(group) == 1 {
-				next = append(next, group[0])
-				continue
-			}
-			name, n, err := mergeRuns(group, o)
-			if err != nil {
-				return nil, err
-			}
-			owner.runs = append(owner.runs, name)
-			owner.stats.SpilledBytes += n
-			for _, g := range group {
-				os.Remove(g)
-			}
-			next = append(next, name)
+	// More runs than the fan-in: merge the smallest runs, no more of them
+	// than it takes to bring the count down to the fan-in, so that only
+	// they are rewritten and not the whole data set once more per pass.
+	// (Merging every run in groups of fanIn rewrote the corpus once more as
+	// soon as the runs outnumbered the fan-in: `pillar ingest` at 160k
+	// 20 KB pages wrote 4.1× the bytes it stored, against 2.5× at 10k.)
+	sizes := make(map[string]int64, len(runs))
+	for _, r := range runs {
+		fi, err := os.Stat(r)
+		if err != nil {
+			return nil, err
 		}
-		runs = next
+		sizes[r] = fi.Size()
+	}
+	for len(runs) > fanIn {
+		k := min(fanIn, len(runs)-fanIn+1)
+		slices.SortStableFunc(runs, func(a, b string) int { return cmp.Compare(sizes[a], sizes[b]) })
+		group := runs[:k]
+		name, n, err := mergeRuns(group, o)
+		if err != nil {
+			return nil, err
+		}
+		owner.runs = append(owner.runs, name)
+		owner.stats.SpilledBytes += n
+		for _, g := range group {
+			os.Remove(g)
+		}
+		sizes[name] = n
+		runs = append([]string{name}, runs[k:]...)
 	}
 	// The final merge's read buffers share an eighth of the budget, so
 	// that what the merge holds does not grow with the number of runs

@@ -152,3 +152,51 @@ func TestReadBuffer(t *testing.T) {
 		}
 	}
 }
+
+// With a few more runs than the fan-in, the merge rewrites only the
+// smallest runs it takes to get down to the fan-in, not every run once
+// more: the bytes it rewrites are a small part of what was spilled, and
+// the output is still complete and in order.
+func TestMergeRewritesFewestRuns(t *testing.T) {
+	dir := t.TempDir()
+	// Fan-in: 64 KiB budget / 2 / 4 KiB buffers = 8 runs.
+	s := New(Options{MemoryLimit: 64 << 10, Dir: dir, BufferSize: 4 << 10})
+	defer s.Close()
+	rng := rand.New(rand.NewPCG(7, 8))
+	n := 0
+	for s.Stats().Runs < 10 {
+		key := []byte(fmt.Sprintf("%08d", rng.IntN(1_000_000)))
+		if err := s.Add(&Record{Key: key, Payload: make([]byte, 200), Tie: uint64(n)}); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	spilled := s.Stats().SpilledBytes
+	it, err := Merge([]*Sorter{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	var last []byte
+	for it.Next() {
+		r := it.Record()
+		if last != nil && bytes.Compare(last, r.Key) > 0 {
+			t.Fatalf("record %d out of order", got)
+		}
+		last = append(last[:0], r.Key...)
+		got++
+	}
+	err = it.Err()
+	it.Close()
+	if err != nil || got != n {
+		t.Fatalf("merged %d of %d records: %v", got, n, err)
+	}
+	// 10 runs and the records in memory (one cursor each) against a fan-in
+	// of 8: merging the 3 smallest runs is enough (10-3+1 = 8 cursors plus
+	// memory). Rewriting all 10 in groups of 8 would rewrite all of it.
+	rewritten := s.Stats().SpilledBytes - spilled
+	if rewritten == 0 || rewritten > spilled/2 {
+		t.Fatalf("merge rewrote %d bytes of %d spilled in %d runs; want a few runs' worth", rewritten, spilled, s.Stats().Runs)
+	}
+	t.Logf("%d runs spilled %d bytes; the merge rewrote %d (%.0f%%)", s.Stats().Runs, spilled, rewritten, 100*float64(rewritten)/float64(spilled))
+}
