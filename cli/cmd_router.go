@@ -39,7 +39,7 @@ func routerFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "hedge-quantile", Value: 0.99, Usage: "hedge a sub-request unanswered after this quantile of its node's recent latencies for its size (an outlier)"},
 		&cli.Float64Flag{Name: "hedge-quantile-full", Value: 0.985, Usage: "the hedge quantile while the hedge budget holds at least half its bank (a lower bar while tokens are to spare; at most --hedge-quantile)"},
 		&cli.Float64Flag{Name: "hedge-outlier", Value: 2, Usage: "and only after this multiple of that node's median for its size"},
-		&cli.DurationFlag{Name: "hedge-min", Value: time.Millisecond, Usage: "floor of the hedge delay"},
+		&cli.DurationFlag{Name: "hedge-min", Value: 500 * time.Microsecond, Usage: "floor of the hedge delay"},
 		&cli.Float64Flag{Name: "hedge-budget", Value: 0.045, Usage: "most hedges per primary sub-request (token bucket)"},
 		&cli.DurationFlag{Name: "refresh", Value: 2 * time.Second, Usage: "routing refresh interval (and long-poll wait)"},
 		&cli.StringFlag{Name: "transport", Value: router.TransportWire, Usage: "how the router reaches nodes: wire (cobbled's lean protocol on the nodes' own port: length-prefixed frames over TCP, pipelined), or grpc (the Serve API other languages use)"},

@@ -95,9 +95,11 @@ type Options struct {
 	// jitter. The default value is 2; it must be at least 1.
 	HedgeOutlier float64
 	// HedgeMinDelay is the floor of the hedge delay. The default value is
-	// 1ms. (At 2 ms the floor, not the node's p99, set the delay on a quiet
+	// 500µs. (At 2 ms the floor, not the node's p99, set the delay on a quiet
 	// machine: healthy p99 1.3 ms with 1 client, and a hedged outlier cost
-	// 2 ms plus its second request, 2.1 × the healthy p99.)
+	// 2 ms plus its second request, 2.1 × the healthy p99. At 1 ms it still
+	// did on a machine twice as fast: `pillar bench read --clients 1` hedged
+	// p99 1.52× healthy, the outliers waiting out the floor.)
 	HedgeMinDelay time.Duration
 	// HedgeMaxDelay caps the hedge delay. The default value is 200ms.
 	HedgeMaxDelay time.Duration
@@ -183,7 +185,7 @@ func (o *Options) ensureDefaults() {
 		o.HedgeOutlier = 2
 	}
 	if o.HedgeMinDelay == 0 {
-		o.HedgeMinDelay = time.Millisecond
+		o.HedgeMinDelay = 500 * time.Microsecond
 	}
 	if o.HedgeMaxDelay == 0 {
 		o.HedgeMaxDelay = 200 * time.Millisecond
