@@ -110,14 +110,19 @@ func TestValidate(t *testing.T) {
 }
 
 // BenchmarkIngest runs the whole benchmark once per iteration and reports
-// the issue's ratios. Sizes are small by default; INGESTBENCH_SNAPSHOT_MB
-// and INGESTBENCH_PHASE (a duration) scale it up, and INGESTBENCH_OUT names
-// a folder for results.md, results.json and the plot (the log shows the
-// table, which go test may cut short), e.g.
+// the issue's ratios. Its sizes are `pillar bench ingest`'s defaults (a
+// 1 GiB snapshot, 10 s phases), because the targets are judged there: at
+// 128 MiB and 4 s phases the windows hold too few reads for a p99 and the
+// floor loop reads its files from the page cache, and a quiet run that met
+// every target at 1 GiB missed five at that size. INGESTBENCH_SNAPSHOT_MB
+// and INGESTBENCH_PHASE (a duration) change them for a quick look, and
+// INGESTBENCH_OUT names a folder for results.md, results.json and the plot
+// (the log shows the table, which go test may cut short), e.g.
 //
-//	INGESTBENCH_SNAPSHOT_MB=1024 go test -run '^$' -bench Ingest -benchtime 1x ./cobbled/ingestbench/
+//	go test -run '^$' -bench Ingest -benchtime 1x -timeout 20m ./cobbled/ingestbench/
+//	INGESTBENCH_SNAPSHOT_MB=128 INGESTBENCH_PHASE=4s go test -run '^$' -bench Ingest -benchtime 1x ./cobbled/ingestbench/
 func BenchmarkIngest(b *testing.B) {
-	o := Options{SnapshotBytes: 128 << 20, Phase: 4 * time.Second, Quiet: true, Reference: selfReference(b)}
+	o := Options{Quiet: true, Reference: selfReference(b)} // zero sizes: the command's defaults
 	if v, err := strconv.Atoi(os.Getenv("INGESTBENCH_SNAPSHOT_MB")); err == nil && v > 0 {
 		o.SnapshotBytes = int64(v) << 20
 	}
