@@ -142,3 +142,69 @@ func TestGetMultiReadsEachDatabase(t *testing.T) {
 		t.Fatalf("no databases: %v, %d results", errs, r.Len())
 	}
 }
+
+// A database asked for one key is read with DB::Get rather than MultiGet:
+// a found key (memtable and SST), an absent one, and one-key databases
+// beside a several-key one in the same call answer as grocksdb's Get does.
+func TestGetMultiOneKeyDatabases(t *testing.T) {
+	opts := grocksdb.NewDefaultOptions()
+	defer opts.Destroy()
+	opts.SetCreateIfMissing(true)
+	wo := grocksdb.NewDefaultWriteOptions()
+	defer wo.Destroy()
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	fo := grocksdb.NewDefaultFlushOptions()
+	defer fo.Destroy()
+	key := func(i int) []byte { return []byte(fmt.Sprintf("key-%012d", i)) }
+	var dbs []*grocksdb.DB
+	for d := range 3 {
+		db, err := grocksdb.OpenDb(opts, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for i := 0; i < 10; i += 2 {
+			if err := db.Put(wo, key(i), bytes.Repeat([]byte{byte(d*10 + i)}, 1000*(i+1)+d)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d == 1 {
+			if err := db.Flush(fo); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dbs = append(dbs, db)
+	}
+	for _, asks := range [][][]int{{{4}, {2}, {3}}, {{1}, {0, 8, 5}, {6}}, {{}, {9}, {}}} {
+		var keys []byte
+		var counts []int
+		var who []int
+		for d, ks := range asks {
+			counts = append(counts, len(ks))
+			for _, i := range ks {
+				keys = append(keys, key(i)...)
+				who = append(who, d)
+			}
+		}
+		var r Result
+		errs := GetMulti(dbs, ro, counts, keys, 16, &r)
+		for j, err := range errs {
+			if err != nil {
+				t.Fatalf("%v: database %d: %v", asks, j, err)
+			}
+		}
+		for i, d := range who {
+			w, err := dbs[d].Get(ro, keys[i*16:(i+1)*16])
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, ok := r.Value(i)
+			if ok != w.Exists() || !bytes.Equal(v, w.Data()) {
+				t.Errorf("%v: key %d of db %d: got %d bytes (found %v), want %d (found %v)", asks, i, d, len(v), ok, w.Size(), w.Exists())
+			}
+			w.Free()
+		}
+		r.Release()
+	}
+}
