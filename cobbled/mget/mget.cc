@@ -30,6 +30,11 @@ static char* malloced_status(const rocksdb::Status& st) {
   return out;
 }
 
+// pillar_mget_single_get: read a database asked for one key with DB::Get
+// (1, the default) or with MultiGet like the others (0: the benchmark's
+// comparison, set through setSingleKeyGet before any read).
+int pillar_mget_single_get = 1;  // C linkage: declared in mget.h
+
 // pillar_mget_multi reads counts[j] keys from dbps[j], for j < ndb, one
 // database after the other in one call from Go (a node's request spans a
 // dozen partition databases: one cgo transition, one allocation, not one
@@ -62,7 +67,7 @@ extern "C" void* pillar_mget_multi(size_t ndb, void** dbps, const size_t* counts
       continue;
     }
     auto* db = static_cast<rocksdb_t*>(dbps[j])->rep;
-    if (c == 1) {
+    if (c == 1 && pillar_mget_single_get) {
       // One key (a 12-key batch over a dozen partitions gives most
       // databases one): DB::Get skips the batched MultiGet's set-up
       // (sorting, per-batch contexts), and pins its value the same way.

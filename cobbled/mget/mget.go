@@ -122,6 +122,17 @@ func GetMulti(dbs []*grocksdb.DB, ro *grocksdb.ReadOptions, counts []int, keys [
 	return r.errs
 }
 
+// setSingleKeyGet chooses how a database asked for one key is read: with
+// DB::Get (true, the default) or with MultiGet (false). For the benchmark's
+// side-by-side comparison only; not safe while reads run.
+func setSingleKeyGet(on bool) {
+	if on {
+		C.pillar_mget_single_get = 1
+	} else {
+		C.pillar_mget_single_get = 0
+	}
+}
+
 // Len is the number of keys read.
 func (r *Result) Len() int { return len(r.status) }
 
