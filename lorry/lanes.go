@@ -103,11 +103,21 @@ type loop struct {
 	pt *part
 	l  *lease
 
-	scan     int64 // next offset the head scan reads
-	scanEnd  bool  // the last scan reached the queue's end (or drainTo)
-	bulk     []head
-	fresh    []head // undelivered fresh heads whose values are not in fbuf
-	freshMax map[string]int64
+	scan    int64 // next offset the head scan reads
+	scanEnd bool  // the last scan reached the queue's end (or drainTo)
+	// scanGoal is the queue's end (or drainTo) as the partition's first
+	// head scan saw it (-1: not read yet); scanDone: the scan reached it,
+	// or stopped at MaxScanAhead. The bulk lane reads nothing before
+	// (TestBulkWaitsForHeadScan): a bulk batch planned while the scan
+	// still runs holds back the fresh records it finds later (they wait
+	// on every replica behind it). Only the end first seen counts: under
+	// steady fresh traffic the current end moves on forever.
+	scanGoal  int64
+	scanDone  bool
+	scanStart time.Time
+	bulk      []head
+	fresh     []head // undelivered fresh heads whose values are not in fbuf
+	freshMax  map[string]int64
 
 	fbuf   []pillar.ExportRecord
 	fbytes int64
@@ -175,6 +185,7 @@ func (w *Worker) readHeads(ctx context.Context, p int, from, drainTo int64, limi
 // so freshMax and the bulk heads there are known again.
 func (lp *loop) init() {
 	lp.scan, lp.bnext = lp.O(), lp.O()
+	lp.scanGoal, lp.scanStart = -1, lp.w.now()
 	lp.freshMax = map[string]int64{}
 	lp.w.tr.mu.Lock()
 	lp.w.tr.part(lp.pt.id) // the replica watcher reports its lag from now on
@@ -189,11 +200,18 @@ func (lp *loop) scanStep(ctx context.Context) (bool, error) {
 	// beyond it the scan keeps at most MaxScanAhead.
 	if lp.scan >= lp.F() && len(lp.bulk)+len(lp.fresh)+len(lp.fbuf) >= w.o.MaxScanAhead {
 		lp.scanEnd = true
+		lp.headScanDone("MaxScanAhead reached")
 		return false, nil
 	}
+	start := w.now()
 	hs, end, err := w.readHeads(ctx, p, lp.scan, lp.pt.drainTo, w.o.HeadChunk)
 	if err != nil {
 		return false, err
+	}
+	took := w.now().Sub(start)
+	w.count(func(s *Stats) { s.Scanned += int64(len(hs)); s.ScanTime += took })
+	if lp.scanGoal < 0 {
+		lp.scanGoal = end
 	}
 	F := lp.F()
 	for _, h := range hs {
@@ -213,7 +231,24 @@ func (lp *loop) scanStep(ctx context.Context) (bool, error) {
 		lp.scan++
 	}
 	lp.scanEnd = lp.scan >= end
+	if lp.scan >= lp.scanGoal {
+		lp.headScanDone("")
+	}
 	return len(hs) > 0, nil
+}
+
+// headScanDone marks the first head scan done (see loop.scanGoal) and
+// logs, once, what it read and how long it took.
+func (lp *loop) headScanDone(why string) {
+	if lp.scanDone {
+		return
+	}
+	lp.scanDone = true
+	args := []any{"partition", lp.pt.id, "heads", lp.scan - lp.O(), "fresh", len(lp.fresh) + len(lp.fbuf), "took", lp.w.now().Sub(lp.scanStart).Round(time.Millisecond)}
+	if why != "" {
+		args = append(args, "stopped", why)
+	}
+	lp.w.o.Logger.Info("lorry: head scan done; bulk delivery starts", args...)
 }
 
 func (lp *loop) full(bytes int64, n int) bool {
@@ -315,6 +350,9 @@ func (lp *loop) bulkLimit() int64 {
 func (lp *loop) fillBulk(ctx context.Context) (bool, error) {
 	w, p := lp.w, lp.pt.id
 	got := false
+	if !lp.scanDone {
+		return false, nil // the head scan goes first (see loop.scanGoal)
+	}
 	readNow := int64(0)
 	for !lp.bulkFull() && lp.budget(len(lp.bbuf), 0) {
 		limit := lp.bulkLimit()
@@ -1206,7 +1244,10 @@ func (lp *loop) followUp(ctx context.Context, cur *plan, after PartitionState) *
 		return nil
 	}
 	for lp.fill(ctx) {
-		if lp.full(lp.fbytes, len(lp.fbuf)) || lp.bulkFull() {
+		if lp.full(lp.fbytes, len(lp.fbuf)) || lp.bulkFull() || !lp.scanDone {
+			// Full, or the head scan runs (the bulk lane reads nothing
+			// yet): the loop goes on with it after this commit, not
+			// before.
 			break
 		}
 	}

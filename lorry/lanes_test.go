@@ -946,3 +946,118 @@ func TestRecordedPendingNotStarvedByFreshTraffic(t *testing.T) {
 		return e.state(0).Offset >= 4
 	})
 }
+
+// TestBulkWaitsForHeadScan: the bulk lane plans nothing before the head
+// scan reached the end of the queue it first saw, so fresh records behind
+// a bulk backlog are found before any bulk batch is planned (one planned
+// earlier flies ahead of them, and they wait behind it on every replica).
+func TestBulkWaitsForHeadScan(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	ks := keysIn(43, 0, parts)
+	var rs []rec
+	want := map[string]string{}
+	for i, k := range ks[:40] {
+		rs = append(rs, rec{key: k, val: val(i, 1000), pri: pillar.PriorityBulk})
+		want[k] = val(i, 1000)
+	}
+	e.enqueue(rs...)
+	rs = nil
+	for i, k := range ks[40:] {
+		rs = append(rs, rec{key: k, val: val(100+i, 100), pri: pillar.PriorityFresh})
+		want[k] = val(100+i, 100)
+	}
+	e.enqueue(rs...)
+	o := e.opts("w")
+	o.Now = clock.NewFake(time.Now().Add(time.Second)).Now
+	o.MaxBatchRecords, o.MaxBatchAge = 4, 50*time.Millisecond
+	o.HeadChunk = 4 // the scan takes 11 reads
+	o.FreshRideWait = -1
+	var w *Worker
+	var once sync.Once
+	scannedAtFirstBulk := int64(-1)
+	o.hook = func(point string, p int) error {
+		if point == "pending" && p == 0 && e.state(0).Pending != nil {
+			once.Do(func() { scannedAtFirstBulk = w.Stats().Scanned })
+		}
+		return nil
+	}
+	w = e.worker(o)
+	res, err := w.Drain(context.Background())
+	must(t, err)
+	if scannedAtFirstBulk < 43 {
+		t.Fatalf("the first bulk batch was recorded after %d heads were scanned, want the whole queue (43) first", scannedAtFirstBulk)
+	}
+	if res.Stats.Scanned < 43 {
+		t.Fatalf("stats: scanned %d heads, want at least 43", res.Stats.Scanned)
+	}
+	src := e.laneChain(0, 43)
+	if src[0] != "lorry:p0:fresh:0-42" {
+		t.Fatalf("first batch %q, want the fresh records alone; all: %v", src[0], src)
+	}
+	e.checkServed(want, ks)
+}
+
+// TestBulkWaitsOnlyForFirstEnd: the bulk lane waits for the end of the
+// queue the head scan first saw, not for the queue's current end: while
+// records come faster than the scan reads them, bulk still starts. (The
+// records that come are bulk ones: fresh ones this fast would keep the
+// fresh lane busy and bulk waiting for that reason.)
+func TestBulkWaitsOnlyForFirstEnd(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	ks := keysIn(52, 0, parts)
+	var rs []rec
+	for i, k := range ks[:40] {
+		rs = append(rs, rec{key: k, val: val(i, 1000), pri: pillar.PriorityBulk})
+	}
+	e.enqueue(rs...)
+	o := e.opts("w")
+	o.MaxBatchRecords = 4
+	o.HeadChunk = 4
+	o.FreshRideWait = -1
+	o.Partitions = []int{0}
+	// The scan's shared snapshot is at most half a poll old: each read
+	// sees the records the poll before enqueued.
+	o.PollInterval = time.Millisecond
+	const polls = 40
+	var w *Worker
+	var mu sync.Mutex
+	n, scannedAtFirstBulk, enqueuedAtFirstBulk := 0, int64(-1), -1
+	o.hook = func(point string, p int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case point == "poll" && n < polls:
+			// 12 records a poll: more than a poll's scan reads (one
+			// chunk of 4, and one per follow-up), so the scan never
+			// reaches the current end while they come.
+			var fr []rec
+			for j := range 12 {
+				fr = append(fr, rec{key: ks[40+j], val: val(1000+12*n+j, 100), pri: pillar.PriorityBulk})
+			}
+			n++
+			e.enqueue(fr...)
+		case point == "pending" && enqueuedAtFirstBulk < 0 && e.state(0).Pending != nil:
+			scannedAtFirstBulk, enqueuedAtFirstBulk = w.Stats().Scanned, n
+		}
+		return nil
+	}
+	w = e.worker(o)
+	stop := runWorker(t, w)
+	waitFor(t, "the backlog delivered", 60*time.Second, func() bool { return e.state(0).Offset >= 40 })
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if enqueuedAtFirstBulk < 0 || enqueuedAtFirstBulk >= polls {
+		t.Fatalf("the first bulk batch was recorded after %d of %d polls that enqueued (%d heads scanned): bulk waited for the queue's current end", enqueuedAtFirstBulk, polls, scannedAtFirstBulk)
+	}
+	if scannedAtFirstBulk < 40 {
+		t.Fatalf("the first bulk batch was recorded after %d heads scanned, want at least the 40 first seen", scannedAtFirstBulk)
+	}
+	if st := w.Stats(); st.ScanTime <= 0 {
+		t.Fatalf("stats: %d heads scanned in %v", st.Scanned, st.ScanTime)
+	}
+}

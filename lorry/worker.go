@@ -80,7 +80,11 @@ type Stats struct {
 	// bulk batch carrying fresh records that takes more than twice this
 	// (at least twice FreshRideWait, at most 8 times it) gives its riders
 	// back to the fresh lane.
-	FlightTime   time.Duration
+	FlightTime time.Duration
+	// Scanned counts the record heads the head scans read; ScanTime is
+	// the time those reads took.
+	Scanned      int64
+	ScanTime     time.Duration
 	Acquired     int64 // leases taken
 	Lost         int64 // leases lost to another worker
 	Held         []int // partitions held now

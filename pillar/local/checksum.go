@@ -30,7 +30,8 @@ import (
 //
 // A file without block sums (queue segments and index files, small and
 // read whole; table files written before block sums) is verified whole the
-// first time a Store opens it (openData). Store.Verify (pillar verify)
+// first time a Store opens it (openData); a heads read of a queue segment
+// checks its heads checksum instead (queueheads.go). Store.Verify (pillar verify)
 // always reads every file whole and checks its CRC32C and every block sum.
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

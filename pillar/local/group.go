@@ -589,7 +589,7 @@ func (r *commitReq) apply(nm *manifest, prefix string) error {
 			q = &queueEntry{}
 			nm.Queue[qf.partition] = q
 		}
-		q.Segments = append(q.Segments, segment{File: segs[i], First: q.end(), Count: qf.count, Bytes: qf.bytes, CommittedAtMS: nowMS, CRC32C: qf.crc})
+		q.Segments = append(q.Segments, segment{File: segs[i], First: q.end(), Count: qf.count, Bytes: qf.bytes, CommittedAtMS: nowMS, CRC32C: qf.crc, HeadsCRC32C: qf.headsCRC})
 	}
 	for _, id := range t.ws.Consumed() {
 		nm.Consumed[id] = gen

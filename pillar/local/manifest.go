@@ -88,6 +88,10 @@ type segment struct {
 	Bytes         int64  `json:"bytes"`
 	CommittedAtMS int64  `json:"committed_at_ms,omitempty"`
 	CRC32C        string `json:"crc32c,omitempty"` // as fileEntry.CRC32C
+	// HeadsCRC32C is the CRC32C of the file's bytes outside its value
+	// column chunks, which a heads read checks instead of the whole file
+	// (queueheads.go); "" in segments written before.
+	HeadsCRC32C string `json:"heads_crc32c,omitempty"`
 }
 
 // queueEntry is a partition's export queue: the segments of Index (in

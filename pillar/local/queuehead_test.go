@@ -84,11 +84,11 @@ func TestQueueHeadsAndPriority(t *testing.T) {
 	}
 	st, _ := os.Stat(path)
 	seg := segment{File: "old.parquet", Count: 1, Bytes: st.Size()} // and no checksum, as then
-	old, err := readQueueSegment[pillar.ExportRecord](ctx, s, seg, 0, 10)
+	old, err := readQueueSegment[pillar.ExportRecord](ctx, s, seg, 0, 10, false)
 	if err != nil || len(old) != 1 || old[0].Priority != "" || string(old[0].Value) != "v" {
 		t.Fatalf("old segment: %+v %v", old, err)
 	}
-	oh, err := readQueueSegment[queueHead](ctx, s, seg, 0, 10)
+	oh, err := readQueueSegment[queueHead](ctx, s, seg, 0, 10, true)
 	if err != nil || len(oh) != 1 || oh[0].PageKey != k {
 		t.Fatalf("old segment heads: %+v %v", oh, err)
 	}

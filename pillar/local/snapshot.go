@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -170,7 +171,7 @@ func (sn *snapshot) QueueEnd(ctx context.Context, partition int) (int64, error) 
 }
 
 func (sn *snapshot) ReadQueue(ctx context.Context, partition int, from int64, limit int) ([]pillar.ExportRecord, error) {
-	return readQueue[pillar.ExportRecord](ctx, sn, partition, from, limit, func(r *pillar.ExportRecord) *pillar.ExportRecord { return r })
+	return readQueue[pillar.ExportRecord](ctx, sn, partition, from, limit, func(r *pillar.ExportRecord) *pillar.ExportRecord { return r }, false)
 }
 
 // queueHead is ExportRecord without its value: reading a segment into it
@@ -187,7 +188,7 @@ type queueHead struct {
 
 // ReadQueueHeads is ReadQueue without values (pillar.QueueHeadReader).
 func (sn *snapshot) ReadQueueHeads(ctx context.Context, partition int, from int64, limit int) ([]pillar.ExportRecord, error) {
-	heads, err := readQueue[queueHead](ctx, sn, partition, from, limit, func(h *queueHead) *queueHead { return h })
+	heads, err := readQueue[queueHead](ctx, sn, partition, from, limit, func(h *queueHead) *queueHead { return h }, true)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +205,9 @@ type queueRow interface {
 	pillar.ExportRecord | queueHead
 }
 
-func readQueue[T queueRow](ctx context.Context, sn *snapshot, partition int, from int64, limit int, self func(*T) *T) ([]T, error) {
+// readQueue reads rows of partition's queue into T; heads: T has no value
+// column (the segment's heads checksum suffices, see queueheads.go).
+func readQueue[T queueRow](ctx context.Context, sn *snapshot, partition int, from int64, limit int, self func(*T) *T, heads bool) ([]T, error) {
 	if err := sn.checkPartition(partition); err != nil {
 		return nil, err
 	}
@@ -215,7 +218,7 @@ func readQueue[T queueRow](ctx context.Context, sn *snapshot, partition int, fro
 	var out []T
 	err := sn.s.eachSegment(ctx, partition, q, from, func(seg segment) (bool, error) {
 		skip := max(from-seg.First, 0)
-		recs, err := readQueueSegment[T](ctx, sn.s, seg, skip, limit-len(out))
+		recs, err := readQueueSegment[T](ctx, sn.s, seg, skip, limit-len(out), heads)
 		if err != nil {
 			return false, fmt.Errorf("segment %s: %w", seg.File, err)
 		}
@@ -252,9 +255,13 @@ func setPosition(row any, offset, committedAtMS int64) {
 }
 
 // readQueueSegment reads up to limit records of a segment file from row
-// skip on.
-func readQueueSegment[T any](ctx context.Context, s *Store, seg segment, skip int64, limit int) ([]T, error) {
-	f, err := s.openData(ctx, seg.File, seg.Bytes, seg.CRC32C)
+// skip on; heads: T has no value column (see readQueue).
+func readQueueSegment[T any](ctx context.Context, s *Store, seg segment, skip int64, limit int, heads bool) ([]T, error) {
+	open := func() (*os.File, error) { return s.openData(ctx, seg.File, seg.Bytes, seg.CRC32C) }
+	if heads {
+		open = func() (*os.File, error) { return s.openQueueHeads(ctx, seg) }
+	}
+	f, err := open()
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -149,6 +150,21 @@ func (t *tx) stageQueue() ([]stagedQueue, error) {
 			return nil, t.errf("commit: export queue partition %d: %w", p, err)
 		}
 		out[i].bytes = st.Size()
+		// The heads checksum: the footer names the value column chunks
+		// (a read of the footer and the other columns, kilobytes).
+		if out[i].headsCRC, err = stagedHeadsCRC(filepath.Join(t.staging, sp.name), st.Size()); err != nil {
+			return nil, t.errf("commit: export queue partition %d: heads checksum: %w", p, err)
+		}
 	}
 	return out, nil
+}
+
+// stagedHeadsCRC returns the heads checksum of a staged segment file.
+func stagedHeadsCRC(path string, size int64) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	return headsCRC(context.Background(), f, size)
 }

@@ -106,6 +106,9 @@ type Store struct {
 
 	verified  sync.Map // data file name → struct{}: size and checksum checked (checksum.go)
 	verifying sync.Map // data file name → *sync.Mutex: one check at a time per file
+	// headsVerified: queue segment name → struct{}: size and heads
+	// checksum checked (queueheads.go)
+	headsVerified sync.Map
 	// blockVerified: table file name → []atomic.Uint64, a bit per block
 	// whose sum a read has checked (checksum.go blockFile)
 	blockVerified sync.Map
@@ -522,6 +525,7 @@ func (s *Store) cleanupLocked(ctx context.Context, listed []os.DirEntry) (Cleanu
 			cs.Bytes += size
 			s.verified.Delete(name)
 			s.verifying.Delete(name)
+			s.headsVerified.Delete(name)
 			s.blockVerified.Delete(name)
 			s.noSidecar.Delete(name)
 			s.index.drop(name)

@@ -444,6 +444,7 @@ type stagedQueue struct {
 	name         string
 	count, bytes int64
 	crc          string
+	headsCRC     string // queueheads.go
 }
 
 // syncAll runs fns concurrently and returns the first error.
