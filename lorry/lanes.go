@@ -244,7 +244,9 @@ func (lp *loop) headScanDone(why string) {
 		return
 	}
 	lp.scanDone = true
-	args := []any{"partition", lp.pt.id, "heads", lp.scan - lp.O(), "fresh", len(lp.fresh) + len(lp.fbuf), "took", lp.w.now().Sub(lp.scanStart).Round(time.Millisecond)}
+	took := lp.w.now().Sub(lp.scanStart)
+	lp.w.count(func(s *Stats) { s.HeadScan = max(s.HeadScan, took) })
+	args := []any{"partition", lp.pt.id, "heads", lp.scan - lp.O(), "fresh", len(lp.fresh) + len(lp.fbuf), "took", took.Round(time.Millisecond)}
 	if why != "" {
 		args = append(args, "stopped", why)
 	}

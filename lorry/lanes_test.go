@@ -1057,7 +1057,7 @@ func TestBulkWaitsOnlyForFirstEnd(t *testing.T) {
 	if scannedAtFirstBulk < 40 {
 		t.Fatalf("the first bulk batch was recorded after %d heads scanned, want at least the 40 first seen", scannedAtFirstBulk)
 	}
-	if st := w.Stats(); st.ScanTime <= 0 {
-		t.Fatalf("stats: %d heads scanned in %v", st.Scanned, st.ScanTime)
+	if st := w.Stats(); st.ScanTime <= 0 || st.HeadScan <= 0 {
+		t.Fatalf("stats: %d heads scanned in %v, first scan %v", st.Scanned, st.ScanTime, st.HeadScan)
 	}
 }

@@ -82,9 +82,13 @@ type Stats struct {
 	// back to the fresh lane.
 	FlightTime time.Duration
 	// Scanned counts the record heads the head scans read; ScanTime is
-	// the time those reads took.
+	// the time those reads took (every partition's, added up); HeadScan
+	// is the longest a partition's first head scan took, from its loop's
+	// start to reaching the end of the queue it first saw (bulk delivery
+	// starts then).
 	Scanned      int64
 	ScanTime     time.Duration
+	HeadScan     time.Duration
 	Acquired     int64 // leases taken
 	Lost         int64 // leases lost to another worker
 	Held         []int // partitions held now

@@ -171,10 +171,15 @@ type Phase struct {
 	// FlightMS is Lorry's Stats.FlightTime at the phase's end (what a bulk
 	// batch takes from being planned to its files uploaded); Retries and
 	// FollowUps are Lorry's counters.
-	Demoted   int64   `json:"demoted"`
-	FlightMS  float64 `json:"flight_ms"`
-	Retries   int64   `json:"retries"`
-	FollowUps int64   `json:"follow_ups"`
+	Demoted  int64   `json:"demoted"`
+	FlightMS float64 `json:"flight_ms"`
+	// HeadScanMS is Lorry's Stats.HeadScan (the longest first head scan
+	// of a partition: bulk delivery starts after it); Scanned the heads
+	// its scans read.
+	HeadScanMS float64 `json:"head_scan_ms"`
+	Scanned    int64   `json:"scanned_heads"`
+	Retries    int64   `json:"retries"`
+	FollowUps  int64   `json:"follow_ups"`
 	// Checked keys read back from every replica with their newest value.
 	Checked int `json:"checked_keys"`
 	// Enqueued records (bulk and fresh) and those seen applied on all
@@ -191,6 +196,7 @@ func (ph *Phase) setStats(st lorry.Stats) {
 	ph.Batches, ph.FreshBatches, ph.BulkBatches = st.Batches, st.FreshBatches, st.BulkBatches
 	ph.FreshRode, ph.Demoted, ph.Retries, ph.FollowUps = st.FreshRode, st.Demoted, st.Retries, st.FollowUps
 	ph.FlightMS = msf(st.FlightTime)
+	ph.HeadScanMS, ph.Scanned = msf(st.HeadScan), st.Scanned
 }
 
 // point is one record's latency, for the plot.
@@ -800,6 +806,8 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 		name, st.ReadTime.Round(time.Millisecond), st.PendingTime.Round(time.Millisecond), st.UploadTime.Round(time.Millisecond),
 		st.RegisterTime.Round(time.Millisecond), st.CommitTime.Round(time.Millisecond), st.Batches, st.FreshBatches, st.FreshRode,
 		st.Demoted, st.FlightTime.Round(time.Millisecond), st.FollowUps, st.Retries)
+	fmt.Fprintf(o.Progress, "lorry bench: %s: head scan: the longest partition's first scan %v (bulk delivery starts after it); %d heads read in %v\n",
+		name, st.HeadScan.Round(time.Millisecond), st.Scanned, st.ScanTime.Round(time.Millisecond))
 	cs := b.c.store.CommitStats()
 	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 	fmt.Fprintf(o.Progress, "lorry bench: %s: store commits so far (every writer): %d transactions in %d group commits; per transaction staging %v, queued %v; per group lock wait %v, locked %v (dir sync %v, manifest %v, CURRENT %v, index %v, cleanup %v)\n",
