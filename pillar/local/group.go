@@ -511,8 +511,7 @@ func (r *commitReq) apply(nm *manifest, prefix string) error {
 		if ch.Drop {
 			continue
 		}
-		for _, part := range ch.Parts {
-			sf := part.Staged
+		for _, sf := range stagedFiles(ch.Parts) {
 			dst := prefix + sf.name
 			fe := fileEntry{Name: dst, Rows: sf.rows, Bytes: sf.bytes, CRC32C: sf.crc}
 			if sf.blocksCRC != "" {

@@ -349,6 +349,9 @@ func (r *rowReader) Next() bool {
 
 // open positions the underlying reader at table row idx.
 func (r *rowReader) open(idx int64) error {
+	if r.cur != nil && idx >= r.curBase && idx < r.curBase+r.files[r.curIdx].Rows {
+		return nil // the file open already (every row but a file's first)
+	}
 	base := int64(0)
 	for i, f := range r.files {
 		if idx < base+f.Rows {

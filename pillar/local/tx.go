@@ -22,7 +22,23 @@ import (
 	"github.com/pillarkit/pillar/pillar/internal/writeset"
 )
 
-// stagedFile is one writer's Parquet file in the staging directory.
+// stagedPart is what one writer of a table staged: its Parquet files in
+// the staging directory, in row order (a writer starts a new file once one
+// holds maxFileChunks column chunks; see rowWriter).
+type stagedPart struct {
+	files []stagedFile
+}
+
+// stagedFiles lists the files of a table's parts in table order.
+func stagedFiles(parts []*writeset.Part[stagedPart]) []stagedFile {
+	var out []stagedFile
+	for _, p := range parts {
+		out = append(out, p.Staged.files...)
+	}
+	return out
+}
+
+// stagedFile is one Parquet file of a writer in the staging directory.
 type stagedFile struct {
 	name  string // base name in the staging dir
 	rows  int64
@@ -41,7 +57,7 @@ type tx struct {
 	id      string
 	staging string
 	lockF   *os.File
-	ws      *writeset.Set[stagedFile]
+	ws      *writeset.Set[stagedPart]
 	queue   queueBuf // enqueued records (spool.go)
 	// intent lists, in staging, every file the commit is about to put into
 	// data/ (written before each, not synced): when the process dies
@@ -101,7 +117,7 @@ func (s *Store) Begin(ctx context.Context) (pillar.Tx, error) {
 		id:       id,
 		staging:  staging,
 		lockF:    lf,
-		ws:       writeset.New[stagedFile](),
+		ws:       writeset.New[stagedPart](),
 	}, nil
 }
 
@@ -133,19 +149,6 @@ func (t *tx) WriteTable(ctx context.Context, name string, rowType any, opts *pil
 		return nil, err
 	}
 	schema := parquet.SchemaOf(reflect.New(rt).Interface())
-	var f *crcFile
-	part, err := t.ws.Write(name, rt, opts, t.baseRowType, func(_ *writeset.Table[stagedFile], n int) (stagedFile, error) {
-		sf := stagedFile{name: fmt.Sprintf("%06d.parquet", n)}
-		raw, err := t.s.opts.FS.Create(filepath.Join(t.staging, sf.name))
-		if err != nil {
-			return sf, err
-		}
-		f = &crcFile{File: raw, block: tableBlockSize}
-		return sf, nil
-	})
-	if err != nil {
-		return nil, t.errf("%w", err)
-	}
 	rg := int64(maxRowGroupBytes)
 	if opts != nil && opts.RowGroupBytes > 0 {
 		rg = min(opts.RowGroupBytes, rg)
@@ -155,8 +158,17 @@ func (t *tx) WriteTable(ctx context.Context, name string, rowType any, opts *pil
 	// recompute's diff writes ten tables per worker) the default pages
 	// would hold more than the row groups do.
 	page := parquet.PageBufferSize(int(min(max(rg/8, 16<<10), parquet.DefaultPageBufferSize)))
-	w := parquet.NewWriter(f, append(pageBoundsOptions(schema, opts), schema, parquet.Compression(pqzstd.Default), parquet.MaxRowsPerRowGroup(8192), page)...)
-	return &rowWriter{t: t, table: name, f: f, w: w, rt: rt, part: part, rowGroup: rg}, nil
+	w := &rowWriter{t: t, table: name, rt: rt, rowGroup: rg, columns: len(schema.Columns()),
+		wopts: append(pageBoundsOptions(schema, opts), schema, parquet.Compression(pqzstd.Default), parquet.MaxRowsPerRowGroup(maxRowsPerRowGroup), page)}
+	part, err := t.ws.Write(name, rt, opts, t.baseRowType, func(_ *writeset.Table[stagedPart], n int) (stagedPart, error) {
+		w.n = n
+		return stagedPart{}, w.create()
+	})
+	if err != nil {
+		return nil, t.errf("%w", err)
+	}
+	w.part = part
+	return w, nil
 }
 
 // pageBoundsOptions keeps page min/max bounds (the column index) only for
@@ -186,19 +198,66 @@ func (t *tx) baseRowType(name string) (string, bool) {
 type rowWriter struct {
 	t     *tx
 	table string
-	f     *crcFile
-	//lint:ignore SA1019 the untyped writer writes any row type a table is created with
-	w      *parquet.Writer
-	rt     reflect.Type
-	part   *writeset.Part[stagedFile]
-	rows   int64
-	err    error // first error; every later call returns it
-	closed bool
-	// flushed is the writer's size after its last flushed row group.
-	flushed int64
+	rt    reflect.Type
+	part  *writeset.Part[stagedPart]
+	n     int                    // the part's number in the Tx (names its files)
+	wopts []parquet.WriterOption // of every file's writer
+	// columns is the schema's leaf columns: a row group is that many
+	// column chunks in the file's footer.
+	columns int
+	rows    int64 // rows written, all files
+	err     error // first error; every later call returns it
+	closed  bool
 	// rowGroup bounds the bytes of a row group (WriteOptions.RowGroupBytes,
 	// at most maxRowGroupBytes).
 	rowGroup int64
+
+	// The file being written (the part's files before it are in files).
+	files []stagedFile
+	name  string // its base name in the staging dir
+	f     *crcFile
+	//lint:ignore SA1019 the untyped writer writes any row type a table is created with
+	w         *parquet.Writer
+	fileRows  int64
+	groups    int   // row groups flushed into it
+	groupRows int64 // rows of the row group being buffered
+	// flushed is the writer's size after its last flushed row group.
+	flushed int64
+	// next: the file is full (maxFileChunks); the next row starts a new one.
+	next bool
+}
+
+// maxFileChunks bounds the column chunks (row groups × leaf columns) of
+// one table file: once a file holds that many, the writer closes it and
+// goes on in a new file of its part (rows stay in order: a part's files
+// follow each other in the table). A Parquet writer keeps every row
+// group's metadata (column chunk, column and offset index) until it
+// writes the footer, and a reader decodes the whole footer and page index
+// when it opens the file (~2 KB per column chunk), so without the bound
+// both grow with the file: a 160k-page docs table was one 2 GB file of
+// 3,185 column chunks, 7 MB of decoded metadata per reader (`pillar bench
+// scale`, publish and rechunk). At 512 a file's metadata stays near 1 MB
+// and a file of 8 MiB row groups still holds 300 MB of 13-column docs.
+const maxFileChunks = 512
+
+// maxRowsPerRowGroup is the writer's row bound of a row group; rowWriter
+// flushes at it itself, so that it counts every row group it writes.
+const maxRowsPerRowGroup = 8192
+
+// create starts the part's next file in the staging directory.
+func (w *rowWriter) create() error {
+	w.name = fmt.Sprintf("%06d.parquet", w.n)
+	if len(w.files) > 0 {
+		w.name = fmt.Sprintf("%06d-%04d.parquet", w.n, len(w.files))
+	}
+	raw, err := w.t.s.opts.FS.Create(filepath.Join(w.t.staging, w.name))
+	if err != nil {
+		return err
+	}
+	w.f = &crcFile{File: raw, block: tableBlockSize}
+	w.w = parquet.NewWriter(w.f, w.wopts...)
+	w.fileRows, w.groups, w.groupRows, w.flushed, w.next = 0, 0, 0, 0, false
+	return nil
 }
 
 func (w *rowWriter) Write(row any) error {
@@ -214,21 +273,36 @@ func (w *rowWriter) Write(row any) error {
 		w.err = fmt.Errorf("local store: table %q: row of type %T, table rows are %s", w.table, row, w.rt)
 		return w.err
 	}
+	if w.next {
+		if err := w.finish(); err != nil {
+			w.err = fmt.Errorf("local store: table %q row %d: %w", w.table, w.rows, err)
+			return w.err
+		}
+		if err := w.create(); err != nil {
+			w.err = fmt.Errorf("local store: table %q row %d: %w", w.table, w.rows, err)
+			return w.err
+		}
+	}
 	if err := w.w.Write(row); err != nil {
 		w.err = fmt.Errorf("local store: table %q row %d: %w", w.table, w.rows, err)
 		return w.err
 	}
 	w.rows++
+	w.fileRows++
+	w.groupRows++
 	// A row group is buffered whole until it is flushed: bound it by bytes
 	// too (8192 rows of 50 KB records would be 400 MB per open writer).
-	if w.rows&15 == 0 {
-		if size := w.w.Size(); size-w.flushed > w.rowGroup {
-			if err := w.w.Flush(); err != nil {
-				w.err = fmt.Errorf("local store: table %q row %d: %w", w.table, w.rows, err)
-				return w.err
-			}
-			w.flushed = w.w.Size()
+	if w.groupRows >= maxRowsPerRowGroup || w.rows&15 == 0 && w.w.Size()-w.flushed > w.rowGroup {
+		if err := w.w.Flush(); err != nil {
+			w.err = fmt.Errorf("local store: table %q row %d: %w", w.table, w.rows, err)
+			return w.err
 		}
+		w.flushed = w.w.Size()
+		w.groups++
+		w.groupRows = 0
+		// Another row group would take the file past the bound (the one
+		// Close flushes included).
+		w.next = (w.groups+1)*w.columns > maxFileChunks
 	}
 	return nil
 }
@@ -239,6 +313,33 @@ func (w *rowWriter) Write(row any) error {
 // lowers it.
 const maxRowGroupBytes = 8 << 20
 
+// finish writes the current file's footer, syncs and closes it, writes its
+// block-sums sidecar and adds it to files.
+func (w *rowWriter) finish() error {
+	if err := w.w.Close(); err != nil {
+		return err
+	}
+	if err := w.f.Sync(); err != nil {
+		return err
+	}
+	if err := w.f.Close(); err != nil {
+		return err
+	}
+	st, err := os.Stat(filepath.Join(w.t.staging, w.name))
+	if err != nil {
+		return err
+	}
+	if st.Size() != w.f.fill+tableBlockSize*int64(len(w.f.blocks)) {
+		return fmt.Errorf("file %s: %d bytes, %d written", w.name, st.Size(), w.f.fill+tableBlockSize*int64(len(w.f.blocks)))
+	}
+	blocks, err := w.t.writeSidecar(w.name, w.f.blockSidecar())
+	if err != nil {
+		return err
+	}
+	w.files = append(w.files, stagedFile{name: w.name, rows: w.fileRows, bytes: st.Size(), crc: w.f.sum(), blocksCRC: blocks})
+	return nil
+}
+
 func (w *rowWriter) Close() error {
 	if w.closed {
 		return w.err
@@ -248,35 +349,18 @@ func (w *rowWriter) Close() error {
 		if w.err == nil {
 			w.err = fmt.Errorf("local store: table %q: close: %w", w.table, err)
 		}
-		w.f.Close()
+		if w.f != nil {
+			w.f.Close()
+		}
 		return w.err
 	}
 	if w.err != nil {
 		return fail(w.err)
 	}
-	if err := w.w.Close(); err != nil {
+	if err := w.finish(); err != nil {
 		return fail(err)
 	}
-	if err := w.f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := w.f.Close(); err != nil {
-		return fail(err)
-	}
-	st, err := os.Stat(filepath.Join(w.t.staging, w.part.Staged.name))
-	if err != nil {
-		return fail(err)
-	}
-	if st.Size() != w.f.fill+tableBlockSize*int64(len(w.f.blocks)) {
-		return fail(fmt.Errorf("file %s: %d bytes, %d written", w.part.Staged.name, st.Size(), w.f.fill+tableBlockSize*int64(len(w.f.blocks))))
-	}
-	blocks, err := w.t.writeSidecar(w.part.Staged.name, w.f.blockSidecar())
-	if err != nil {
-		return fail(err)
-	}
-	w.t.ws.Closed(w.part, func(sf *stagedFile) {
-		sf.rows, sf.bytes, sf.crc, sf.blocksCRC = w.rows, st.Size(), w.f.sum(), blocks
-	})
+	w.t.ws.Closed(w.part, func(sp *stagedPart) { sp.files = w.files })
 	return nil
 }
 
