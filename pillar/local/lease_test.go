@@ -409,3 +409,35 @@ func BenchmarkSnapshotLease(b *testing.B) {
 		}
 	})
 }
+
+// Another process's cleanup that runs while a Begin has made its staging
+// directory but not yet locked it leaves that staging alone: the
+// transaction writes and commits. (Made in place under its own name, the
+// staging had a free lock at that moment and was removed as a dead
+// transaction's: TestSnapshotsRaceCleanup failed so now and then.)
+func TestCleanupSparesStagingBeingMade(t *testing.T) {
+	dir := t.TempDir()
+	s := mustCreate(t, dir)
+	defer s.Close()
+	other, err := Open(dir, nil) // another store on the directory: its own lock files, as another process
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ran := 0
+	beginMadeHook = func(string) {
+		ran++
+		if _, err := other.Cleanup(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { beginMadeHook = nil }()
+	commitDocs(t, s, "a-", 20)
+	if ran == 0 {
+		t.Fatal("the hook did not run: Begin no longer makes its staging through it")
+	}
+	ents, _ := os.ReadDir(filepath.Join(dir, "tx"))
+	if len(ents) != 0 {
+		t.Fatalf("staging left after the commit: %v", ents)
+	}
+}

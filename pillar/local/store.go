@@ -404,6 +404,15 @@ func (s *Store) cleanupLocked(ctx context.Context, listed []os.DirEntry) (Cleanu
 	txs, _ := os.ReadDir(filepath.Join(s.dir, "tx"))
 	for _, e := range txs {
 		p := filepath.Join(s.dir, "tx", e.Name())
+		if strings.HasSuffix(e.Name(), pendingSuffix) {
+			// Being made by a Begin (its lock may not be taken yet), or
+			// left by a crash in Begin: removed once a minute old.
+			if fi, serr := os.Stat(p); serr == nil && now.Sub(fi.ModTime()) > time.Minute {
+				_ = fs.RemoveAll(p)
+				cs.Staging++
+			}
+			continue
+		}
 		f, err := os.OpenFile(filepath.Join(p, ".lock"), os.O_RDWR, 0)
 		if err != nil {
 			// No lock file: a crash between mkdir and lock creation.

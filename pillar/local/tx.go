@@ -85,6 +85,14 @@ func (t *tx) intend(name string) error {
 	return nil
 }
 
+// pendingSuffix names a staging directory being made (Begin), not yet
+// locked under its own name.
+const pendingSuffix = ".new"
+
+// beginMadeHook, when set (tests), runs in Begin once the staging
+// directory is made, before its lock is taken.
+var beginMadeHook func(pending string)
+
 // Begin starts a transaction reading the current generation.
 func (s *Store) Begin(ctx context.Context) (pillar.Tx, error) {
 	m, l, err := s.acquire(ctx) // the Tx reads its Begin state until it ends
@@ -96,21 +104,37 @@ func (s *Store) Begin(ctx context.Context) (pillar.Tx, error) {
 	_, _ = rand.Read(rb[:])
 	id := fmt.Sprintf("%d-%s", time.Now().UnixNano(), hex.EncodeToString(rb[:]))
 	staging := filepath.Join(s.dir, "tx", id)
-	if err := s.opts.FS.MkdirAll(staging); err != nil {
+	// The staging directory appears under its own name only with its lock
+	// held: it is made as <id>.new, locked, then renamed. Made in place,
+	// another process's cleanup could find it between the mkdir and the
+	// flock, take the free lock for a dead transaction's and remove the
+	// staging of this live one (TestSnapshotsRaceCleanup failed so, now
+	// and then). Cleanup leaves a .new directory alone for a minute.
+	pending := staging + pendingSuffix
+	if err := s.opts.FS.MkdirAll(pending); err != nil {
 		sn.Release()
 		return nil, fmt.Errorf("local store %s: begin: %w", s.dir, err)
 	}
-	lf, err := os.OpenFile(filepath.Join(staging, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if beginMadeHook != nil {
+		beginMadeHook(pending)
+	}
+	lf, err := os.OpenFile(filepath.Join(pending, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		_ = s.opts.FS.RemoveAll(staging)
+		_ = s.opts.FS.RemoveAll(pending)
 		sn.Release()
 		return nil, fmt.Errorf("local store %s: begin: %w", s.dir, err)
 	}
 	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		lf.Close()
-		_ = s.opts.FS.RemoveAll(staging)
+		_ = s.opts.FS.RemoveAll(pending)
 		sn.Release()
 		return nil, fmt.Errorf("local store %s: begin: lock staging: %w", s.dir, err)
+	}
+	if err := os.Rename(pending, staging); err != nil { // the lock stays: it is on the file
+		lf.Close()
+		_ = s.opts.FS.RemoveAll(pending)
+		sn.Release()
+		return nil, fmt.Errorf("local store %s: begin: %w", s.dir, err)
 	}
 	return &tx{
 		snapshot: sn,
