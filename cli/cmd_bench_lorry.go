@@ -66,6 +66,7 @@ Examples:
 			&cli.BoolFlag{Name: "allow-missed", Usage: "exit 0 even when a target is missed (the report still says which)"},
 			&cli.Int64Flag{Name: "fresh-bulk-batch-bytes", Usage: "bulk batch size while fresh records flow (default: --max-batch-bytes)"},
 			&cli.IntFlag{Name: "max-bulk-unapplied", Usage: "Lorry's --max-bulk-unapplied (default: Lorry's)"},
+			&cli.IntFlag{Name: "max-bulk-unapplied-total", Usage: "Lorry's --max-bulk-unapplied-total (default: Lorry's, no such bound)"},
 			&cli.DurationFlag{Name: "replica-poll", Usage: "Lorry's --replica-poll (default: Lorry's, 250ms)"},
 			&cli.DurationFlag{Name: "fresh-ride-wait", Usage: "Lorry's --fresh-ride-wait (default: Lorry's, 1s; negative, such as -1s: fresh records never ride bulk batches)"},
 			&cli.IntFlag{Name: "node-ingest-concurrency", Usage: "the cobbled nodes' --ingest-concurrency (default: cobbled's, 2)"},
@@ -84,7 +85,7 @@ Examples:
 				MaxBatchAge: c.Duration("max-batch-age"), BulkMinShare: c.Float64("bulk-min-share"),
 				SkipBaseline: c.Bool("skip-baseline"), InOrder: c.Bool("in-order"),
 				MaxBatchBytes: c.Int64("max-batch-bytes"), FreshBulkBatchBytes: c.Int64("fresh-bulk-batch-bytes"),
-				MaxBulkUnapplied: c.Int("max-bulk-unapplied"), ReplicaPoll: c.Duration("replica-poll"), FreshRideWait: c.Duration("fresh-ride-wait"), NodeIngestConcurrency: c.Int("node-ingest-concurrency"),
+				MaxBulkUnapplied: c.Int("max-bulk-unapplied"), MaxBulkUnappliedTotal: c.Int("max-bulk-unapplied-total"), ReplicaPoll: c.Duration("replica-poll"), FreshRideWait: c.Duration("fresh-ride-wait"), NodeIngestConcurrency: c.Int("node-ingest-concurrency"),
 				Progress: os.Stderr,
 			}, c.Int("runs"))
 			if err != nil {

@@ -84,6 +84,7 @@ Examples:
 			&cli.Float64Flag{Name: "bulk-min-share", Value: 0.25, Usage: "share of a partition's delivery time bulk batches keep while fresh ones are waiting too (0-1]"},
 			&cli.Int64Flag{Name: "max-replica-lag", Value: 8, Usage: "pause a partition's bulk batches while a replica is this many batches behind (fresh ones continue; -1: never)"},
 			&cli.IntFlag{Name: "max-bulk-unapplied", Value: 2, Usage: "while fresh records flow in a partition, pause its bulk batches as long as this many of them are registered and not applied on every replica, so a fresh record waits behind few bulk batches on each replica (fresh ones continue; -1: no such bound)"},
+			&cli.IntFlag{Name: "max-bulk-unapplied-total", Usage: "--max-bulk-unapplied over all the worker's partitions together (a replica applies a few batches at a time across its partitions); 0: no such bound"},
 			&cli.DurationFlag{Name: "fresh-ride-wait", Value: time.Second, Usage: "while a partition's bulk batches flow, a fresh record waits up to this long (at least --max-batch-age) for the next bulk batch to carry it, instead of a batch of its own (fewer batches for the replicas to apply); negative, such as -1s: never"},
 			&cli.DurationFlag{Name: "replica-poll", Value: 250 * time.Millisecond, Usage: "how often replica progress is read from the control plane (backpressure, latency, loss counter)"},
 			&cli.DurationFlag{Name: "loss-after", Value: 5 * time.Minute, Usage: "a fresh record not applied on every replica this long after its commit counts as lost (lorry_lost_records_total)"},
@@ -136,7 +137,7 @@ Examples:
 					LeaseTTL: c.Duration("lease-ttl"), Parallelism: c.Int("parallelism"),
 					OrphanGrace: c.Duration("orphan-grace"), CleanupInterval: cleanup, TempDir: c.String("tmp"),
 					BulkMinShare: c.Float64("bulk-min-share"), MaxReplicaLag: c.Int64("max-replica-lag"),
-					MaxBulkUnapplied: c.Int("max-bulk-unapplied"), ReplicaPoll: c.Duration("replica-poll"),
+					MaxBulkUnapplied: c.Int("max-bulk-unapplied"), MaxBulkUnappliedTotal: c.Int("max-bulk-unapplied-total"), ReplicaPoll: c.Duration("replica-poll"),
 					LossAfter: c.Duration("loss-after"), BulkLossAfter: c.Duration("bulk-loss-after"), FreshRideWait: c.Duration("fresh-ride-wait"),
 					Logger: logger(), Metrics: metrics,
 				})

@@ -129,7 +129,10 @@
 // partition's bulk batches are registered and not applied on every replica:
 // a replica applies a partition's batches in order, so a fresh record waits
 // there behind every bulk batch registered before it, and this keeps that
-// queue short.
+// queue short. MaxBulkUnappliedTotal (off by default) bounds the same over
+// all the worker's partitions together: a replica applies a few batches at
+// a time across its partitions, so a fresh record also waits behind other
+// partitions' bulk batches.
 //
 // Fresh records ride along with bulk batches (FreshRideWait): while the
 // bulk lane is delivering records of their publication, fetched fresh

@@ -1061,3 +1061,65 @@ func TestBulkWaitsOnlyForFirstEnd(t *testing.T) {
 		t.Fatalf("stats: %d heads scanned in %v, first scan %v", st.Scanned, st.ScanTime, st.HeadScan)
 	}
 }
+
+// TestBulkUnappliedTotalPausesBulk: with MaxBulkUnappliedTotal 1 (and no
+// per-partition bound to speak of), while fresh records flow, the bulk
+// lanes of all the worker's partitions wait while one bulk batch of any of
+// them is registered and not applied on every replica (a replica applies
+// a few batches at a time across its partitions); once the replicas
+// apply, every backlog is delivered.
+func TestBulkUnappliedTotalPausesBulk(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	e := newEnv(t, parts)
+	var rs []rec
+	var keys [parts][]string
+	for p := range parts {
+		keys[p] = keysIn(23, p, parts)
+		for i, k := range keys[p][:20] {
+			rs = append(rs, rec{key: k, val: val(i, 300), pri: pillar.PriorityBulk})
+		}
+		rs = append(rs, rec{key: keys[p][20], val: val(100, 50)})
+	}
+	src := &appliedSource{parts: parts}
+	o := e.opts("w")
+	o.Replicas, o.MaxReplicaLag, o.MaxBulkUnapplied, o.ReplicaPoll, o.MaxBatchRecords = src, -1, 100, 10*time.Millisecond, 5
+	o.MaxBulkUnappliedTotal = 1
+	o.BulkMinShare = 1e-6
+	o.FreshRideWait = -1
+	w := e.worker(o)
+	stop := runWorker(t, w)
+	defer stop()
+	e.enqueue(rs...)
+	waitFor(t, "a bulk batch delivered", 10*time.Second, func() bool { return e.state(0).Offset+e.state(1).Offset > 0 })
+	// Fresh records keep flowing in both partitions, and are delivered.
+	for p := range parts {
+		for i, k := range keys[p][21:] {
+			e.enqueue(rec{key: k, val: val(101+i, 50)})
+		}
+	}
+	waitFor(t, "fresh records delivered while bulk waits", 10*time.Second, func() bool {
+		return e.state(0).FreshOffset() == 23 && e.state(1).FreshOffset() == 23
+	})
+	// Each partition: at most its first batch and the follow-up its
+	// commit records (planned before the first registration was seen);
+	// without the bound both backlogs (8 batches) go.
+	delivered := e.state(0).Offset + e.state(1).Offset
+	if delivered > 4*int64(o.MaxBatchRecords) {
+		t.Fatalf("bulk delivered %d records of the two partitions while a bulk batch is unapplied, want at most 4 batches of %d", delivered, o.MaxBatchRecords)
+	}
+	if !w.bulkPaused(0, true) || !w.bulkPaused(1, true) {
+		t.Fatal("a bulk lane is not paused with an unapplied bulk batch of the worker")
+	}
+	if w.bulkPaused(0, false) {
+		t.Fatal("bulk paused without fresh traffic")
+	}
+	src.applied.Store(1 << 40)
+	waitFor(t, "backlogs delivered once replicas applied", 10*time.Second, func() bool {
+		return e.state(0).Offset == 23 && e.state(1).Offset == 23
+	})
+	stop()
+	for p := range parts {
+		e.laneChain(p, 23)
+	}
+}

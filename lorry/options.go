@@ -137,6 +137,16 @@ type Options struct {
 	// known. Negative disables it. The default value is 2. It needs
 	// Replicas.
 	MaxBulkUnapplied int
+	// MaxBulkUnappliedTotal is MaxBulkUnapplied over all the worker's
+	// partitions together: while fresh records flow in a partition, its
+	// bulk lane also pauses as long as this many bulk batches of the
+	// worker's partitions are registered and not applied on every replica,
+	// down to BulkMinShare. A replica applies a few batches at a time
+	// across all its partitions (cobbled's IngestConcurrency), so a fresh
+	// record (alone, or riding a bulk batch) waits there behind other
+	// partitions' bulk batches too, which the per-partition bound does not
+	// count. 0 or negative: no such bound (the default). It needs Replicas.
+	MaxBulkUnappliedTotal int
 	// Replicas reports each partition's replica progress; it drives the
 	// bulk backpressure, the enqueue → applied-on-all-replicas latency and
 	// the loss counter. The default value is Registry when it implements

@@ -138,7 +138,7 @@ func (w *Worker) bulkPaused(p int, fresh bool) bool {
 }
 
 // bulkHeld is bulkPaused by cause: lag (MaxReplicaLag), unapplied
-// (MaxBulkUnapplied).
+// (MaxBulkUnapplied, MaxBulkUnappliedTotal).
 func (w *Worker) bulkHeld(p int, fresh bool) (lag, unapplied bool) {
 	if w.o.Replicas == nil {
 		return false, false
@@ -151,6 +151,13 @@ func (w *Worker) bulkHeld(p int, fresh bool) (lag, unapplied bool) {
 	}
 	lag = w.o.MaxReplicaLag >= 0 && pt.lag > w.o.MaxReplicaLag
 	unapplied = fresh && w.o.MaxBulkUnapplied > 0 && pt.bulkUnapplied() >= w.o.MaxBulkUnapplied
+	if fresh && !unapplied && w.o.MaxBulkUnappliedTotal > 0 {
+		n := 0
+		for _, q := range w.tr.parts {
+			n += q.bulkUnapplied()
+		}
+		unapplied = n >= w.o.MaxBulkUnappliedTotal
+	}
 	return lag, unapplied
 }
 

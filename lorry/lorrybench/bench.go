@@ -82,7 +82,9 @@ type Options struct {
 	// MaxBulkUnapplied and ReplicaPoll are Lorry's. The default values are
 	// Lorry's defaults.
 	MaxBulkUnapplied int
-	ReplicaPoll      time.Duration
+	// MaxBulkUnappliedTotal is Lorry's (0: its default, no such bound).
+	MaxBulkUnappliedTotal int
+	ReplicaPoll           time.Duration
 	// FreshRideWait is Lorry's (fresh records ride along with bulk
 	// batches). The default value is Lorry's default; negative disables it.
 	FreshRideWait time.Duration
@@ -476,7 +478,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		"partitions": o.Partitions, "max_batch_age": o.MaxBatchAge.String(), "bulk_min_share": o.BulkMinShare, "replicas": 3,
 		"object_store": "local directory", "control_plane": "SQLite over gRPC (loopback)",
 		"max_batch_bytes": o.MaxBatchBytes, "fresh_bulk_batch_bytes": o.FreshBulkBatchBytes,
-		"max_bulk_unapplied": o.MaxBulkUnapplied, "replica_poll": o.ReplicaPoll.String(), "fresh_ride_wait": o.FreshRideWait.String(), "node_ingest_concurrency": o.NodeIngestConcurrency,
+		"max_bulk_unapplied": o.MaxBulkUnapplied, "max_bulk_unapplied_total": o.MaxBulkUnappliedTotal, "replica_poll": o.ReplicaPoll.String(), "fresh_ride_wait": o.FreshRideWait.String(), "node_ingest_concurrency": o.NodeIngestConcurrency,
 	}}
 	b := &bench{o: o, vals: newValues(max(o.ValueSize, o.FreshSize)), newest: map[string]uint64{}, ends: make([]int64, o.Partitions)}
 	for i := 0; i < o.Records; i++ {
@@ -579,7 +581,7 @@ func (b *bench) phase(ctx context.Context, name string, fresh bool) (*Phase, err
 	w, err := lorry.New(lorry.Options{Store: b.c.store, Objects: b.c.objs, Registry: b.c.ctl, ID: "bench",
 		MaxBatchAge: o.MaxBatchAge, PollInterval: 20 * time.Millisecond, LeaseTTL: 10 * time.Second,
 		MaxBatchBytes: o.MaxBatchBytes, FreshBulkBatchBytes: o.FreshBulkBatchBytes,
-		BulkMinShare: o.BulkMinShare, MaxBulkUnapplied: o.MaxBulkUnapplied, ReplicaPoll: o.ReplicaPoll,
+		BulkMinShare: o.BulkMinShare, MaxBulkUnapplied: o.MaxBulkUnapplied, MaxBulkUnappliedTotal: o.MaxBulkUnappliedTotal, ReplicaPoll: o.ReplicaPoll,
 		LossAfter: 30 * time.Second, BulkLossAfter: 30 * time.Minute, FreshRideWait: o.FreshRideWait,
 		TempDir: filepath.Join(b.c.dir, "tmp"), CleanupInterval: -1, Logger: o.Logger})
 	if err != nil {

@@ -104,11 +104,13 @@
 //     Parquet footer and row counts. Queue segments and index files (small,
 //     read whole) and table files written before block sums are checked
 //     whole the first time a Store opens them — except that a read of queue
-//     heads (ReadQueueHeads, no values) checks only a segment's heads
-//     checksum (heads_crc32c: the bytes outside its value column chunks,
-//     recorded at staging; queueheads.go), so Lorry's head scan past a bulk
-//     backlog does not read the values; segments without one are checked
-//     whole. A Store remembers what it
+//     heads (ReadQueueHeads, no values) checks only a segment's footer
+//     checksum (footer_crc32c, before the footer is parsed) and heads
+//     checksum (heads_crc32c: the bytes outside its value column chunks;
+//     both computed at staging from the file read back whole and checked
+//     against the bytes written; queueheads.go), so Lorry's head scan past
+//     a bulk backlog does not read the values; segments without both are
+//     checked whole. A Store remembers what it
 //     checked (files are immutable), so damage done after a Store read a
 //     block is found by the next Store (the next command) or by Verify.
 //   - Stores written before checksums: their manifest entries have no

@@ -588,7 +588,7 @@ func (r *commitReq) apply(nm *manifest, prefix string) error {
 			q = &queueEntry{}
 			nm.Queue[qf.partition] = q
 		}
-		q.Segments = append(q.Segments, segment{File: segs[i], First: q.end(), Count: qf.count, Bytes: qf.bytes, CommittedAtMS: nowMS, CRC32C: qf.crc, HeadsCRC32C: qf.headsCRC})
+		q.Segments = append(q.Segments, segment{File: segs[i], First: q.end(), Count: qf.count, Bytes: qf.bytes, CommittedAtMS: nowMS, CRC32C: qf.crc, HeadsCRC32C: qf.headsCRC, FooterCRC32C: qf.footerCRC})
 	}
 	for _, id := range t.ws.Consumed() {
 		nm.Consumed[id] = gen

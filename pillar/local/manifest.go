@@ -89,9 +89,11 @@ type segment struct {
 	CommittedAtMS int64  `json:"committed_at_ms,omitempty"`
 	CRC32C        string `json:"crc32c,omitempty"` // as fileEntry.CRC32C
 	// HeadsCRC32C is the CRC32C of the file's bytes outside its value
-	// column chunks, which a heads read checks instead of the whole file
-	// (queueheads.go); "" in segments written before.
-	HeadsCRC32C string `json:"heads_crc32c,omitempty"`
+	// column chunks and FooterCRC32C that of its Parquet footer, which a
+	// heads read checks instead of the whole file (queueheads.go); "" in
+	// segments written before.
+	HeadsCRC32C  string `json:"heads_crc32c,omitempty"`
+	FooterCRC32C string `json:"footer_crc32c,omitempty"`
 }
 
 // queueEntry is a partition's export queue: the segments of Index (in

@@ -1,7 +1,10 @@
 package local
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -16,51 +19,71 @@ import (
 )
 
 // Heads checksums (doc.go "Checksums"): a queue segment's entry records,
-// besides the whole file's CRC32C, heads_crc32c: the CRC32C of every byte of
-// the file outside its value column chunks (the footer, the page indexes
-// and every other column: what ReadQueueHeads reads). A heads read checks
-// only those bytes, the first time a Store reads heads of the segment, so
-// Lorry's head scan past a bulk backlog of 50 KB values reads kilobytes,
-// not the values; a full read (ReadQueue) still checks the whole file
-// first. A segment written before heads checksums has none and is checked
-// whole by either read.
+// besides the whole file's CRC32C, two more:
 //
-// The value column chunks' ranges come from the file's own footer, which
-// the heads checksum covers: a damaged footer fails to parse, or names
-// other ranges, and the checksum over them differs.
+//	footer_crc32c  the CRC32C of the Parquet footer (from the footer's
+//	               start to the end of the file: metadata, length, magic)
+//	heads_crc32c   the CRC32C of every byte of the file outside its value
+//	               column chunks (the footer, the page indexes and every
+//	               other column: what ReadQueueHeads reads)
+//
+// A heads read checks, the first time a Store reads heads of the segment,
+// the footer's length and checksum before it parses the footer (a damaged
+// footer never reaches the Parquet decoder), then the heads checksum over
+// the ranges the checked footer names. So Lorry's head scan past a bulk
+// backlog of 50 KB values reads kilobytes, not the values. A full read
+// (ReadQueue) still checks the whole file first. A segment without both
+// sums (written before them) is checked whole by either read.
+//
+// Both sums are computed at staging by reading the staged file back once,
+// whole: its CRC32C must equal that of the bytes written (crcFile), or the
+// commit fails; so the sums describe the bytes that were written.
 
 // headsColumn is the column a heads read leaves out.
 const headsColumn = "value"
 
-// headsCRC returns the heads checksum of the queue segment file f of size
-// bytes (see above).
-func headsCRC(ctx context.Context, f io.ReaderAt, size int64) (string, error) {
-	rs, err := headsRanges(f, size)
-	if err != nil {
-		return "", err
+// parquetMagic ends (and starts) a Parquet file.
+var parquetMagic = []byte("PAR1")
+
+// parquetFooterStart returns where the Parquet footer of the file f of size
+// bytes starts, after checking the closing magic and that the footer's
+// length fits the file (a damaged length must not size an allocation).
+func parquetFooterStart(f io.ReaderAt, size int64) (int64, error) {
+	if size < 12 {
+		return 0, fmt.Errorf("footer: %d bytes is too short for a Parquet file: %w", size, pillar.ErrCorrupt)
 	}
-	var crc uint32
-	buf := make([]byte, 256<<10)
-	for _, r := range rs {
-		for off := r[0]; off < r[1]; {
-			if err := ctx.Err(); err != nil {
-				return "", err
-			}
-			n := min(int64(len(buf)), r[1]-off)
-			if _, err := f.ReadAt(buf[:n], off); err != nil {
-				return "", err
-			}
-			crc = crc32.Update(crc, castagnoli, buf[:n])
-			off += n
+	var tail [8]byte
+	if _, err := f.ReadAt(tail[:], size-8); err != nil {
+		return 0, fmt.Errorf("footer: %w", err)
+	}
+	if !bytes.Equal(tail[4:], parquetMagic) {
+		return 0, fmt.Errorf("footer: no closing magic: %w", pillar.ErrCorrupt)
+	}
+	n := int64(binary.LittleEndian.Uint32(tail[:4]))
+	if n == 0 || n > size-12 {
+		return 0, fmt.Errorf("footer: length %d does not fit the file's %d bytes: %w", n, size, pillar.ErrCorrupt)
+	}
+	return size - 8 - n, nil
+}
+
+// openParquet is parquet.OpenFile that turns a panic of the decoder (on a
+// damaged file) into an error wrapping ErrCorrupt.
+func openParquet(f io.ReaderAt, size int64, opts ...parquet.FileOption) (pf *parquet.File, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			pf, err = nil, fmt.Errorf("parquet: %v: %w", r, pillar.ErrCorrupt)
 		}
-	}
-	return crcString(crc), nil
+	}()
+	return parquet.OpenFile(f, size, opts...)
 }
 
 // headsRanges returns the byte ranges [from, to) of a queue segment file
 // outside its value column chunks, in file order.
 func headsRanges(f io.ReaderAt, size int64) ([][2]int64, error) {
-	pf, err := parquet.OpenFile(f, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+	if _, err := parquetFooterStart(f, size); err != nil {
+		return nil, err
+	}
+	pf, err := openParquet(f, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
 		return nil, fmt.Errorf("footer: %w: %w", err, pillar.ErrCorrupt)
 	}
@@ -76,13 +99,13 @@ func headsRanges(f io.ReaderAt, size int64) ([][2]int64, error) {
 				from = md.DictionaryPageOffset
 			}
 			to := from + md.TotalCompressedSize
-			if from < 0 || md.TotalCompressedSize < 0 || to > size {
+			if from < 0 || md.TotalCompressedSize < 0 || to < from || to > size {
 				return nil, fmt.Errorf("footer: value column chunk [%d,%d) outside the file's %d bytes: %w", from, to, size, pillar.ErrCorrupt)
 			}
 			skip = append(skip, [2]int64{from, to})
 		}
 	}
-	slices.SortFunc(skip, func(a, b [2]int64) int { return int(a[0] - b[0]) })
+	slices.SortFunc(skip, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
 	var out [][2]int64
 	at := int64(0)
 	for _, s := range skip {
@@ -97,11 +120,79 @@ func headsRanges(f io.ReaderAt, size int64) ([][2]int64, error) {
 	return out, nil
 }
 
+// crcRanges returns the CRC32C of the bytes of f in ranges (in order).
+func crcRanges(ctx context.Context, f io.ReaderAt, ranges [][2]int64) (string, error) {
+	var crc uint32
+	buf := make([]byte, 256<<10)
+	for _, r := range ranges {
+		for off := r[0]; off < r[1]; {
+			if err := ctx.Err(); err != nil {
+				return "", err
+			}
+			n := min(int64(len(buf)), r[1]-off)
+			if _, err := f.ReadAt(buf[:n], off); err != nil {
+				return "", err
+			}
+			crc = crc32.Update(crc, castagnoli, buf[:n])
+			off += n
+		}
+	}
+	return crcString(crc), nil
+}
+
+// segmentSums reads a staged queue segment file whole once and returns its
+// heads and footer checksums, after checking that its CRC32C is written,
+// the CRC32C of the bytes written to it.
+func segmentSums(ctx context.Context, f io.ReaderAt, size int64, written string) (heads, footer string, err error) {
+	start, err := parquetFooterStart(f, size)
+	if err != nil {
+		return "", "", err
+	}
+	ranges, err := headsRanges(f, size)
+	if err != nil {
+		return "", "", err
+	}
+	var whole, h, ft uint32
+	buf := make([]byte, 256<<10)
+	ri := 0
+	for off := int64(0); off < size; {
+		if err := ctx.Err(); err != nil {
+			return "", "", err
+		}
+		n := min(int64(len(buf)), size-off)
+		b := buf[:n]
+		if _, err := f.ReadAt(b, off); err != nil {
+			return "", "", err
+		}
+		whole = crc32.Update(whole, castagnoli, b)
+		end := off + n
+		for ri < len(ranges) && ranges[ri][0] < end {
+			lo, hi := max(ranges[ri][0], off), min(ranges[ri][1], end)
+			if lo < hi {
+				h = crc32.Update(h, castagnoli, b[lo-off:hi-off])
+			}
+			if ranges[ri][1] > end {
+				break // the range goes on in the next chunk
+			}
+			ri++
+		}
+		if end > start {
+			ft = crc32.Update(ft, castagnoli, b[max(start, off)-off:])
+		}
+		off = end
+	}
+	if got := crcString(whole); got != written {
+		return "", "", fmt.Errorf("checksum mismatch: the bytes written have crc32c %s, the file reads back %s: %w", written, got, pillar.ErrCorrupt)
+	}
+	return crcString(h), crcString(ft), nil
+}
+
 // openQueueHeads opens a queue segment file for a heads read: checked whole
-// (openData) when the segment has no heads checksum, else its size and
-// heads checksum, once per file and Store (a file checked whole counts).
+// (openData) when the segment lacks a heads or footer checksum, else its
+// size, footer checksum and heads checksum, once per file and Store (a file
+// checked whole counts).
 func (s *Store) openQueueHeads(ctx context.Context, seg segment) (*os.File, error) {
-	if seg.HeadsCRC32C == "" || seg.CRC32C == "" {
+	if seg.HeadsCRC32C == "" || seg.FooterCRC32C == "" || seg.CRC32C == "" {
 		return s.openData(ctx, seg.File, seg.Bytes, seg.CRC32C)
 	}
 	name := seg.File
@@ -123,29 +214,45 @@ func (s *Store) openQueueHeads(ctx context.Context, seg segment) (*os.File, erro
 	if whole || heads {
 		return f, nil
 	}
-	if err := checkHeads(ctx, f, name, seg.Bytes, seg.HeadsCRC32C); err != nil {
+	if err := checkHeads(ctx, f, seg); err != nil {
 		f.Close()
-		return nil, err
+		return nil, fmt.Errorf("file %s: %w", name, err)
 	}
 	s.headsVerified.Store(name, struct{}{})
 	return f, nil
 }
 
-// checkHeads checks an open queue segment file's size and heads checksum.
-func checkHeads(ctx context.Context, f *os.File, name string, size int64, sum string) error {
+// checkHeads checks an open queue segment file's size, its footer's
+// checksum (before the footer is parsed) and its heads checksum.
+func checkHeads(ctx context.Context, f *os.File, seg segment) error {
 	st, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("file %s: %w", name, err)
+		return err
 	}
+	size := seg.Bytes
 	if st.Size() != size {
-		return fmt.Errorf("file %s: %d bytes, the manifest records %d: %w", name, st.Size(), size, pillar.ErrCorrupt)
+		return fmt.Errorf("%d bytes, the manifest records %d: %w", st.Size(), size, pillar.ErrCorrupt)
 	}
-	got, err := headsCRC(ctx, f, size)
+	start, err := parquetFooterStart(f, size)
 	if err != nil {
-		return fmt.Errorf("file %s: heads checksum: %w", name, err)
+		return err
 	}
-	if got != sum {
-		return fmt.Errorf("file %s: heads checksum mismatch: the manifest records heads_crc32c %s, the file has %s: %w", name, sum, got, pillar.ErrCorrupt)
+	got, err := crcRanges(ctx, f, [][2]int64{{start, size}})
+	if err != nil {
+		return fmt.Errorf("footer checksum: %w", err)
+	}
+	if got != seg.FooterCRC32C {
+		return fmt.Errorf("footer checksum mismatch: the manifest records footer_crc32c %s, the file has %s: %w", seg.FooterCRC32C, got, pillar.ErrCorrupt)
+	}
+	ranges, err := headsRanges(f, size)
+	if err != nil {
+		return err
+	}
+	if got, err = crcRanges(ctx, f, ranges); err != nil {
+		return fmt.Errorf("heads checksum: %w", err)
+	}
+	if got != seg.HeadsCRC32C {
+		return fmt.Errorf("heads checksum mismatch: the manifest records heads_crc32c %s, the file has %s: %w", seg.HeadsCRC32C, got, pillar.ErrCorrupt)
 	}
 	return nil
 }

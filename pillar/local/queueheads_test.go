@@ -116,8 +116,8 @@ func valueByte(t *testing.T, dir string, seg segment) int64 {
 // read.
 func TestQueueHeadsChecksum(t *testing.T) {
 	dir := t.TempDir()
-	s, seg := headsStore(t, dir, 40)
-	if seg.HeadsCRC32C == "" || seg.CRC32C == "" {
+	s, seg := headsStore(t, dir, 100) // 2 row groups, 2 MB: ranges cross the read chunks
+	if seg.HeadsCRC32C == "" || seg.FooterCRC32C == "" || seg.CRC32C == "" {
 		t.Fatalf("segment %+v: want both checksums", seg)
 	}
 	if h, a := readHeadsAndAll(s); h != nil || a != nil {
@@ -166,7 +166,8 @@ func TestQueueHeadsChecksum(t *testing.T) {
 }
 
 // TestQueueHeadsWithoutHeadsChecksum: a segment written before heads
-// checksums (no heads_crc32c) is checked whole by a heads read too.
+// checksums (no heads_crc32c, or no footer_crc32c) is checked whole by a
+// heads read too.
 func TestQueueHeadsWithoutHeadsChecksum(t *testing.T) {
 	dir := t.TempDir()
 	s, seg := headsStore(t, dir, 10)
@@ -180,7 +181,14 @@ func TestQueueHeadsWithoutHeadsChecksum(t *testing.T) {
 	if _, err := readQueueSegment[queueHead](ctx, s, old, 0, 100, true); !errors.Is(err, pillar.ErrCorrupt) {
 		t.Fatalf("old segment with a damaged value byte: heads read %v, want ErrCorrupt (checked whole)", err)
 	}
-	// The same file with its heads checksum: the heads read passes.
+	// A segment of c74cca9 (a heads checksum, no footer checksum): its
+	// footer would be parsed unchecked, so it is checked whole too.
+	noFooter := seg
+	noFooter.FooterCRC32C = ""
+	if _, err := readQueueSegment[queueHead](ctx, s, noFooter, 0, 100, true); !errors.Is(err, pillar.ErrCorrupt) {
+		t.Fatalf("segment without a footer checksum, a damaged value byte: heads read %v, want ErrCorrupt (checked whole)", err)
+	}
+	// The same file with both sums: the heads read passes.
 	if _, err := readQueueSegment[queueHead](ctx, s, seg, 0, 100, true); err != nil {
 		t.Fatalf("segment with heads checksum and a damaged value byte: heads read %v", err)
 	}

@@ -266,7 +266,7 @@ func readQueueSegment[T any](ctx context.Context, s *Store, seg segment, skip in
 		return nil, err
 	}
 	defer f.Close()
-	pf, err := parquet.OpenFile(f, seg.Bytes)
+	pf, err := openParquet(f, seg.Bytes)
 	if err != nil {
 		return nil, err
 	}

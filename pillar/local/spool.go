@@ -113,7 +113,7 @@ func (t *tx) closeSpools() {
 // before the commit lock is taken: the spools, and the pending records
 // (written now), all synced in one round (concurrent fsyncs share the
 // journal's commits).
-func (t *tx) stageQueue() ([]stagedQueue, error) {
+func (t *tx) stageQueue(ctx context.Context) ([]stagedQueue, error) {
 	if t.queue.queued == 0 {
 		return nil, nil
 	}
@@ -150,21 +150,22 @@ func (t *tx) stageQueue() ([]stagedQueue, error) {
 			return nil, t.errf("commit: export queue partition %d: %w", p, err)
 		}
 		out[i].bytes = st.Size()
-		// The heads checksum: the footer names the value column chunks
-		// (a read of the footer and the other columns, kilobytes).
-		if out[i].headsCRC, err = stagedHeadsCRC(filepath.Join(t.staging, sp.name), st.Size()); err != nil {
-			return nil, t.errf("commit: export queue partition %d: heads checksum: %w", p, err)
+		// The heads and footer checksums, from the file read back whole
+		// once and checked against the bytes written (queueheads.go).
+		if out[i].headsCRC, out[i].footerCRC, err = t.stagedSums(ctx, filepath.Join(t.staging, sp.name), st.Size(), out[i].crc); err != nil {
+			return nil, t.errf("commit: export queue partition %d: staged segment %s: %w", p, sp.name, err)
 		}
 	}
 	return out, nil
 }
 
-// stagedHeadsCRC returns the heads checksum of a staged segment file.
-func stagedHeadsCRC(path string, size int64) (string, error) {
-	f, err := os.Open(path)
+// stagedSums returns the heads and footer checksums of a staged segment
+// file whose written bytes have CRC32C written.
+func (t *tx) stagedSums(ctx context.Context, path string, size int64, written string) (heads, footer string, err error) {
+	f, err := t.s.opts.FS.Open(path)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer f.Close()
-	return headsCRC(context.Background(), f, size)
+	return segmentSums(ctx, f, size, written)
 }

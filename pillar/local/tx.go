@@ -517,7 +517,7 @@ func (t *tx) Commit(ctx context.Context) error {
 	s := t.s
 	r := &commitReq{t: t, ctx: ctx, start: time.Now(), lead: make(chan struct{}), done: make(chan struct{})}
 	var err error
-	if r.staged, err = t.stageQueue(); err != nil {
+	if r.staged, err = t.stageQueue(ctx); err != nil {
 		return err
 	}
 	// A store written before checksums gets them with its next commit
@@ -553,6 +553,7 @@ type stagedQueue struct {
 	count, bytes int64
 	crc          string
 	headsCRC     string // queueheads.go
+	footerCRC    string
 }
 
 // syncAll runs fns concurrently and returns the first error.
