@@ -31,9 +31,10 @@
 //     footer entry, column and offset index per chunk) is what a writer
 //     keeps until it closes a file and what a reader decodes when it opens
 //     one, so the bound keeps both near 1 MB however large the table (one
-//     2 GB file of 160k pages held 7 MB per reader). Files written before
-//     the bound keep their size until their table is rewritten. Queue
-//     segments are not bounded this way (one per partition per commit).
+//     2 GB file of 160k pages held 7 MB per reader). The bound holds for
+//     files written since 2026-12-02 (c6e493e); older files keep their
+//     size until their table is rewritten. Queue segments are not bounded
+//     this way (one per partition per commit).
 //   - A transaction's enqueued records stay in memory up to 64 MB; past it
 //     they are written to its staging segment files as they come (so a
 //     republish of 200k records of 50 KB does not hold 10 GB until its
