@@ -25,12 +25,16 @@
 //     row. The queue segments of a commit are synced in one round too,
 //     before LOCK.
 //   - A table file holds at most 512 column chunks (row groups × leaf
-//     columns): a writer past it goes on in a new file of its part, whose
-//     files follow each other in the table's file list. Parquet metadata
-//     (a footer entry, column and offset index per chunk) is what a writer
+//     columns): a writer past it closes the file (footer, fsync, sidecar,
+//     in that Write) and goes on in a new file of its part, whose files
+//     follow each other in the table's file list. Parquet metadata (a
+//     footer entry, column and offset index per chunk) is what a writer
 //     keeps until it closes a file and what a reader decodes when it opens
 //     one, so the bound keeps both near 1 MB however large the table (one
-//     2 GB file of 160k pages held 7 MB per reader).
+//     2 GB file of 160k pages held 7 MB per reader). The bound holds for
+//     files written since 2026-12-02 (c6e493e); older files keep their
+//     size until their table is rewritten. Queue segments are not bounded
+//     this way (one per partition per commit).
 //   - A transaction's enqueued records stay in memory up to 64 MB; past it
 //     they are written to its staging segment files as they come (so a
 //     republish of 200k records of 50 KB does not hold 10 GB until its

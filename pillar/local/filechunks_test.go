@@ -143,3 +143,83 @@ type exportState struct {
 	Partition  int32  `parquet:"partition"`
 	RecordHash string `parquet:"record_hash"`
 }
+
+// TestRolledPartsKeepTableOrder: with several writers of one table, each
+// rolling over to new files, the table is the parts in the order their
+// writers were opened, each part's files in the order written (writes
+// interleaved between the writers), and an Append adds its parts after.
+func TestRolledPartsKeepTableOrder(t *testing.T) {
+	dir := t.TempDir()
+	s := mustCreate(t, dir)
+	const per = 3000 // rows per writer: two files each (2,720 rows fill one)
+	pad := string(make([]byte, 600))
+	row := func(i int) exportState {
+		return exportState{PageKey: fmt.Sprintf("k%07d", i), Partition: int32(i % 16), RecordHash: fmt.Sprintf("%d%s", i, pad)}
+	}
+	opts := func(mode pillar.WriteMode) *pillar.WriteOptions {
+		return &pillar.WriteOptions{Mode: mode, RowGroupBytes: 1 << 10}
+	}
+	// Two transactions: a Replace by writers 0 and 1, then an Append by
+	// writers 2 and 3, each pair writing in turns.
+	for _, batch := range []struct {
+		mode  pillar.WriteMode
+		first int
+	}{{pillar.Replace, 0}, {pillar.Append, 2}} {
+		tx, err := s.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ws [2]pillar.RowWriter
+		for j := range ws {
+			if ws[j], err = tx.WriteTable(ctx, "state", exportState{}, opts(batch.mode)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range per {
+			for j, w := range ws {
+				r := row((batch.first+j)*per + i)
+				if err := w.Write(&r); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, w := range ws {
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := s.current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files := m.Tables["state"].Files; len(files) != 8 {
+		t.Fatalf("%d files, want 8 (2 per writer)", len(files))
+	}
+	sn, err := s.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Release()
+	rr, err := sn.ReadTable(ctx, "state", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rr.Close()
+	i := 0
+	for ; rr.Next(); i++ {
+		var got exportState
+		if err := rr.Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if want := row(i); got != want {
+			t.Fatalf("row %d is %q, want %q", i, got.PageKey, want.PageKey)
+		}
+	}
+	if err := rr.Err(); err != nil || i != 4*per {
+		t.Fatalf("read %d rows (%v), want %d", i, err, 4*per)
+	}
+}

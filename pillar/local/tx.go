@@ -265,7 +265,9 @@ type rowWriter struct {
 const maxFileChunks = 512
 
 // maxRowsPerRowGroup is the writer's row bound of a row group; rowWriter
-// flushes at it itself, so that it counts every row group it writes.
+// flushes at it itself, so that it counts every row group it writes (the
+// parquet-go option of the same bound is a backstop only: that writer
+// flushes lazily, at the row after the bound, which never comes).
 const maxRowsPerRowGroup = 8192
 
 // create starts the part's next file in the staging directory.
