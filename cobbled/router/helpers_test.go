@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
@@ -52,6 +53,35 @@ func newRouter(t testing.TB, src RoutingSource, mutate func(*Options)) *Router {
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
+}
+
+// awaitReady waits until the router's gRPC connection to the node at addr
+// is READY. A test that restarts a node under a router it already made calls
+// it: a sub-request sent while the connection is still in
+// TRANSIENT_FAILURE (it tried to reconnect while the node was down) fails at
+// once with Unavailable, ejects the node and fails over, so the request
+// never reaches the node the test slowed down.
+func awaitReady(t testing.TB, r *Router, addr string) {
+	t.Helper()
+	r.installMu.Lock()
+	var n *node
+	for _, x := range r.nodes {
+		if x.addr == addr {
+			n = x
+		}
+	}
+	r.installMu.Unlock()
+	if n == nil {
+		t.Fatalf("router has no node at %s", addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for st := n.conn.GetState(); st != connectivity.Ready; st = n.conn.GetState() {
+		n.conn.Connect()
+		if !n.conn.WaitForStateChange(ctx, st) {
+			t.Fatalf("connection to %s: still %v after 10s", addr, st)
+		}
+	}
 }
 
 // checkResults compares results with the cluster's data: known keys found

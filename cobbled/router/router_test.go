@@ -220,6 +220,7 @@ func TestHedgeAfterDelayLoserCancelled(t *testing.T) {
 	if err := slow.Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
+	awaitReady(t, r, slow.Addr)
 	b := c.Batches(12)[3]
 	const base = 1 // the refresh ticker
 	settle(t, clk, base)
@@ -269,13 +270,14 @@ func TestLateHedgeTimerDeferred(t *testing.T) {
 	if err := slow.Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
+	awaitReady(t, r, slow.Addr)
 	b := c.Batches(12)[3]
 	const base = 1 // the refresh ticker
 	settle(t, clk, base)
 	start := clk.Now()
 	done := batchGetAsync(r, ctx, b)
 	blockUntilPending(t, clk, base+3, done) // the request's timeout, the hedge timer, the slow node's fault delay
-	clk.Advance(3 * delay)                  // the hedge timer fires 2 × delay late
+	clk.Jump(3 * delay)                     // the hedge timer fires 2 × delay late (Advance could fire it on time)
 	blockUntilPending(t, clk, base+3, done) // … and is armed again, for delay/4
 	if s := r.Stats(); s.Hedges != 0 {
 		t.Fatalf("%d hedges sent by a late timer", s.Hedges)
@@ -379,6 +381,7 @@ func TestUnhedgedStallsHoldTheBar(t *testing.T) {
 	if err := slow.Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: 40 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
+	awaitReady(t, r, slow.Addr)
 	// Every request now stalls 40 ms on node-0; the budget hedges about one
 	// in ten, the rest wait the stall out.
 	var denied int

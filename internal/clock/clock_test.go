@@ -126,3 +126,30 @@ func TestSleepAndBlockUntil(t *testing.T) {
 		t.Fatal("BlockUntil returned without the waiters")
 	}
 }
+
+// Jump fires every due waiter late: Now, and the time a timer delivers,
+// read the new instant, not each waiter's own (Advance's).
+func TestFakeJumpFiresLate(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := NewFake(start)
+	seen := make(chan time.Time, 1)
+	f.AfterFunc(10*time.Millisecond, func() { seen <- f.Now() })
+	tm := f.NewTimer(20 * time.Millisecond)
+	later := f.NewTimer(time.Second)
+	f.Jump(50 * time.Millisecond)
+	want := start.Add(50 * time.Millisecond)
+	if at := <-seen; !at.Equal(want) {
+		t.Errorf("AfterFunc saw +%v, want +50ms", at.Sub(start))
+	}
+	if at := <-tm.C; !at.Equal(want) {
+		t.Errorf("timer delivered +%v, want +50ms", at.Sub(start))
+	}
+	select {
+	case <-later.C:
+		t.Fatal("a timer not yet due fired")
+	default:
+	}
+	if f.Waiters() != 1 || !f.Now().Equal(want) {
+		t.Errorf("after: %d waiters, now +%v", f.Waiters(), f.Now().Sub(start))
+	}
+}

@@ -179,6 +179,19 @@ func (f *Fake) Advance(d time.Duration) {
 	f.mu.Unlock()
 }
 
+// Jump moves the clock forward by d at once, then fires every waiter due
+// in time order (ties in registration order), with Now reading the new
+// instant throughout: what a process that stalled for d sees when it runs
+// again, its timers all late. Advance, by contrast, fires each waiter at its
+// own instant (though an AfterFunc's goroutine may still run after Now has
+// moved on, so only Jump makes lateness certain).
+func (f *Fake) Jump(d time.Duration) {
+	f.mu.Lock()
+	f.now = f.now.Add(d)
+	f.mu.Unlock()
+	f.Advance(0)
+}
+
 // Waiters returns how many timers, tickers, AfterFuncs and timeouts are
 // pending.
 func (f *Fake) Waiters() int {
