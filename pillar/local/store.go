@@ -52,6 +52,9 @@ type Options struct {
 	queueFanout int
 	// spillBytes replaces spillBytes (spool.go) when > 0 (tests).
 	spillBytes int64
+	// spoolGroupBytes replaces spoolRowGroupBytes (spool.go) when > 0
+	// (tests: many row groups of small records).
+	spoolGroupBytes int64
 	// groupMin, when > 1, makes a group's leader wait until that many
 	// commits (itself included) are queued (tests).
 	groupMin int
