@@ -115,10 +115,12 @@
 //     heads (ReadQueueHeads, no values) checks only a segment's footer
 //     checksum (footer_crc32c, before the footer is parsed) and heads
 //     checksum (heads_crc32c: the bytes outside its value column chunks;
-//     both computed at staging from the file read back whole and checked
-//     against the bytes written; queueheads.go), so Lorry's head scan past
-//     a bulk backlog does not read the values; segments without both are
-//     checked whole. A Store remembers what it
+//     both computed at staging from the bytes as they are written, like
+//     the crc32c, from the running CRC32C at the writes where the value
+//     chunks start and end: staging reads back a few KB around the
+//     footer's start, never the values; queueheads.go, segsums.go), so
+//     Lorry's head scan past a bulk backlog does not read the values;
+//     segments without both are checked whole. A Store remembers what it
 //     checked (files are immutable), so damage done after a Store read a
 //     block is found by the next Store (the next command) or by Verify.
 //   - Stores written before checksums: their manifest entries have no

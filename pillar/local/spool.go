@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,7 +19,8 @@ import (
 // they come (one open writer per partition, a row group flushed every
 // spoolRowGroupBytes), so a republish of 200k records of 50 KB in one
 // transaction does not hold 10 GB until its commit. The files are the
-// segments the commit moves into data/; nothing is read back.
+// segments the commit moves into data/; nothing is read back (a segment's
+// sums are computed from the write stream: segsums.go).
 const (
 	spillBytes         = 64 << 20
 	spoolRowGroupBytes = 1 << 20
@@ -36,7 +38,7 @@ type queueSpool struct {
 
 	// The segment being written.
 	name    string
-	f       *crcFile
+	f       *segFile
 	w       *parquet.GenericWriter[pillar.ExportRecord]
 	count   int64
 	flushed int64 // w.Size() at the last row-group flush
@@ -142,17 +144,25 @@ func (t *tx) createSegment(sp *queueSpool) error {
 	if err != nil {
 		return fmt.Errorf("export queue partition %d: %w", sp.partition, err)
 	}
-	sp.f = &crcFile{File: raw}
-	sp.w = parquet.NewGenericWriter[pillar.ExportRecord](sp.f, parquet.Compression(pqzstd.Default))
+	sp.f = newSegFile(raw)
+	sp.w = newSegmentWriter(sp.f)
 	sp.count, sp.flushed, sp.groups, sp.next = 0, 0, 0, false
 	return nil
+}
+
+// newSegmentWriter returns the Parquet writer of a queue segment written
+// through f. It has no write buffer of its own (f buffers, below its
+// sums), so that each column chunk starts and ends at one of its writes
+// (segsums.go).
+func newSegmentWriter(f *segFile) *parquet.GenericWriter[pillar.ExportRecord] {
+	return parquet.NewGenericWriter[pillar.ExportRecord](f, parquet.Compression(pqzstd.Default), parquet.WriteBufferSize(-1))
 }
 
 // finishSegment closes a full segment of the spool (footer, sums, fsync:
 // like a table file's rollover, in the write that needs the next file) and
 // adds it to the spool's done segments.
 func (t *tx) finishSegment(ctx context.Context, sp *queueSpool) error {
-	st, err := t.closeSegment(sp)
+	st, err := t.closeSegment(ctx, sp)
 	if err != nil {
 		return err
 	}
@@ -168,31 +178,61 @@ func (t *tx) finishSegment(ctx context.Context, sp *queueSpool) error {
 	return nil
 }
 
-// closeSegment writes the footer of the spool's open segment.
-func (t *tx) closeSegment(sp *queueSpool) (stagedQueue, error) {
-	if err := sp.w.Close(); err != nil {
+// closeSegment writes the footer of the spool's open segment and returns
+// its entry, with its heads and footer checksums from the bytes written
+// (segsums.go).
+func (t *tx) closeSegment(ctx context.Context, sp *queueSpool) (stagedQueue, error) {
+	fail := func(err error) (stagedQueue, error) {
 		return stagedQueue{}, fmt.Errorf("export queue partition %d: segment %s: %w", sp.partition, sp.name, err)
 	}
-	return stagedQueue{partition: sp.partition, name: sp.name, count: sp.count, crc: sp.f.sum()}, nil
+	if err := closeSegmentWriter(sp.w, sp.f); err != nil {
+		return fail(err)
+	}
+	st := stagedQueue{partition: sp.partition, name: sp.name, count: sp.count, bytes: sp.f.n, crc: sp.f.sum()}
+	if t.s.opts.rereadSums {
+		return st, nil // closedSegment computes them
+	}
+	path := filepath.Join(t.staging, sp.name)
+	open := func() (io.ReaderAt, func(), error) {
+		if err := sp.f.buf.Flush(); err != nil {
+			return nil, nil, err
+		}
+		f, err := t.s.opts.FS.Open(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		return f, func() { f.Close() }, nil
+	}
+	var err error
+	if st.headsCRC, st.footerCRC, err = sp.f.streamSums(ctx, sp.w.File().Metadata(), open); err != nil {
+		return fail(err)
+	}
+	return st, nil
 }
 
-// closedSegment closes the spool's segment file (synced) and completes st.
+// closedSegment closes the spool's segment file (synced) and checks its
+// size against the bytes written.
 func (t *tx) closedSegment(ctx context.Context, sp *queueSpool, st *stagedQueue) error {
+	fail := func(err error) error {
+		return fmt.Errorf("export queue partition %d: segment %s: %w", sp.partition, sp.name, err)
+	}
 	err := sp.f.Close()
 	sp.f = nil
 	if err != nil {
-		return fmt.Errorf("export queue partition %d: segment %s: %w", sp.partition, sp.name, err)
+		return fail(err)
 	}
 	path := filepath.Join(t.staging, sp.name)
 	fi, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("export queue partition %d: %w", sp.partition, err)
+		return fail(err)
 	}
-	st.bytes = fi.Size()
-	// The heads and footer checksums, from the file read back whole
-	// once and checked against the bytes written (queueheads.go).
-	if st.headsCRC, st.footerCRC, err = t.stagedSums(ctx, path, fi.Size(), st.crc); err != nil {
-		return fmt.Errorf("export queue partition %d: staged segment %s: %w", sp.partition, sp.name, err)
+	if fi.Size() != st.bytes {
+		return fail(fmt.Errorf("%d bytes in the file, %d written: %w", fi.Size(), st.bytes, pillar.ErrCorrupt))
+	}
+	if t.s.opts.rereadSums {
+		if st.headsCRC, st.footerCRC, err = t.rereadSums(ctx, path, st.bytes, st.crc); err != nil {
+			return fail(err)
+		}
 	}
 	return nil
 }
@@ -201,7 +241,7 @@ func (t *tx) closedSegment(ctx context.Context, sp *queueSpool, st *stagedQueue)
 func (t *tx) closeSpools() {
 	for _, sp := range t.queue.spools {
 		if sp.f != nil {
-			sp.f.Close()
+			sp.f.raw.Close() // the buffer goes with the staging
 			sp.f = nil
 		}
 	}
@@ -231,7 +271,7 @@ func (t *tx) stageQueue(ctx context.Context) ([]stagedQueue, error) {
 	syncs := make([]func() error, len(parts))
 	for i, p := range parts {
 		sp := t.queue.spools[p]
-		st, err := t.closeSegment(sp)
+		st, err := t.closeSegment(ctx, sp)
 		if err != nil {
 			return nil, t.errf("commit: %w", err)
 		}
@@ -255,9 +295,10 @@ func (t *tx) stageQueue(ctx context.Context) ([]stagedQueue, error) {
 	return out, nil
 }
 
-// stagedSums returns the heads and footer checksums of a staged segment
-// file whose written bytes have CRC32C written.
-func (t *tx) stagedSums(ctx context.Context, path string, size int64, written string) (heads, footer string, err error) {
+// rereadSums returns the heads and footer checksums of a staged segment
+// the way staging computed them before stream sums: by reading the file
+// back whole (segmentSums; Options.rereadSums, for tests and benchmarks).
+func (t *tx) rereadSums(ctx context.Context, path string, size int64, written string) (heads, footer string, err error) {
 	f, err := t.s.opts.FS.Open(path)
 	if err != nil {
 		return "", "", err
