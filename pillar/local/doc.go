@@ -33,8 +33,12 @@
 //     one, so the bound keeps both near 1 MB however large the table (one
 //     2 GB file of 160k pages held 7 MB per reader). The bound holds for
 //     files written since 2026-12-02 (c6e493e); older files keep their
-//     size until their table is rewritten. Queue segments are not bounded
-//     this way (one per partition per commit).
+//     size until their table is rewritten. Queue segments are bounded the
+//     same way: a transaction's spool of a partition that reaches the bound
+//     closes the segment (footer, sums, fsync, in that Enqueue) and goes on
+//     in a new one; the commit gives a partition's segments consecutive
+//     offsets in the order written (one commit, several segments, one
+//     commit time). Segments written before 2026-12-02 keep their size.
 //   - A transaction's enqueued records stay in memory up to 64 MB; past it
 //     they are written to its staging segment files as they come (so a
 //     republish of 200k records of 50 KB does not hold 10 GB until its
@@ -111,10 +115,12 @@
 //     heads (ReadQueueHeads, no values) checks only a segment's footer
 //     checksum (footer_crc32c, before the footer is parsed) and heads
 //     checksum (heads_crc32c: the bytes outside its value column chunks;
-//     both computed at staging from the file read back whole and checked
-//     against the bytes written; queueheads.go), so Lorry's head scan past
-//     a bulk backlog does not read the values; segments without both are
-//     checked whole. A Store remembers what it
+//     both computed at staging from the bytes as they are written, like
+//     the crc32c, from the running CRC32C at the writes where the value
+//     chunks start and end: staging reads back a few KB around the
+//     footer's start, never the values; queueheads.go, segsums.go), so
+//     Lorry's head scan past a bulk backlog does not read the values;
+//     segments without both are checked whole. A Store remembers what it
 //     checked (files are immutable), so damage done after a Store read a
 //     block is found by the next Store (the next command) or by Verify.
 //   - Stores written before checksums: their manifest entries have no
@@ -130,7 +136,8 @@
 //     first commit of a new binary on an old store.
 //
 // Queue index. A partition's export queue is a run of segments, one per
-// partition per enqueuing commit, never trimmed (a replay may read any
+// partition per enqueuing commit (more when a commit's records of the
+// partition exceed a segment's 512 column chunks), never trimmed (a replay may read any
 // offset). A manifest that named every segment made every commit, Lorry's
 // attribute-only state changes included, encode, fsync and keep a manifest
 // that grows with the queue (about 1 s a commit at 15,000 segments on a

@@ -3,7 +3,6 @@ package local
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -20,13 +19,11 @@ import (
 // records of 50 KB (doc.go's own example) is ~10 GB in 16 partitions:
 // ~600 row groups x 9 columns per segment. Here 1 partition and 40 MiB of
 // records: one segment of 80 row groups (8 records each), 720 column chunks, more than
-// maxFileChunks. Fails now; passes once a spool goes on in a new segment
-// of its partition at the bound (the segments of one commit follow each
-// other in the partition, offsets unchanged).
+// maxFileChunks. Failed on the code before the bound (skipped there);
+// passes since a spool goes on in a new segment of its partition at the
+// bound (the segments of one commit follow each other in the partition,
+// offsets unchanged).
 func TestQueueSegmentBoundsFileChunks_review31(t *testing.T) {
-	if os.Getenv("PILLAR_REVIEW31_QUEUE_BOUND") == "" {
-		t.Skip("review r31 R1, open: queue segments are not bounded at maxFileChunks yet (spool.go); PILLAR_REVIEW31_QUEUE_BOUND=1 runs it (fails)")
-	}
 	dir := t.TempDir()
 	s, err := Create(dir, &Options{Partitions: 1, spillBytes: 4 << 10})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -35,9 +36,15 @@ import (
 // (ReadQueue) still checks the whole file first. A segment without both
 // sums (written before them) is checked whole by either read.
 //
-// Both sums are computed at staging by reading the staged file back once,
-// whole: its CRC32C must equal that of the bytes written (crcFile), or the
-// commit fails; so the sums describe the bytes that were written.
+// Both sums are computed at staging from the bytes as they are written,
+// like the file's crc32c (segsums.go): from the running CRC32C at the
+// writes where the value column chunks start and end, which the writer's
+// metadata names once the footer is written. Staging does not read the
+// values back (the file is not read at all unless a chunk boundary falls
+// inside a write, and then only the few KB around it, checked against the
+// running sums). So the sums describe the bytes that were written, and a
+// byte damaged on its way to the disk fails the reads that check it (a
+// heads read in the heads, a full read anywhere).
 
 // headsColumn is the column a heads read leaves out.
 const headsColumn = "value"
@@ -80,15 +87,25 @@ func openParquet(f io.ReaderAt, size int64, opts ...parquet.FileOption) (pf *par
 // headsRanges returns the byte ranges [from, to) of a queue segment file
 // outside its value column chunks, in file order.
 func headsRanges(f io.ReaderAt, size int64) ([][2]int64, error) {
-	if _, err := parquetFooterStart(f, size); err != nil {
+	start, err := parquetFooterStart(f, size)
+	if err != nil {
 		return nil, err
 	}
 	pf, err := openParquet(f, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
 		return nil, fmt.Errorf("footer: %w: %w", err, pillar.ErrCorrupt)
 	}
+	return headsRangesOf(pf.Metadata(), start, size)
+}
+
+// headsRangesOf returns the byte ranges [from, to) outside the value
+// column chunks that md names, in file order, of a segment file of size
+// bytes whose footer starts at start. Staging (from the writer's
+// metadata) and a heads read (from the footer) derive the ranges the
+// heads checksum covers here.
+func headsRangesOf(md *format.FileMetaData, start, size int64) ([][2]int64, error) {
 	var skip [][2]int64
-	for _, rg := range pf.Metadata().RowGroups {
+	for _, rg := range md.RowGroups {
 		for _, c := range rg.Columns {
 			md := c.MetaData
 			if len(md.PathInSchema) != 1 || md.PathInSchema[0] != headsColumn {
@@ -99,8 +116,8 @@ func headsRanges(f io.ReaderAt, size int64) ([][2]int64, error) {
 				from = md.DictionaryPageOffset
 			}
 			to := from + md.TotalCompressedSize
-			if from < 0 || md.TotalCompressedSize < 0 || to < from || to > size {
-				return nil, fmt.Errorf("footer: value column chunk [%d,%d) outside the file's %d bytes: %w", from, to, size, pillar.ErrCorrupt)
+			if from < 0 || md.TotalCompressedSize < 0 || to < from || to > start {
+				return nil, fmt.Errorf("footer: value column chunk [%d,%d) outside the file's %d bytes before its footer: %w", from, to, start, pillar.ErrCorrupt)
 			}
 			skip = append(skip, [2]int64{from, to})
 		}
@@ -140,9 +157,11 @@ func crcRanges(ctx context.Context, f io.ReaderAt, ranges [][2]int64) (string, e
 	return crcString(crc), nil
 }
 
-// segmentSums reads a staged queue segment file whole once and returns its
-// heads and footer checksums, after checking that its CRC32C is written,
-// the CRC32C of the bytes written to it.
+// segmentSums reads a queue segment file whole once and returns its heads
+// and footer checksums, after checking that its CRC32C is written, the
+// CRC32C of the bytes written to it. Staging computed the sums so before
+// stream sums (segsums.go); tests and benchmarks compare with it
+// (Options.rereadSums).
 func segmentSums(ctx context.Context, f io.ReaderAt, size int64, written string) (heads, footer string, err error) {
 	start, err := parquetFooterStart(f, size)
 	if err != nil {

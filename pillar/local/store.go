@@ -52,6 +52,13 @@ type Options struct {
 	queueFanout int
 	// spillBytes replaces spillBytes (spool.go) when > 0 (tests).
 	spillBytes int64
+	// spoolGroupBytes replaces spoolRowGroupBytes (spool.go) when > 0
+	// (tests: many row groups of small records).
+	spoolGroupBytes int64
+	// rereadSums makes staging compute a queue segment's heads and footer
+	// sums by reading the staged file back whole, as before stream sums
+	// (tests and benchmarks compare; segsums.go).
+	rereadSums bool
 	// groupMin, when > 1, makes a group's leader wait until that many
 	// commits (itself included) are queued (tests).
 	groupMin int

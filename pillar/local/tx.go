@@ -455,7 +455,7 @@ func (t *tx) Enqueue(ctx context.Context, recs ...pillar.ExportRecord) error {
 			return t.errf("enqueue record %d: %w", i, err)
 		}
 	}
-	return t.wrap(t.addQueued(recs))
+	return t.wrap(t.addQueued(ctx, recs))
 }
 
 func (t *tx) MarkConsumed(ctx context.Context, ids ...string) error {
