@@ -9,9 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
-	"sync"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/format"
@@ -85,12 +83,10 @@ func openParquet(f io.ReaderAt, size int64, opts ...parquet.FileOption) (pf *par
 }
 
 // headsRanges returns the byte ranges [from, to) of a queue segment file
-// outside its value column chunks, in file order.
-func headsRanges(f io.ReaderAt, size int64) ([][2]int64, error) {
-	start, err := parquetFooterStart(f, size)
-	if err != nil {
-		return nil, err
-	}
+// of size bytes outside its value column chunks, in file order; start is
+// where its footer starts (parquetFooterStart checked it: the footer's
+// length fits the file before the decoder sees it).
+func headsRanges(f io.ReaderAt, start, size int64) ([][2]int64, error) {
 	pf, err := openParquet(f, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
 		return nil, fmt.Errorf("footer: %w: %w", err, pillar.ErrCorrupt)
@@ -167,7 +163,7 @@ func segmentSums(ctx context.Context, f io.ReaderAt, size int64, written string)
 	if err != nil {
 		return "", "", err
 	}
-	ranges, err := headsRanges(f, size)
+	ranges, err := headsRanges(f, start, size)
 	if err != nil {
 		return "", "", err
 	}
@@ -215,30 +211,18 @@ func (s *Store) openQueueHeads(ctx context.Context, seg segment) (*os.File, erro
 		return s.openData(ctx, seg.File, seg.Bytes, seg.CRC32C)
 	}
 	name := seg.File
-	f, err := os.Open(filepath.Join(s.dir, "data", name))
-	if err != nil {
-		return nil, fmt.Errorf("file %s: %w", name, err)
+	checked := func() bool {
+		_, whole := s.verified.Load(name)
+		_, heads := s.headsVerified.Load(name)
+		return whole || heads
 	}
-	if _, ok := s.verified.Load(name); ok {
-		return f, nil
-	}
-	if _, ok := s.headsVerified.Load(name); ok {
-		return f, nil
-	}
-	mu, _ := s.verifying.LoadOrStore(name, &sync.Mutex{})
-	mu.(*sync.Mutex).Lock()
-	defer mu.(*sync.Mutex).Unlock()
-	_, whole := s.verified.Load(name)
-	_, heads := s.headsVerified.Load(name)
-	if whole || heads {
-		return f, nil
-	}
-	if err := checkHeads(ctx, f, seg); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("file %s: %w", name, err)
-	}
-	s.headsVerified.Store(name, struct{}{})
-	return f, nil
+	return s.openChecked(name, checked, func(f *os.File) error {
+		if err := checkHeads(ctx, f, seg); err != nil {
+			return fmt.Errorf("file %s: %w", name, err)
+		}
+		s.headsVerified.Store(name, struct{}{})
+		return nil
+	})
 }
 
 // checkHeads checks an open queue segment file's size, its footer's
@@ -263,7 +247,7 @@ func checkHeads(ctx context.Context, f *os.File, seg segment) error {
 	if got != seg.FooterCRC32C {
 		return fmt.Errorf("footer checksum mismatch: the manifest records footer_crc32c %s, the file has %s: %w", seg.FooterCRC32C, got, pillar.ErrCorrupt)
 	}
-	ranges, err := headsRanges(f, size)
+	ranges, err := headsRanges(f, start, size)
 	if err != nil {
 		return err
 	}
