@@ -32,7 +32,8 @@ import (
 // read whole; table files written before block sums) is verified whole the
 // first time a Store opens it (openData); a heads read of a queue segment
 // checks its heads checksum instead (queueheads.go). Store.Verify (pillar verify)
-// always reads every file whole and checks its CRC32C and every block sum.
+// always reads every file whole and checks its CRC32C and every block sum
+// (and a queue segment's heads and footer checksums).
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 

@@ -167,19 +167,37 @@ func segmentSums(ctx context.Context, f io.ReaderAt, size int64, written string)
 	if err != nil {
 		return "", "", err
 	}
-	var whole, h, ft uint32
+	got, heads, footer, err := rangeSums(ctx, f, size, start, ranges, nil)
+	if err != nil {
+		return "", "", err
+	}
+	if got != written {
+		return "", "", fmt.Errorf("checksum mismatch: the bytes written have crc32c %s, the file reads back %s: %w", written, got, pillar.ErrCorrupt)
+	}
+	return heads, footer, nil
+}
+
+// rangeSums reads a queue segment file of size bytes whole once and
+// returns its CRC32C, the CRC32C of its bytes in ranges (its heads
+// checksum, ranges from headsRanges) and from start on (its footer
+// checksum), reporting each chunk read to progress (may be nil).
+func rangeSums(ctx context.Context, f io.ReaderAt, size, start int64, ranges [][2]int64, progress func(int64)) (whole, heads, footer string, err error) {
+	var all, h, ft uint32
 	buf := make([]byte, 256<<10)
 	ri := 0
 	for off := int64(0); off < size; {
 		if err := ctx.Err(); err != nil {
-			return "", "", err
+			return "", "", "", err
 		}
 		n := min(int64(len(buf)), size-off)
 		b := buf[:n]
 		if _, err := f.ReadAt(b, off); err != nil {
-			return "", "", err
+			return "", "", "", err
 		}
-		whole = crc32.Update(whole, castagnoli, b)
+		if progress != nil {
+			progress(n)
+		}
+		all = crc32.Update(all, castagnoli, b)
 		end := off + n
 		for ri < len(ranges) && ranges[ri][0] < end {
 			lo, hi := max(ranges[ri][0], off), min(ranges[ri][1], end)
@@ -196,10 +214,7 @@ func segmentSums(ctx context.Context, f io.ReaderAt, size int64, written string)
 		}
 		off = end
 	}
-	if got := crcString(whole); got != written {
-		return "", "", fmt.Errorf("checksum mismatch: the bytes written have crc32c %s, the file reads back %s: %w", written, got, pillar.ErrCorrupt)
-	}
-	return crcString(h), crcString(ft), nil
+	return crcString(all), crcString(h), crcString(ft), nil
 }
 
 // openQueueHeads opens a queue segment file for a heads read: checked whole
