@@ -32,7 +32,8 @@ import (
 // read whole; table files written before block sums) is verified whole the
 // first time a Store opens it (openData); a heads read of a queue segment
 // checks its heads checksum instead (queueheads.go). Store.Verify (pillar verify)
-// always reads every file whole and checks its CRC32C and every block sum.
+// always reads every file whole and checks its CRC32C and every block sum
+// (and a queue segment's heads and footer checksums).
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -153,22 +154,30 @@ func (p progressWriter) Write(b []byte) (int, error) { p(int64(len(b))); return 
 // (files written before checksums have none). A mismatch wraps
 // pillar.ErrCorrupt. The checks run once per file and Store.
 func (s *Store) openData(ctx context.Context, name string, size int64, sum string) (*os.File, error) {
+	checked := func() bool { _, ok := s.verified.Load(name); return ok }
+	return s.openChecked(name, checked, func(f *os.File) error { return s.checkData(ctx, f, name, size, sum, nil, nil) })
+}
+
+// openChecked opens data file name for reading, after check (which
+// records that it passed) unless checked says this Store already checked
+// the file. Readers of one file (the splits of a job, Lorry's lanes) wait
+// for one check rather than each running their own. A failed check closes
+// the file and returns check's error.
+func (s *Store) openChecked(name string, checked func() bool, check func(*os.File) error) (*os.File, error) {
 	f, err := os.Open(filepath.Join(s.dir, "data", name))
 	if err != nil {
 		return nil, fmt.Errorf("file %s: %w", name, err)
 	}
-	if _, ok := s.verified.Load(name); ok {
+	if checked() {
 		return f, nil
 	}
-	// Readers of one file (the splits of a job) wait for one check rather
-	// than each reading the whole file.
 	mu, _ := s.verifying.LoadOrStore(name, &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
-	if _, ok := s.verified.Load(name); ok {
+	if checked() {
 		return f, nil
 	}
-	if err := s.checkData(ctx, f, name, size, sum, nil, nil); err != nil {
+	if err := check(f); err != nil {
 		f.Close()
 		return nil, err
 	}

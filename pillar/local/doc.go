@@ -108,8 +108,9 @@
 //     corrupt. A scan of a file with a damaged block returns the rows
 //     before that block, then the error. A block nobody reads is not checked by
 //     reads: Verify (pillar verify) always reads every file whole and
-//     checks its CRC32C, its sidecar and every block sum, besides the
-//     Parquet footer and row counts. Queue segments and index files (small,
+//     checks its CRC32C, its sidecar and every block sum (a queue
+//     segment's footer and heads checksums, in the same read), besides
+//     the Parquet footer and row counts. Queue segments and index files (small,
 //     read whole) and table files written before block sums are checked
 //     whole the first time a Store opens them — except that a read of queue
 //     heads (ReadQueueHeads, no values) checks only a segment's footer

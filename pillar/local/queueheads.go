@@ -9,9 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
-	"sync"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/format"
@@ -85,12 +83,10 @@ func openParquet(f io.ReaderAt, size int64, opts ...parquet.FileOption) (pf *par
 }
 
 // headsRanges returns the byte ranges [from, to) of a queue segment file
-// outside its value column chunks, in file order.
-func headsRanges(f io.ReaderAt, size int64) ([][2]int64, error) {
-	start, err := parquetFooterStart(f, size)
-	if err != nil {
-		return nil, err
-	}
+// of size bytes outside its value column chunks, in file order; start is
+// where its footer starts (parquetFooterStart checked it: the footer's
+// length fits the file before the decoder sees it).
+func headsRanges(f io.ReaderAt, start, size int64) ([][2]int64, error) {
 	pf, err := openParquet(f, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
 		return nil, fmt.Errorf("footer: %w: %w", err, pillar.ErrCorrupt)
@@ -167,23 +163,41 @@ func segmentSums(ctx context.Context, f io.ReaderAt, size int64, written string)
 	if err != nil {
 		return "", "", err
 	}
-	ranges, err := headsRanges(f, size)
+	ranges, err := headsRanges(f, start, size)
 	if err != nil {
 		return "", "", err
 	}
-	var whole, h, ft uint32
+	got, heads, footer, err := rangeSums(ctx, f, size, start, ranges, nil)
+	if err != nil {
+		return "", "", err
+	}
+	if got != written {
+		return "", "", fmt.Errorf("checksum mismatch: the bytes written have crc32c %s, the file reads back %s: %w", written, got, pillar.ErrCorrupt)
+	}
+	return heads, footer, nil
+}
+
+// rangeSums reads a queue segment file of size bytes whole once and
+// returns its CRC32C, the CRC32C of its bytes in ranges (its heads
+// checksum, ranges from headsRanges) and from start on (its footer
+// checksum), reporting each chunk read to progress (may be nil).
+func rangeSums(ctx context.Context, f io.ReaderAt, size, start int64, ranges [][2]int64, progress func(int64)) (whole, heads, footer string, err error) {
+	var all, h, ft uint32
 	buf := make([]byte, 256<<10)
 	ri := 0
 	for off := int64(0); off < size; {
 		if err := ctx.Err(); err != nil {
-			return "", "", err
+			return "", "", "", err
 		}
 		n := min(int64(len(buf)), size-off)
 		b := buf[:n]
 		if _, err := f.ReadAt(b, off); err != nil {
-			return "", "", err
+			return "", "", "", err
 		}
-		whole = crc32.Update(whole, castagnoli, b)
+		if progress != nil {
+			progress(n)
+		}
+		all = crc32.Update(all, castagnoli, b)
 		end := off + n
 		for ri < len(ranges) && ranges[ri][0] < end {
 			lo, hi := max(ranges[ri][0], off), min(ranges[ri][1], end)
@@ -200,10 +214,7 @@ func segmentSums(ctx context.Context, f io.ReaderAt, size int64, written string)
 		}
 		off = end
 	}
-	if got := crcString(whole); got != written {
-		return "", "", fmt.Errorf("checksum mismatch: the bytes written have crc32c %s, the file reads back %s: %w", written, got, pillar.ErrCorrupt)
-	}
-	return crcString(h), crcString(ft), nil
+	return crcString(all), crcString(h), crcString(ft), nil
 }
 
 // openQueueHeads opens a queue segment file for a heads read: checked whole
@@ -215,30 +226,18 @@ func (s *Store) openQueueHeads(ctx context.Context, seg segment) (*os.File, erro
 		return s.openData(ctx, seg.File, seg.Bytes, seg.CRC32C)
 	}
 	name := seg.File
-	f, err := os.Open(filepath.Join(s.dir, "data", name))
-	if err != nil {
-		return nil, fmt.Errorf("file %s: %w", name, err)
+	checked := func() bool {
+		_, whole := s.verified.Load(name)
+		_, heads := s.headsVerified.Load(name)
+		return whole || heads
 	}
-	if _, ok := s.verified.Load(name); ok {
-		return f, nil
-	}
-	if _, ok := s.headsVerified.Load(name); ok {
-		return f, nil
-	}
-	mu, _ := s.verifying.LoadOrStore(name, &sync.Mutex{})
-	mu.(*sync.Mutex).Lock()
-	defer mu.(*sync.Mutex).Unlock()
-	_, whole := s.verified.Load(name)
-	_, heads := s.headsVerified.Load(name)
-	if whole || heads {
-		return f, nil
-	}
-	if err := checkHeads(ctx, f, seg); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("file %s: %w", name, err)
-	}
-	s.headsVerified.Store(name, struct{}{})
-	return f, nil
+	return s.openChecked(name, checked, func(f *os.File) error {
+		if err := checkHeads(ctx, f, seg); err != nil {
+			return fmt.Errorf("file %s: %w", name, err)
+		}
+		s.headsVerified.Store(name, struct{}{})
+		return nil
+	})
 }
 
 // checkHeads checks an open queue segment file's size, its footer's
@@ -263,7 +262,7 @@ func checkHeads(ctx context.Context, f *os.File, seg segment) error {
 	if got != seg.FooterCRC32C {
 		return fmt.Errorf("footer checksum mismatch: the manifest records footer_crc32c %s, the file has %s: %w", seg.FooterCRC32C, got, pillar.ErrCorrupt)
 	}
-	ranges, err := headsRanges(f, size)
+	ranges, err := headsRanges(f, start, size)
 	if err != nil {
 		return err
 	}

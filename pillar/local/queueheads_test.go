@@ -95,7 +95,11 @@ func valueByte(t *testing.T, dir string, seg segment) int64 {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rs, err := headsRanges(f, seg.Bytes)
+	start, err := parquetFooterStart(f, seg.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := headsRanges(f, start, seg.Bytes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +147,11 @@ func TestQueueHeadsChecksum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := headsRanges(f, seg.Bytes)
+	start, err := parquetFooterStart(f, seg.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := headsRanges(f, start, seg.Bytes)
 	f.Close()
 	if err != nil {
 		t.Fatal(err)

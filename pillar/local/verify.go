@@ -64,6 +64,9 @@ type verifyItem struct {
 	rows, bytes int64
 	sum         string
 	blocks      *blockSums // a table file's block sums, when it has them
+	// heads, footer: a queue segment's heads and footer checksums, when
+	// it has them (queueheads.go).
+	heads, footer string
 	// index: a queue index file of this partition, checked by decoding it
 	// against ref (not as Parquet).
 	index     bool
@@ -87,8 +90,8 @@ func (s *Store) VerifyTotal() (files int, bytes int64, err error) {
 // Verify reads every data file of the current generation (each table's
 // files and the export-queue segments) and checks it against the manifest:
 // its size, its CRC32C (and a table file's block sums, sidecar and every
-// block), that it opens as Parquet and holds the rows the
-// manifest says. It always reads the files, even ones this Store verified
+// block; a queue segment's footer and heads checksums), that it opens as
+// Parquet and holds the rows the manifest says. It always reads the files, even ones this Store verified
 // before. The error is for Verify itself (the store cannot be read, ctx
 // ended); failed files are in the report.
 func (s *Store) Verify(ctx context.Context, opts *VerifyOptions) (*VerifyReport, error) {
@@ -134,7 +137,11 @@ func (s *Store) verifyFile(ctx context.Context, it verifyItem, progress func(int
 		return err
 	}
 	defer f.Close()
-	if err := s.checkData(ctx, f, it.File, it.bytes, it.sum, it.blocks, progress); err != nil {
+	if it.heads != "" && it.footer != "" && it.sum != "" {
+		if err := s.verifySegment(ctx, f, it, progress); err != nil {
+			return err
+		}
+	} else if err := s.checkData(ctx, f, it.File, it.bytes, it.sum, it.blocks, progress); err != nil {
 		return err
 	}
 	if it.index {
@@ -152,6 +159,48 @@ func (s *Store) verifyFile(ctx context.Context, it verifyItem, progress func(int
 	if pf.NumRows() != it.rows {
 		return fmt.Errorf("file %s: %d rows, the manifest records %d: %w", it.File, pf.NumRows(), it.rows, pillar.ErrCorrupt)
 	}
+	return nil
+}
+
+// verifySegment checks a queue segment that has heads and footer
+// checksums, reading it whole once: its size and CRC32C (as checkData),
+// then its footer and heads checksums, which heads reads check instead of
+// the whole file (a sum recorded wrong would fail only them). A footer
+// that cannot be read is reported after the whole file's check.
+func (s *Store) verifySegment(ctx context.Context, f *os.File, it verifyItem, progress func(int64)) error {
+	name, size := it.File, it.bytes
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("file %s: %w", name, err)
+	}
+	if st.Size() != size {
+		return fmt.Errorf("file %s: %d bytes, the manifest records %d: %w", name, st.Size(), size, pillar.ErrCorrupt)
+	}
+	start, err := parquetFooterStart(f, size)
+	var ranges [][2]int64
+	if err == nil {
+		ranges, err = headsRanges(f, start, size)
+	}
+	if err != nil {
+		if cerr := s.checkData(ctx, f, name, size, it.sum, nil, progress); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("file %s: %w", name, err)
+	}
+	whole, heads, footer, err := rangeSums(ctx, f, size, start, ranges, progress)
+	if err != nil {
+		return fmt.Errorf("file %s: checksum: %w", name, err)
+	}
+	if whole != it.sum {
+		return fmt.Errorf("file %s: checksum mismatch: the manifest records crc32c %s, the file has %s: %w", name, it.sum, whole, pillar.ErrCorrupt)
+	}
+	if footer != it.footer {
+		return fmt.Errorf("file %s: footer checksum mismatch: the manifest records footer_crc32c %s, the file has %s: %w", name, it.footer, footer, pillar.ErrCorrupt)
+	}
+	if heads != it.heads {
+		return fmt.Errorf("file %s: heads checksum mismatch: the manifest records heads_crc32c %s, the file has %s: %w", name, it.heads, heads, pillar.ErrCorrupt)
+	}
+	s.verified.Store(name, struct{}{})
 	return nil
 }
 
@@ -179,7 +228,7 @@ func verifyItems(dir string, m *manifest) []verifyItem {
 	for _, p := range parts {
 		what := fmt.Sprintf("export queue partition %d", p)
 		seg := func(sg segment) verifyItem {
-			return verifyItem{VerifyFile: VerifyFile{what, sg.File}, rows: sg.Count, bytes: sg.Bytes, sum: sg.CRC32C}
+			return verifyItem{VerifyFile: VerifyFile{what, sg.File}, rows: sg.Count, bytes: sg.Bytes, sum: sg.CRC32C, heads: sg.HeadsCRC32C, footer: sg.FooterCRC32C}
 		}
 		for _, r := range m.Queue[p].Index {
 			out = append(out, verifyItem{VerifyFile: VerifyFile{what + " index", r.File}, bytes: r.Bytes, sum: r.CRC32C, index: true, partition: p, ref: r})
