@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/cobbled/wire"
 	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -42,8 +43,8 @@ var kindNames = [...]string{"primary", "hedge", "failover"}
 // part is one partition's share of a request.
 type part struct {
 	p        int
-	keys     [][]byte // distinct keys, in first-seen order
-	pos      [][]int  // pos[j]: request positions of keys[j]
+	keys     [][]byte // distinct keys, in first-seen order (a slice of gather.flat)
+	off      int      // keys' offset in gather.flat
 	tried    []*node
 	allow    []bool // per replica of the partition: may serve the request's version (nil: all)
 	inflight int    // attempts in flight that cover it
@@ -60,10 +61,11 @@ type attempt struct {
 	n         *node
 	parts     []*part
 	kind      int
-	cancel    context.CancelFunc
-	timer     stopFunc // the hedge timer (primaries)
-	over      bool     // answered, failed or cancelled
-	cancelled bool     // cancelled by the router (it lost, or the request ended)
+	cancel    context.CancelFunc // gRPC: ends its context
+	call      *wire.Call         // wire: the call to cancel
+	timer     stopFunc           // the hedge timer (primaries)
+	over      bool               // answered, failed or cancelled
+	cancelled bool               // cancelled by the router (it lost, or the request ended)
 	won       bool
 	keys      int // keys sent
 	start     time.Time
@@ -81,6 +83,7 @@ type event struct {
 	resp  *servepb.BatchGetResponse
 	err   error
 	d     time.Duration
+	at    time.Time // when the answer was read (readTrace only)
 }
 
 // gather runs one BatchGet: the attempts, their events and every decision
@@ -94,9 +97,11 @@ type gather struct {
 	ev       chan event
 	quit     chan struct{}
 	parts    []*part
+	at       []keyAt  // per request position: its part and key
+	flat     [][]byte // the distinct keys, partition by partition (parts' keys alias it)
 	live     []*attempt
-	open     int // parts neither done nor failed
-	assigned map[*node]int
+	open     int         // parts neither done nor failed
+	assigned []nodeCount // primaries' partitions per node (pick's load term)
 	counts   [3]int
 	won      int
 	// hedgeWait sums the time primaries had waited when hedged, hedgeDelay
@@ -105,7 +110,52 @@ type gather struct {
 	hedgeWait, hedgeDelay, hedgeWonTime time.Duration
 	deferred                            int                         // hedges put off by a late timer (Stats.HedgesDeferred)
 	held                                []*servepb.BatchGetResponse // answers some result aliases (Response.Release)
+	tr                                  *readStages                 // readTrace's record (tests), else nil
 }
+
+// keyAt is where one request position's key is: its part and index there.
+type keyAt struct {
+	pt *part
+	j  int
+}
+
+type nodeCount struct {
+	n *node
+	k int
+}
+
+// assignedTo is how many of this request's partitions went to n as primaries.
+func (g *gather) assignedTo(n *node) int {
+	for _, a := range g.assigned {
+		if a.n == n {
+			return a.k
+		}
+	}
+	return 0
+}
+
+func (g *gather) assign(n *node) {
+	for i := range g.assigned {
+		if g.assigned[i].n == n {
+			g.assigned[i].k++
+			return
+		}
+	}
+	g.assigned = append(g.assigned, nodeCount{n, 1})
+}
+
+// readStages is where one Read's time went (the first answer's path):
+// start, its first sub-request written (wire) or handed to its goroutine
+// (gRPC), that answer read off the connection, the gather loop holding it,
+// and the end.
+type readStages struct {
+	Start, Split, Picked, Armed, Sent, Answered, Received, End time.Time
+	Attempts                                                   int
+}
+
+// readTrace, when set (benchmarks and tests only: set it before any Read
+// and leave it), gets every Read's stages.
+var readTrace func(*readStages)
 
 // BatchGet returns one Result per key, in request order, read from the
 // default version (Options.Version, by default the live publication, with
@@ -166,33 +216,47 @@ func (r *Router) Read(ctx context.Context, keys [][]byte, ro *ReadOptions) (*Res
 		ctx, cancel = clk.WithTimeout(ctx, r.opts.Timeout)
 		defer cancel()
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // every attempt still in flight (the losers) ends here
+	if r.opts.Transport != TransportWire {
+		// gRPC attempts run on contexts of their own under this one. Over
+		// wire there are none: the gather loop cancels every call it
+		// leaves in flight (run), with no context registration per call.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel() // every attempt still in flight (the losers) ends here
+	}
 
 	t := r.table.Load() // one table, so one version, for the whole request
-	g := &gather{r: r, t: t, c: r.resolve(t, ro), ctx: ctx, ev: make(chan event, 4), quit: make(chan struct{}), assigned: map[*node]int{}}
+	g := &gather{r: r, t: t, c: r.resolve(t, ro), ctx: ctx, ev: make(chan event, 4), quit: make(chan struct{})}
+	if readTrace != nil {
+		g.tr = &readStages{Start: start}
+		defer func() {
+			g.tr.End = time.Now()
+			g.tr.Attempts = g.counts[0] + g.counts[1] + g.counts[2]
+			readTrace(g.tr)
+		}()
+	}
 	defer close(g.quit)
 	g.split(keys)
+	if g.tr != nil {
+		g.tr.Split = time.Now()
+	}
 	g.run()
 
 	out := make([]Result, len(keys))
 	var failed int
-	var first error
+	for i, at := range g.at {
+		if pt := at.pt; pt.done {
+			out[i] = Result{Found: pt.res[at.j].Found, Value: pt.res[at.j].Value}
+		} else {
+			out[i].Err = pt.err
+			failed++
+		}
+	}
+	var first error // the first failed partition's (in partition order)
 	for _, pt := range g.parts {
-		for j, pos := range pt.pos {
-			var res Result
-			if pt.done {
-				res = Result{Found: pt.res[j].Found, Value: pt.res[j].Value}
-			} else {
-				res.Err = pt.err
-				if first == nil {
-					first = pt.err
-				}
-				failed += len(pos)
-			}
-			for _, i := range pos {
-				out[i] = res
-			}
+		if !pt.done {
+			first = pt.err
+			break
 		}
 	}
 	r.account(g, len(keys), failed, clock.Since(clk, start))
@@ -224,33 +288,104 @@ func (r *Router) check(keys [][]byte, ro *ReadOptions) error {
 	return nil
 }
 
+// smallKeys: a request of at most this many keys is split without maps
+// (folding duplicates by comparing keys, ~12 × 12 16-byte compares, is
+// cheaper than hashing them into a map it allocates).
+const smallKeys = 32
+
 // split groups keys by partition (partitions in increasing order, keys in
 // first-seen order, duplicates folded into one key with several positions).
+// Every part's keys are one slice of g.flat, so a sub-request for
+// neighbouring parts (a request that maps to one node: all of them) sends
+// that slice as it is.
 func (g *gather) split(keys [][]byte) {
-	type slot struct {
-		pt *part
-		j  int
-	}
-	byPart := map[int]*part{}
-	seen := make(map[pillar.Key]slot, len(keys))
-	for i, k := range keys {
-		if s, ok := seen[pillar.Key(k)]; ok {
-			s.pt.pos[s.j] = append(s.pt.pos[s.j], i)
-			continue
+	type dkey struct{ i, p int } // a distinct key: its first position, its partition
+	ds := make([]dkey, 0, len(keys))
+	dOf := make([]int, len(keys)) // position → distinct key
+	if len(keys) <= smallKeys {
+		for i, k := range keys {
+			d := -1
+			for x := range ds {
+				if string(keys[ds[x].i]) == string(k) {
+					d = x
+					break
+				}
+			}
+			if d < 0 {
+				d = len(ds)
+				ds = append(ds, dkey{i, pillar.Partition(k, g.t.partitions)})
+			}
+			dOf[i] = d
 		}
-		p := pillar.Partition(k, g.t.partitions)
-		pt := byPart[p]
-		if pt == nil {
-			pt = &part{p: p}
-			byPart[p] = pt
-			g.parts = append(g.parts, pt)
+	} else {
+		seen := make(map[pillar.Key]int, len(keys))
+		for i, k := range keys {
+			d, ok := seen[pillar.Key(k)]
+			if !ok {
+				d = len(ds)
+				ds = append(ds, dkey{i, pillar.Partition(k, g.t.partitions)})
+				seen[pillar.Key(k)] = d
+			}
+			dOf[i] = d
 		}
-		pt.keys = append(pt.keys, k)
-		pt.pos = append(pt.pos, []int{i})
-		seen[pillar.Key(k)] = slot{pt, len(pt.keys) - 1}
 	}
-	slices.SortFunc(g.parts, func(a, b *part) int { return a.p - b.p })
+	ord := make([]int, len(ds))
+	for i := range ord {
+		ord[i] = i
+	}
+	slices.SortStableFunc(ord, func(a, b int) int { return ds[a].p - ds[b].p })
+	g.flat = make([][]byte, len(ds))
+	ps := make([]part, 0, len(ds)) // never grows: the pointers below stay valid
+	where := make([]keyAt, len(ds))
+	for x, d := range ord {
+		g.flat[x] = keys[ds[d].i]
+		if len(ps) == 0 || ps[len(ps)-1].p != ds[d].p {
+			ps = append(ps, part{p: ds[d].p, off: x})
+		}
+		pt := &ps[len(ps)-1]
+		where[d] = keyAt{pt, x - pt.off}
+	}
+	g.parts = make([]*part, len(ps))
+	for i := range ps {
+		pt := &ps[i]
+		end := len(g.flat)
+		if i+1 < len(ps) {
+			end = ps[i+1].off
+		}
+		pt.keys = g.flat[pt.off:end:end]
+		g.parts[i] = pt
+	}
+	g.at = make([]keyAt, len(keys))
+	for i, d := range dOf {
+		g.at[i] = where[d]
+	}
 	g.open = len(g.parts)
+}
+
+// nodeParts is the partitions one sub-request sends to a node.
+type nodeParts struct {
+	n     *node
+	parts []*part
+}
+
+// addTo puts pt in n's group (a new one at the end if n has none).
+func addTo(gs []nodeParts, n *node, pt *part, room int) []nodeParts {
+	for i := range gs {
+		if gs[i].n == n {
+			gs[i].parts = append(gs[i].parts, pt)
+			return gs
+		}
+	}
+	return append(gs, nodeParts{n, append(make([]*part, 0, room), pt)})
+}
+
+// nodesOf lists the groups' nodes, in order (pick's prefer).
+func nodesOf(gs []nodeParts, buf []*node) []*node {
+	buf = buf[:0]
+	for _, x := range gs {
+		buf = append(buf, x.n)
+	}
+	return buf
 }
 
 func (g *gather) run() {
@@ -258,9 +393,9 @@ func (g *gather) run() {
 	// a node already chosen for this request is preferred when it is among
 	// a partition's best choices, so the request goes to as few nodes as
 	// the replicas allow.
-	groups := map[*node][]*part{}
+	var groups []nodeParts
 	var order []*node
-	for _, pt := range g.parts {
+	for i, pt := range g.parts {
 		if g.c.err != nil {
 			g.fail(pt, g.c.err)
 			continue
@@ -280,18 +415,22 @@ func (g *gather) run() {
 			g.fail(pt, g.noReplica(pt))
 			continue
 		}
-		if groups[n] == nil {
-			order = append(order, n)
-		}
-		groups[n] = append(groups[n], pt)
-		g.assigned[n]++
+		groups = addTo(groups, n, pt, len(g.parts)-i)
+		order = nodesOf(groups, order)
+		g.assign(n)
 	}
-	for _, n := range order {
-		g.launch(n, groups[n], kindPrimary)
+	if g.tr != nil {
+		g.tr.Picked = time.Now()
+	}
+	for _, x := range groups {
+		g.launch(x.n, x.parts, kindPrimary)
 	}
 	for g.open > 0 {
 		select {
 		case e := <-g.ev:
+			if g.tr != nil && !e.hedge && g.tr.Received.IsZero() {
+				g.tr.Answered, g.tr.Received = e.at, time.Now()
+			}
 			if e.hedge {
 				g.onHedgeTimer(e.a)
 			} else {
@@ -310,17 +449,29 @@ func (g *gather) run() {
 // launch sends parts to n as one sub-request.
 func (g *gather) launch(n *node, parts []*part, kind int) {
 	r := g.r
-	var keys [][]byte
-	for _, pt := range parts {
+	contiguous := true // parts' keys neighbours in g.flat: send that slice as it is
+	nk := 0
+	for i, pt := range parts {
 		pt.tried = append(pt.tried, n)
 		pt.inflight++
-		keys = append(keys, pt.keys...)
+		if i > 0 && pt.off != parts[i-1].off+len(parts[i-1].keys) {
+			contiguous = false
+		}
+		nk += len(pt.keys)
 	}
-	actx, cancel := context.WithCancel(g.ctx)
-	a := &attempt{n: n, parts: parts, kind: kind, cancel: cancel, keys: len(keys)}
+	var keys [][]byte
+	if contiguous {
+		keys = g.flat[parts[0].off : parts[0].off+nk : parts[0].off+nk]
+	} else {
+		keys = make([][]byte, 0, nk)
+		for _, pt := range parts {
+			keys = append(keys, pt.keys...)
+		}
+	}
+	a := &attempt{n: n, parts: parts, kind: kind, keys: nk}
 	g.live = append(g.live, a)
 	g.counts[kind]++
-	r.opts.Metrics.rpcs.WithLabelValues(kindNames[kind]).Inc()
+	r.opts.Metrics.rpcsBy[kind].Inc()
 	n.rpcs.Add(1)
 	n.outstanding.Add(1)
 	if kind == kindPrimary {
@@ -330,6 +481,9 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 			a.timer = r.afterFunc(a.delay, func() { g.send(event{a: a, hedge: true}) })
 		}
 	}
+	if g.tr != nil && g.tr.Armed.IsZero() {
+		g.tr.Armed = time.Now()
+	}
 	req := &servepb.BatchGetRequest{Keys: keys, Version: g.c.id}
 	start := r.opts.Clock.Now()
 	a.start = start
@@ -337,6 +491,9 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 	done := func(resp *servepb.BatchGetResponse, err error) {
 		n.outstanding.Add(-1)
 		e := event{a: a, resp: resp, err: err, d: clock.Since(r.opts.Clock, start)}
+		if g.tr != nil {
+			e.at = time.Now()
+		}
 		if !launched.Load() {
 			go g.send(e) // answered inside Go, on this goroutine: never block the loop on itself
 			return
@@ -345,11 +502,18 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 	}
 	if n.wire != nil {
 		// Pipelined on the node's connections; the answer is posted from
-		// the connection's reader: no goroutine per sub-request.
-		n.wire.Go(actx, req, done)
+		// the connection's reader: no goroutine per sub-request, and no
+		// context of its own: the request's gives the deadline, and stop
+		// cancels the call.
+		a.call = n.wire.Send(g.ctx, req, done)
 		launched.Store(true)
+		if g.tr != nil && g.tr.Sent.IsZero() {
+			g.tr.Sent = time.Now()
+		}
 		return
 	}
+	actx, cancel := context.WithCancel(g.ctx)
+	a.cancel = cancel
 	launched.Store(true)
 	go func() { done(n.client.BatchGet(actx, req, servepb.PooledCallOption())) }()
 }
@@ -370,7 +534,13 @@ func (g *gather) stop(a *attempt) {
 		return
 	}
 	a.over, a.cancelled = true, true
-	a.cancel()
+	if a.call != nil {
+		if a.call.Cancel() { // its done will not run
+			a.n.outstanding.Add(-1)
+		}
+	} else if a.cancel != nil {
+		a.cancel()
+	}
 	if a.timer != nil {
 		a.timer()
 	}
@@ -416,7 +586,9 @@ func (g *gather) onAnswer(e event) {
 		return
 	}
 	a.over = true
-	a.cancel()
+	if a.cancel != nil {
+		a.cancel()
+	}
 	if a.timer != nil {
 		a.timer()
 	}
@@ -467,7 +639,7 @@ func (g *gather) onAnswer(e event) {
 		ring = min(ring, a.delay)
 	}
 	n.observe(e.d, ring, r.opts.Clock.Now(), a.keys)
-	r.opts.Metrics.nodeLatency.WithLabelValues(n.id).Observe(e.d.Seconds())
+	n.latencyMetric.Observe(e.d.Seconds())
 	off := 0
 	var again []*part
 	for _, pt := range a.parts {
@@ -525,13 +697,13 @@ func (g *gather) failover(parts []*part) {
 	if len(todo) == 0 {
 		return
 	}
-	groups, order, left := g.group(todo)
+	groups, left := g.group(todo)
 	for _, pt := range left {
 		g.fail(pt, fmt.Errorf("router: partition %d: every replica failed (%d tried), last: %w: %w", pt.p, len(pt.tried), pt.lastErr, ErrUnavailable))
 	}
-	for _, n := range order {
+	for _, x := range groups {
 		g.r.opts.Metrics.failovers.Inc()
-		g.launch(n, groups[n], kindFailover)
+		g.launch(x.n, x.parts, kindFailover)
 	}
 }
 
@@ -565,10 +737,10 @@ func (g *gather) onHedgeTimer(a *attempt) {
 	if len(todo) == 0 {
 		return
 	}
-	groups, order, left := g.group(todo) // parts with no other replica just keep waiting
+	groups, left := g.group(todo) // parts with no other replica just keep waiting
 	a.uncovered = len(left) > 0
 	m := g.r.opts.Metrics
-	for _, n := range order {
+	for _, x := range groups {
 		if !g.r.budget.take() {
 			m.hedgesDenied.Inc()
 			g.r.denied.Add(1)
@@ -577,7 +749,7 @@ func (g *gather) onHedgeTimer(a *attempt) {
 		}
 		g.hedgeWait += clock.Since(g.r.opts.Clock, a.start)
 		g.hedgeDelay += a.delay
-		g.launch(n, groups[n], kindHedge)
+		g.launch(x.n, x.parts, kindHedge)
 	}
 }
 
@@ -585,22 +757,20 @@ func (g *gather) onHedgeTimer(a *attempt) {
 // a node already chosen in this call when it is among their best choices, so
 // a hedge or failover is one sub-request where the replicas allow. Parts
 // without a replica come back in left.
-func (g *gather) group(parts []*part) (map[*node][]*part, []*node, []*part) {
-	groups := map[*node][]*part{}
+func (g *gather) group(parts []*part) ([]nodeParts, []*part) {
+	var groups []nodeParts
 	var order []*node
 	var left []*part
-	for _, pt := range parts {
+	for i, pt := range parts {
 		n := g.pick(pt, order)
 		if n == nil {
 			left = append(left, pt)
 			continue
 		}
-		if groups[n] == nil {
-			order = append(order, n)
-		}
-		groups[n] = append(groups[n], pt)
+		groups = addTo(groups, n, pt, len(parts)-i)
+		order = nodesOf(groups, order)
 	}
-	return groups, order, left
+	return groups, left
 }
 
 // pick chooses a replica of pt not tried yet: among the usable (up, not
@@ -662,7 +832,7 @@ func (g *gather) pick(pt *part, prefer []*node) *node {
 		if j >= i {
 			j++
 		}
-		if c[j].score(now, g.assigned[c[j]]) < c[i].score(now, g.assigned[c[i]]) {
+		if c[j].score(now, g.assignedTo(c[j])) < c[i].score(now, g.assignedTo(c[i])) {
 			return c[j]
 		}
 		return c[i]

@@ -89,7 +89,10 @@
 // own port, WireConns pipelined connections per node, the same request and
 // response encoding, version included). Over wire a sub-request costs no
 // goroutine of its own: the answer is posted to the request's event loop
-// from the connection's reader. Errors keep gRPC's codes either way, so
+// from the connection's reader. Nor a context: a sub-request is sent with
+// wire.Client.Send (the request's context gives its deadline) and the
+// event loop cancels every call it leaves in flight (wire.Call.Cancel), so
+// a Read over wire registers nothing on its caller's context. Errors keep gRPC's codes either way, so
 // failover, ejection and the deadline rules are the same.
 //
 // # Buffers
@@ -128,6 +131,9 @@
 // than the runtime's timers: an idle Go process sleeps in epoll_wait with a
 // whole-millisecond timeout, and a 1.5 ms hedge timer fired a mean 0.7 ms
 // late, when the router was idle waiting on a stalled node (timers.go).
+// Stopping the last pending timer disarms the timerfd (with one client every
+// request's timer is stopped before the next is armed: armed for the
+// stopped one, it woke the loop for nothing during the next request).
 //
 // # Observability
 //

@@ -28,6 +28,9 @@ type Metrics struct {
 
 	versionRequests *prometheus.CounterVec
 
+	rpcsBy [3]prometheus.Counter // rpcs by attempt kind, looked up once
+	okReqs prometheus.Counter    // requests{result="ok"}
+
 	router atomic.Pointer[Router]
 }
 
@@ -63,6 +66,10 @@ func NewMetrics() *Metrics {
 		routingKicks:   prometheus.NewCounter(prometheus.CounterOpts{Name: "router_routing_refresh_triggered_total", Help: "Routing fetches triggered by routing errors."}),
 		routingVersion: prometheus.NewGauge(prometheus.GaugeOpts{Name: "router_routing_version", Help: "Version of the routing table in use."}),
 	}
+	for k, name := range kindNames {
+		m.rpcsBy[k] = m.rpcs.WithLabelValues(name)
+	}
+	m.okReqs = m.requests.WithLabelValues("ok")
 	ratio := func(hedgesOnly bool) func() float64 {
 		return func() float64 {
 			r := m.router.Load()

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -24,6 +25,8 @@ type node struct {
 	conn     *grpc.ClientConn
 	client   servepb.ServeClient
 	wire     *wire.Client // with TransportWire: sub-requests go here
+
+	latencyMetric prometheus.Observer // router_node_latency_seconds{node=id}
 
 	outstanding atomic.Int64
 	ewmaNanos   atomic.Int64 // smoothed latency of answered sub-requests
@@ -82,7 +85,7 @@ func (r *Router) newNode(id, addr, zone string) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &node{id: id, addr: addr, conn: conn, client: servepb.NewServeClient(conn)}
+	n := &node{id: id, addr: addr, conn: conn, client: servepb.NewServeClient(conn), latencyMetric: r.opts.Metrics.nodeLatency.WithLabelValues(id)}
 	if r.opts.Transport == TransportWire {
 		n.wire = wire.NewClient(addr, wire.ClientOptions{Conns: r.opts.WireConns})
 	}

@@ -174,7 +174,7 @@ func runPick(t *testing.T, cmd string, reps []string) string {
 			n.markNotServed(version, 0, time.Now().Add(time.Hour))
 		}
 	}
-	g := &gather{r: r, t: r.table.Load(), assigned: map[*node]int{}}
+	g := &gather{r: r, t: r.table.Load()}
 	pt := &part{p: 0}
 	if version != "" {
 		if g.c = r.resolve(g.t, &ReadOptions{Version: version}); g.c.err != nil {

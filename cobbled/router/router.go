@@ -162,7 +162,11 @@ func (r *Router) account(g *gather, keys, failed int, d time.Duration) {
 		r.failedRequests.Add(1)
 		result = "failed"
 	}
-	m.requests.WithLabelValues(result).Inc()
+	if result == "ok" {
+		m.okReqs.Inc()
+	} else {
+		m.requests.WithLabelValues(result).Inc()
+	}
 	m.versionRequests.WithLabelValues(id, role, result).Inc()
 	r.countVersion(id, role, failed > 0)
 }

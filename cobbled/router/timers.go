@@ -118,8 +118,16 @@ func (t *timers) afterFunc(d time.Duration, f func()) stopFunc {
 			return false
 		}
 		heap.Remove(&t.h, p.idx)
-		// The waker stays armed: a wake with nothing due re-arms it for the
-		// next (cheaper than a system call per stopped timer).
+		if len(t.h) == 0 && !t.armed.IsZero() {
+			// Nothing left: disarm, so the kernel timer does not wake the
+			// loop for nothing in the middle of the next request (one
+			// client: every request's timer is stopped before the next is
+			// armed, and each stale wake was a thread woken, a read and a
+			// re-arm). With timers still pending the waker stays armed: a
+			// wake with nothing due re-arms it for the next.
+			t.armed = time.Time{}
+			_ = t.w.arm(0)
+		}
 		return true
 	}
 }

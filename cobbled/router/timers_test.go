@@ -59,3 +59,56 @@ func TestPreciseTimers(t *testing.T) {
 		t.Error("a timer armed after close: reported stopped (it must never be pending)")
 	}
 }
+
+// countWaker is a waker that records how it was armed and never fires.
+type countWaker struct {
+	arms, disarms int
+	c             chan struct{}
+}
+
+func (w *countWaker) arm(d time.Duration) error {
+	if d == 0 {
+		w.disarms++
+	} else {
+		w.arms++
+	}
+	return nil
+}
+func (w *countWaker) wait() error  { <-w.c; return nil }
+func (w *countWaker) close() error { close(w.c); return nil }
+
+// Stopping the last pending timer disarms the kernel timer, so it does not
+// wake the loop for nothing during the next request (with one client every
+// hedge timer is stopped before the next is armed); stopping one while
+// others wait leaves it armed (the loop re-arms on its wake).
+func TestTimersDisarmWhenEmpty(t *testing.T) {
+	w := &countWaker{c: make(chan struct{})}
+	tm := &timers{w: w}
+	go tm.loop()
+	defer tm.close()
+	for range 3 {
+		tm.afterFunc(time.Hour, func() { t.Error("fired") })()
+	}
+	tm.mu.Lock()
+	arms, disarms := w.arms, w.disarms
+	tm.mu.Unlock()
+	if arms != 3 || disarms != 3 {
+		t.Fatalf("3 timers each stopped before the next: %d arms, %d disarms; want 3 and 3", arms, disarms)
+	}
+	a := tm.afterFunc(time.Hour, func() {})
+	b := tm.afterFunc(2*time.Hour, func() {})
+	a()
+	tm.mu.Lock()
+	disarms = w.disarms
+	tm.mu.Unlock()
+	if disarms != 3 {
+		t.Errorf("stopping one of two pending timers disarmed the waker (%d disarms, want 3)", disarms)
+	}
+	b()
+	tm.mu.Lock()
+	disarms = w.disarms
+	tm.mu.Unlock()
+	if disarms != 4 {
+		t.Errorf("stopping the last one: %d disarms, want 4", disarms)
+	}
+}

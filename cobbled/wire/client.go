@@ -104,16 +104,55 @@ func (c *Client) BatchGet(ctx context.Context, req *servepb.BatchGetRequest) (*s
 // router posts it to its event loop, so a sub-request costs no goroutine
 // of its own.
 func (c *Client) Go(ctx context.Context, req *servepb.BatchGetRequest, done func(*servepb.BatchGetResponse, error)) {
+	c.send(ctx, req, done, true)
+}
+
+// Send is Go for a caller that ends the request itself: ctx gives only its
+// deadline (carried to the node, and bounding the write); ctx ending does
+// not end the call. Call.Cancel does: a caller that no longer wants the
+// answer (a hedge's loser, a request that ended) must cancel it, or it
+// waits for the node's answer or the connection's failure. Without ctx's
+// AfterFunc a call costs no context registration (an allocation and a
+// lock on ctx per call); the router cancels every sub-request its request
+// leaves behind. The returned Call is nil when done was already called
+// (the client closed, dialling failed, the deadline passed).
+func (c *Client) Send(ctx context.Context, req *servepb.BatchGetRequest, done func(*servepb.BatchGetResponse, error)) *Call {
+	return c.send(ctx, req, done, false)
+}
+
+func (c *Client) send(ctx context.Context, req *servepb.BatchGetRequest, done func(*servepb.BatchGetResponse, error), watch bool) *Call {
 	if c.closed.Load() {
 		done(nil, status.Errorf(codes.Unavailable, "wire: node %s: client closed", c.addr))
-		return
+		return nil
 	}
 	cc, err := c.conn(ctx)
 	if err != nil {
 		done(nil, err)
-		return
+		return nil
 	}
-	cc.start(ctx, req, done)
+	return cc.start(ctx, req, done, watch)
+}
+
+// Call is one request sent with Send.
+type Call struct {
+	cc *cconn
+	id uint64
+}
+
+// Cancel ends the call if it is still waiting: the node is told to stop
+// and done is never called. It reports whether it ended it; false means
+// done has been called or is being called (the answer or the connection's
+// failure came first). Safe to call more than once.
+func (x *Call) Cancel() bool {
+	if x == nil {
+		return false
+	}
+	if cl := x.cc.take(x.id); cl != nil {
+		cl.stop()
+		x.cc.cancel(x.id)
+		return true
+	}
+	return false
 }
 
 // conn returns a live connection of the next slot, dialling it if needed.
@@ -139,7 +178,7 @@ func (c *Client) conn(ctx context.Context) (*cconn, error) {
 		nc.Close()
 		return nil, status.Errorf(codes.Unavailable, "wire: node %s: handshake: %v", c.addr, err)
 	}
-	s.c = &cconn{cl: c, c: nc, pending: map[uint64]*call{}}
+	s.c = &cconn{cl: c, c: nc, peer: "node " + c.addr, pending: map[uint64]*call{}}
 	go s.c.read()
 	return s.c, nil
 }
@@ -152,17 +191,21 @@ type result struct {
 var chanPool = sync.Pool{New: func() any { return make(chan result, 1) }}
 
 // call is one request in flight: whoever removes it from pending (the
-// reader with the answer, fail, or the context's AfterFunc) calls done.
+// reader with the answer, fail, or the context's AfterFunc) calls done;
+// Call.Cancel removes it without.
 type call struct {
 	done func(*servepb.BatchGetResponse, error)
-	stop func() bool // stops the context's AfterFunc
+	stop func() bool // stops the context's AfterFunc (noStop without one)
 }
+
+func noStop() bool { return false }
 
 // cconn is one pipelined connection.
 type cconn struct {
-	cl  *Client
-	c   net.Conn
-	wmu sync.Mutex
+	cl   *Client
+	c    net.Conn
+	peer string // "node <addr>", for errors
+	wmu  sync.Mutex
 
 	mu      sync.Mutex
 	pending map[uint64]*call
@@ -203,64 +246,87 @@ func (cc *cconn) take(id uint64) *call {
 	return cl
 }
 
-func (cc *cconn) start(ctx context.Context, req *servepb.BatchGetRequest, done func(*servepb.BatchGetResponse, error)) {
+func (cc *cconn) start(ctx context.Context, req *servepb.BatchGetRequest, done func(*servepb.BatchGetResponse, error), watch bool) *Call {
 	var timeout uint64
-	if dl, ok := ctx.Deadline(); ok {
+	dl, hasDL := ctx.Deadline()
+	if hasDL {
 		t := time.Until(dl)
 		if t <= 0 {
 			done(nil, status.FromContextError(context.DeadlineExceeded).Err())
-			return
+			return nil
 		}
 		timeout = uint64(t)
 	}
 	if err := ctx.Err(); err != nil {
 		done(nil, status.FromContextError(err).Err())
-		return
+		return nil
 	}
-	body := make([]byte, 8, 8+proto.Size(req))
-	binary.BigEndian.PutUint64(body, timeout)
-	body, err := proto.MarshalOptions{}.MarshalAppend(body, req)
+	// The whole frame in one pooled buffer: header, timeout, request.
+	bp := framePool.Get().(*[]byte)
+	frame := append((*bp)[:0], make([]byte, headerLen+8)...)
+	binary.BigEndian.PutUint64(frame[headerLen:], timeout)
+	frame, err := proto.MarshalOptions{}.MarshalAppend(frame, req)
 	if err != nil {
+		putFrame(bp, frame)
 		done(nil, status.Errorf(codes.Internal, "wire: node %s: encode request: %v", cc.cl.addr, err))
-		return
+		return nil
 	}
-	cl := &call{done: done}
+	cl := &call{done: done, stop: noStop}
 	cc.mu.Lock()
 	if cc.err != nil {
 		err := cc.err
 		cc.mu.Unlock()
+		putFrame(bp, frame)
 		done(nil, err)
-		return
+		return nil
 	}
 	cc.nextID++
 	id := cc.nextID
 	cc.pending[id] = cl
-	// Registered before the AfterFunc can run: it finds the call or an
-	// answer already took it.
-	cl.stop = context.AfterFunc(ctx, func() {
-		if cl := cc.take(id); cl != nil {
-			cc.cancel(id)
-			cl.done(nil, status.FromContextError(ctx.Err()).Err())
-		}
-	})
+	if watch {
+		// Registered before the AfterFunc can run: it finds the call or an
+		// answer already took it.
+		cl.stop = context.AfterFunc(ctx, func() {
+			if cl := cc.take(id); cl != nil {
+				cc.cancel(id)
+				cl.done(nil, status.FromContextError(ctx.Err()).Err())
+			}
+		})
+	}
 	cc.mu.Unlock()
+	putHeader((*[headerLen]byte)(frame), KindRequest, id, len(frame)-headerLen)
 
 	cc.wmu.Lock()
-	if ctx.Err() != nil { // the AfterFunc answers it; do not make the node read for nobody
+	if watch && ctx.Err() != nil { // the AfterFunc answers it; do not make the node read for nobody
 		cc.wmu.Unlock()
-		return
+		putFrame(bp, frame)
+		return nil
 	}
-	if dl, ok := ctx.Deadline(); ok {
+	if hasDL {
 		cc.c.SetWriteDeadline(dl)
 	} else {
 		cc.c.SetWriteDeadline(time.Time{})
 	}
-	err = writeFrame(cc.c, KindRequest, id, body)
+	_, err = cc.c.Write(frame)
 	cc.wmu.Unlock()
+	putFrame(bp, frame)
 	if err != nil {
 		// A partial frame leaves the stream unusable.
 		cc.fail(status.Errorf(codes.Unavailable, "wire: node %s: send: %v", cc.cl.addr, err))
 	}
+	return &Call{cc: cc, id: id}
+}
+
+// framePool holds request frame buffers (a 12-key request is ~300 bytes).
+var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// putFrame returns a request frame's buffer, unless a huge request grew it.
+func putFrame(bp *[]byte, frame []byte) {
+	if cap(frame) > 64<<10 {
+		return
+	}
+	*bp = frame[:0]
+	framePool.Put(bp)
 }
 
 // cancel tells the node to stop working on id (best effort).
@@ -279,7 +345,7 @@ func (cc *cconn) read() {
 	addr := cc.cl.addr
 	r := bufio.NewReaderSize(cc.c, 64<<10)
 	for {
-		f, err := readHeader(r, "node "+addr, cc.cl.opts.MaxFrame)
+		f, err := readHeader(r, cc.peer, cc.cl.opts.MaxFrame)
 		if err == nil && f.kind != KindResponse && f.kind != KindError {
 			err = fmt.Errorf("wire: peer node %s: a node does not send frames of kind %d (request id %d)", addr, f.kind, f.id)
 		}

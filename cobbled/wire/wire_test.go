@@ -385,3 +385,69 @@ func TestWriteTimeoutWithoutDeadline(t *testing.T) {
 		t.Fatal("the handler's parts are still held a minute after a stalled write without deadline")
 	}
 }
+
+// Send's call is not ended by its context (only its deadline travels), and
+// Call.Cancel ends it: the node's handler sees its context cancelled, done
+// is never called, and the connection goes on serving. A call that was
+// answered cannot be cancelled.
+func TestSendCancel(t *testing.T) {
+	started, seen := make(chan struct{}), make(chan error, 1)
+	deadline := make(chan bool, 1)
+	_, addr := serve(t, func(ctx context.Context, req *servepb.BatchGetRequest) ([][]byte, func(), error) {
+		_, ok := ctx.Deadline()
+		deadline <- ok
+		if string(req.Keys[0]) != "block" {
+			return echo(ctx, req)
+		}
+		close(started)
+		<-ctx.Done()
+		seen <- ctx.Err()
+		return nil, func() {}, nil
+	})
+	c := NewClient(addr, ClientOptions{Conns: 1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	called := make(chan error, 1)
+	call := c.Send(ctx, &servepb.BatchGetRequest{Keys: [][]byte{[]byte("block")}}, func(_ *servepb.BatchGetResponse, err error) { called <- err })
+	if call == nil {
+		t.Fatal("Send returned no call")
+	}
+	<-started
+	if !<-deadline {
+		t.Error("the request's deadline did not travel")
+	}
+	cancel() // Send's context ending does not end the call
+	select {
+	case err := <-called:
+		t.Fatalf("done called (%v) when Send's context ended: only Cancel ends a call", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if !call.Cancel() {
+		t.Fatal("Cancel of a waiting call: reported not cancelled")
+	}
+	if call.Cancel() {
+		t.Error("Cancel twice: reported cancelled again")
+	}
+	if err := <-seen; !errors.Is(err, context.Canceled) {
+		t.Fatalf("handler saw %v, want its context cancelled", err)
+	}
+	select {
+	case err := <-called:
+		t.Fatalf("done called (%v) after Cancel", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	got := make(chan *servepb.BatchGetResponse, 1)
+	call = c.Send(context.Background(), &servepb.BatchGetRequest{Keys: [][]byte{[]byte("k")}}, func(resp *servepb.BatchGetResponse, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		got <- resp
+	})
+	<-deadline
+	if resp := <-got; resp == nil || len(resp.Results) != 1 {
+		t.Fatalf("after a cancel: answer %v", resp)
+	}
+	if call.Cancel() {
+		t.Error("Cancel of an answered call: reported cancelled")
+	}
+}
