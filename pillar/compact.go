@@ -175,7 +175,9 @@ func Deltas(layers []Layer) int {
 
 // AutoCompact compacts table t when it has more deltas than
 // opts.MaxLayers; it returns nil stats when it did not. Writers of deltas
-// call it after their commit.
+// call it after their commit. A table that does not exist (yet) has no
+// deltas to fold: nil stats, no error (the pipeline calls it after every
+// operation, including the first, which may not have written t).
 func AutoCompact(ctx context.Context, st Store, t string, opts *CompactOptions) (*CompactStats, error) {
 	max := opts.maxLayers()
 	if max < 0 {
@@ -187,6 +189,9 @@ func AutoCompact(ctx context.Context, st Store, t string, opts *CompactOptions) 
 	}
 	ls, err := Layers(ctx, sn, t)
 	sn.Release()
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
 	if err != nil || Deltas(ls) <= max {
 		return nil, err
 	}
