@@ -83,7 +83,7 @@ type event struct {
 	resp  *servepb.BatchGetResponse
 	err   error
 	d     time.Duration
-	at    time.Time // when the answer was read (readTrace only)
+	at    time.Time // when the answer was read (Options.ReadTrace only)
 }
 
 // gather runs one BatchGet: the attempts, their events and every decision
@@ -110,7 +110,7 @@ type gather struct {
 	hedgeWait, hedgeDelay, hedgeWonTime time.Duration
 	deferred                            int                         // hedges put off by a late timer (Stats.HedgesDeferred)
 	held                                []*servepb.BatchGetResponse // answers some result aliases (Response.Release)
-	tr                                  *readStages                 // readTrace's record (tests), else nil
+	tr                                  *ReadStages                 // Options.ReadTrace's record, else nil
 }
 
 // keyAt is where one request position's key is: its part and index there.
@@ -144,18 +144,18 @@ func (g *gather) assign(n *node) {
 	g.assigned = append(g.assigned, nodeCount{n, 1})
 }
 
-// readStages is where one Read's time went (the first answer's path):
-// start, its first sub-request written (wire) or handed to its goroutine
-// (gRPC), that answer read off the connection, the gather loop holding it,
-// and the end.
-type readStages struct {
+// ReadStages is where one Read's time went along its first answer's path
+// (Options.ReadTrace), in wall-clock stamps: Start; Split (keys grouped by
+// partition); Picked (replicas chosen); Armed (the first primary's hedge
+// timer set); Sent (its sub-request written, over wire, or handed to its
+// goroutine, over gRPC); Answered (the first primary answer read off the
+// connection); Received (the gather loop holding it); End. A stage a Read
+// did not reach is zero. Attempts counts its sub-requests (primaries,
+// hedges, retries).
+type ReadStages struct {
 	Start, Split, Picked, Armed, Sent, Answered, Received, End time.Time
 	Attempts                                                   int
 }
-
-// readTrace, when set (benchmarks and tests only: set it before any Read
-// and leave it), gets every Read's stages.
-var readTrace func(*readStages)
 
 // BatchGet returns one Result per key, in request order, read from the
 // default version (Options.Version, by default the live publication, with
@@ -227,12 +227,12 @@ func (r *Router) Read(ctx context.Context, keys [][]byte, ro *ReadOptions) (*Res
 
 	t := r.table.Load() // one table, so one version, for the whole request
 	g := &gather{r: r, t: t, c: r.resolve(t, ro), ctx: ctx, ev: make(chan event, 4), quit: make(chan struct{})}
-	if readTrace != nil {
-		g.tr = &readStages{Start: start}
+	if trace := r.opts.ReadTrace; trace != nil {
+		g.tr = &ReadStages{Start: time.Now()}
 		defer func() {
 			g.tr.End = time.Now()
 			g.tr.Attempts = g.counts[0] + g.counts[1] + g.counts[2]
-			readTrace(g.tr)
+			trace(g.tr)
 		}()
 	}
 	defer close(g.quit)

@@ -154,6 +154,14 @@ type Options struct {
 	// Metrics receives measurements. The default value is a fresh,
 	// unregistered set (the binary registers Metrics.Collectors()).
 	Metrics *Metrics
+	// ReadTrace, when set, is called at the end of every Read (and
+	// BatchGet) with where its time went along its first answer's path
+	// (ReadStages), on the caller's goroutine, so it must be quick and, with
+	// concurrent callers, safe for concurrent use. It is for profiling the
+	// router's own path (BenchmarkReadTail); a Read stamps the wall clock
+	// six more times while it is set. The default value (nil) traces
+	// nothing and stamps nothing.
+	ReadTrace func(*ReadStages)
 }
 
 func (o *Options) ensureDefaults() {

@@ -21,7 +21,7 @@ import (
 // request alternating with the floor, the same 12-key batch straight to a
 // node over a bare wire.Client (no router), so both see the same moments. It
 // reports p50, p99 and p99.9 of each and their ratios, and, for the router's
-// slowest 1% of requests, where their time went (readStages: until the
+// slowest 1% of requests, where their time went (ReadStages: until the
 // sub-request was written, until its answer was read off the connection,
 // the hand-off to the gather loop, and the rest of Read), against the same
 // stages over all requests. An op is one request on each path. Hedging is on,
@@ -47,10 +47,11 @@ func BenchmarkReadTail(b *testing.B) {
 	ctx := context.Background()
 	direct := wire.NewClient(c.Members()[0].Addr, wire.ClientOptions{})
 	defer direct.Close()
-	r := newRouter(b, c, func(o *Options) { o.Transport = TransportWire })
-	var stages []readStages
-	readTrace = func(s *readStages) { stages = append(stages, *s) }
-	defer func() { readTrace = nil }()
+	var stages []ReadStages
+	r := newRouter(b, c, func(o *Options) {
+		o.Transport = TransportWire
+		o.ReadTrace = func(s *ReadStages) { stages = append(stages, *s) }
+	})
 	sink := make([]string, 12)
 	rget := func(keys [][]byte) (time.Duration, int) {
 		t0 := time.Now()
@@ -128,9 +129,9 @@ func BenchmarkReadTail(b *testing.B) {
 
 // stageReport sums where the slowest 1% of Reads spent their time against
 // every Read.
-func stageReport(st []readStages) string {
-	slices.SortFunc(st, func(a, b readStages) int { return int(a.End.Sub(a.Start) - b.End.Sub(b.Start)) })
-	mean := func(s []readStages) string {
+func stageReport(st []ReadStages) string {
+	slices.SortFunc(st, func(a, b ReadStages) int { return int(a.End.Sub(a.Start) - b.End.Sub(b.Start)) })
+	mean := func(s []ReadStages) string {
 		var sp, pk, ar, w, a, h, f time.Duration
 		multi := 0
 		for _, x := range s {
