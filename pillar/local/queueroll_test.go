@@ -10,18 +10,26 @@ import (
 	"github.com/pillarkit/pillar/pillar"
 )
 
-// rollOpts makes every enqueued record a row group of its own (so a
-// segment is full, at maxFileChunks column chunks, after 56 records) and
-// spills past 1 KiB.
+// rollOpts makes every enqueued record a row group of its own, bounds a
+// segment at rollRecordsPerSegment of them (the store's own bound,
+// maxFileChunks column chunks, is fullSegmentRecords: 56; at 8 the crash
+// test's child commits 21 row groups instead of 146, which under -race cut
+// TestKillDuringRolledQueueCommit from 91 s to a fraction) and spills past
+// 1 KiB.
 func rollOpts(o *Options) *Options {
 	o.spoolGroupBytes = 1
 	o.spillBytes = 1 << 10
+	o.segmentChunks = rollRecordsPerSegment * queueColumns
 	return o
 }
 
-// rollRecordsPerSegment is how many one-row-group records a full segment
-// holds.
-var rollRecordsPerSegment = maxFileChunks / queueColumns
+// rollRecordsPerSegment is how many one-row-group records a segment holds
+// under rollOpts.
+const rollRecordsPerSegment = 8
+
+// fullSegmentRecords is how many one-row-group records a segment holds at
+// the store's own bound (maxFileChunks column chunks).
+var fullSegmentRecords = maxFileChunks / queueColumns
 
 // enqueueRolled commits, in one transaction, n[p] records of each
 // partition p, interleaved (partition by partition, one at a time), with
@@ -131,7 +139,7 @@ func checkQueueAround(t *testing.T, s *Store, want map[int][]queued) {
 }
 
 // TestQueueSegmentsRollInOrder: a transaction's spool goes on in a new
-// segment of its partition at maxFileChunks column chunks; the segments of
+// segment of its partition at its bound (rollOpts: 8 records' column chunks; the store's own, maxFileChunks, is the same code path); the segments of
 // one commit get consecutive offsets in the order written, so ReadQueue,
 // ReadQueueHeads and the queue index (at fanout 4 a commit of 7 segments
 // becomes index files in its own commit) see every record at its offset,
@@ -147,7 +155,7 @@ func TestQueueSegmentsRollInOrder(t *testing.T) {
 	}
 	want := map[int][]queued{}
 	per := rollRecordsPerSegment
-	enqueueRolled(t, s, c, map[int]int{0: 2*per + 18, 1: per + 14}, "a", want) // 3 and 2 segments
+	enqueueRolled(t, s, c, map[int]int{0: 2*per + 5, 1: per + 6}, "a", want) // 3 and 2 segments
 	enqueueRolled(t, s, c, map[int]int{0: 3}, "b", want)
 	enqueueRolled(t, s, c, map[int]int{0: 6*per + 1, 1: per}, "c", want) // 7 and 1 (exactly full)
 	m, err := s.current()
@@ -155,16 +163,16 @@ func TestQueueSegmentsRollInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantSegs := map[int][]int64{ // records per segment, in offset order
-		0: {int64(per), int64(per), 18, 3, int64(per), int64(per), int64(per), int64(per), int64(per), int64(per), 1},
-		1: {int64(per), 14, int64(per)},
+		0: {int64(per), int64(per), 5, 3, int64(per), int64(per), int64(per), int64(per), int64(per), int64(per), 1},
+		1: {int64(per), 6, int64(per)},
 	}
 	for p, counts := range wantSegs {
 		segs := allSegments(t, s, m, p)
 		var got []int64
 		for _, sg := range segs {
 			got = append(got, sg.Count)
-			if groups, chunks := fileChunks(t, filepath.Join(dir, "data", sg.File)); chunks > maxFileChunks {
-				t.Errorf("partition %d segment %s: %d column chunks (%d row groups), more than %d", p, sg.File, chunks, groups, maxFileChunks)
+			if groups, chunks := fileChunks(t, filepath.Join(dir, "data", sg.File)); chunks > s.opts.segmentBound() {
+				t.Errorf("partition %d segment %s: %d column chunks (%d row groups), more than %d", p, sg.File, chunks, groups, s.opts.segmentBound())
 			}
 			if sg.HeadsCRC32C == "" || sg.FooterCRC32C == "" || sg.CRC32C == "" {
 				t.Errorf("partition %d segment %s: sums missing: %+v", p, sg.File, sg)

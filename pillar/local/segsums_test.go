@@ -341,7 +341,7 @@ func BenchmarkSegmentSums(b *testing.B) {
 	f := newSegFile(file)
 	w := newSegmentWriter(f)
 	rng := rand.NewChaCha8([32]byte{5})
-	for g := range rollRecordsPerSegment {
+	for g := range fullSegmentRecords {
 		for range 16 {
 			v := make([]byte, 64<<10)
 			rng.Read(v)

@@ -129,12 +129,21 @@ func (t *tx) spill(ctx context.Context) error {
 			sp.groups++
 			// Another row group would take the file past the bound (the
 			// one Close flushes included).
-			sp.next = (sp.groups+1)*queueColumns > maxFileChunks
+			sp.next = (sp.groups+1)*queueColumns > t.s.opts.segmentBound()
 		}
 	}
 	clear(q.pending)
 	q.pending, q.pendingBytes = q.pending[:0], 0
 	return nil
+}
+
+// segmentBound is a queue segment's most column chunks: maxFileChunks,
+// or the tests' segmentChunks.
+func (o *Options) segmentBound() int {
+	if o.segmentChunks > 0 {
+		return o.segmentChunks
+	}
+	return maxFileChunks
 }
 
 // createSegment starts the spool's next segment file in staging.

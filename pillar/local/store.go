@@ -55,6 +55,10 @@ type Options struct {
 	// spoolGroupBytes replaces spoolRowGroupBytes (spool.go) when > 0
 	// (tests: many row groups of small records).
 	spoolGroupBytes int64
+	// segmentChunks replaces maxFileChunks as a queue segment's bound when
+	// > 0 (tests: segments that roll after a few records, so the rolling
+	// and crash tests need not write 56 row groups per segment).
+	segmentChunks int
 	// rereadSums makes staging compute a queue segment's heads and footer
 	// sums by reading the staged file back whole, as before stream sums
 	// (tests and benchmarks compare; segsums.go).
