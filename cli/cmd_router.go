@@ -327,7 +327,7 @@ func benchRead(c *cli.Context) error {
 		Zone: c.String("zone"), SlowNode: c.Int("slow-node"), SlowFraction: frac, SlowDelay: delay,
 		DegradedNode: c.Int("degraded-node"), DegradedDelay: c.Duration("degraded-delay"), SaturationClients: c.Int("saturation-clients"), SaturationSlice: c.Duration("saturation-slice"),
 		KillNode: c.Int("kill-node"), DownAfter: c.Duration("down-after"), Deadline: c.Duration("deadline"),
-		Transport: c.String("transport"), ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, GCPercent: c.Int("gogc"), Spread: c.Bool("spread"), Interleave: c.Bool("interleave"), Logger: logger(),
+		Transport: c.String("transport"), ViaServer: c.Bool("via-server"), RedisAddr: c.String("redis"), Scenarios: scen, GCPercent: c.Int("gogc"), Spread: c.Bool("spread"), NoHedge: c.Bool("no-hedge"), Interleave: c.Bool("interleave"), Logger: logger(),
 		Router: func(ro *router.Options) {
 			// The scenario decides hedging, --deadline the request deadline.
 			noHedge := ro.DisableHedging

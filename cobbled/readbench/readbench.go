@@ -132,6 +132,11 @@ type Options struct {
 	// its own). The default value false sends a request to as few nodes as
 	// possible.
 	Spread bool
+	// NoHedge turns hedging off in every scenario but slow-hedge (which
+	// exists to measure it against slow-nohedge): healthy, the interleaved
+	// rows, degraded, kill and saturation run unhedged, for an A/B of what
+	// hedging costs a healthy cluster. The default value false hedges.
+	NoHedge bool
 	// Transport is the router's node transport (router.Options.Transport):
 	// "grpc" or "wire". The default value "" is wire, as `bench read`'s
 	// (gRPC before 2026-12-02). The interleaved rows measure both straight
@@ -425,7 +430,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		var err error
 		switch name {
 		case Healthy:
-			res, err = b.routerScenario(ctx, Healthy, "healthy cluster, hedging on", nil, nil)
+			res, err = b.routerScenario(ctx, Healthy, "healthy cluster, hedging "+map[bool]string{false: "on", true: "off (--no-hedge)"}[opts.NoHedge], nil, nil)
 		case Redis:
 			if opts.RedisAddr == "-" {
 				continue
@@ -487,9 +492,15 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.Results = append(rep.Results, res)
 		rep.Results = append(rep.Results, extra...)
 	}
+	if opts.NoHedge {
+		rep.Notes = append(rep.Notes, "--no-hedge: hedging was off in every scenario but slow-hedge.")
+	}
 	if len(opts.NodeExec) > 0 {
 		rep.Notes = append(rep.Notes, "The nodes and the bare floor ran in processes of their own (as production nodes do); the router, the clients and the Redis client in this one.")
 	} else {
+		if opts.NoHedge {
+			rep.Notes = append(rep.Notes, "--no-hedge: hedging was off in every scenario but slow-hedge.")
+		}
 		rep.Notes = append(rep.Notes, "The nodes and the bare floor ran in this process, with the router, the clients and the Redis client (one Go runtime and garbage collector); Redis's server in its own.")
 	}
 	rep.Notes = append(rep.Notes, fmt.Sprintf("Machine load (1/5/15-minute averages from /proc/loadavg): %s at the start, %s at the end.", startLoad, loadavg()))
@@ -540,7 +551,8 @@ func (b *bench) prewarm(ctx context.Context) error {
 type getter func(ctx context.Context, keys [][]byte) error
 
 func (b *bench) newRouter(ctx context.Context, mutate func(*router.Options)) (*router.Router, getter, func(), error) {
-	o := router.Options{Source: b.c, Zone: b.opts.Zone, Spread: b.opts.Spread, Timeout: b.opts.Deadline, RefreshInterval: 500 * time.Millisecond, Transport: b.opts.Transport}
+	o := router.Options{Source: b.c, Zone: b.opts.Zone, Spread: b.opts.Spread, Timeout: b.opts.Deadline, RefreshInterval: 500 * time.Millisecond, Transport: b.opts.Transport,
+		DisableHedging: b.opts.NoHedge} // slow-hedge's mutate turns it back on
 	if mutate != nil {
 		mutate(&o)
 	}
@@ -737,7 +749,7 @@ func (b *bench) degradedScenario(ctx context.Context) (_ []*Result, err error) {
 		return nil, err
 	}
 	defer closeRef()
-	desc := fmt.Sprintf("node-%d adds %v to every request (a failing disk), hedging on; each batch alternating with the reference router", o.DegradedNode, o.DegradedDelay)
+	desc := fmt.Sprintf("node-%d adds %v to every request (a failing disk), hedging %s; each batch alternating with the reference router", o.DegradedNode, o.DegradedDelay, map[bool]string{false: "on", true: "off (--no-hedge)"}[o.NoHedge])
 	b.log.Info("readbench: scenario", "scenario", Degraded, "what", desc)
 	gets := []getter{get, refGet}
 	b.loadN(ctx, o.Warmup, gets, nil)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pillarkit/pillar/cobbled/router"
 )
 
 // A short run of every scenario with small data: the harness works end to
@@ -149,5 +151,31 @@ func TestEvaluateEmptyScenarioMissed(t *testing.T) {
 	}
 	if missed < 4 {
 		t.Fatalf("%d of %d checks missed, want at least one per empty scenario (4): %+v", missed, len(r.Checks), r.Checks)
+	}
+}
+
+// TestNoHedge: --no-hedge (Options.NoHedge) turns hedging off in the
+// healthy scenario and leaves it on in slow-hedge, the scenario that
+// measures it. A 1 µs hedge delay hedges every sub-request the budget
+// allows (its bank alone is 20), so a healthy scenario that still hedged
+// shows it. (Before, bench read accepted --no-hedge and ignored it.)
+func TestNoHedge(t *testing.T) {
+	rep, err := Run(context.Background(), Options{Dir: t.TempDir(), Duration: 400 * time.Millisecond, Warmup: 100 * time.Millisecond,
+		Clients: 1, Keys: 240, Partitions: 8, MaxValue: 8 << 10, Scenarios: []string{Healthy, SlowHedge}, RedisAddr: "-",
+		Deadline: time.Minute, NoHedge: true,
+		Router: func(o *router.Options) {
+			o.HedgeMinDelay, o.HedgeMaxDelay, o.HedgeInitialDelay = time.Microsecond, time.Microsecond, time.Microsecond
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := rep.Result(Healthy); h == nil || h.Requests == 0 || h.Hedges != 0 {
+		t.Errorf("healthy with NoHedge: %+v; want requests and no hedges", h)
+	}
+	if s := rep.Result(SlowHedge); s == nil || s.Hedges == 0 {
+		t.Errorf("slow-hedge with NoHedge: %+v; want it hedged still", s)
+	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "--no-hedge") }) {
+		t.Errorf("no note says hedging was off: %q", rep.Notes)
 	}
 }
