@@ -380,3 +380,71 @@ func hashingCopy(dst io.Writer, src io.Reader, h hash.Hash, cpu func() (release 
 	}
 	return n, err
 }
+
+// stagePipeline runs one staged file's finishing step (finishStaged: its
+// fsync and block verification) in the background while the caller
+// downloads the next file, at most one at a time. Serially, a 1 GiB
+// snapshot of four 256 MiB files spent 0.5 s in fsync and 0.3 s in
+// verification, on top of 1.8 s copying and hashing, with the copy idle
+// meanwhile (BenchmarkSnapshotApply, ./cobbled/ingestbench/, 19:28 UTC); the
+// bare IngestExternalFile loop the issue compares with copies and syncs
+// only. The zero value is ready; wait returns the pending step's error.
+type stagePipeline struct {
+	pending chan error // nil when no step is running
+}
+
+// start runs f in the background. The previous step must have been waited
+// for.
+func (s *stagePipeline) start(f func() error) {
+	ch := make(chan error, 1)
+	s.pending = ch
+	go func() { ch <- f() }()
+}
+
+// wait waits for the running step, if any, and returns its error.
+func (s *stagePipeline) wait() error {
+	if s.pending == nil {
+		return nil
+	}
+	err := <-s.pending
+	s.pending = nil
+	return err
+}
+
+// finishStaged makes a downloaded file durable and checks its blocks: the
+// fsync and prepareSST (verification, and for a delta the cache warm; both
+// read the file from the page cache) run at once, then the file is closed.
+// An fsync or close error comes first (the disk), then verification's.
+func (n *Node) finishStaged(ctx context.Context, out stagedFile, path string, size int64) error {
+	synced := make(chan error, 1)
+	go func() { synced <- out.Sync() }()
+	verr := n.prepareSST(ctx, path, size) // pace.go
+	serr := <-synced
+	cerr := out.Close()
+	return errors.Join(serr, cerr, verr)
+}
+
+// writebackChunk is how far a staged file's writes get ahead of the
+// kernel's writeback before writebackWriter starts it.
+const writebackChunk = 8 << 20
+
+// writebackWriter writes a staged file and, every writebackChunk bytes,
+// asks the kernel to start writing the new bytes back to disk without
+// waiting for it (sync_file_range SYNC_FILE_RANGE_WRITE on Linux, as
+// RocksDB's bytes_per_sync does; nothing elsewhere, or for a file that is
+// not an *os.File): the disk then writes while the copy goes on, instead
+// of the whole file in the fsync after it, with nothing else to do.
+type writebackWriter struct {
+	f           stagedFile
+	off, queued int64 // bytes written; bytes whose writeback was started
+}
+
+func (w *writebackWriter) Write(b []byte) (int, error) {
+	n, err := w.f.Write(b)
+	w.off += int64(n)
+	if w.off-w.queued >= writebackChunk {
+		startWriteback(w.f, w.queued, w.off-w.queued)
+		w.queued = w.off
+	}
+	return n, err
+}

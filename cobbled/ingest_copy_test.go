@@ -9,11 +9,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
 	"time"
 
+	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/pace"
 )
 
@@ -143,5 +145,94 @@ func BenchmarkHashingCopy(b *testing.B) {
 				f.Close()
 			}
 		})
+	}
+}
+
+// TestPipelinedStaging: a batch of several files applies with each file's
+// fsync and verification overlapping the next file's download
+// (stagePipeline), and a first file that fails verification (valid SHA-256,
+// bad block) still fails the batch with ErrCorruptSST after the later
+// files were fetched: staging is removed and the previous data serves.
+func TestPipelinedStaging(t *testing.T) {
+	const parts, p = 2, 1
+	objects, dir := t.TempDir(), t.TempDir()
+	steps, universe := testSteps(p, parts)
+	first := writeBatch(t, objects, parts, p, "m-01", steps[0].kind, steps[0].ops, 0)
+	multi := writeBatch(t, objects, parts, p, "m-02", batch.KindSnapshot, steps[3].ops, 1) // one row per file
+	if len(multi.Files) < 3 {
+		t.Fatalf("%d files, want several", len(multi.Files))
+	}
+	bad := writeBatch(t, objects, parts, p, "m-03", batch.KindSnapshot, steps[6].ops, 1)
+	bad = corruptWithValidSHA(t, objects, bad) // its first file
+	n := openTestNode(t, dir, objects, parts, nil)
+	defer n.Close()
+	ctx := context.Background()
+	must(t, n.Apply(ctx, Batch{Seq: 1, Manifest: first}))
+	must(t, n.Apply(ctx, Batch{Seq: 2, Manifest: multi}))
+	want := model{}.apply(steps[0].kind, steps[0].ops).apply(batch.KindSnapshot, steps[3].ops)
+	checkModel(t, n, p, universe, want)
+	err := n.Apply(ctx, Batch{Seq: 3, Manifest: bad})
+	if !errors.Is(err, ErrCorruptSST) || !strings.Contains(err.Error(), bad.Files[0].Name) {
+		t.Fatalf("corrupt first file: %v, want ErrCorruptSST naming %s", err, bad.Files[0].Name)
+	}
+	if _, err := os.Stat(filepath.Join(dir, partDirName(p), "staging")); !os.IsNotExist(err) {
+		t.Fatalf("staging left behind: %v", err)
+	}
+	checkModel(t, n, p, universe, want)
+}
+
+// TestWritebackWriter: writes pass through unchanged, writeback is asked
+// for every writebackChunk bytes, and a staged file that is not an
+// *os.File (a test's fake) is written without it.
+func TestWritebackWriter(t *testing.T) {
+	data := make([]byte, 2*writebackChunk+12345)
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range data {
+		data[i] = byte(r.Uint32())
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "staged.sst"))
+	must(t, err)
+	w := &writebackWriter{f: f}
+	for off := 0; off < len(data); off += 256 << 10 {
+		if _, err := w.Write(data[off:min(off+256<<10, len(data))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.off != int64(len(data)) || w.queued != 2*writebackChunk {
+		t.Fatalf("written %d, writeback queued to %d; want %d, %d", w.off, w.queued, len(data), 2*writebackChunk)
+	}
+	must(t, f.Sync())
+	must(t, f.Close())
+	got, err := os.ReadFile(f.Name())
+	must(t, err)
+	if !bytes.Equal(got, data) {
+		t.Fatal("file differs from the bytes written")
+	}
+	fake := &bufFile{}
+	w = &writebackWriter{f: fake}
+	if _, err := w.Write(data); err != nil || !bytes.Equal(fake.Bytes(), data) || w.queued != int64(len(data)) {
+		t.Fatalf("fake file: %v, queued %d", err, w.queued)
+	}
+}
+
+type bufFile struct{ bytes.Buffer }
+
+func (*bufFile) Sync() error  { return nil }
+func (*bufFile) Close() error { return nil }
+
+// TestStagePipeline: wait returns nil with nothing running and the running
+// step's error otherwise, once.
+func TestStagePipeline(t *testing.T) {
+	var s stagePipeline
+	if err := s.wait(); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	s.start(func() error { time.Sleep(time.Millisecond); return boom })
+	if err := s.wait(); !errors.Is(err, boom) {
+		t.Fatalf("wait: %v", err)
+	}
+	if err := s.wait(); err != nil {
+		t.Fatalf("second wait: %v", err)
 	}
 }

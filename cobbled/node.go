@@ -503,9 +503,10 @@ func (n *Node) fetchAndApply(ctx context.Context, p *partition, b *Batch) error 
 
 // download stages b's files under p's staging directory, verifying size and
 // SHA-256 of each against the manifest, and then every block checksum of
-// each SST (sstverify). After a failure (a bad file, a full disk) the
-// staging directory is removed, so nothing partial stays behind.
-func (n *Node) download(ctx context.Context, p *partition, b *Batch) (_ []string, err error) {
+// each SST (sstverify); a file's fsync and verification overlap the next
+// file's download. After a failure (a bad file, a full disk) the staging
+// directory is removed, so nothing partial stays behind.
+func (n *Node) download(ctx context.Context, p *partition, b *Batch) (staged []string, err error) {
 	m := &b.Manifest
 	staging := filepath.Join(p.dir, "staging")
 	if err := os.RemoveAll(staging); err != nil {
@@ -524,20 +525,43 @@ func (n *Node) download(ctx context.Context, p *partition, b *Batch) (_ []string
 	start := time.Now()
 	var total int64
 	paths := make([]string, 0, len(m.Files))
+	// Each file's fsync and verification run while the next one downloads
+	// (stagePipeline, ingest.go); every one has finished before download
+	// returns, so a failure still removes the staging directory.
+	var pipe stagePipeline
+	defer func() {
+		if werr := pipe.wait(); err == nil && werr != nil {
+			staged, err = nil, werr
+		}
+	}()
 	for _, f := range m.Files {
 		key := batch.Prefix(m.Partition, m.ID) + f.Name
 		path := filepath.Join(staging, f.Name)
-		if err := n.fetchFile(ctx, key, path, f); err != nil {
-			return nil, fmt.Errorf("cobbled: partition %d: batch %s: %s: %w", p.id, m.ID, key, err)
-		}
-		if err := n.prepareSST(ctx, path, f.Size); err != nil { // verify, warm: pace.go
+		fail := func(err error) error {
 			if errors.Is(err, sstverify.ErrCorrupt) {
 				err = fmt.Errorf("%w: %w", ErrCorruptSST, err)
 			}
-			return nil, fmt.Errorf("cobbled: partition %d: batch %s: %s: %w", p.id, m.ID, key, err)
+			return fmt.Errorf("cobbled: partition %d: batch %s: %s: %w", p.id, m.ID, key, err)
 		}
+		out, err := n.fetchFile(ctx, key, path, f)
+		if err != nil {
+			return nil, fail(err)
+		}
+		if err := pipe.wait(); err != nil { // the previous file's
+			out.Close()
+			return nil, err
+		}
+		pipe.start(func() error {
+			if err := n.finishStaged(ctx, out, path, f.Size); err != nil { // fsync, verify, warm: ingest.go, pace.go
+				return fail(err)
+			}
+			return nil
+		})
 		paths = append(paths, path)
 		total += f.Size
+	}
+	if err := pipe.wait(); err != nil {
+		return nil, err
 	}
 	if err := syncDir(staging); err != nil {
 		return nil, fmt.Errorf("cobbled: partition %d: staging: %w", p.id, err)
@@ -547,37 +571,35 @@ func (n *Node) download(ctx context.Context, p *partition, b *Batch) (_ []string
 	return paths, nil
 }
 
-func (n *Node) fetchFile(ctx context.Context, key, path string, f batch.File) error {
+// fetchFile downloads f's object into a staged file at path, checking its
+// size and SHA-256 against the manifest, and returns the file still open
+// and not yet synced (finishStaged syncs and closes it).
+func (n *Node) fetchFile(ctx context.Context, key, path string, f batch.File) (stagedFile, error) {
 	rc, err := n.opts.Objects.Get(ctx, key)
 	if err != nil {
-		return fmt.Errorf("get: %w", err)
+		return nil, fmt.Errorf("get: %w", err)
 	}
 	defer rc.Close()
 	out, err := n.create(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	h := sha256.New()
 	// Read one byte past the expected size to detect a longer object.
-	got, err := hashingCopy(out, io.LimitReader(rc, f.Size+1), h, n.ingestCPU(ctx)) // ingest.go, pace.go
+	got, err := hashingCopy(&writebackWriter{f: out}, io.LimitReader(rc, f.Size+1), h, n.ingestCPU(ctx)) // ingest.go, pace.go
 	if err != nil {
 		out.Close()
-		return fmt.Errorf("download: %w", err)
-	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return err
+		return nil, fmt.Errorf("download: %w", err)
 	}
 	if got != f.Size {
-		return fmt.Errorf("size %d, manifest says %d: %w", got, f.Size, ErrChecksum)
+		out.Close()
+		return nil, fmt.Errorf("size %d, manifest says %d: %w", got, f.Size, ErrChecksum)
 	}
 	if sum := hex.EncodeToString(h.Sum(nil)); sum != f.SHA256 {
-		return fmt.Errorf("sha256 %s, manifest says %s: %w", sum, f.SHA256, ErrChecksum)
+		out.Close()
+		return nil, fmt.Errorf("sha256 %s, manifest says %s: %w", sum, f.SHA256, ErrChecksum)
 	}
-	return nil
+	return out, nil
 }
 
 // PartitionStats describes one replica.

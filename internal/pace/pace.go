@@ -37,6 +37,9 @@ func (c Class) String() string {
 	return fmt.Sprintf("class(%d)", int(c))
 }
 
+// DefaultMinRate is Options.MinRate's default, bytes/s.
+const DefaultMinRate = 2 << 20
+
 // Options configure a Limiter. The zero value of every field means its
 // default; the zero Options is an unlimited, non-adaptive limiter.
 type Options struct {
@@ -91,6 +94,19 @@ type Options struct {
 	// 23:02 UTC). The default value 0 is 4 × MinRate; a negative value caps
 	// nothing (growth is then bounded by MaxRate and Rate only).
 	AmbientMaxRate int64
+	// StartRate bounds the adaptive rate bulk ingest starts at, bytes/s:
+	// when the adaptive mode is turned on (New, SetTarget), and after every
+	// control interval in which no bulk bytes passed (Step), an adaptive
+	// rate that is unlimited or above StartRate is set to it; a lower one
+	// is kept. Without it a paced snapshot's first interval ran unlimited,
+	// or at whatever rate the previous snapshot had grown to, until the
+	// first Step halved it: 271 MB/s for the first 500 ms of a paced 1 GiB
+	// snapshot, and 7–11 of the window's ~45 reads over its p99 fell in
+	// its first 2 s (`pillar bench ingest`, 19:16 and 20:15 UTC). From
+	// StartRate the rate doubles each interval the p99 is under half the
+	// target. The default value 0 is 4 × MinRate; a negative value bounds
+	// nothing (the rate starts unlimited and is kept across idle spells).
+	StartRate int64
 	// CPUSlots is how many goroutines may run bulk ingest's CPU work at
 	// once (CPU: a snapshot chunk's copy or hash) while the adaptive mode is
 	// on. The default value 0 is GOMAXPROCS − 1 (at least 1), so
@@ -106,7 +122,7 @@ type Options struct {
 
 func (o *Options) ensureDefaults() {
 	if o.MinRate == 0 {
-		o.MinRate = 2 << 20
+		o.MinRate = DefaultMinRate
 	}
 	if o.MaxRate == 0 {
 		o.MaxRate = 1 << 30
@@ -151,6 +167,9 @@ func (o Options) Validate() error {
 	}
 	if o.AmbientMaxRate > 0 && o.AmbientMaxRate < o.MinRate {
 		fail("AmbientMaxRate %d is below MinRate %d", o.AmbientMaxRate, o.MinRate)
+	}
+	if o.StartRate > 0 && o.StartRate < o.MinRate {
+		fail("StartRate %d is below MinRate %d", o.StartRate, o.MinRate)
 	}
 	if o.Rate > 0 && o.TargetP99 > 0 && o.Rate < o.MinRate {
 		fail("Rate %d is below the adaptive floor MinRate %d", o.Rate, o.MinRate)
@@ -236,6 +255,7 @@ func New(opts Options) (*Limiter, error) {
 	now := opts.Clock.Now()
 	l.capB.set(now, float64(opts.Rate), opts.Burst)
 	l.adaptB.set(now, 0, opts.Burst)
+	l.startBound(now)
 	l.lastStep = now
 	return l, nil
 }
@@ -437,6 +457,20 @@ func (l *Limiter) SetTarget(target time.Duration) {
 	if l.target == 0 {
 		l.adaptB.set(l.o.Clock.Now(), 0, l.o.Burst)
 	}
+	l.startBound(l.o.Clock.Now())
+}
+
+// startBound lowers an unlimited adaptive rate, or one above
+// Options.StartRate, to StartRate while the adaptive mode is on: where
+// bulk ingest starts (New, SetTarget, an interval without bulk bytes).
+// The caller holds mu, or owns l.
+func (l *Limiter) startBound(now time.Time) {
+	if l.target <= 0 || l.o.StartRate <= 0 {
+		return
+	}
+	if r := l.adaptB.rate; r == 0 || r > float64(l.o.StartRate) {
+		l.adaptB.set(now, float64(l.o.StartRate), l.o.Burst)
+	}
 }
 
 // Stats returns a snapshot of the limiter.
@@ -490,9 +524,11 @@ func (l *Limiter) Step() {
 	l.stats.ReadP99, l.stats.ReadSamples, l.stats.LastP99 = p99, count, last
 	if bytes == 0 {
 		// No bulk ingest to blame (deltas alone are never slowed): hold
-		// the rate, and forget an ambient p99, which was the cost of what
+		// the rate (no higher than StartRate: the next bulk bytes start
+		// there), and forget an ambient p99, which was the cost of what
 		// else ran beside bulk.
 		l.stats.Ambient, l.atFloor = 0, l.atFloor[:0]
+		l.startBound(now)
 		return
 	}
 	if l.target <= 0 || count < int64(l.o.MinSamples) {

@@ -599,3 +599,62 @@ func TestCPUSlots(t *testing.T) {
 		t.Fatalf("default slots %d, want GOMAXPROCS-1", d.Stats().CPU.Slots)
 	}
 }
+
+// TestAdaptiveStartRate: with StartRate, bulk ingest never starts unlimited
+// in the adaptive mode: the rate is StartRate when the mode is turned on,
+// falls back to it after an interval without bulk bytes once it had grown
+// past it, keeps a lower rate, and without StartRate (the zero value)
+// starts unlimited as before.
+func TestAdaptiveStartRate(t *testing.T) {
+	const start = 4 << 20
+	l, clk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, StartRate: start, Windows: 1})
+	if s := l.Stats(); s.AdaptiveRate != start {
+		t.Fatalf("adaptive mode on: rate %d, want StartRate %d", s.AdaptiveRate, start)
+	}
+	// The first bulk bytes wait for the rate: 4 MiB beyond the burst take
+	// about a second, not nothing.
+	done := waitAsync(l, Bulk, 4<<20)
+	blocked(t, clk, 1)
+	clk.Advance(2 * time.Second)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Stats(); s.Class[Bulk].Waits != 1 {
+		t.Fatalf("the first bulk bytes did not wait: %+v", s)
+	}
+	l.Step()
+	// Fast reads: the rate doubles past StartRate …
+	for l.Stats().AdaptiveRate <= 2*start && l.Stats().AdaptiveRate != 0 {
+		window(t, l, clk, 100, 100*time.Microsecond, Bulk, 64<<10)
+	}
+	// … and an interval without bulk bytes brings it back to StartRate.
+	window(t, l, clk, 100, 100*time.Microsecond, Fresh, 64<<10)
+	if s := l.Stats(); s.AdaptiveRate != start {
+		t.Fatalf("after an idle interval: rate %d, want StartRate %d", s.AdaptiveRate, start)
+	}
+	// A rate below StartRate is kept across the idle interval.
+	for l.Stats().AdaptiveRate != 1<<20 {
+		window(t, l, clk, 100, 5*time.Millisecond, Bulk, 64<<10)
+	}
+	window(t, l, clk, 100, 100*time.Microsecond, Fresh, 64<<10)
+	if s := l.Stats(); s.AdaptiveRate != 1<<20 {
+		t.Fatalf("a rate below StartRate was not kept: %d", s.AdaptiveRate)
+	}
+	// Off lifts the rate; on again starts at StartRate.
+	l.SetTarget(0)
+	if s := l.Stats(); s.AdaptiveRate != 0 {
+		t.Fatalf("mode off: rate %d", s.AdaptiveRate)
+	}
+	l.SetTarget(time.Millisecond)
+	if s := l.Stats(); s.AdaptiveRate != start {
+		t.Fatalf("mode on again: rate %d, want %d", s.AdaptiveRate, start)
+	}
+	// The zero value bounds nothing.
+	l2, _ := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20})
+	if s := l2.Stats(); s.AdaptiveRate != 0 {
+		t.Fatalf("StartRate 0: rate %d, want unlimited", s.AdaptiveRate)
+	}
+	if err := (Options{MinRate: 2 << 20, StartRate: 1 << 20}).Validate(); err == nil {
+		t.Fatal("StartRate below MinRate validated")
+	}
+}
