@@ -46,19 +46,6 @@ func (n *Node) startPacing() error {
 	if po.Clock == nil {
 		po.Clock = n.opts.Clock
 	}
-	// A paced snapshot starts at no more than 4 × the adaptive floor
-	// (pace.Options.StartRate; the same as the ambient cap's default)
-	// unless Pace.StartRate says otherwise; negative: unbounded.
-	switch {
-	case po.StartRate == 0:
-		floor := po.MinRate
-		if floor == 0 {
-			floor = pace.DefaultMinRate
-		}
-		po.StartRate = 4 * floor
-	case po.StartRate < 0:
-		po.StartRate = 0
-	}
 	l, err := pace.New(po)
 	if err != nil {
 		return fmt.Errorf("cobbled: %w", err)

@@ -37,9 +37,6 @@ func (c Class) String() string {
 	return fmt.Sprintf("class(%d)", int(c))
 }
 
-// DefaultMinRate is Options.MinRate's default, bytes/s.
-const DefaultMinRate = 2 << 20
-
 // Options configure a Limiter. The zero value of every field means its
 // default; the zero Options is an unlimited, non-adaptive limiter.
 type Options struct {
@@ -122,7 +119,7 @@ type Options struct {
 
 func (o *Options) ensureDefaults() {
 	if o.MinRate == 0 {
-		o.MinRate = DefaultMinRate
+		o.MinRate = 2 << 20
 	}
 	if o.MaxRate == 0 {
 		o.MaxRate = 1 << 30
@@ -141,6 +138,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.AmbientMaxRate == 0 {
 		o.AmbientMaxRate = 4 * o.MinRate
+	}
+	if o.StartRate == 0 {
+		o.StartRate = 4 * o.MinRate
 	}
 	if o.CPUSlots == 0 {
 		o.CPUSlots = max(1, runtime.GOMAXPROCS(0)-1)

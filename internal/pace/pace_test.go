@@ -20,6 +20,8 @@ type fakeClock struct{ *clock.Fake }
 
 func (c fakeClock) pending() int { return c.Waiters() }
 
+// newLimiter builds a limiter on a fake clock. The control-loop tests pass
+// StartRate: -1, so that bulk starts unlimited and only the loop moves it.
 func newLimiter(t *testing.T, o Options) (*Limiter, fakeClock) {
 	t.Helper()
 	clk := fakeClock{clock.NewFake(time.Unix(1_000_000, 0))}
@@ -145,7 +147,7 @@ func window(t *testing.T, l *Limiter, clk fakeClock, reads int, d time.Duration,
 }
 
 func TestAdaptiveSlowsBulkAndRecovers(t *testing.T) {
-	l, clk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, Windows: 1})
+	l, clk := newLimiter(t, Options{StartRate: -1, TargetP99: time.Millisecond, MinRate: 1 << 20, Windows: 1})
 	// Reads fast, ingest flowing: nothing changes.
 	window(t, l, clk, 100, 200*time.Microsecond, Bulk, 8<<20)
 	if s := l.Stats(); s.AdaptiveRate != 0 || s.ReadSamples != 100 || s.ReadP99 < 190*time.Microsecond || s.ReadP99 > 210*time.Microsecond {
@@ -230,7 +232,7 @@ func TestFreshNeverForgivesBulkDebt(t *testing.T) {
 }
 
 func TestAdaptiveRespectsCap(t *testing.T) {
-	l, clk := newLimiter(t, Options{Rate: 4 << 20, TargetP99: time.Millisecond, MinRate: 1 << 20, Windows: 1})
+	l, clk := newLimiter(t, Options{StartRate: -1, Rate: 4 << 20, TargetP99: time.Millisecond, MinRate: 1 << 20, Windows: 1})
 	// From unlimited, the slowdown starts from the cap, not the 1 GiB ceiling.
 	l.Observe(0) // one window of fast reads that saw nothing
 	l.Step()
@@ -358,7 +360,7 @@ func TestValidate(t *testing.T) {
 // once the p99 is back at it. With FloorWindows negative it holds the
 // floor.
 func TestAdaptiveLeavesAFutileFloor(t *testing.T) {
-	l, clk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, FloorWindows: 3, Windows: 1})
+	l, clk := newLimiter(t, Options{StartRate: -1, TargetP99: time.Millisecond, MinRate: 1 << 20, FloorWindows: 3, Windows: 1})
 	slow := func(d time.Duration) { window(t, l, clk, 100, d, Bulk, 64<<10) }
 	for l.Stats().AdaptiveRate != 1<<20 {
 		slow(5 * time.Millisecond)
@@ -387,7 +389,7 @@ func TestAdaptiveLeavesAFutileFloor(t *testing.T) {
 		t.Fatalf("ambient %v kept after a window under the target", s.Ambient)
 	}
 
-	h, hclk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, FloorWindows: -1, Windows: 1})
+	h, hclk := newLimiter(t, Options{StartRate: -1, TargetP99: time.Millisecond, MinRate: 1 << 20, FloorWindows: -1, Windows: 1})
 	for range 12 {
 		window(t, h, hclk, 100, 5*time.Millisecond, Bulk, 64<<10)
 	}
@@ -460,7 +462,7 @@ func TestAdaptiveAmbientCap(t *testing.T) {
 // reads it was for, hold the rate instead of halving it again; growth
 // resumes once the window is under the target.
 func TestAdaptiveJudgesASlidingWindow(t *testing.T) {
-	l, clk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, Windows: 4})
+	l, clk := newLimiter(t, Options{StartRate: -1, TargetP99: time.Millisecond, MinRate: 1 << 20, Windows: 4})
 	slowFor := func(fast, slow int) {
 		for range slow {
 			l.Observe(5 * time.Millisecond)
@@ -501,7 +503,7 @@ func TestAdaptiveJudgesASlidingWindow(t *testing.T) {
 // ambient p99; the floor's ambient p99 is the median of the intervals' own
 // p99s, so one stall does not become it.
 func TestAdaptiveIgnoresFreshOnly(t *testing.T) {
-	l, clk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, FloorWindows: 3, Windows: 4})
+	l, clk := newLimiter(t, Options{StartRate: -1, TargetP99: time.Millisecond, MinRate: 1 << 20, FloorWindows: 3, Windows: 4})
 	for range 8 {
 		window(t, l, clk, 100, 5*time.Millisecond, Fresh, 1<<20)
 	}
@@ -603,8 +605,8 @@ func TestCPUSlots(t *testing.T) {
 // TestAdaptiveStartRate: with StartRate, bulk ingest never starts unlimited
 // in the adaptive mode: the rate is StartRate when the mode is turned on,
 // falls back to it after an interval without bulk bytes once it had grown
-// past it, keeps a lower rate, and without StartRate (the zero value)
-// starts unlimited as before.
+// past it, keeps a lower rate; the zero value is 4 × MinRate, and a
+// negative StartRate starts unlimited.
 func TestAdaptiveStartRate(t *testing.T) {
 	const start = 4 << 20
 	l, clk := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, StartRate: start, Windows: 1})
@@ -649,10 +651,14 @@ func TestAdaptiveStartRate(t *testing.T) {
 	if s := l.Stats(); s.AdaptiveRate != start {
 		t.Fatalf("mode on again: rate %d, want %d", s.AdaptiveRate, start)
 	}
-	// The zero value bounds nothing.
+	// The zero value is 4 × MinRate; a negative value bounds nothing.
 	l2, _ := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20})
-	if s := l2.Stats(); s.AdaptiveRate != 0 {
-		t.Fatalf("StartRate 0: rate %d, want unlimited", s.AdaptiveRate)
+	if s := l2.Stats(); s.AdaptiveRate != 4<<20 {
+		t.Fatalf("StartRate 0: rate %d, want 4 × MinRate", s.AdaptiveRate)
+	}
+	l3, _ := newLimiter(t, Options{TargetP99: time.Millisecond, MinRate: 1 << 20, StartRate: -1})
+	if s := l3.Stats(); s.AdaptiveRate != 0 {
+		t.Fatalf("StartRate -1: rate %d, want unlimited", s.AdaptiveRate)
 	}
 	if err := (Options{MinRate: 2 << 20, StartRate: 1 << 20}).Validate(); err == nil {
 		t.Fatal("StartRate below MinRate validated")
