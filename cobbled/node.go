@@ -506,7 +506,7 @@ func (n *Node) fetchAndApply(ctx context.Context, p *partition, b *Batch) error 
 // each SST (sstverify); a file's fsync and verification overlap the next
 // file's download. After a failure (a bad file, a full disk) the staging
 // directory is removed, so nothing partial stays behind.
-func (n *Node) download(ctx context.Context, p *partition, b *Batch) (staged []string, err error) {
+func (n *Node) download(ctx context.Context, p *partition, b *Batch) (_ []string, err error) {
 	m := &b.Manifest
 	staging := filepath.Join(p.dir, "staging")
 	if err := os.RemoveAll(staging); err != nil {
@@ -528,34 +528,23 @@ func (n *Node) download(ctx context.Context, p *partition, b *Batch) (staged []s
 	// Each file's fsync and verification run while the next one downloads
 	// (stagePipeline, ingest.go); every one has finished before download
 	// returns, so a failure still removes the staging directory.
+	// On an early return the file in flight is waited for (its error is
+	// the one already being returned, or moot) before staging is removed.
 	var pipe stagePipeline
-	defer func() {
-		if werr := pipe.wait(); err == nil && werr != nil {
-			staged, err = nil, werr
-		}
-	}()
+	defer pipe.wait()
 	for _, f := range m.Files {
 		key := batch.Prefix(m.Partition, m.ID) + f.Name
 		path := filepath.Join(staging, f.Name)
-		fail := func(err error) error {
-			if errors.Is(err, sstverify.ErrCorrupt) {
-				err = fmt.Errorf("%w: %w", ErrCorruptSST, err)
-			}
-			return fmt.Errorf("cobbled: partition %d: batch %s: %s: %w", p.id, m.ID, key, err)
-		}
 		out, err := n.fetchFile(ctx, key, path, f)
 		if err != nil {
-			return nil, fail(err)
+			return nil, fileError(p.id, m.ID, key, err)
 		}
 		if err := pipe.wait(); err != nil { // the previous file's
 			out.Close()
 			return nil, err
 		}
 		pipe.start(func() error {
-			if err := n.finishStaged(ctx, out, path, f.Size); err != nil { // fsync, verify, warm: ingest.go, pace.go
-				return fail(err)
-			}
-			return nil
+			return fileError(p.id, m.ID, key, n.finishStaged(ctx, out, path, f.Size)) // fsync, verify, warm: ingest.go, pace.go
 		})
 		paths = append(paths, path)
 		total += f.Size
@@ -569,6 +558,18 @@ func (n *Node) download(ctx context.Context, p *partition, b *Batch) (staged []s
 	n.opts.Metrics.downloadBytes.Add(float64(total))
 	n.opts.Metrics.downloadDuration.Observe(time.Since(start).Seconds())
 	return paths, nil
+}
+
+// fileError names the batch file an error came from (nil stays nil); a
+// block that failed verification is also ErrCorruptSST.
+func fileError(partition int, id, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sstverify.ErrCorrupt) {
+		err = fmt.Errorf("%w: %w", ErrCorruptSST, err)
+	}
+	return fmt.Errorf("cobbled: partition %d: batch %s: %s: %w", partition, id, key, err)
 }
 
 // fetchFile downloads f's object into a staged file at path, checking its
