@@ -168,10 +168,7 @@ func waitGroupState(t *testing.T, s *Store, ok func(*committer) bool) {
 // F-1 single commits, then a group of 3, at the default fanout.
 func TestGroupQueueIndexFileBound(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Create(dir, &Options{Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustCreate(t, dir)
 	fan := s.fanout()
 	for i := 0; i < fan-1; i++ {
 		if err := groupMember(t, s, 100+i, "s").Commit(ctx); err != nil {

@@ -426,10 +426,7 @@ func TestCompactDiskFull(t *testing.T) {
 func TestAutoCompactMissingTable(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "store")
-	st, err := Create(dir, &Options{Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustCreate(t, dir)
 	defer st.Close()
 	cs, err := pillar.AutoCompact(ctx, st, "export/state", nil)
 	if err != nil || cs != nil {

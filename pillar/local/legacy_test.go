@@ -29,10 +29,7 @@ type oldChunk struct {
 func TestLegacyColumnNamesRead(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "store")
-	st, err := Create(dir, &Options{Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustCreate(t, dir)
 	defer func() { st.Close() }()
 	write := func(row any, mode pillar.WriteMode) {
 		t.Helper()
