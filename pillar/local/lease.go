@@ -53,7 +53,14 @@ type LeaseInfo struct {
 func (s *Store) leaseDir() string { return filepath.Join(s.dir, "leases") }
 
 // acquire returns the current manifest with a lease on its generation.
+// A closed Store refuses (ErrClosed): Begin and Snapshot both start here.
 func (s *Store) acquire(ctx context.Context) (*manifest, *lease, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, nil, fmt.Errorf("local store %s: %w", s.dir, ErrClosed)
+	}
 	m, err := s.current()
 	if err != nil {
 		return nil, nil, err

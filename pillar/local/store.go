@@ -227,7 +227,11 @@ func (s *Store) Info() pillar.Info {
 	return info
 }
 
-// Close releases the store. Snapshots taken before stay readable.
+// ErrClosed: Begin or Snapshot on a Store after its Close.
+var ErrClosed = errors.New("store closed")
+
+// Close releases the store: Begin and Snapshot then fail with ErrClosed.
+// Snapshots and transactions begun before stay usable until they end.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.closed = true

@@ -559,3 +559,60 @@ func BenchmarkSmallCommit(b *testing.B) {
 		}
 	})
 }
+
+// TestClosedStoreRefuses: after Close, Begin and Snapshot fail with
+// ErrClosed naming the store; a snapshot taken before stays readable and a
+// transaction begun before still commits.
+func TestClosedStoreRefuses(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s := mustCreate(t, dir)
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeDocs(t, tx, "docs", pillar.Replace, "a", "b")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sn, err := s.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Release()
+	tx2, err := s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeDocs(t, tx2, "docs", pillar.Append, "c")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func() error{
+		"Begin":    func() error { _, err := s.Begin(ctx); return err },
+		"Snapshot": func() error { _, err := s.Snapshot(ctx); return err },
+	} {
+		err := f()
+		if !errors.Is(err, ErrClosed) || !strings.Contains(fmt.Sprint(err), dir) {
+			t.Errorf("%s after Close: %v, want ErrClosed naming %s", name, err, dir)
+		}
+	}
+	if err := tx2.Commit(ctx); err != nil {
+		t.Fatalf("a transaction begun before Close: %v", err)
+	}
+	if n := len(readKeys(t, sn, "docs", nil)); n != 2 {
+		t.Fatalf("snapshot taken before Close reads %d rows, want 2", n)
+	}
+	r, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rs, err := r.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Release()
+	if n := len(readKeys(t, rs, "docs", nil)); n != 3 {
+		t.Fatalf("reopened: %d rows, want 3", n)
+	}
+}
