@@ -87,26 +87,33 @@ func flip(t *testing.T, dir, name string, off int64) {
 	}
 }
 
-// valueByte returns an offset inside the segment's value column chunks.
-func valueByte(t *testing.T, dir string, seg segment) int64 {
+// segmentHeads reads a committed segment's footer: where the footer
+// starts, the heads byte ranges (headsRanges) and their total size.
+func segmentHeads(t *testing.T, dir string, seg segment) (footer int64, rs [][2]int64, heads int64) {
 	t.Helper()
 	f, err := os.Open(filepath.Join(dir, "data", seg.File))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	start, err := parquetFooterStart(f, seg.Bytes)
+	footer, err = parquetFooterStart(f, seg.Bytes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := headsRanges(f, start, seg.Bytes)
+	rs, err = headsRanges(f, footer, seg.Bytes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var heads int64
 	for _, r := range rs {
 		heads += r[1] - r[0]
 	}
+	return footer, rs, heads
+}
+
+// valueByte returns an offset inside the segment's value column chunks.
+func valueByte(t *testing.T, dir string, seg segment) int64 {
+	t.Helper()
+	_, rs, heads := segmentHeads(t, dir, seg)
 	// The values are most of the file.
 	if heads*2 > seg.Bytes || len(rs) < 2 {
 		t.Fatalf("heads ranges %v: %d of %d bytes", rs, heads, seg.Bytes)

@@ -2,8 +2,6 @@ package local
 
 import (
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/pillarkit/pillar/pillar"
@@ -41,23 +39,7 @@ func TestQueueSegmentNoValueBounds(t *testing.T) {
 	}
 	m, _ := s.current()
 	seg := m.Queue[0].Segments[0]
-	f, err := os.Open(filepath.Join(dir, "data", seg.File))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	start, err := parquetFooterStart(f, seg.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := headsRanges(f, start, seg.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var heads int64
-	for _, r := range rs {
-		heads += r[1] - r[0]
-	}
+	start, _, heads := segmentHeads(t, dir, seg)
 	t.Logf("%d KB of values: segment %d KB, heads %d KB, footer %d KB", values>>10, seg.Bytes>>10, heads>>10, (seg.Bytes-start)>>10)
 	if seg.Bytes > values*11/10 {
 		t.Errorf("segment of %d KB for %d KB of incompressible values (more than 1.1x): value bounds or statistics written", seg.Bytes>>10, values>>10)

@@ -566,14 +566,7 @@ func BenchmarkSmallCommit(b *testing.B) {
 func TestClosedStoreRefuses(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	s := mustCreate(t, dir)
-	tx, err := s.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeDocs(t, tx, "docs", pillar.Replace, "a", "b")
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	commitDocs(t, s, "a", 2)
 	sn, err := s.Snapshot(ctx)
 	if err != nil {
 		t.Fatal(err)
