@@ -526,10 +526,9 @@ func (n *Node) download(ctx context.Context, p *partition, b *Batch) (_ []string
 	var total int64
 	paths := make([]string, 0, len(m.Files))
 	// Each file's fsync and verification run while the next one downloads
-	// (stagePipeline, ingest.go); every one has finished before download
-	// returns, so a failure still removes the staging directory.
-	// On an early return the file in flight is waited for (its error is
-	// the one already being returned, or moot) before staging is removed.
+	// (stagePipeline, ingest.go). Every one has finished before download
+	// returns: on an early return the deferred wait (its error moot: one is
+	// already being returned) runs before staging is removed.
 	var pipe stagePipeline
 	defer pipe.wait()
 	for _, f := range m.Files {
