@@ -185,12 +185,13 @@ func (r *Report) Markdown() string {
 // (2026-12-04: 3 of 80 idle windows read over 1.25× the reference). ""
 // without idle windows.
 func (r *Report) IdleNoise() string {
-	var refRatios, p99s []float64
+	var p99s []time.Duration
+	var refRatios []float64
 	for _, x := range r.Results {
 		if x.Scenario != Idle || x.Reads == 0 {
 			continue
 		}
-		p99s = append(p99s, float64(x.P99)/1e6)
+		p99s = append(p99s, x.P99)
 		if x.RefReads > 0 && x.RefP99 > 0 {
 			refRatios = append(refRatios, ratio(x.P99, x.RefP99))
 		}
@@ -199,7 +200,7 @@ func (r *Report) IdleNoise() string {
 		return ""
 	}
 	slices.Sort(p99s)
-	s := fmt.Sprintf("Measurement noise in this run: the %d idle windows' own p99 ranged %.2f–%.2f ms (median %.2f)", len(p99s), p99s[0], p99s[len(p99s)-1], p99s[len(p99s)/2])
+	s := fmt.Sprintf("Measurement noise in this run: the %d idle windows' own p99 ranged %s–%s ms (median %s)", len(p99s), msn(p99s[0]), msn(p99s[len(p99s)-1]), msn(pct(p99s, 0.5)))
 	if len(refRatios) > 0 {
 		slices.Sort(refRatios)
 		over := 0
