@@ -27,6 +27,17 @@ func mustCreate(t *testing.T, dir string) *Store {
 	return s
 }
 
+// snapshotOf takes a snapshot of s, released when the test ends.
+func snapshotOf(t testing.TB, s *Store) pillar.Snapshot {
+	t.Helper()
+	sn, err := s.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sn.Release)
+	return sn
+}
+
 func writeDocs(t testing.TB, tx pillar.Tx, table string, mode pillar.WriteMode, keys ...string) {
 	t.Helper()
 	w, err := tx.WriteTable(ctx, table, pillar.Doc{}, &pillar.WriteOptions{Mode: mode})
@@ -567,11 +578,7 @@ func TestClosedStoreRefuses(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	s := mustCreate(t, dir)
 	commitDocs(t, s, "a", 2)
-	sn, err := s.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sn.Release()
+	sn := snapshotOf(t, s)
 	tx2, err := s.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -600,12 +607,7 @@ func TestClosedStoreRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	rs, err := r.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Release()
-	if n := len(readKeys(t, rs, "docs", nil)); n != 3 {
+	if n := len(readKeys(t, snapshotOf(t, r), "docs", nil)); n != 3 {
 		t.Fatalf("reopened: %d rows, want 3", n)
 	}
 }
