@@ -35,7 +35,7 @@ build: deps
 ## starve them. PILLAR_REQUIRE_POSTGRES=1 makes the control plane's PostgreSQL tests
 ## fail instead of skipping when PostgreSQL is not reachable.
 RACE_PKGS := ./internal/clock/... ./cobbled ./cobbled/control/... ./cobbled/router/... ./cobbled/wire/... \
-  ./cobbled/mget/... ./cobbled/switchbench/... ./internal/health/... \
+  ./cobbled/mget/... ./bench/switchbench/... ./internal/health/... \
   ./cobbled/servepb/... ./lorry/... ./jobs/... ./pillar/... ./sstbuilder/... \
   ./internal/objstore/... ./internal/s3test/... ./internal/freeport/... ./badinput/...
 TEST_ENV := PILLAR_VERSITYGW=$(BIN)/versitygw PILLAR_REQUIRE_POSTGRES=1

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pillarkit/pillar/lorry/lorrybench"
+	"github.com/pillarkit/pillar/bench/lorrybench"
 	"github.com/urfave/cli/v2"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pillarkit/pillar/internal/bytesize"
-	"github.com/pillarkit/pillar/internal/scalebench"
+	"github.com/pillarkit/pillar/bench/scalebench"
 )
 
 // A benchmark step (a child of `pillar bench scale`) records its heap peaks

@@ -6,7 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/pillarkit/pillar/internal/demo"
+	"github.com/pillarkit/pillar/demo"
 )
 
 func demoCommand() *cli.Command {

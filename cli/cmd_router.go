@@ -17,10 +17,10 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
-	"github.com/pillarkit/pillar/cobbled/readbench"
-	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
+	"github.com/pillarkit/pillar/bench/readbench"
+	"github.com/pillarkit/pillar/internal/testcluster"
 	"github.com/pillarkit/pillar/cobbled/router"
-	"github.com/pillarkit/pillar/cobbled/switchbench"
+	"github.com/pillarkit/pillar/bench/switchbench"
 	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/internal/health"
@@ -527,7 +527,7 @@ Example (as bench read runs it):
 					return fmt.Errorf("--fault-slow: %w", err)
 				}
 			}
-			return cluster.ServeNodeProcess(c.Context, cluster.NodeConfig{ID: c.String("id"), Zone: c.String("zone"), Dir: c.String("data"),
+			return testcluster.ServeNodeProcess(c.Context, testcluster.NodeConfig{ID: c.String("id"), Zone: c.String("zone"), Dir: c.String("data"),
 				Objects: c.String("batch-dir"), Listen: c.String("listen"), Partitions: c.Int("partitions"), CacheBytes: cacheBytes, Fault: fault},
 				os.Stdin, os.Stdout, logger())
 		},

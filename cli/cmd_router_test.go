@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/pillarkit/pillar/cobbled/control"
-	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
+	"github.com/pillarkit/pillar/internal/testcluster"
 	"github.com/pillarkit/pillar/cobbled/servepb"
 )
 
@@ -52,7 +52,7 @@ func TestRouterServeCLI(t *testing.T) {
 		t.Fatalf("control plane down: %v", err)
 	}
 
-	c, err := cluster.Start(ctx, cluster.Options{Dir: t.TempDir(), Partitions: 8, Keys: 120, MaxValue: 4 << 10, CacheBytes: 8 << 20})
+	c, err := testcluster.Start(ctx, testcluster.Options{Dir: t.TempDir(), Partitions: 8, Keys: 120, MaxValue: 4 << 10, CacheBytes: 8 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,13 +20,13 @@ import (
 	"github.com/pillarkit/pillar/chaos"
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
-	"github.com/pillarkit/pillar/cobbled/ingestbench"
-	"github.com/pillarkit/pillar/cobbled/readbench"
-	"github.com/pillarkit/pillar/internal/demo"
+	"github.com/pillarkit/pillar/bench/ingestbench"
+	"github.com/pillarkit/pillar/bench/readbench"
+	"github.com/pillarkit/pillar/demo"
 	"github.com/pillarkit/pillar/internal/objstore"
-	"github.com/pillarkit/pillar/internal/scalebench"
+	"github.com/pillarkit/pillar/bench/scalebench"
 	"github.com/pillarkit/pillar/jobs/embedder"
-	"github.com/pillarkit/pillar/lorry/lorrybench"
+	"github.com/pillarkit/pillar/bench/lorrybench"
 )
 
 var (
@@ -251,7 +251,7 @@ func TestJSONShapesEveryCommand(t *testing.T) {
 	js("subsets", "show", "--store", store, "--json")
 	pub := js("publish", "--store", store, "--chunks", cv, "--model", "hash:dim=8", "--json")
 	if e := obj(pub, "export").(map[string]any); e["bulk"] == nil {
-		t.Errorf("publish --json: export without bulk (internal/scalebench reads export.puts and export.bulk): %v", e)
+		t.Errorf("publish --json: export without bulk (bench/scalebench reads export.puts and export.bulk): %v", e)
 	}
 	cv2 := obj(js("backfill", "rechunk", "--store", store, "--chunker", "tokens:size=30,overlap=4", "--json"), "version").(string)
 	js("backfill", "embed", "--store", store, "--chunks", cv2, "--model", "hash:dim=8", "--json")
@@ -369,7 +369,7 @@ func TestJSONShapesEveryCommand(t *testing.T) {
 	}
 }
 
-// internal/scalebench reads `backfill rechunk --json` and `publish --json`
+// bench/scalebench reads `backfill rechunk --json` and `publish --json`
 // by taking the last stdout line that starts with '{': the whole value must
 // be on it.
 func TestJSONOnOneLine(t *testing.T) {

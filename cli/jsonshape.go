@@ -19,7 +19,7 @@ import (
 )
 
 // printJSON writes v in the JSON shape on one line: scripts that take the
-// last line starting with '{' (internal/scalebench) or read line by line get
+// last line starting with '{' (bench/scalebench) or read line by line get
 // the whole value; people pipe it to jq.
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

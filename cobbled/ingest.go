@@ -386,7 +386,7 @@ func hashingCopy(dst io.Writer, src io.Reader, h hash.Hash, cpu func() (release 
 // downloads the next file, at most one at a time. Serially, a 1 GiB
 // snapshot of four 256 MiB files spent 0.5 s in fsync and 0.3 s in
 // verification, on top of 1.8 s copying and hashing, with the copy idle
-// meanwhile (BenchmarkSnapshotApply, ./cobbled/ingestbench/, 19:28 UTC); the
+// meanwhile (BenchmarkSnapshotApply, ./bench/ingestbench/, 19:28 UTC); the
 // bare IngestExternalFile loop the issue compares with copies and syncs
 // only. The zero value is ready; wait returns the pending step's error.
 type stagePipeline struct {

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
+	"github.com/pillarkit/pillar/internal/testcluster"
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/cobbled/wire"
 )
@@ -21,7 +21,7 @@ import (
 // overhead as a ratio (an op is one request on each path). Hedging is off and the router is pinned to the
 // node's zone, so both paths do the same work on the node.
 func BenchmarkBatchGet(b *testing.B) {
-	c := startCluster(b, func(o *cluster.Options) { o.Keys = 1200; o.MaxValue = 100 << 10; o.CacheBytes = 256 << 20 })
+	c := startCluster(b, func(o *testcluster.Options) { o.Keys = 1200; o.MaxValue = 100 << 10; o.CacheBytes = 256 << 20 })
 	batches := c.Batches(12)
 	ctx := context.Background()
 	conn, err := grpc.NewClient(c.Members()[0].Addr, append(servepb.DialOptions(0), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
@@ -40,7 +40,7 @@ func BenchmarkBatchGet(b *testing.B) {
 // BenchmarkBatchGetWire is BenchmarkBatchGet over the lean wire transport:
 // the router (Transport wire) against a wire.Client straight to the node.
 func BenchmarkBatchGetWire(b *testing.B) {
-	c := startCluster(b, func(o *cluster.Options) { o.Keys = 1200; o.MaxValue = 100 << 10; o.CacheBytes = 256 << 20 })
+	c := startCluster(b, func(o *testcluster.Options) { o.Keys = 1200; o.MaxValue = 100 << 10; o.CacheBytes = 256 << 20 })
 	batches := c.Batches(12)
 	ctx := context.Background()
 	direct := wire.NewClient(c.Members()[0].Addr, wire.ClientOptions{})
@@ -60,7 +60,7 @@ func BenchmarkBatchGetWire(b *testing.B) {
 // "release" gives the answers' buffers back (Response.Release); "norelease"
 // leaves them to the garbage collector.
 func BenchmarkReadWireCPU(b *testing.B) {
-	c := startCluster(b, func(o *cluster.Options) { o.Keys = 1200; o.MaxValue = 100 << 10; o.CacheBytes = 256 << 20 })
+	c := startCluster(b, func(o *testcluster.Options) { o.Keys = 1200; o.MaxValue = 100 << 10; o.CacheBytes = 256 << 20 })
 	batches := c.Batches(12)
 	ctx := context.Background()
 	r := newRouter(b, c, func(o *Options) { o.DisableHedging = true; o.Transport = TransportWire })

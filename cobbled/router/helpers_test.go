@@ -11,15 +11,15 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
-	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
+	"github.com/pillarkit/pillar/internal/testcluster"
 	"github.com/pillarkit/pillar/internal/clock"
 )
 
 // startCluster runs real cobbled nodes on 127.0.0.1 with small data: 8
 // partitions, values up to 4 KiB.
-func startCluster(t testing.TB, mutate func(*cluster.Options)) *cluster.Cluster {
+func startCluster(t testing.TB, mutate func(*testcluster.Options)) *testcluster.Cluster {
 	t.Helper()
-	o := cluster.Options{Dir: t.TempDir(), Partitions: 8, Keys: 240, MaxValue: 4 << 10, CacheBytes: 8 << 20}
+	o := testcluster.Options{Dir: t.TempDir(), Partitions: 8, Keys: 240, MaxValue: 4 << 10, CacheBytes: 8 << 20}
 	if mutate != nil {
 		mutate(&o)
 	}
@@ -33,7 +33,7 @@ func startCluster(t testing.TB, mutate func(*cluster.Options)) *cluster.Cluster 
 			node(no)
 		}
 	}
-	c, err := cluster.Start(context.Background(), o)
+	c, err := testcluster.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func awaitReady(t testing.TB, r *Router, addr string) {
 
 // checkResults compares results with the cluster's data: known keys found
 // with their values, others not found, no errors.
-func checkResults(t testing.TB, c *cluster.Cluster, keys [][]byte, res []Result) {
+func checkResults(t testing.TB, c *testcluster.Cluster, keys [][]byte, res []Result) {
 	t.Helper()
 	if len(res) != len(keys) {
 		t.Fatalf("%d results for %d keys", len(res), len(keys))

@@ -19,7 +19,7 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
-	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
+	"github.com/pillarkit/pillar/internal/testcluster"
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/pillar"
@@ -35,7 +35,7 @@ func randomKey() []byte {
 // keys go out as exactly one sub-request per node that holds some of them,
 // and come back in request order, duplicates and unknown keys included.
 func TestBatchGetGroupingAndOrder(t *testing.T) {
-	c := startCluster(t, func(o *cluster.Options) { o.Replicas = 1 })
+	c := startCluster(t, func(o *testcluster.Options) { o.Replicas = 1 })
 	r := newRouter(t, c, nil)
 	ks := c.Keys()
 	keys := [][]byte{ks[5], ks[0], randomKey(), ks[17], ks[5], ks[3], ks[99], randomKey(), ks[0], ks[42]}
@@ -197,7 +197,7 @@ func TestLaggingReplica(t *testing.T) {
 // loser is cancelled on its node. Router and nodes share a fake clock.
 func TestHedgeAfterDelayLoserCancelled(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
-	c := startCluster(t, func(o *cluster.Options) { o.Clock = clk })
+	c := startCluster(t, func(o *testcluster.Options) { o.Clock = clk })
 	ctx := context.Background()
 	const delay = 250 * time.Millisecond
 	r := newRouter(t, c, func(o *Options) {
@@ -259,7 +259,7 @@ func TestHedgeAfterDelayLoserCancelled(t *testing.T) {
 // the delay, so an answer waiting unread is not hedged; then it hedges.
 func TestLateHedgeTimerDeferred(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
-	c := startCluster(t, func(o *cluster.Options) { o.Clock = clk })
+	c := startCluster(t, func(o *testcluster.Options) { o.Clock = clk })
 	ctx := context.Background()
 	const delay = 20 * time.Millisecond
 	r := newRouter(t, c, func(o *Options) {
@@ -303,7 +303,7 @@ func TestLateHedgeTimerDeferred(t *testing.T) {
 // crosses its hedge delay, so the budget alone decides.
 func TestHedgeBudget(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
-	c := startCluster(t, func(o *cluster.Options) { o.Clock = clk })
+	c := startCluster(t, func(o *testcluster.Options) { o.Clock = clk })
 	ctx := context.Background()
 	if err := c.Members()[0].Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: 40 * time.Millisecond}); err != nil {
 		t.Fatal(err)
@@ -351,7 +351,7 @@ func TestHedgeBudget(t *testing.T) {
 // ms make the p99 40 ms.
 func TestUnhedgedStallsHoldTheBar(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
-	c := startCluster(t, func(o *cluster.Options) { o.Clock = clk })
+	c := startCluster(t, func(o *testcluster.Options) { o.Clock = clk })
 	ctx := context.Background()
 	r := newRouter(t, c, func(o *Options) {
 		o.Zone, o.Clock = "zone-a", clk
@@ -624,7 +624,7 @@ func TestRoutingNamesGoneNode(t *testing.T) {
 
 // "Not my partition" fails over to the next replica and refreshes routing.
 func TestNotServedFailoverAndRefresh(t *testing.T) {
-	c := startCluster(t, func(o *cluster.Options) { o.Replicas = 1 })
+	c := startCluster(t, func(o *testcluster.Options) { o.Replicas = 1 })
 	var mu sync.Mutex
 	wrong := true
 	src := &routingSource{fetches: make(chan struct{}, 16), get: func() (*control.Routing, error) {
@@ -675,7 +675,7 @@ func TestNotServedFailoverAndRefresh(t *testing.T) {
 // Every replica failed: only that partition's keys fail, with
 // ErrUnavailable; the others answer.
 func TestAllReplicasFailed(t *testing.T) {
-	c := startCluster(t, func(o *cluster.Options) { o.Replicas = 1 })
+	c := startCluster(t, func(o *testcluster.Options) { o.Replicas = 1 })
 	r := newRouter(t, c, nil)
 	c.Members()[0].Kill()
 	keys := c.Batches(12)[0]
@@ -703,7 +703,7 @@ func TestAllReplicasFailed(t *testing.T) {
 // caller's deadline or at Options.Timeout, with per-key DeadlineExceeded.
 func TestDeadline(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
-	c := startCluster(t, func(o *cluster.Options) { o.Clock = clk })
+	c := startCluster(t, func(o *testcluster.Options) { o.Clock = clk })
 	ctx := context.Background()
 	for _, m := range c.Members() {
 		if err := m.Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: 3 * time.Second}); err != nil {
@@ -1013,7 +1013,7 @@ func TestPartitionMismatch(t *testing.T) {
 // Through the server, a key whose partition failed on every replica is a
 // per-key KEY_ERROR; the others answer.
 func TestServerPerKeyErrors(t *testing.T) {
-	c := startCluster(t, func(o *cluster.Options) { o.Replicas = 1 })
+	c := startCluster(t, func(o *testcluster.Options) { o.Replicas = 1 })
 	r := newRouter(t, c, nil)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

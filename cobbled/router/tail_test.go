@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pillarkit/pillar/cobbled/readbench/cluster"
+	"github.com/pillarkit/pillar/internal/testcluster"
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/cobbled/wire"
 )
@@ -40,7 +40,7 @@ func BenchmarkReadTail(b *testing.B) {
 		exec = []string{bin, "bench", "read-node"}
 	}
 	garbage := os.Getenv("ROUTER_TAIL_GARBAGE") != ""
-	c := startClusterExec(b, exec, func(o *cluster.Options) {
+	c := startClusterExec(b, exec, func(o *testcluster.Options) {
 		o.Partitions, o.Keys, o.MaxValue, o.CacheBytes = 64, 1200, 100<<10, 256<<20
 	})
 	batches := c.Batches(12)
@@ -164,14 +164,14 @@ func gcCycles() uint64 {
 
 // startClusterExec is startCluster with the nodes in processes of their own
 // when exec is set.
-func startClusterExec(t testing.TB, exec []string, mutate func(*cluster.Options)) *cluster.Cluster {
+func startClusterExec(t testing.TB, exec []string, mutate func(*testcluster.Options)) *testcluster.Cluster {
 	if exec == nil {
 		return startCluster(t, mutate)
 	}
 	t.Helper()
-	o := cluster.Options{Dir: t.TempDir(), Exec: exec}
+	o := testcluster.Options{Dir: t.TempDir(), Exec: exec}
 	mutate(&o)
-	c, err := cluster.Start(context.Background(), o)
+	c, err := testcluster.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

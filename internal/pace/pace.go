@@ -332,7 +332,7 @@ func (l *Limiter) RunClass(ctx context.Context, c Class, f func() error) error {
 // Fresh work is not bounded: deltas carry the freshness the node promises,
 // and on a CPU-starved machine one slot shared by four partitions' deltas
 // let them fall 4.8 s behind during a snapshot (`go test -bench Ingest
-// ./cobbled/ingestbench/`, paced (c); 0.6 s unpaced in the same run).
+// ./bench/ingestbench/`, paced (c); 0.6 s unpaced in the same run).
 func (l *Limiter) CPU(ctx context.Context, c Class) (release func(), err error) {
 	if c < 0 || c >= numClasses {
 		return func() {}, fmt.Errorf("pace: unknown %v", c)
