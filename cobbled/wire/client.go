@@ -31,7 +31,18 @@ type ClientOptions struct {
 	// DialTimeout bounds connecting (and the request's context bounds it
 	// further). The default value is 5s.
 	DialTimeout time.Duration
+	// IdleTimeout retires a connection that has had no request in flight
+	// for this long: the next request dials a new one. Shorter than the
+	// server's ServerOptions.IdleTimeout, so the client closes an idle
+	// connection before the server does and no request is sent into a
+	// connection the server is closing. The default value is
+	// DefaultClientIdleTimeout (1m).
+	IdleTimeout time.Duration
 }
+
+// DefaultClientIdleTimeout is ClientOptions.IdleTimeout's default: well
+// under DefaultIdleTimeout, the server's.
+const DefaultClientIdleTimeout = time.Minute
 
 // Client sends BatchGets to one node over a pool of pipelined
 // connections. It is safe for concurrent use; connections are dialled on
@@ -60,6 +71,9 @@ func NewClient(addr string, opts ClientOptions) *Client {
 	}
 	if opts.DialTimeout == 0 {
 		opts.DialTimeout = 5 * time.Second
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultClientIdleTimeout
 	}
 	return &Client{addr: addr, opts: opts, slots: make([]slot, opts.Conns)}
 }
@@ -125,12 +139,17 @@ func (c *Client) send(ctx context.Context, req *servepb.BatchGetRequest, done fu
 		done(nil, status.Errorf(codes.Unavailable, "wire: node %s: client closed", c.addr))
 		return nil
 	}
-	cc, err := c.conn(ctx)
-	if err != nil {
-		done(nil, err)
-		return nil
+	for {
+		cc, err := c.conn(ctx)
+		if err != nil {
+			done(nil, err)
+			return nil
+		}
+		if call, retired := cc.start(ctx, req, done, watch); !retired {
+			return call
+		}
+		// Retired as idle between conn and start: the slot dials again.
 	}
-	return cc.start(ctx, req, done, watch)
 }
 
 // Call is one request sent with Send.
@@ -160,7 +179,7 @@ func (c *Client) conn(ctx context.Context) (*cconn, error) {
 	s := &c.slots[c.next.Add(1)%uint64(len(c.slots))]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c != nil && s.c.alive() {
+	if s.c != nil && s.c.usable(c.opts.IdleTimeout) {
 		return s.c, nil
 	}
 	d := net.Dialer{Timeout: c.opts.DialTimeout}
@@ -179,6 +198,7 @@ func (c *Client) conn(ctx context.Context) (*cconn, error) {
 		return nil, status.Errorf(codes.Unavailable, "wire: node %s: handshake: %v", c.addr, err)
 	}
 	s.c = &cconn{cl: c, c: nc, peer: "node " + c.addr, pending: map[uint64]*call{}}
+	s.c.last.Store(time.Now().UnixNano())
 	go s.c.read()
 	return s.c, nil
 }
@@ -211,12 +231,30 @@ type cconn struct {
 	pending map[uint64]*call
 	nextID  uint64
 	err     error // set once broken
+	retired bool  // broken by usable: idle, nothing was in flight
+
+	last atomic.Int64 // unix nanoseconds of the last request sent or frame read
 }
 
-func (cc *cconn) alive() bool {
+// usable reports whether the connection can carry a request: it is not
+// broken, and not idle past idle. An idle one is retired (closed) here,
+// before the server's own idle timeout closes it under a request.
+func (cc *cconn) usable(idle time.Duration) bool {
 	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	return cc.err == nil
+	if cc.err != nil {
+		cc.mu.Unlock()
+		return false
+	}
+	if len(cc.pending) > 0 || time.Since(time.Unix(0, cc.last.Load())) < idle {
+		cc.mu.Unlock()
+		return true
+	}
+	cc.err = status.Errorf(codes.Unavailable, "wire: node %s: idle connection retired", cc.cl.addr)
+	cc.retired = true
+	cc.pending = nil
+	cc.mu.Unlock()
+	cc.c.Close()
+	return false
 }
 
 // fail breaks the connection: every pending request gets err.
@@ -246,20 +284,23 @@ func (cc *cconn) take(id uint64) *call {
 	return cl
 }
 
-func (cc *cconn) start(ctx context.Context, req *servepb.BatchGetRequest, done func(*servepb.BatchGetResponse, error), watch bool) *Call {
+// start sends req on the connection. retired reports that it was not
+// sent (done not called) because the connection was retired as idle: the
+// caller takes another.
+func (cc *cconn) start(ctx context.Context, req *servepb.BatchGetRequest, done func(*servepb.BatchGetResponse, error), watch bool) (_ *Call, retired bool) {
 	var timeout uint64
 	dl, hasDL := ctx.Deadline()
 	if hasDL {
 		t := time.Until(dl)
 		if t <= 0 {
 			done(nil, status.FromContextError(context.DeadlineExceeded).Err())
-			return nil
+			return nil, false
 		}
 		timeout = uint64(t)
 	}
 	if err := ctx.Err(); err != nil {
 		done(nil, status.FromContextError(err).Err())
-		return nil
+		return nil, false
 	}
 	// The whole frame in one pooled buffer: header, timeout, request.
 	bp := framePool.Get().(*[]byte)
@@ -269,17 +310,21 @@ func (cc *cconn) start(ctx context.Context, req *servepb.BatchGetRequest, done f
 	if err != nil {
 		putFrame(bp, frame)
 		done(nil, status.Errorf(codes.Internal, "wire: node %s: encode request: %v", cc.cl.addr, err))
-		return nil
+		return nil, false
 	}
 	cl := &call{done: done, stop: noStop}
 	cc.mu.Lock()
 	if cc.err != nil {
-		err := cc.err
+		err, retired := cc.err, cc.retired
 		cc.mu.Unlock()
 		putFrame(bp, frame)
+		if retired {
+			return nil, true
+		}
 		done(nil, err)
-		return nil
+		return nil, false
 	}
+	cc.last.Store(time.Now().UnixNano())
 	cc.nextID++
 	id := cc.nextID
 	cc.pending[id] = cl
@@ -300,7 +345,7 @@ func (cc *cconn) start(ctx context.Context, req *servepb.BatchGetRequest, done f
 	if watch && ctx.Err() != nil { // the AfterFunc answers it; do not make the node read for nobody
 		cc.wmu.Unlock()
 		putFrame(bp, frame)
-		return nil
+		return nil, false
 	}
 	if hasDL {
 		cc.c.SetWriteDeadline(dl)
@@ -314,7 +359,7 @@ func (cc *cconn) start(ctx context.Context, req *servepb.BatchGetRequest, done f
 		// A partial frame leaves the stream unusable.
 		cc.fail(status.Errorf(codes.Unavailable, "wire: node %s: send: %v", cc.cl.addr, err))
 	}
-	return &Call{cc: cc, id: id}
+	return &Call{cc: cc, id: id}, false
 }
 
 // framePool holds request frame buffers (a 12-key request is ~300 bytes).
@@ -378,13 +423,19 @@ func (cc *cconn) read() {
 			cc.fail(status.Error(codes.Unavailable, err.Error()))
 			return
 		}
+		cc.last.Store(time.Now().UnixNano())
 		var res result
 		if f.kind == KindError {
 			if len(buf) < 4 {
 				cc.fail(status.Errorf(codes.Unavailable, "wire: peer node %s: error frame of %d bytes, shorter than its code (request id %d)", addr, len(buf), f.id))
 				return
 			}
-			res.err = status.Error(codes.Code(binary.BigEndian.Uint32(buf)), string(buf[4:]))
+			code := codes.Code(binary.BigEndian.Uint32(buf))
+			if f.id == 0 { // the node refuses the connection (at its cap) and closes it
+				cc.fail(status.Errorf(code, "wire: node %s: %s", addr, buf[4:]))
+				return
+			}
+			res.err = status.Error(code, string(buf[4:]))
 		} else {
 			resp := new(servepb.BatchGetResponse)
 			if err := servepb.DecodePooled(bufp, resp); err != nil {

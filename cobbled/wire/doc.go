@@ -29,7 +29,11 @@
 //   - KindResponse (node → client): payload = the encoded BatchGetResponse,
 //     byte for byte what gRPC would carry;
 //   - KindError (node → client): payload = gRPC status code (uint32) and
-//     the message (UTF-8): the same codes and texts as over gRPC;
+//     the message (UTF-8): the same codes and texts as over gRPC. Id 0
+//     (never a request's: a client's ids start at 1) is about the whole
+//     connection: the node refuses it (codes.ResourceExhausted, over its
+//     connection cap) and closes it; the client fails every request on it
+//     with that code;
 //   - KindCancel (client → node): no payload; the node cancels request id
 //     (a hedge's loser, a caller that gave up) and answers nothing more
 //     for it.
@@ -55,4 +59,39 @@
 //     failed, or the request was cancelled). A write that has not finished
 //     1 s after the request's deadline (ServerOptions.WriteTimeout after
 //     it began, for a request without one) closes the connection.
+//
+// # Limits (a hostile client)
+//
+// The node's side is bounded whatever a client sends; every bound is a
+// ServerOptions field whose zero value is a safe default.
+//
+//   - Memory follows the bytes that arrive: a request frame's buffer
+//     starts small and doubles as its payload arrives, up to the length
+//     its header claims (at most MaxFrame, 16 MiB). All connections
+//     together hold at most MaxBufferedBytes (64 MiB) of requests, being
+//     received or answered; a request past it is answered
+//     codes.ResourceExhausted. A connection that has not sent Magic holds
+//     no read buffer; one that has holds 16 KiB.
+//   - A request is checked as its bytes arrive, before it is decoded: more
+//     than MaxKeys (1024) keys, a key longer than MaxKeyBytes (1 KiB; its
+//     length prefix is enough) or over 64 KiB of other fields is answered
+//     codes.InvalidArgument and the rest of its frame is read past without
+//     keeping it; the connection stays usable. Only a malformed encoding
+//     closes the connection.
+//   - Deadlines: Magic within HandshakeTimeout (10s); between frames a
+//     connection with nothing in flight is closed after IdleTimeout (5m);
+//     from a frame's first byte to its last, FrameTimeout (10s), else the
+//     stalled connection is closed. Client retires idle connections after
+//     ClientOptions.IdleTimeout (1m), before the node would.
+//   - Caps: MaxConns (1024) connections per listener (one more gets a
+//     KindError frame of id 0, codes.ResourceExhausted, and is closed);
+//     MaxInFlight (512) requests answered at once per connection and
+//     MaxServerInFlight (4096) for the server; a request past either is
+//     answered codes.ResourceExhausted and the connection stays.
+//   - Logs: at most one line per reason (handshake, bad frame, stalled
+//     frame, connection cap, refused request) per LogInterval (10s), each
+//     counting the lines suppressed before it. An idle connection's close
+//     is not logged.
+//   - Errors quote a key by its first 32 bytes (hex) and its length, never
+//     whole.
 package wire
