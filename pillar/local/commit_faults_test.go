@@ -17,8 +17,7 @@ import (
 // A commit killed in another process leaves its files in data/ (and,
 // killed after the manifest, a manifest past CURRENT). A Store that stays
 // open (a daemon) collects them with its cleanup every few commits, which
-// does not list data/: the dead commit's staging lists what it moved
-// (review R1).
+// does not list data/: the dead commit's staging lists what it moved.
 func TestOrphansOfAKilledCommitWhileOpen(t *testing.T) {
 	for _, step := range []int{3, 4} { // 3: killed at data-synced; 4: at manifest-written
 		t.Run(fmt.Sprintf("step%d", step), func(t *testing.T) {
@@ -84,7 +83,7 @@ func unnamed(t *testing.T, dir string) []string {
 }
 
 // One damaged index file does not stop later enqueues to its partition:
-// a merge that would read it is skipped (review R2). Reads of the damaged
+// a merge that would read it is skipped. Reads of the damaged
 // range fail; the records after it read back.
 func TestDamagedIndexDoesNotBlockEnqueues(t *testing.T) {
 	s, dir, c := newQueueStore(t, 4)
@@ -143,8 +142,8 @@ func (f *syncFailFS) SyncDir(name string) error {
 
 // The store directory's fsync after CURRENT's rename fails: the commit is
 // decided (CURRENT names it), so nothing it wrote is removed; the error
-// says it is committed (review R3: Commit used to remove the manifest and
-// the moved files, and the store no longer opened).
+// says it is committed (removing the manifest and the moved files here
+// would leave a store that no longer opens).
 func TestCurrentSyncFailureKeepsCommit(t *testing.T) {
 	c := newFakeClock()
 	dir := t.TempDir()

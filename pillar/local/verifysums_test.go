@@ -9,7 +9,7 @@ import (
 	"github.com/pillarkit/pillar/pillar"
 )
 
-// TestVerifyChecksHeadsSums (review r30 N1): Verify checks a queue
+// TestVerifyChecksHeadsSums: Verify checks a queue
 // segment's footer and heads checksums too, which heads reads (Lorry's
 // head scan) check instead of the whole file: a sum recorded wrong in the
 // manifest (the file and its crc32c right) fails every heads read of the

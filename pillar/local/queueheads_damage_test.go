@@ -47,14 +47,13 @@ func wantCorruptNamingFile(t *testing.T, what string, err error, seg segment) {
 	}
 }
 
-// TestQueueHeadsDamagedFooterNoPanic_review30 (R1): a heads read parses
+// TestQueueHeadsDamagedFooterNoPanic: a heads read parses
 // the footer of a segment before anything checked it (headsRanges runs
-// before the heads checksum is compared; before c74cca9 the whole-file
-// CRC32C came first). One flipped bit in the footer (the schema root's
+// before the heads checksum is compared). One flipped bit in the footer (the schema root's
 // num_children: 9 -> -10) makes parquet-go panic ("slice bounds out of
 // range"): Lorry's head scan crashes the process, again after each
 // restart, instead of failing with ErrCorrupt naming the file.
-func TestQueueHeadsDamagedFooterNoPanic_review30(t *testing.T) {
+func TestQueueHeadsDamagedFooterNoPanic(t *testing.T) {
 	dir := t.TempDir()
 	s, seg := headsStore(t, dir, 3)
 	// Footer: 15 04 (version 2), 19 ac (schema: a list of 10 structs),
@@ -65,11 +64,11 @@ func TestQueueHeadsDamagedFooterNoPanic_review30(t *testing.T) {
 	wantCorruptNamingFile(t, "footer's num_children damaged", readHeadsNoPanic(s), seg)
 }
 
-// TestQueueHeadsFooterLengthNoHugeAlloc_review30 (R1): the footer length
+// TestQueueHeadsFooterLengthNoHugeAlloc: the footer length
 // (the 4 bytes before the closing magic) is used before anything checked
 // it: one damaged byte there makes a heads read allocate gigabytes before
 // it fails (a Lorry worker is OOM-killed on a machine with less).
-func TestQueueHeadsFooterLengthNoHugeAlloc_review30(t *testing.T) {
+func TestQueueHeadsFooterLengthNoHugeAlloc(t *testing.T) {
 	dir := t.TempDir()
 	s, seg := headsStore(t, dir, 3)
 	flip1(t, dir, seg.File, seg.Bytes-5, 0x7f) // the footer length's high byte
@@ -131,16 +130,16 @@ func (f *damageFile) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// TestQueueHeadsChecksumOfWrittenBytes_review30 (R2): the segment's
+// TestQueueHeadsChecksumOfWrittenBytes: the segment's
 // crc32c is the CRC32C of the bytes written (crcFile), but heads_crc32c is
 // computed from the staged file read back from disk (stagedHeadsCRC), and
 // nothing compares that read against what was written. A head byte damaged
 // between the write and that read (offset 10: the partition column's
 // chunk) is recorded in heads_crc32c as if it were right: a heads read
 // passes the check and decodes the damaged bytes, while a full read and
-// Verify report the file corrupt. (Passes once staging refuses the file,
-// or a heads read reports ErrCorrupt.)
-func TestQueueHeadsChecksumOfWrittenBytes_review30(t *testing.T) {
+// Verify report the file corrupt. Staging must refuse the file, or a
+// heads read report ErrCorrupt.
+func TestQueueHeadsChecksumOfWrittenBytes(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Create(dir, &Options{Partitions: 4, FS: &damageFS{at: 10}})
 	if err != nil {

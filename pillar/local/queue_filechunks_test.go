@@ -9,8 +9,8 @@ import (
 	"github.com/pillarkit/pillar/pillar"
 )
 
-// TestQueueSegmentBoundsFileChunks_review31 (review of 1ddf49f): the
-// per-file metadata bound covers table files only. A transaction that
+// TestQueueSegmentBoundsFileChunks: the per-file metadata bound covers
+// queue segments as well as table files. A transaction that
 // enqueues more than spillBytes writes one segment file per partition
 // (spool.go), a row group every 1 MiB, however many records: its writer
 // keeps every row group's metadata until the commit, and every ReadQueue
@@ -19,11 +19,10 @@ import (
 // records of 50 KB (doc.go's own example) is ~10 GB in 16 partitions:
 // ~600 row groups x 9 columns per segment. Here 1 partition and 40 MiB of
 // records: one segment of 80 row groups (8 records each), 720 column chunks, more than
-// maxFileChunks. Failed on the code before the bound (skipped there);
-// passes since a spool goes on in a new segment of its partition at the
+// maxFileChunks. A spool goes on in a new segment of its partition at the
 // bound (the segments of one commit follow each other in the partition,
 // offsets unchanged).
-func TestQueueSegmentBoundsFileChunks_review31(t *testing.T) {
+func TestQueueSegmentBoundsFileChunks(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Create(dir, &Options{Partitions: 1, spillBytes: 4 << 10})
 	if err != nil {
