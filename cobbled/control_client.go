@@ -25,8 +25,8 @@ func (a controlClient) ListBatches(ctx context.Context, partition int, afterSeq 
 }
 
 // bytesReporter is the control client's ReportApplied with the bytes of
-// each publication's database (the #18 contract; see
-// /work/notes/h18-contract.md). Found by assertion so that a client
+// each publication's database (the control plane sizes publications and
+// plans retirement from them). Found by assertion so that a client
 // without it still works (it then reports the seq only).
 type bytesReporter interface {
 	ReportAppliedBytes(ctx context.Context, nodeID string, partition int, seq int64, publicationBytes map[string]int64) error

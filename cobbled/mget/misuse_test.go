@@ -10,23 +10,23 @@ import (
 	"github.com/linxGnu/grocksdb"
 )
 
-// Review of c2cce82 (GetMulti). A caller's mistake must end in a Go panic
-// or an error naming it, never in C reading or writing out of bounds or
-// through a null handle (a SIGSEGV kills the node process, and corrupted
-// memory is worse). The scenarios that crash run in a child process (this
-// test binary, review22Child set): the parent passes only when the child
+// A caller's mistake with GetMulti must end in a Go panic or an error
+// naming it, never in C reading or writing out of bounds or through a null
+// handle (a SIGSEGV kills the node process, and corrupted memory is
+// worse). The scenarios that could crash run in a child process (this test
+// binary with misuseChild set): the parent passes only when the child
 // reports a clean outcome.
 
-const review22Child = "PILLAR_REVIEW22_CHILD"
+const misuseChild = "PILLAR_MGET_MISUSE_CHILD"
 
-// review22Run runs scenario in a child process of this test binary (the
-// test named test) and fails unless the child printed "REVIEW22 CLEAN".
-func review22Run(t *testing.T, test, scenario string) {
+// misuseRun runs scenario in a child process of this test binary (the
+// test named test) and fails unless the child printed "MISUSE CLEAN".
+func misuseRun(t *testing.T, test, scenario string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), review22Child+"="+scenario)
+	cmd.Env = append(os.Environ(), misuseChild+"="+scenario)
 	out, err := cmd.CombinedOutput()
-	if !strings.Contains(string(out), "REVIEW22 CLEAN") {
+	if !strings.Contains(string(out), "MISUSE CLEAN") {
 		s := string(out)
 		if len(s) > 1500 {
 			s = s[:1500] + "…"
@@ -35,25 +35,25 @@ func review22Run(t *testing.T, test, scenario string) {
 	}
 }
 
-// review22InChild runs fn in the child and exits: 0 with "REVIEW22 CLEAN"
+// misuseInChild runs fn in the child and exits: 0 with "MISUSE CLEAN"
 // when fn returns an error or panics (a Go panic is a clear failure),
 // 3 when it returns nil (the bad call went unnoticed).
-func review22InChild(fn func() error) {
+func misuseInChild(fn func() error) {
 	defer func() {
 		if p := recover(); p != nil {
-			fmt.Printf("REVIEW22 CLEAN: panic: %v\n", p)
+			fmt.Printf("MISUSE CLEAN: panic: %v\n", p)
 			os.Exit(0)
 		}
 	}()
 	if err := fn(); err != nil {
-		fmt.Printf("REVIEW22 CLEAN: error: %v\n", err)
+		fmt.Printf("MISUSE CLEAN: error: %v\n", err)
 		os.Exit(0)
 	}
-	fmt.Println("REVIEW22 UNNOTICED: no error, no panic")
+	fmt.Println("MISUSE UNNOTICED: no error, no panic")
 	os.Exit(3)
 }
 
-func review22DB(t *testing.T) *grocksdb.DB {
+func misuseDB(t *testing.T) *grocksdb.DB {
 	opts := grocksdb.NewDefaultOptions()
 	defer opts.Destroy()
 	opts.SetCreateIfMissing(true)
@@ -75,20 +75,20 @@ func review22DB(t *testing.T) *grocksdb.DB {
 // GetMulti with keys to read: the C side dereferences the null rocksdb_t
 // (SIGSEGV, the whole process dies) instead of an error for that
 // database or a Go panic naming it.
-func TestReview22GetMultiClosedDB(t *testing.T) {
-	if os.Getenv(review22Child) == "closed-db" {
-		db := review22DB(t)
+func TestGetMultiClosedDB(t *testing.T) {
+	if os.Getenv(misuseChild) == "closed-db" {
+		db := misuseDB(t)
 		db.Close()
 		ro := grocksdb.NewDefaultReadOptions()
 		var r Result
-		review22InChild(func() error {
+		misuseInChild(func() error {
 			defer r.Release()
 			errs := GetMulti([]*grocksdb.DB{db}, ro, []int{1}, []byte("key-000000000001"), 16, &r)
 			return errs[0]
 		})
 		return
 	}
-	review22Run(t, "TestReview22GetMultiClosedDB", "closed-db")
+	misuseRun(t, "TestGetMultiClosedDB", "closed-db")
 }
 
 // R2: a negative count passes GetMulti's length check (counts {2, -1}
@@ -96,13 +96,13 @@ func TestReview22GetMultiClosedDB(t *testing.T) {
 // wraps to 1, database 0 reads two keys from a one-key array and writes
 // two results into one-element arrays (Go's r.status, r.data, r.sizes
 // included), and database 1 is asked for SIZE_MAX keys.
-func TestReview22GetMultiNegativeCount(t *testing.T) {
-	if os.Getenv(review22Child) == "negative-count" {
-		db := review22DB(t)
+func TestGetMultiNegativeCount(t *testing.T) {
+	if os.Getenv(misuseChild) == "negative-count" {
+		db := misuseDB(t)
 		defer db.Close()
 		ro := grocksdb.NewDefaultReadOptions()
 		var r Result
-		review22InChild(func() error {
+		misuseInChild(func() error {
 			defer r.Release()
 			errs := GetMulti([]*grocksdb.DB{db, db}, ro, []int{2, -1}, []byte("key-000000000001"), 16, &r)
 			for _, err := range errs {
@@ -114,15 +114,15 @@ func TestReview22GetMultiNegativeCount(t *testing.T) {
 		})
 		return
 	}
-	review22Run(t, "TestReview22GetMultiNegativeCount", "negative-count")
+	misuseRun(t, "TestGetMultiNegativeCount", "negative-count")
 }
 
 // R3: GetMulti's doc says a database with no keys asked is skipped, and
 // the C side never touches it, but the Go side reads the handle out of
 // every *DB first: a nil *DB with count 0 (a partition with nothing to
 // read, a slot left empty) is a nil-pointer panic.
-func TestReview22GetMultiNilDBNoKeys(t *testing.T) {
-	db := review22DB(t)
+func TestGetMultiNilDBNoKeys(t *testing.T) {
+	db := misuseDB(t)
 	defer db.Close()
 	ro := grocksdb.NewDefaultReadOptions()
 	defer ro.Destroy()

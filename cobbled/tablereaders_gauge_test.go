@@ -12,17 +12,14 @@ import (
 	"github.com/pillarkit/pillar/internal/batch"
 )
 
-// Review of eed9d2f (index and filter blocks in the table readers). R4:
-// that memory is now outside the block cache's bound (--cache), held for
-// every SST of every publication of every partition (max_open_files -1
-// keeps every reader open), and nothing reports it: not /metrics, not
-// Stats. An operator sizing a node by --cache, or watching
-// cobbled_block_cache_usage_bytes, does not see it. The test asks for a
-// gauge whose name says "table_reader" (e.g.
-// cobbled_table_readers_memory_bytes, the sum of
-// rocksdb.estimate-table-readers-mem) holding at least what the readers
-// hold.
-func TestReview22TableReaderMemoryReported(t *testing.T) {
+// TestTableReaderMemoryReported: the node keeps index and filter blocks in
+// its table readers, outside the block cache's bound (--cache), for every
+// SST of every publication of every partition (max_open_files -1 keeps
+// every reader open). An operator sizing a node by --cache, or watching
+// cobbled_block_cache_usage_bytes, must see that memory too: a gauge whose
+// name says "table_reader" holds at least the sum of
+// rocksdb.estimate-table-readers-mem.
+func TestTableReaderMemoryReported(t *testing.T) {
 	const parts = 4
 	objects, dir := t.TempDir(), t.TempDir()
 	n := openTestNode(t, dir, objects, parts, nil)
@@ -50,7 +47,7 @@ func TestReview22TableReaderMemoryReported(t *testing.T) {
 		p.mu.RUnlock()
 	}
 	if readers < parts*4000 {
-		t.Fatalf("the table readers hold %d bytes for %d keys: index and filter are not in them (the premise of eed9d2f)", readers, parts*4000)
+		t.Fatalf("the table readers hold %d bytes for %d keys: index and filter are not in them", readers, parts*4000)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(n.opts.Metrics.Collectors()...)
