@@ -138,18 +138,18 @@ func TestHelpExamplesParse(t *testing.T) {
 	t.Logf("%d help examples parse", n)
 }
 
-// readmeCommands returns the command lines of the README's "The `pillar`
-// command" section, continuation lines joined, comments cut and optional
-// parts ([--flag]) included.
-func readmeCommands(t *testing.T) []string {
+// readmeCommands returns the command lines of the README's section under
+// heading ("## The `pillar` command"), continuation lines joined, comments
+// cut, a trailing " &" dropped and optional parts ([--flag]) included.
+func readmeCommands(t *testing.T, heading string) []string {
 	b, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(b)
-	i := strings.Index(s, "## The `pillar` command")
+	i := strings.Index(s, heading)
 	if i < 0 {
-		t.Fatal("README.md has no \"## The `pillar` command\" section")
+		t.Fatalf("README.md has no %q section", heading)
 	}
 	s = s[i:]
 	if j := strings.Index(s[3:], "\n## "); j >= 0 {
@@ -169,6 +169,7 @@ func readmeCommands(t *testing.T) []string {
 		if j := strings.Index(l, " #"); j >= 0 {
 			l = l[:j]
 		}
+		l = strings.TrimSuffix(strings.TrimSpace(l), " &")
 		out = append(out, strings.NewReplacer("[", "", "]", "").Replace(strings.TrimSpace(l)))
 	}
 	return out
@@ -178,7 +179,7 @@ func readmeCommands(t *testing.T) []string {
 // command tree: every line parses as the binary would parse it, and every
 // top-level command appears.
 func TestREADMECommandsParse(t *testing.T) {
-	cmds := readmeCommands(t)
+	cmds := readmeCommands(t, "## The `pillar` command")
 	if len(cmds) < 20 {
 		t.Fatalf("found %d README command lines; the extractor is broken", len(cmds))
 	}
@@ -221,4 +222,30 @@ func TestREADMECommandsParse(t *testing.T) {
 		}
 	}
 	walk("", newApp().Commands)
+}
+
+// TestREADMEQuickStartParses parses every command line of the README's
+// quick start as the binary would parse it.
+func TestREADMEQuickStartParses(t *testing.T) {
+	cmds := readmeCommands(t, "## Quick start")
+	if len(cmds) < 8 {
+		t.Fatalf("found %d quick-start command lines; the extractor is broken", len(cmds))
+	}
+	for _, ex := range cmds {
+		app := newApp()
+		var ran, args []string
+		parseOnly("", app.Commands, &ran, &args)
+		var stderr bytes.Buffer
+		app.Writer, app.ErrWriter = io.Discard, &stderr
+		app.ExitErrHandler = func(*cli.Context, error) {}
+		err := app.RunContext(context.Background(), normalizeArgs(app, shellWords(ex), &stderr))
+		switch {
+		case err != nil:
+			t.Errorf("README quick start %q: %v", ex, err)
+		case len(ran) != 1:
+			t.Errorf("README quick start %q ran no command: %s", ex, stderr.String())
+		case stderr.Len() > 0:
+			t.Errorf("README quick start %q warns: %s", ex, stderr.String())
+		}
+	}
 }
