@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/bench/ingestbench"
+	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/internal/pace"
 	"github.com/pillarkit/pillar/internal/rocks"

@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/bench/scalebench"
+	"github.com/pillarkit/pillar/internal/bytesize"
 )
 
 // A benchmark step (a child of `pillar bench scale`) records its heap peaks

@@ -15,15 +15,15 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pillarkit/pillar/bench/readbench"
+	"github.com/pillarkit/pillar/bench/switchbench"
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
-	"github.com/pillarkit/pillar/bench/readbench"
-	"github.com/pillarkit/pillar/internal/testcluster"
 	"github.com/pillarkit/pillar/cobbled/router"
-	"github.com/pillarkit/pillar/bench/switchbench"
 	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/internal/health"
+	"github.com/pillarkit/pillar/internal/testcluster"
 )
 
 // routerFlags are the router's tuning flags, shared by `router serve` and

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/pillarkit/pillar/cobbled/control"
-	"github.com/pillarkit/pillar/internal/testcluster"
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/internal/testcluster"
 )
 
 func runRouterCLI(t *testing.T, ctx context.Context, args ...string) (string, error) {

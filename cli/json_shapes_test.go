@@ -17,16 +17,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pillarkit/pillar/bench/ingestbench"
+	"github.com/pillarkit/pillar/bench/lorrybench"
+	"github.com/pillarkit/pillar/bench/readbench"
+	"github.com/pillarkit/pillar/bench/scalebench"
 	"github.com/pillarkit/pillar/chaos"
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
-	"github.com/pillarkit/pillar/bench/ingestbench"
-	"github.com/pillarkit/pillar/bench/readbench"
 	"github.com/pillarkit/pillar/demo"
 	"github.com/pillarkit/pillar/internal/objstore"
-	"github.com/pillarkit/pillar/bench/scalebench"
 	"github.com/pillarkit/pillar/jobs/embedder"
-	"github.com/pillarkit/pillar/bench/lorrybench"
 )
 
 var (
