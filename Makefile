@@ -40,6 +40,8 @@ RACE_PKGS := ./internal/clock/... ./cobbled ./cobbled/control/... ./cobbled/rout
   ./internal/objstore/... ./internal/s3test/... ./internal/freeport/... ./badinput/...
 TEST_ENV := PILLAR_VERSITYGW=$(BIN)/versitygw PILLAR_REQUIRE_POSTGRES=1
 test: deps tools
+	@unformatted="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
+	  test -z "$$unformatted" || { echo "gofmt: these files are not formatted:"; echo "$$unformatted"; exit 1; }
 	$(GO) vet ./...
 	@race="$$($(GO) list $(RACE_PKGS))"; plain="$$($(GO) list ./... | grep -vxF "$$race")"; rc=0; \
 	echo "== go test -race ($$(echo "$$race" | wc -l) packages)"; \
