@@ -34,6 +34,7 @@ func commands() []*cli.Command {
 		routerCommand(), benchCommand(), // hedging router and read benchmark (cmd_router.go)
 		chaosCommand(), // whole-system fault test (cmd_chaos.go)
 		planCommand(),  // sizing and cost against DynamoDB (cmd_plan.go)
+		devCommand(),   // local certificates for tests and the demo (cmd_dev.go)
 	}
 }
 
