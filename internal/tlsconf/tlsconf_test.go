@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -247,5 +248,80 @@ func TestDevCertsRefusals(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(dir, "node-n1.key")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("private key mode %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+}
+
+// TestListenerAllowsOnlyListedIdentities: a node's listener serving
+// TLS for the router and readers only; a writer's certificate of the same
+// CA is refused at the handshake, and the refusal is reported once.
+func TestListenerAllowsOnlyListedIdentities(t *testing.T) {
+	dir := devSet(t, DevOptions{})
+	r, err := NewReloader(pair(dir, "node-n1"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := r.ServerConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := make(chan string, 4)
+	ln := NewListener(inner, cfg, ListenerOptions{Allow: []string{"pillar://router/*", "pillar://reader/reader"},
+		OnRefuse: func(remote, reason string) { refused <- reason }})
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4)
+				if _, err := io.ReadFull(c, buf); err == nil {
+					c.Write(buf)
+				}
+			}()
+		}
+	}()
+	echo := func(f Files) error {
+		cr, err := NewReloader(f, Options{})
+		if err != nil {
+			return err
+		}
+		c, err := tls.Dial("tcp", ln.Addr().String(), cr.ClientConfig())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("ping")); err != nil {
+			return err
+		}
+		buf := make([]byte, 4)
+		_, err = io.ReadFull(c, buf)
+		return err
+	}
+	for _, ok := range []string{"router", "reader"} {
+		if err := echo(pair(dir, ok)); err != nil {
+			t.Errorf("%s: %v, want served", ok, err)
+		}
+	}
+	if err := echo(pair(dir, "writer-lorry")); err == nil {
+		t.Error("writer-lorry: served, want refused")
+	}
+	select {
+	case reason := <-refused:
+		if !strings.Contains(reason, "pillar://writer/lorry") {
+			t.Errorf("refusal %q does not name the identity", reason)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the refused connection was not reported")
+	}
+	if len(refused) != 0 {
+		t.Errorf("%d more refusals reported, want one", len(refused))
 	}
 }
