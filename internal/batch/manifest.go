@@ -116,6 +116,31 @@ func Prefix(partition int, id string) string {
 // ManifestKey returns the object key of a batch's manifest.
 func ManifestKey(partition int, id string) string { return Prefix(partition, id) + "manifest.json" }
 
+// validFileName checks a batch file's name: a plain base name under the
+// batch's prefix, as the node stages it in a directory of its own. "." and
+// "..", path separators, NUL and other control characters, and the
+// manifest's own name are refused; the error quotes the name.
+func validFileName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("empty file name")
+	case name == "." || name == "..":
+		return fmt.Errorf("file name %q is a directory reference", name)
+	case strings.ContainsAny(name, "/\\"):
+		return fmt.Errorf("file name %q has a path separator", name)
+	case name == "manifest.json":
+		return fmt.Errorf("file name %q is the manifest's own", name)
+	case len(name) > 255:
+		return fmt.Errorf("file name %.40q… is longer than 255 bytes", name)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < ' ' || c == 0x7f {
+			return fmt.Errorf("file name %q has control character %q at %d", name, c, i)
+		}
+	}
+	return nil
+}
+
 // Validate checks the manifest on its own. Errors name the batch and field.
 func (m *Manifest) Validate() error {
 	fail := func(format string, a ...any) error {
@@ -142,8 +167,8 @@ func (m *Manifest) Validate() error {
 	seen := map[string]bool{}
 	var keys int64
 	for i, f := range m.Files {
-		if f.Name == "" || strings.ContainsAny(f.Name, "/\\") || f.Name == "manifest.json" {
-			return fail("file %d: bad name %q", i, f.Name)
+		if err := validFileName(f.Name); err != nil {
+			return fail("file %d: %v", i, err)
 		}
 		if seen[f.Name] {
 			return fail("file %q listed twice", f.Name)

@@ -62,3 +62,34 @@ func TestValidate(t *testing.T) {
 		t.Error("object keys")
 	}
 }
+
+// TestFileNames: a manifest names its files by plain base names; "." and
+// "..", path separators and control characters are refused with an error
+// that quotes the name.
+func TestFileNames(t *testing.T) {
+	for _, c := range []struct{ name, want string }{
+		{".", `file name "." is a directory reference`},
+		{"..", `file name ".." is a directory reference`},
+		{"a/b.sst", `file name "a/b.sst" has a path separator`},
+		{"/etc/passwd", `file name "/etc/passwd" has a path separator`},
+		{`..\x.sst`, `file name "..\\x.sst" has a path separator`},
+		{"a\x00.sst", `file name "a\x00.sst" has control character`},
+		{"manifest.json", `file name "manifest.json" is the manifest's own`},
+		{"", "empty file name"},
+		{strings.Repeat("a", 256), "longer than 255 bytes"},
+	} {
+		m := validManifest()
+		m.Files = []File{{Name: c.name, Size: 10, SHA256: strings.Repeat("ab", 32), Keys: 2}}
+		err := m.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("file name %q: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+	for _, ok := range []string{"000001.sst", "..sst", "a..b.sst", ".hidden"} {
+		m := validManifest()
+		m.Files[0].Name = ok
+		if err := m.Validate(); err != nil {
+			t.Errorf("file name %q refused: %v", ok, err)
+		}
+	}
+}
