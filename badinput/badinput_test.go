@@ -1,9 +1,11 @@
 package badinput
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,12 +14,18 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/cobbled/router"
+	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/internal/record"
+	"github.com/pillarkit/pillar/internal/servelimit/limittest"
 	"github.com/pillarkit/pillar/jobs/chunker"
 	"github.com/pillarkit/pillar/jobs/embedder"
 	"github.com/pillarkit/pillar/pillar"
@@ -151,6 +159,105 @@ func testRouter(t *testing.T, maxKeys int) *router.Router {
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
+}
+
+// servedNode serves a fresh node's gRPC server (4 partitions, none
+// loaded) on 127.0.0.1 and returns a connection to it that can send raw
+// request bytes (limittest.Raw).
+func servedNode(t *testing.T, mod func(*cobbled.Options)) *grpc.ClientConn {
+	o := cobbled.Options{Dir: t.TempDir(), Partitions: 4, CacheBytes: 8 << 20}
+	if mod != nil {
+		mod(&o)
+	}
+	n, err := cobbled.Open(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return serveGRPC(t, n.NewGRPCServer())
+}
+
+// servedRouter serves a router's gRPC server (testRouter's) on 127.0.0.1
+// and returns a connection to it that can send raw request bytes.
+func servedRouter(t *testing.T) *grpc.ClientConn {
+	return serveGRPC(t, router.NewServer(testRouter(t, 0)).GRPCServer())
+}
+
+func serveGRPC(t *testing.T, gs *grpc.Server) *grpc.ClientConn {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	return limittest.Dial(t, lis.Addr().String())
+}
+
+// sendThen sends req on conn, then a good request on the same connection,
+// which must be answered: the refusal of req must leave the connection
+// usable. It returns req's error.
+func sendThen(t *testing.T, conn *grpc.ClientConn, req any) error {
+	_, err := limittest.Send(context.Background(), conn, req)
+	k := keyIn(0, 4, 0)
+	if _, gerr := limittest.Send(context.Background(), conn, &servepb.BatchGetRequest{Keys: [][]byte{k[:]}}); gerr != nil {
+		t.Fatalf("the connection after the refusal: %v", gerr)
+	}
+	return err
+}
+
+// busyNode is a node answering MaxInFlight 1 request at once, its reads
+// delayed 2 s, with a client keeping a request in flight; another
+// connection's request (each probe given up after 300 ms, freeing the
+// slot should it have taken it) is refused.
+func busyNode(t *testing.T) error {
+	conn := servedNode(t, func(o *cobbled.Options) {
+		o.MaxInFlight = 1
+		o.FaultDelay = cobbled.FaultDelay{Fraction: 1, Delay: 2 * time.Second}
+	})
+	k := keyIn(0, 4, 0)
+	req := &servepb.BatchGetRequest{Keys: [][]byte{k[:]}}
+	hold, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		for hold.Err() == nil {
+			limittest.Send(hold, conn, req)
+		}
+	}()
+	other := limittest.Dial(t, conn.Target()) // one connection opens at most MaxInFlight streams
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := limittest.Send(ctx, other, req)
+		cancel()
+		if status.Code(err) == codes.ResourceExhausted || time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
+// foreignKeyBatch is a batch of partition 2's keys uploaded as partition 1's.
+func foreignKeyBatch(t *testing.T) (*objstore.Local, *batch.Manifest) {
+	b, err := sstbuilder.NewBuilder(&sstbuilder.BuildOptions{Dir: t.TempDir(), Partition: 2, Partitions: 4, Kind: batch.KindSnapshot, BatchID: "foreign-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := keyIn(2, 4, 0)
+	if err := b.Add(sstbuilder.Row{Key: k[:], Seq: 1, Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	m, files, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Partition = 1
+	objs, err := objstore.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = sstbuilder.Upload(context.Background(), objs, m, files); err != nil {
+		t.Fatal(err)
+	}
+	return objs, m
 }
 
 func exportWriter(t *testing.T) *sstbuilder.PartitionWriter {
@@ -354,6 +461,10 @@ func table() []bad {
 		{"manifest", "bad batch id", func(*testing.T) error { m := goodManifest(); m.ID = "Bad ID/1"; return m.Validate() }, nil, []string{"Bad ID/1"}},
 		{"manifest", "unknown kind", func(*testing.T) error { m := goodManifest(); m.Kind = "merge"; return m.Validate() }, nil, []string{"merge"}},
 		{"manifest", "partition out of range", func(*testing.T) error { m := goodManifest(); m.Partition = 9; return m.Validate() }, nil, []string{"partition"}},
+		{"manifest", "file named ..", func(*testing.T) error { m := goodManifest(); m.Files[0].Name = ".."; return m.Validate() }, nil, []string{`file name ".."`}},
+		{"manifest", "file named .", func(*testing.T) error { m := goodManifest(); m.Files[0].Name = "."; return m.Validate() }, nil, []string{`file name "."`}},
+		{"manifest", "file name with a path separator", func(*testing.T) error { m := goodManifest(); m.Files[0].Name = "../x.sst"; return m.Validate() }, nil, []string{`file name "../x.sst" has a path separator`}},
+		{"manifest", "file name with a backslash", func(*testing.T) error { m := goodManifest(); m.Files[0].Name = `a\b.sst`; return m.Validate() }, nil, []string{"has a path separator"}},
 		{"sst", "downloaded SST file with a flipped byte", func(t *testing.T) error {
 			b := buildBatch(t)
 			src := filepath.Join(b.objDir, filepath.FromSlash(batch.Prefix(1, b.manifest.ID)+b.manifest.Files[0].Name))
@@ -378,6 +489,11 @@ func table() []bad {
 			m.Partitions = 8
 			return applyTo(t, b.objs, &m)
 		}, cobbled.ErrForeignManifest, nil},
+
+		{"sst", "keys outside the manifest's partition", func(t *testing.T) error {
+			objs, m := foreignKeyBatch(t)
+			return applyTo(t, objs, m)
+		}, cobbled.ErrForeignKey, []string{"foreign-1/000001-", "first key (", "is in partition 2 of 4", "the manifest's partition is 1"}},
 
 		// Bad batch registrations.
 		{"register", "invalid manifest", func(t *testing.T) error {
@@ -418,6 +534,36 @@ func table() []bad {
 			_, err := testRouter(t, 10).BatchGet(ctx, keys)
 			return err
 		}, router.ErrTooManyKeys, nil},
+		{"read", "node: 16 MiB of empty keys over gRPC (decode amplification)", func(t *testing.T) error {
+			return sendThen(t, servedNode(t, nil), limittest.EmptyKeys(16<<20))
+		}, nil, []string{"ResourceExhausted", "larger than max (16777216 vs. 23558)"}},
+		{"read", "router: 16 MiB of empty keys over gRPC (decode amplification)", func(t *testing.T) error {
+			return sendThen(t, servedRouter(t), limittest.EmptyKeys(16<<20))
+		}, nil, []string{"ResourceExhausted", "larger than max (16777216 vs. 23558)"}},
+		{"read", "node: 7,000 keys within the receive limit, refused before decoding", func(t *testing.T) error {
+			return sendThen(t, servedNode(t, nil), limittest.Raw(bytes.Repeat([]byte{0x0a, 0x01, 0x00}, 7000)))
+		}, nil, []string{"InvalidArgument", "7000 keys, over the limit of 1024"}},
+		{"read", "router: 7,000 keys within the receive limit, refused before decoding", func(t *testing.T) error {
+			return sendThen(t, servedRouter(t), limittest.Raw(bytes.Repeat([]byte{0x0a, 0x01, 0x00}, 7000)))
+		}, nil, []string{"InvalidArgument", "7000 keys, over the limit of 1024"}},
+		{"read", "router: 8 MiB key over gRPC", func(t *testing.T) error {
+			return sendThen(t, servedRouter(t), limittest.OneKey(8<<20))
+		}, nil, []string{"ResourceExhausted", "larger than max (8388613 vs. 23558)"}},
+		{"read", "router: 16 KiB key over gRPC, quoted short", func(t *testing.T) error {
+			err := sendThen(t, servedRouter(t), limittest.OneKey(16<<10))
+			if err != nil && len(err.Error()) > 200 {
+				t.Errorf("a %d-byte error", len(err.Error()))
+			}
+			return err
+		}, nil, []string{"InvalidArgument", "key 0: 00000000000000000000000000000000…, 16384 bytes, want 16"}},
+		{"read", "router: 8 MiB key through Read, quoted short", func(t *testing.T) error {
+			_, err := testRouter(t, 0).BatchGet(ctx, [][]byte{make([]byte, 8<<20)})
+			if err != nil && len(err.Error()) > 200 {
+				t.Errorf("a %d-byte error", len(err.Error()))
+			}
+			return err
+		}, router.ErrBadKey, []string{"key 0: 00000000000000000000000000000000…, 8388608 bytes, want 16"}},
+		{"read", "node: a request past MaxInFlight", busyNode, nil, []string{"ResourceExhausted", "1 requests in flight"}},
 		{"read", "page key of 31 hex characters", func(*testing.T) error { _, err := pillar.ParseKey(strings.Repeat("a", 31)); return err }, nil, []string{"want 32 hex characters"}},
 		{"read", "page key that is not hex", func(*testing.T) error { _, err := pillar.ParseKey(strings.Repeat("g", 32)); return err }, nil, []string{"pillar: page key"}},
 		{"read", "raw key of 17 bytes", func(*testing.T) error { _, err := pillar.KeyFromBytes(make([]byte, 17)); return err }, nil, []string{"got 17"}},

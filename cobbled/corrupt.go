@@ -2,7 +2,6 @@ package cobbled
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/clock"
+	"github.com/pillarkit/pillar/internal/keyfmt"
 	"github.com/pillarkit/pillar/internal/rocks"
 )
 
@@ -47,14 +47,9 @@ func isCorruption(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "Corruption")
 }
 
-// shortKey renders at most the first 8 bytes of a key in hex, so that an
-// error about a huge malformed key stays small.
-func shortKey(k []byte) string {
-	if len(k) <= 8 {
-		return hex.EncodeToString(k)
-	}
-	return hex.EncodeToString(k[:8]) + "…"
-}
+// shortKey quotes a key by its first bytes and its length (keyfmt.Short),
+// so that an error about a huge malformed key stays small.
+func shortKey(k []byte) string { return keyfmt.Short(k) }
 
 // markCorrupt takes publication pub of p out of service and asks p's
 // worker to rebuild it. Readers call it holding p.mu.RLock (it takes no

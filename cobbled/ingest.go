@@ -12,7 +12,11 @@ import (
 	"time"
 
 	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/clock"
+	"github.com/pillarkit/pillar/internal/keyfmt"
+	"github.com/pillarkit/pillar/internal/sstverify"
+	"github.com/pillarkit/pillar/pillar"
 )
 
 // Run registers the node with the control plane and runs until ctx ends:
@@ -241,7 +245,7 @@ func (n *Node) ingestRetrying(ctx context.Context, p *partition, b *Batch) bool 
 			return false
 		}
 		n.opts.Metrics.ingestErrors.WithLabelValues(errReason(err)).Inc()
-		if errors.Is(err, ErrChecksum) || errors.Is(err, ErrCorruptSST) {
+		if errors.Is(err, ErrChecksum) || errors.Is(err, ErrCorruptSST) || errors.Is(err, ErrForeignKey) {
 			// The batch itself is bad: say so where operators look. It
 			// stays refused until it is repaired or retracted.
 			reason := fmt.Sprintf("corrupt batch %s: %v", b.Manifest.ID, err)
@@ -284,6 +288,8 @@ func errReason(err error) string {
 		return "checksum"
 	case errors.Is(err, ErrCorruptSST):
 		return "corrupt_sst"
+	case errors.Is(err, ErrForeignKey):
+		return "foreign_key"
 	case errors.Is(err, ErrForeignManifest):
 		return "foreign_manifest"
 	case errors.Is(err, ErrOutOfOrder):
@@ -411,17 +417,47 @@ func (s *stagePipeline) wait() error {
 	return err
 }
 
-// finishStaged makes a downloaded file durable and checks its blocks: the
-// fsync and prepareSST (verification, and for a delta the cache warm; both
-// read the file from the page cache) run at once, then the file is closed.
-// An fsync or close error comes first (the disk), then verification's.
-func (n *Node) finishStaged(ctx context.Context, out stagedFile, path string, size int64) error {
+// finishStaged makes a downloaded file of batch m durable and checks its
+// blocks and its key range: the fsync and prepareSST (verification, and
+// for a delta the cache warm; both read the file from the page cache) run
+// at once, then checkKeyRange, then the file is closed. An fsync or close
+// error comes first (the disk), then verification's.
+func (n *Node) finishStaged(ctx context.Context, out stagedFile, path string, size int64, m *batch.Manifest) error {
 	synced := make(chan error, 1)
 	go func() { synced <- out.Sync() }()
-	verr := n.prepareSST(ctx, path, size) // pace.go
+	info, verr := n.prepareSST(ctx, path, size) // pace.go
+	if verr == nil {
+		verr = checkKeyRange(m, info)
+	}
 	serr := <-synced
 	cerr := out.Close()
 	return errors.Join(serr, cerr, verr)
+}
+
+// checkKeyRange checks that a batch file's first and last keys (info,
+// past the batch's meta key) are page keys of the manifest's partition,
+// before the file is ingested: a file of another partition's keys (a
+// manifest that lies about its partition) would otherwise go into this
+// partition's database, where no read would find them, or answer for keys
+// that are not its own. The error wraps ErrForeignKey and names the key
+// (short) and both partitions; fileError adds the file. Keys between the
+// two are not read here (that is a pass over the whole file).
+func checkKeyRange(m *batch.Manifest, info sstverify.Info) error {
+	for _, k := range [...]struct {
+		which string
+		key   []byte
+	}{{"first", info.First}, {"last", info.Last}} {
+		if k.key == nil {
+			continue
+		}
+		if len(k.key) != pillar.KeySize {
+			return fmt.Errorf("%s key (%s) is not a %d-byte page key, in a batch of partition %d of %d: %w", k.which, keyfmt.Short(k.key), pillar.KeySize, m.Partition, m.Partitions, ErrForeignKey)
+		}
+		if q := pillar.Partition(k.key, m.Partitions); q != m.Partition {
+			return fmt.Errorf("%s key (%s) is in partition %d of %d, the manifest's partition is %d: %w", k.which, keyfmt.Short(k.key), q, m.Partitions, m.Partition, ErrForeignKey)
+		}
+	}
+	return nil
 }
 
 // writebackChunk is how far a staged file's writes get ahead of the

@@ -39,6 +39,10 @@ var (
 	// ErrForeignManifest: a batch whose manifest names another partition or
 	// partition count than the replica it was listed for.
 	ErrForeignManifest = errors.New("manifest is not for this replica")
+	// ErrForeignKey: a downloaded file verifies but its first or last key
+	// is not a key of its manifest's partition (checkKeyRange). Treated
+	// like ErrCorruptSST: the batch is refused.
+	ErrForeignKey = errors.New("batch file holds a key outside its manifest's partition")
 	// ErrPartitions: the partition count differs from the one recorded.
 	ErrPartitions = errors.New("partition count mismatch")
 	// ErrClosed: the node is closed.
@@ -65,6 +69,7 @@ type Node struct {
 	lifeMu    sync.RWMutex // Stats holds it shared; Close exclusively while freeing handles
 	pacing                 // ingest pacing (pace.go)
 	pubs                   // publications as the node last saw routing (publications.go)
+	serving                // the gRPC server's request limits (server.go)
 }
 
 type stagedFile interface {
@@ -543,7 +548,7 @@ func (n *Node) download(ctx context.Context, p *partition, b *Batch) (_ []string
 			return nil, err
 		}
 		pipe.start(func() error {
-			return fileError(p.id, m.ID, key, n.finishStaged(ctx, out, path, f.Size)) // fsync, verify, warm: ingest.go, pace.go
+			return fileError(p.id, m.ID, key, n.finishStaged(ctx, out, path, f.Size, m)) // fsync, verify, key range, warm: ingest.go, pace.go
 		})
 		paths = append(paths, path)
 		total += f.Size

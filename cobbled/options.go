@@ -9,6 +9,7 @@ import (
 	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/internal/pace"
 	"github.com/pillarkit/pillar/internal/rocks"
+	"github.com/pillarkit/pillar/internal/servelimit"
 )
 
 // Options configure a Node. The zero value of every field means its default.
@@ -101,9 +102,20 @@ type Options struct {
 	// minutes (the zero value means it); a negative value is refused.
 	RetireGrace time.Duration
 
-	// MaxKeys is the largest BatchGet request, in keys. The default value is
-	// 1024.
+	// MaxKeys is the largest BatchGet request, in keys. It also sizes the
+	// gRPC receive limit (servelimit.RecvLimit: MaxKeys × (16-byte key + 2
+	// bytes of framing) + 2 × 515 bytes for version and caller id + 4 KiB;
+	// 23,558 bytes for 1024 keys), and a request's keys are counted, and
+	// their lengths checked, before it is decoded. Keys are exactly
+	// pillar.KeySize bytes, so no separate key length limit applies. The
+	// default value is 1024.
 	MaxKeys int
+	// MaxInFlight is the most gRPC BatchGet requests the node answers at
+	// once, all connections together, and the most streams one connection
+	// may open (grpc.MaxConcurrentStreams). A request past it is answered
+	// RESOURCE_EXHAUSTED before its message is read. The wire protocol has
+	// limits of its own (package wire). The default value is 1024.
+	MaxInFlight int
 	// MaxResponseBytes bounds the encoded BatchGet response; a request whose
 	// values would exceed it fails with RESOURCE_EXHAUSTED. The default value
 	// is 64 MiB.
@@ -174,6 +186,9 @@ func (o *Options) ensureDefaults() {
 	if o.MaxResponseBytes == 0 {
 		o.MaxResponseBytes = 64 << 20
 	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = servelimit.DefaultMaxInFlight
+	}
 	o.Clock = clock.Or(o.Clock)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -211,8 +226,8 @@ func (o Options) Validate() error {
 	if o.RetryBackoff <= 0 || o.RetryBackoffMax < o.RetryBackoff {
 		fail("RetryBackoff %v must be positive and at most RetryBackoffMax %v", o.RetryBackoff, o.RetryBackoffMax)
 	}
-	if o.MaxKeys < 1 || o.MaxResponseBytes < 1 {
-		fail("MaxKeys and MaxResponseBytes must be positive")
+	if o.MaxKeys < 1 || o.MaxResponseBytes < 1 || o.MaxInFlight < 1 {
+		fail("MaxKeys, MaxResponseBytes and MaxInFlight must be positive")
 	}
 	if o.FaultDelay.Fraction < 0 || o.FaultDelay.Fraction > 1 || o.FaultDelay.Delay < 0 {
 		fail("FaultDelay %+v: fraction must be in [0,1] and delay non-negative", o.FaultDelay)

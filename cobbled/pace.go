@@ -184,7 +184,8 @@ func (n *Node) stopWarming() {
 }
 
 // prepareSST verifies every block checksum of the staged SST at path
-// (internal/sstverify) and, for a delta, reads it into the block cache
+// (internal/sstverify), returns its first and last keys past the batch's
+// meta key (for checkKeyRange) and, for a delta, reads it into the block cache
 // (rocks.Warmer): the keys it overwrites are being served, and the file's
 // blocks keep their cache keys once it is ingested, so reads after the
 // ingest hit the cache. Snapshots are not warmed: a new generation is as
@@ -195,10 +196,11 @@ func (n *Node) stopWarming() {
 // idle I/O class (pace.RunLow): it is one long C call that reads the whole
 // file again, a burst of CPU and I/O the byte pacing of the download does
 // not cover. Deltas and unpaced snapshots verify at normal priority.
-func (n *Node) prepareSST(ctx context.Context, path string, size int64) error {
+func (n *Node) prepareSST(ctx context.Context, path string, size int64) (sstverify.Info, error) {
 	class, _ := ctx.Value(paceClassKey{}).(pace.Class)
-	if err := n.pacer.RunClass(ctx, class, func() error { _, err := sstverify.Verify(path); return err }); err != nil {
-		return err
+	var info sstverify.Info
+	if err := n.pacer.RunClass(ctx, class, func() (err error) { info, err = sstverify.Check(path, batch.MetaKey); return err }); err != nil {
+		return info, err
 	}
 	if class == pace.Fresh && n.warmer != nil && size <= n.warmer.MaxFile() {
 		if _, err := n.warmer.WarmFile(path); err != nil {
@@ -206,7 +208,7 @@ func (n *Node) prepareSST(ctx context.Context, path string, size int64) error {
 			n.opts.Logger.Warn("cobbled: warm the block cache", "err", err)
 		}
 	}
-	return nil
+	return info, nil
 }
 
 // CompactionStats sums RocksDB's compaction backlog over held partitions.

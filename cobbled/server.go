@@ -23,6 +23,7 @@ import (
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/cobbled/wire"
 	"github.com/pillarkit/pillar/internal/clock"
+	"github.com/pillarkit/pillar/internal/servelimit"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -42,46 +43,61 @@ import (
 // a request without one, after which the connection is closed and the
 // locks released; a snapshot swap waits at most that long).
 
-// Transport tuning shared by the server and servepb.DialOptions: responses
-// are ~600 KB (12 × 50 KB), so windows must cover several in flight.
-const (
-	streamWindow = 16 << 20
-	connWindow   = 64 << 20
-	maxRecvMsg   = 16 << 20
-)
+// serving is the node's gRPC request limits, one set for the node however
+// many gRPC servers it is served by.
+type serving struct {
+	guardOnce sync.Once
+	guard     *servelimit.Guard
+}
+
+// requestGuard returns the node's guard (servelimit): its receive limit is
+// servelimit.RecvLimit(MaxKeys), a BatchGetRequest is refused by its key
+// count and key lengths before it is decoded, and at most MaxInFlight
+// requests are answered at once.
+func (n *Node) requestGuard() *servelimit.Guard {
+	n.guardOnce.Do(func() {
+		m := n.opts.Metrics
+		n.guard = servelimit.New(servelimit.Limits{
+			Who:         "cobbled",
+			MaxKeys:     n.opts.MaxKeys,
+			MaxInFlight: n.opts.MaxInFlight,
+			Refused:     func(err error) { m.requests.WithLabelValues(status.Code(err).String()).Inc() },
+		})
+	})
+	return n.guard
+}
 
 // NewGRPCServer returns a gRPC server with the Serve service registered on
-// this node, tuned for large responses. Callers Serve it on a listener and
-// GracefulStop it (draining in-flight requests) before Node.Close.
+// this node, tuned for large responses (~600 KB, 12 × 50 KB; the send side)
+// and bounded for requests (requestGuard; its receive windows are sized
+// for requests). Callers Serve it on a listener and GracefulStop it
+// (draining in-flight requests) before Node.Close.
 func (n *Node) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
-	opts := []grpc.ServerOption{
-		grpc.ForceServerCodecV2(servepb.EncodedCodec{}),
-		grpc.MaxRecvMsgSize(maxRecvMsg),
-		grpc.MaxSendMsgSize(n.opts.MaxResponseBytes + 1<<20),
-		grpc.InitialWindowSize(streamWindow),
-		grpc.InitialConnWindowSize(connWindow),
-		grpc.WriteBufferSize(256 << 10),
-		grpc.ReadBufferSize(64 << 10),
+	g := n.requestGuard()
+	opts := append(g.ServerOptions(),
+		grpc.MaxSendMsgSize(n.opts.MaxResponseBytes+1<<20),
+		grpc.WriteBufferSize(256<<10),
+		grpc.ReadBufferSize(64<<10),
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		experimental.BufferPool(servepb.TransportPool()), // no zeroing of frame buffers
-	}
+	)
 	s := grpc.NewServer(append(opts, extra...)...)
-	s.RegisterService(serveDesc, n)
+	s.RegisterService(g.ServiceDesc(serveGet), n)
 	return s
 }
 
-// serveDesc answers BatchGet with the pre-encoded response instead of a
+// serveGet answers BatchGet with the pre-encoded response instead of a
 // *servepb.BatchGetResponse.
-var serveDesc = servepb.EncodedServiceDesc(func(srv any, ctx context.Context, req *servepb.BatchGetRequest) (any, error) {
+func serveGet(srv any, ctx context.Context, req *servepb.BatchGetRequest) (any, error) {
 	return srv.(*Node).batchGet(ctx, req)
-})
+}
 
 // notHeldLabel is the metric label of requests for a version no partition
 // of the request holds here.
 const notHeldLabel = "(not held)"
 
 // maxVersionLen bounds a request's version (publication ids are short).
-const maxVersionLen = 512
+const maxVersionLen = servelimit.MaxFieldBytes
 
 // respPool holds wire buffers; they are fully overwritten, so not zeroed.
 var respPool = new(servepb.BufferPool)
@@ -195,7 +211,7 @@ func (n *Node) read(ctx context.Context, req *servepb.BatchGetRequest, zeroCopy 
 	}
 	for i, k := range keys {
 		if len(k) != pillar.KeySize {
-			return nil, status.Errorf(codes.InvalidArgument, "cobbled: BatchGet: key %d (%s): %d bytes, want %d", i, shortKey(k), len(k), pillar.KeySize)
+			return nil, status.Errorf(codes.InvalidArgument, "cobbled: BatchGet: key %d: %s, want %d", i, shortKey(k), pillar.KeySize)
 		}
 	}
 	if len(req.Version) > maxVersionLen {
@@ -488,7 +504,7 @@ func (n *Node) WireHandler() wire.Handler {
 // Callers in other languages use gRPC; the Go router may use either.
 func (n *Node) Serve(lis net.Listener, gs *grpc.Server) error {
 	other, wl := wire.Split(lis, 0)
-	ws := wire.NewServer(n.WireHandler(), wire.ServerOptions{MaxFrame: maxRecvMsg, Logger: n.opts.Logger})
+	ws := wire.NewServer(n.WireHandler(), wire.ServerOptions{MaxKeys: n.opts.MaxKeys, Logger: n.opts.Logger})
 	go ws.ServeConns(wl)
 	err := gs.Serve(other)
 	ws.Close()

@@ -20,6 +20,7 @@ import (
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/clock"
+	"github.com/pillarkit/pillar/internal/keyfmt"
 	"github.com/pillarkit/pillar/internal/objstore"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/sstbuilder"
@@ -771,7 +772,7 @@ func toRows(p int, recs []pillar.ExportRecord) ([]sstbuilder.Row, error) {
 	for i, r := range recs {
 		k, err := hex.DecodeString(r.PageKey)
 		if err != nil || len(k) != pillar.KeySize {
-			return nil, fmt.Errorf("lorry: partition %d: offset %d: page key %q is not 32 hex characters", p, r.Offset, r.PageKey)
+			return nil, fmt.Errorf("lorry: partition %d: offset %d: page key %s is not 32 hex characters", p, r.Offset, keyfmt.ShortText(r.PageKey))
 		}
 		row := sstbuilder.Row{Key: k, Seq: r.Offset}
 		switch r.Op {

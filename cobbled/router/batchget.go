@@ -17,6 +17,8 @@ import (
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/cobbled/wire"
 	"github.com/pillarkit/pillar/internal/clock"
+	"github.com/pillarkit/pillar/internal/keyfmt"
+	"github.com/pillarkit/pillar/internal/servelimit"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -268,7 +270,7 @@ func (r *Router) Read(ctx context.Context, keys [][]byte, ro *ReadOptions) (*Res
 }
 
 // maxVersionLen bounds a request's version (publication ids are short).
-const maxVersionLen = 512
+const maxVersionLen = servelimit.MaxFieldBytes
 
 func (r *Router) check(keys [][]byte, ro *ReadOptions) error {
 	if ro != nil && len(ro.Version) > maxVersionLen {
@@ -282,7 +284,7 @@ func (r *Router) check(keys [][]byte, ro *ReadOptions) error {
 	}
 	for i, k := range keys {
 		if len(k) != pillar.KeySize {
-			return fmt.Errorf("router: BatchGet: key %d (%x): %d bytes, want %d: %w", i, k, len(k), pillar.KeySize, ErrBadKey)
+			return fmt.Errorf("router: BatchGet: key %d: %s, want %d: %w", i, keyfmt.Short(k), pillar.KeySize, ErrBadKey)
 		}
 	}
 	return nil

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/pillarkit/pillar/internal/testcluster"
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/cobbled/wire"
+	"github.com/pillarkit/pillar/internal/testcluster"
 )
 
 // BenchmarkBatchGet measures a 12-key BatchGet (values 100 B–100 KiB)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/control"
-	"github.com/pillarkit/pillar/internal/testcluster"
 	"github.com/pillarkit/pillar/internal/clock"
+	"github.com/pillarkit/pillar/internal/testcluster"
 )
 
 // startCluster runs real cobbled nodes on 127.0.0.1 with small data: 8

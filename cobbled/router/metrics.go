@@ -38,7 +38,7 @@ type Metrics struct {
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "router_batchget_requests_total", Help: "BatchGet requests by outcome: ok, partial (some keys failed), failed, invalid.",
+			Name: "router_batchget_requests_total", Help: "BatchGet requests by outcome: ok, partial (some keys failed), failed, invalid, busy (refused: too many in flight).",
 		}, []string{"result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "router_batchget_duration_seconds", Help: "BatchGet latency through the router, by the publication read (version) and its role (live, candidate, previous; \"\" when the request could not be served).",

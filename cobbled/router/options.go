@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pillarkit/pillar/internal/clock"
+	"github.com/pillarkit/pillar/internal/servelimit"
 )
 
 // Options configure a Router. The zero value of every field means its
@@ -46,9 +47,18 @@ type Options struct {
 	// load still spreads across requests by the power of two choices.
 	Spread bool
 
-	// MaxKeys is the largest BatchGet request, in keys. The default value is
-	// 1024 (cobbled's default limit).
+	// MaxKeys is the largest BatchGet request, in keys. It also sizes the
+	// gRPC server's receive limit (servelimit.RecvLimit; 23,558 bytes for
+	// 1024 keys), and its requests' keys are counted, and their lengths
+	// checked, before they are decoded (Server). The default value is 1024
+	// (cobbled's default limit).
 	MaxKeys int
+	// MaxInFlight is the most BatchGet requests the gRPC server (Server)
+	// answers at once, all connections together, and the most streams one
+	// connection may open. A request past it is answered
+	// RESOURCE_EXHAUSTED before its message is read. The default value is
+	// 1024.
+	MaxInFlight int
 	// Timeout is the deadline of a BatchGet whose context has none. The
 	// default value is 2s.
 	Timeout time.Duration
@@ -168,6 +178,9 @@ func (o *Options) ensureDefaults() {
 	if o.MaxKeys == 0 {
 		o.MaxKeys = 1024
 	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = servelimit.DefaultMaxInFlight
+	}
 	if o.Timeout == 0 {
 		o.Timeout = 2 * time.Second
 	}
@@ -244,6 +257,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxKeys < 1 {
 		fail("MaxKeys %d must be positive", o.MaxKeys)
+	}
+	if o.MaxInFlight < 1 {
+		fail("MaxInFlight %d must be positive", o.MaxInFlight)
 	}
 	if o.CandidateFraction < 0 || o.CandidateFraction > 1 {
 		fail("CandidateFraction %v must be in [0,1]", o.CandidateFraction)

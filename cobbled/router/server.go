@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/internal/servelimit"
 )
 
 // Server answers the cobbled Serve API (servepb BatchGet) through a Router,
@@ -22,35 +23,51 @@ import (
 // text; a bad request fails with INVALID_ARGUMENT as on a node.
 type Server struct {
 	servepb.UnimplementedServeServer
-	r *Router
+	r     *Router
+	guard *servelimit.Guard
 }
 
-// NewServer returns a Server backed by r.
-func NewServer(r *Router) *Server { return &Server{r: r} }
+// NewServer returns a Server backed by r. Its gRPC server (GRPCServer)
+// bounds requests as a node's does (servelimit): the receive limit is
+// servelimit.RecvLimit(Options.MaxKeys), a request's keys are counted and
+// their lengths checked before it is decoded, and at most
+// Options.MaxInFlight requests are answered at once.
+func NewServer(r *Router) *Server {
+	m := r.opts.Metrics
+	g := servelimit.New(servelimit.Limits{
+		Who:         "router",
+		MaxKeys:     r.opts.MaxKeys,
+		MaxInFlight: r.opts.MaxInFlight,
+		Refused: func(err error) {
+			if status.Code(err) == codes.ResourceExhausted {
+				m.requests.WithLabelValues("busy").Inc()
+			} else {
+				m.requests.WithLabelValues("invalid").Inc()
+			}
+		},
+	})
+	return &Server{r: r, guard: g}
+}
 
 // GRPCServer returns a gRPC server with the Serve service registered, tuned
 // like a node's for large responses. Its BatchGet encodes each answer into
 // a pooled buffer before returning, so the nodes' answers the values alias
 // go back to their pool at once (Response.Release) and gRPC sends the
-// encoded bytes as they are.
+// encoded bytes as they are. Requests are bounded as NewServer says.
 func (s *Server) GRPCServer(extra ...grpc.ServerOption) *grpc.Server {
-	opts := []grpc.ServerOption{
-		grpc.ForceServerCodecV2(servepb.EncodedCodec{}),
-		grpc.MaxRecvMsgSize(16 << 20),
-		grpc.MaxSendMsgSize(65 << 20),
-		grpc.InitialWindowSize(16 << 20),
-		grpc.InitialConnWindowSize(64 << 20),
-		grpc.WriteBufferSize(256 << 10),
-	}
+	opts := append(s.guard.ServerOptions(),
+		grpc.MaxSendMsgSize(65<<20),
+		grpc.WriteBufferSize(256<<10),
+	)
 	g := grpc.NewServer(append(opts, extra...)...)
-	g.RegisterService(serveDesc, s)
+	g.RegisterService(s.guard.ServiceDesc(serveGet), s)
 	return g
 }
 
-// serveDesc answers BatchGet with the router's answer pre-encoded.
-var serveDesc = servepb.EncodedServiceDesc(func(srv any, ctx context.Context, req *servepb.BatchGetRequest) (any, error) {
+// serveGet answers BatchGet with the router's answer pre-encoded.
+func serveGet(srv any, ctx context.Context, req *servepb.BatchGetRequest) (any, error) {
 	return srv.(*Server).batchGetEncoded(ctx, req)
-})
+}
 
 var encodePool = new(servepb.BufferPool)
 

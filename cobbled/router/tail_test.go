@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pillarkit/pillar/internal/testcluster"
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/cobbled/wire"
+	"github.com/pillarkit/pillar/internal/testcluster"
 )
 
 // BenchmarkReadTail measures the router's latency distribution with one

@@ -63,3 +63,30 @@ func TestVerify(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+// TestCheckBounds: Check verifies the file like Verify and reads its first
+// and last keys, past a skipped first key.
+func TestCheckBounds(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.sst")
+	writeSST(t, path, 50)
+	info, err := Check(path, nil)
+	if err != nil || info.Entries != 50 || string(info.First) != "key00000000" || string(info.Last) != "key00000049" {
+		t.Fatalf("Check: %+v (%q..%q), %v", info, info.First, info.Last, err)
+	}
+	if info, err = Check(path, []byte("key00000000")); err != nil || string(info.First) != "key00000001" || string(info.Last) != "key00000049" {
+		t.Fatalf("Check skipping the first key: %q..%q, %v", info.First, info.Last, err)
+	}
+	one := filepath.Join(dir, "one.sst")
+	writeSST(t, one, 1)
+	if info, err = Check(one, []byte("key00000000")); err != nil || info.First != nil || info.Last != nil {
+		t.Fatalf("only the skipped key: %q..%q, %v", info.First, info.Last, err)
+	}
+	raw, _ := os.ReadFile(path)
+	raw[100] ^= 0x01
+	bad := filepath.Join(dir, "bad.sst")
+	os.WriteFile(bad, raw, 0o644)
+	if _, err := Check(bad, nil); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("damaged file: %v, want ErrCorrupt", err)
+	}
+}
