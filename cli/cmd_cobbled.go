@@ -23,6 +23,7 @@ import (
 	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/internal/health"
 	"github.com/pillarkit/pillar/internal/record"
+	"github.com/pillarkit/pillar/internal/tlsconf"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -91,7 +92,7 @@ Examples:
 				&cli.DurationFlag{Name: "drain", Value: 30 * time.Second, Usage: "how long shutdown waits for in-flight requests"},
 				&cli.DurationFlag{Name: "retire-grace", Value: 10 * time.Minute, Usage: "keep a retired publication's databases this long after first seeing it retired, so routers with an older table finish"},
 				&cli.StringFlag{Name: "fault-slow", Hidden: true, Usage: "test only: FRACTION:DELAY, e.g. 0.05:50ms, delays that fraction of BatchGet requests"},
-			}, cobbledPaceFlags()...), // ingest pacing: cmd_bench_ingest.go
+			}, append(cobbledPaceFlags(), serverTLSFlags()...)...), // ingest pacing: cmd_bench_ingest.go; TLS: tls_flags.go
 			Action: cobbledServe,
 		}, {
 			Name:  "inspect",
@@ -165,6 +166,9 @@ func cobbledServe(c *cli.Context) error {
 		if httpAddr, err = cobbledPortPlus(c.String("listen"), 1000); err != nil {
 			return fmt.Errorf("--http: %w", err)
 		}
+		if _, port, err := net.SplitHostPort(httpAddr); err == nil && !tlsconf.IsLoopback(httpAddr) {
+			httpAddr = net.JoinHostPort("127.0.0.1", port) // plaintext metrics stay on loopback unless --http says otherwise
+		}
 	}
 	addr := c.String("addr")
 	if addr == "" {
@@ -218,6 +222,9 @@ func cobbledServe(c *cli.Context) error {
 	lis, err := net.Listen("tcp", c.String("listen"))
 	if err != nil {
 		return fmt.Errorf("cobbled: listen: %w", err)
+	}
+	if lis, err = secureListener(ctx, c, "cobbled serve", lis, httpAddr, log); err != nil { // tls_flags.go
+		return err
 	}
 	gsrv := node.NewGRPCServer()
 	serveErr := make(chan error, 1)

@@ -125,7 +125,8 @@ cached routing table in use.
 
 Examples:
    pillar router serve --control 127.0.0.1:7000 --listen 127.0.0.1:7400 --zone a
-   pillar router serve --control cp.internal:7000 --listen :7400 --http :8400 --hedge-budget 0.02
+   pillar router serve --control cp.internal:7000 --listen :7400 --hedge-budget 0.02 \
+       --tls-cert certs/router.pem --tls-key certs/router.key --tls-client-ca certs/ca.pem --allow-identity 'pillar://reader/*'
    pillar router serve --control 127.0.0.1:7000 --no-hedge   # compare tails without hedging
    pillar router serve --control 127.0.0.1:7000 --candidate-fraction 0.05   # 5% A/B to the candidate
    pillar router serve --control 127.0.0.1:7000 --listen 127.0.0.1:7401 --version candidate
@@ -138,7 +139,7 @@ Examples:
 				&cli.DurationFlag{Name: "drain", Value: 10 * time.Second, Usage: "how long shutdown waits for in-flight requests"},
 				&cli.StringFlag{Name: "version", Usage: `publication read by requests that name none: live, candidate, previous or an id "<chunk version>/<model>" (default: live)`},
 				&cli.Float64Flag{Name: "candidate-fraction", Usage: "A/B: fraction (0..1) of the reads naming no version, or of callers by caller-id hash, sent to the ready candidate"},
-			}, routerFlags()...),
+			}, append(routerFlags(), serverTLSFlags()...)...), // TLS: tls_flags.go
 			Action: routerServe,
 		}},
 	}
@@ -195,6 +196,9 @@ func routerServe(c *cli.Context) error {
 	lis, err := net.Listen("tcp", c.String("listen"))
 	if err != nil {
 		return fmt.Errorf("router: listen: %w", err)
+	}
+	if lis, err = secureListener(ctx, c, "router serve", lis, c.String("http"), log); err != nil { // tls_flags.go
+		return err
 	}
 	gsrv := router.NewServer(r).GRPCServer()
 	serveErr := make(chan error, 1)
