@@ -16,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/pillarkit/pillar/cobbled"
@@ -281,7 +282,8 @@ Examples:
    pillar get --node 127.0.0.1:7101 3fa85f6457174562b3fc2c963f66afa6 --json
    pillar get --node 127.0.0.1:7101 --out values/ $(cat keys.txt)
    pillar get --node 127.0.0.1:7400 --version candidate 3fa85f6457174562b3fc2c963f66afa6
-   pillar get --node 127.0.0.1:7400 --caller user-17 3fa85f6457174562b3fc2c963f66afa6`,
+   pillar get --node 127.0.0.1:7400 --caller user-17 3fa85f6457174562b3fc2c963f66afa6
+   pillar get --node router.internal:7400 --tls-ca certs/ca.pem --tls-cert certs/reader.pem --tls-key certs/reader.key 3fa85f6457174562b3fc2c963f66afa6`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "node", Usage: "cobbled node address host:port", Required: true},
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "deadline for the request"},
@@ -289,6 +291,9 @@ Examples:
 			&cli.StringFlag{Name: "out", Usage: "also write each found value (encoded record) to DIR/<key>.pb"},
 			&cli.StringFlag{Name: "version", Usage: `publication to read: an id ("<chunk version>/<model>"); through a router also live, candidate, previous (default: live)`},
 			&cli.StringFlag{Name: "caller", Usage: "caller id for a router's A/B split by caller"},
+			&cli.StringFlag{Name: "tls-ca", Usage: "PEM CA bundle: connect with TLS and verify the node or router against it"},
+			&cli.StringFlag{Name: "tls-cert", Usage: "PEM client certificate, for a server requiring mutual TLS (with --tls-ca)"},
+			&cli.StringFlag{Name: "tls-key", Usage: "PEM private key for --tls-cert"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -303,8 +308,13 @@ Examples:
 				}
 				keys, labels = append(keys, k[:]), append(labels, label)
 			}
-			conn, err := grpc.NewClient(c.String("node"), append(servepb.DialOptions(0),
-				grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+			creds := insecure.NewCredentials()
+			if cfg, err := clientTLS(c); err != nil { // cmd_control.go
+				return err
+			} else if cfg != nil {
+				creds = credentials.NewTLS(cfg)
+			}
+			conn, err := grpc.NewClient(c.String("node"), append(servepb.DialOptions(0), grpc.WithTransportCredentials(creds))...)
 			if err != nil {
 				return fmt.Errorf("get: %s: %w", c.String("node"), err)
 			}

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/pillarkit/pillar/cobbled/control"
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/objstore"
+	"github.com/pillarkit/pillar/internal/tlsconf"
 )
 
 // Flags shared by the control-plane client commands.
@@ -44,18 +44,38 @@ func dialControl(c *cli.Context) (*control.Client, error) {
 		return nil, err
 	}
 	opts := &control.ClientOptions{Token: tok}
-	if ca := c.String("tls-ca"); ca != "" {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-ca %s: no PEM certificates", ca)
-		}
-		opts.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if cfg, err := clientTLS(c); err != nil {
+		return nil, err
+	} else if cfg != nil {
+		opts.TLS = cfg
+	}
+	if tok != "" && opts.TLS == nil && !tlsconf.IsLoopback(c.String("control")) {
+		return nil, fmt.Errorf("--control %s: a token is never sent in plaintext beyond loopback; give --tls-ca (the control plane serving --tls-cert)", c.String("control"))
 	}
 	return control.Dial(c.String("control"), opts)
+}
+
+// clientTLS is the client side of the TLS flags: with --tls-ca, a TLS
+// configuration verifying the server against it and, where the command
+// has --tls-cert and --tls-key, presenting that certificate (mutual TLS;
+// reloaded when the files change). Without --tls-ca, nil: plaintext.
+func clientTLS(c *cli.Context) (*tls.Config, error) {
+	ca := c.String("tls-ca")
+	if ca == "" {
+		return nil, nil
+	}
+	f := tlsconf.Files{CA: ca}
+	if hasFlag(c, "tls-cert") {
+		f.Cert, f.Key = c.String("tls-cert"), c.String("tls-key")
+	}
+	r, err := tlsconf.NewReloader(f, tlsconf.Options{OnError: func(err error) {
+		logger().Error("client certificate reload failed; the previous one stays in use", "err", err)
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("--tls-ca: %w", err)
+	}
+	go r.Watch(c.Context)
+	return r.ClientConfig(), nil
 }
 
 func controlCommand() *cli.Command {

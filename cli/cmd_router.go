@@ -160,6 +160,9 @@ func routerServe(c *cli.Context) error {
 	metrics := router.NewMetrics()
 	o := router.Options{Source: cc, Logger: log, Metrics: metrics, Version: c.String("version"), CandidateFraction: c.Float64("candidate-fraction")}
 	routerOptionsFrom(c, &o, false)
+	if o.NodeTLS, err = clientTLS(c); err != nil { // cmd_control.go: --tls-ca (and --tls-cert as the router's client certificate)
+		return err
+	}
 	// --http answers from the start: "starting" while the first routing
 	// fetch waits for an unreachable control plane (retried with backoff;
 	// any other error ends the start).

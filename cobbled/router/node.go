@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/pillarkit/pillar/cobbled/servepb"
@@ -80,14 +81,18 @@ func (n *node) servesNot(version string, p int, now int64) bool {
 }
 
 func (r *Router) newNode(id, addr, zone string) (*node, error) {
-	opts := append(servepb.DialOptions(0), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if r.opts.NodeTLS != nil {
+		creds = credentials.NewTLS(r.opts.NodeTLS)
+	}
+	opts := append(servepb.DialOptions(0), grpc.WithTransportCredentials(creds))
 	conn, err := grpc.NewClient(addr, append(opts, r.opts.DialOptions...)...)
 	if err != nil {
 		return nil, err
 	}
 	n := &node{id: id, addr: addr, conn: conn, client: servepb.NewServeClient(conn), latencyMetric: r.opts.Metrics.nodeLatency.WithLabelValues(id)}
 	if r.opts.Transport == TransportWire {
-		n.wire = wire.NewClient(addr, wire.ClientOptions{Conns: r.opts.WireConns})
+		n.wire = wire.NewClient(addr, wire.ClientOptions{Conns: r.opts.WireConns, TLS: r.opts.NodeTLS})
 	}
 	n.zone.Store(&zone)
 	n.initLatencies(r.opts.LatencyWindow, r.opts.HedgeQuantile, r.opts.HedgeQuantileFull)

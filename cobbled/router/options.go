@@ -1,6 +1,7 @@
 package router
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -143,6 +144,12 @@ type Options struct {
 	// DialOptions are appended to the node connections' own
 	// (servepb.DialOptions and plaintext). The default value is none.
 	DialOptions []grpc.DialOption
+	// NodeTLS, when set, reaches the nodes over TLS with this client
+	// configuration, over gRPC and over the wire protocol alike (nodes
+	// started with --tls-cert; with a client certificate in it, nodes
+	// requiring mutual TLS identify the router by it). The default value
+	// nil connects in plaintext.
+	NodeTLS *tls.Config
 	// Transport is how sub-requests reach the nodes: TransportGRPC (the
 	// Serve API over gRPC) or TransportWire (cobbled's lean protocol,
 	// package wire, served on the same port: length-prefixed frames over

@@ -3,6 +3,7 @@ package wire
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -38,6 +39,11 @@ type ClientOptions struct {
 	// connection the server is closing. The default value is
 	// DefaultClientIdleTimeout (1m).
 	IdleTimeout time.Duration
+	// TLS, when set, runs every connection inside TLS with this
+	// configuration (a node serving on a TLS listener). Its ServerName is
+	// filled from the address when empty. The default value nil dials
+	// plaintext.
+	TLS *tls.Config
 }
 
 // DefaultClientIdleTimeout is ClientOptions.IdleTimeout's default: well
@@ -192,6 +198,19 @@ func (c *Client) conn(ctx context.Context) (*cconn, error) {
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
+	}
+	if c.opts.TLS != nil {
+		cfg := c.opts.TLS
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(c.addr)
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, status.Errorf(codes.Unavailable, "wire: node %s: tls: %v", c.addr, err)
+		}
+		nc = tc
 	}
 	if _, err := io.WriteString(nc, Magic); err != nil {
 		nc.Close()
