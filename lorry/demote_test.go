@@ -1,7 +1,7 @@
 package lorry
 
 // Demotion waits for what a bulk batch usually takes to be uploaded
-// (Stats.FlightTime), on a FAKE clock (issue #24). ridingSetup and
+// (Stats.FlightTime), on a FAKE clock. ridingSetup and
 // advanceTo: ride_loss_test.go.
 
 import (
@@ -109,7 +109,7 @@ func TestFlightTimeNoted(t *testing.T) {
 	}
 }
 
-// TestFailedFlightRetriedInBackground (r24 R4): while every ordinary
+// TestFailedFlightRetriedInBackground: while every ordinary
 // batch's put fails, fresh records (riding or not) are still delivered,
 // the failed bulk flight is retried in the background (Stats.Retries),
 // and once puts succeed again everything is delivered in per-key order.

@@ -523,7 +523,7 @@ func (lp *loop) rideWait() time.Duration { return max(lp.w.o.MaxBatchAge, lp.w.o
 // flightDone adds a finished flight's time to Stats.FlightTime when it is a
 // sample of what a bulk batch takes: not a batch of fresh records only (no
 // build slot, small), not a failed upload. A demoted flight's time counts
-// from its restart (r24 R1: skipping it, a machine where every flight
+// from its restart (skipping it, a machine where every flight
 // takes longer than the bound never yields a sample, and every riding
 // batch is demoted for ever).
 func (lp *loop) flightDone(f *flight) {
@@ -1067,7 +1067,7 @@ func (w *Worker) runPartition(ctx context.Context, pt *part, st PartitionState) 
 		}
 		if f := lp.bfl; f != nil && f.uploaded() && f.pre.err != nil && f.pre.register && ctx.Err() == nil &&
 			!errors.Is(f.pre.err, errCrash) && !errors.Is(f.pre.err, ErrLeaseLost) {
-			// The flight's upload failed (r24 R4): retried in the
+			// The flight's upload failed: retried in the
 			// background, as a flight, so neither its riders nor the
 			// fresh lane wait through the retries (delivered by the loop
 			// itself, they would): a batch carrying fresh records gives

@@ -1,6 +1,6 @@
 package lorry
 
-// Riders in flight (issue #24, rev2 R2, the remainder): the loss counter and
+// Riders in flight: the loss counter and
 // the backlog gauge see them, on a FAKE clock.
 
 import (
@@ -52,7 +52,7 @@ func advanceTo(fc *clock.Fake, start time.Time, to time.Duration) {
 	}
 }
 
-// TestLossCounterSeesRidersInFlight (rev2 R2, the remainder): riders spend
+// TestLossCounterSeesRidersInFlight: riders spend
 // their bulk batch's build and upload in the flight, out of the fresh
 // buffer; until demotion (twice the ride wait) the loss counter and the
 // backlog gauge must still see them. FreshRideWait 5s (demotion at 10s),

@@ -314,7 +314,7 @@ func (lp *loop) checkLoss() {
 // the fresh batch the last fresh commit recorded (fplanned). They are older
 // than every record of fbuf and the fresh heads, and newer than those of
 // the registered batches (the tracker's), so the loss counter and the
-// backlog gauge visit them between the two (rev2 R2: riders spend a bulk
+// backlog gauge visit them between the two (riders spend a bulk
 // batch's build and upload there).
 func (lp *loop) freshInFlight() []pillar.ExportRecord {
 	var out []pillar.ExportRecord

@@ -76,7 +76,7 @@ type Stats struct {
 	// being planned to its end (a build slot, the build and upload, then,
 	// once its pending record is committed, the manifest and the
 	// registration): the median of the last 8, over every partition
-	// (0: none yet; one hung flight moves it little, r24 R2). A
+	// (0: none yet; one hung flight moves it little). A
 	// bulk batch carrying fresh records that takes more than twice this
 	// (at least twice FreshRideWait, at most 8 times it) gives its riders
 	// back to the fresh lane.

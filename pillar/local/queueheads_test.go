@@ -196,7 +196,7 @@ func TestQueueHeadsWithoutHeadsChecksum(t *testing.T) {
 	if _, err := readQueueSegment[queueHead](ctx, s, old, 0, 100, true); !errors.Is(err, pillar.ErrCorrupt) {
 		t.Fatalf("old segment with a damaged value byte: heads read %v, want ErrCorrupt (checked whole)", err)
 	}
-	// A segment of c74cca9 (a heads checksum, no footer checksum): its
+	// A segment with a heads checksum and no footer checksum: its
 	// footer would be parsed unchecked, so it is checked whole too.
 	noFooter := seg
 	noFooter.FooterCRC32C = ""

@@ -10,10 +10,10 @@ import (
 // TestQueueSegmentNoValueBounds: a segment of incompressible 50 KB values
 // is about the size of its values, and its heads (what a heads read reads
 // and checks) a few KB a row group: the value column has no page bounds or
-// statistics. On the code before, each data page header carried the
-// page's smallest and largest value (twice), and the column index and the
-// footer once more each: on 6d8b135, 2,500 KB of values made a 5,109 KB
-// segment whose heads were 407 KB (now 2,506 KB and 5 KB).
+// statistics. With them, each data page header would carry the page's
+// smallest and largest value (twice), and the column index and the footer
+// once more each: 2,500 KB of values made a 5,109 KB segment whose heads
+// were 407 KB (without them 2,506 KB and 5 KB).
 func TestQueueSegmentNoValueBounds(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Create(dir, &Options{Partitions: 1})

@@ -1,8 +1,8 @@
 package local
 
-// Review of 3786253 (block sums for table files): findings as tests
-// (/work/notes/rev.md has the write-up), and the checks that came out
-// sound, kept as regression tests.
+// Block sums of table files (<file>.blocks sidecars): cleanup, a sweep by
+// a binary that does not know them, the cost of a small read, and
+// concurrent block-checked reads.
 
 import (
 	"bytes"
@@ -22,12 +22,12 @@ import (
 	"github.com/pillarkit/pillar/pillar"
 )
 
-// R1. The cleanup every few commits (cleanupLocked without a listing)
-// removes the table files of the manifests it drops, but not their
-// sidecars: in a Store that stays open (serve, Lorry's daemon) every
-// replaced table file leaves its <file>.blocks behind until the next Open
-// or explicit Cleanup sweeps data/.
-func TestReviewPeriodicCleanupRemovesSidecars(t *testing.T) {
+// TestPeriodicCleanupRemovesSidecars: the cleanup every few commits (cleanupLocked without a listing)
+// removes the table files of the manifests it drops and their sidecars
+// too: in a Store that stays open (serve, Lorry's daemon) no replaced
+// table file may leave its <file>.blocks behind until the next Open or
+// explicit Cleanup sweeps data/.
+func TestPeriodicCleanupRemovesSidecars(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := Create(dir, &Options{Partitions: 4}); err != nil {
 		t.Fatal(err)
@@ -59,15 +59,14 @@ func TestReviewPeriodicCleanupRemovesSidecars(t *testing.T) {
 	}
 }
 
-// R2. A binary from before block sums (the previous release; the format
-// number did not change, so it opens these stores) sweeps data/ at Open and
-// removes every file its manifest.files does not list: all the sidecars,
-// the current manifest's and leased ones' too. The table files and their
-// whole-file CRC32C are intact, yet every read of the table by the new
-// binary then fails ("no such file") for good. The sweep is simulated
-// exactly: data/ minus what the old files() names (today's minus the
-// sidecars).
-func TestReviewTableReadableAfterOldBinarySweep(t *testing.T) {
+// TestTableReadableAfterSidecarSweep: a binary that does not know block
+// sums (same format number, so it opens these stores) sweeps data/ at Open
+// and removes every file its manifest.files does not list: all the
+// sidecars, the current manifest's and leased ones' too. The table files
+// and their whole-file CRC32C are intact, so the table must stay readable
+// (checked whole). The sweep is simulated exactly: data/ minus what such a
+// binary's files() names (today's minus the sidecars).
+func TestTableReadableAfterSidecarSweep(t *testing.T) {
 	dir, fe := blockStore(t)
 	oldSweep(t, dir)
 	if _, err := os.Stat(filepath.Join(dir, "data", fe.Name)); err != nil {
@@ -142,15 +141,15 @@ func oldSweep(t *testing.T, dir string) {
 	}
 }
 
-// R3. Every open of a table file (rowReader.open: each ReadTable, so each
+// TestSmallReadCostIndependentOfFileSize: every open of a table file (rowReader.open: each ReadTable, so each
 // probe of subsets' binary search findKey) reads, checksums and decodes
 // the whole sidecar, 4 bytes per 128 KiB block: a one-row read of a 4 GiB
 // file costs 256 KiB (the sidecar and its decoded sums) however few blocks
-// it touches, and k lookups of log2(N) probes each pay it k*log2(N) times.
-// A small read should cost O(blocks read): the Store can remember a
-// sidecar it checked, as it remembers data files (verified), and read only
-// the sums it needs. The file here is sparse (no disk used).
-func TestReviewSmallReadCostIndependentOfFileSize(t *testing.T) {
+// it touches, and k lookups of log2(N) probes each pay it k*log2(N) times,
+// unless the Store remembers a sidecar it checked, as it remembers data
+// files (verified), and reads only the sums it needs: a small read costs
+// O(blocks read). The file here is sparse (no disk used).
+func TestSmallReadCostIndependentOfFileSize(t *testing.T) {
 	dir := t.TempDir()
 	s := mustCreate(t, dir)
 	const size = 4<<30 + 1000
@@ -199,14 +198,14 @@ func TestReviewSmallReadCostIndependentOfFileSize(t *testing.T) {
 	}
 }
 
-// Sound (regression): blockFile.ReadAt under concurrent readers (run with
+// TestBlockFileReadAtConcurrent: blockFile.ReadAt under concurrent readers (run with
 // -race) returns exactly the file's bytes for reads that straddle blocks,
 // end in the short last block or run past the end (io.EOF with the bytes
 // there are); with one block damaged, every read that overlaps it fails
 // with ErrCorrupt, even when the blocks around it were verified first and
 // the damaged one is in the middle of the read, and every other read is
 // exact.
-func TestReviewBlockFileReadAtConcurrent(t *testing.T) {
+func TestBlockFileReadAtConcurrent(t *testing.T) {
 	dir, fe := blockStore(t)
 	path := filepath.Join(dir, "data", fe.Name)
 	nb := numBlocks(fe.Bytes, tableBlockSize)

@@ -1,7 +1,8 @@
 package lorry
 
-// Review of the riding change (issue #24: 3f919f4, 1aeae1d, cecb408) by
-// rev2: each test here names one finding of /work/notes/rev2.md.
+// Fresh records riding bulk batches are never held behind bulk work: a
+// hanging riding upload, other partitions' bulk builds, and the loss
+// counter seeing riders in flight.
 
 import (
 	"context"
@@ -42,19 +43,19 @@ func (g *gateObjects) Put(ctx context.Context, key string, r io.Reader, size int
 	return g.Store.Put(ctx, key, r, size, opts)
 }
 
-// TestReviewFreshNotHeldByHangingRidingBatch (R1): fresh records must never
-// be stuck behind bulk work (issue #24). With the default FreshRideWait,
+// TestFreshNotHeldByHangingRidingBatch: fresh records must never be stuck
+// behind bulk work. With the default FreshRideWait,
 // fresh records ride the partition's next bulk batch; while that batch
 // flies the whole fresh lane is held (nextFresh: lp.bfl.pl.fresh), so when
 // the bulk batch's upload hangs (a slow or failing object store for large
 // puts, the build semaphore that only bulk batches queue on), the riders
 // AND every fresh record queued after them wait for it, far past
-// FreshRideWait. TestFreshWhileBulkInFlight checks exactly this guarantee,
-// but was changed to run with riding off. Here: riding on (the default),
+// FreshRideWait. TestFreshWhileBulkInFlight checks this guarantee with
+// riding off. Here: riding on (the default),
 // the riding batch's upload hangs, every fresh record is 10s old on the
 // FAKE clock (ten times FreshRideWait): they must be delivered (the fresh
 // position past them) while the bulk upload still hangs.
-func TestReviewFreshNotHeldByHangingRidingBatch(t *testing.T) {
+func TestFreshNotHeldByHangingRidingBatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
 	ks := keysIn(12, 0, 1)
@@ -101,8 +102,8 @@ func TestReviewFreshNotHeldByHangingRidingBatch(t *testing.T) {
 	}
 }
 
-// TestReviewFreshNotHeldByOtherPartitionsBulk (R1, the same hold without
-// any fault in this partition): a batch holding bulk records builds and
+// TestFreshNotHeldByOtherPartitionsBulk (the same hold without any fault
+// in this partition): a batch holding bulk records builds and
 // uploads only with a slot of the worker's build semaphore (Parallelism,
 // default 4; uploadFiles), which a batch of fresh records only skips "so it
 // does not queue behind them". A riding batch holds bulk records, so the
@@ -111,7 +112,7 @@ func TestReviewFreshNotHeldByHangingRidingBatch(t *testing.T) {
 // partition 1's bulk upload hangs holding the slot; partition 0's fresh
 // records, 10s old on the FAKE clock, must still be delivered. (With
 // FreshRideWait -1 they are.)
-func TestReviewFreshNotHeldByOtherPartitionsBulk(t *testing.T) {
+func TestFreshNotHeldByOtherPartitionsBulk(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2)
 	k0, k1 := keysIn(12, 0, 2), keysIn(8, 1, 2)
@@ -176,7 +177,7 @@ func TestReviewFreshNotHeldByOtherPartitionsBulk(t *testing.T) {
 	}
 }
 
-// TestReviewLossCounterSeesRiders (R2): the loss counter (checkLoss) visits
+// TestLossCounterSeesRiders: the loss counter (checkLoss) visits
 // fresh records in registered batches, in fbuf and in the fresh heads, but
 // not in the batch in flight; riders leave fbuf when a bulk batch takes
 // them and then spend the bulk batch's whole build and upload in flight.
@@ -184,7 +185,7 @@ func TestReviewFreshNotHeldByOtherPartitionsBulk(t *testing.T) {
 // after their commit with LossAfter 3s (FAKE clock): the alert must count
 // them. (The backlog and oldest-age metrics, setBacklog, leave them out the
 // same way.)
-func TestReviewLossCounterSeesRiders(t *testing.T) {
+func TestLossCounterSeesRiders(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
 	ks := keysIn(10, 0, 1)
