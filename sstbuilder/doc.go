@@ -47,7 +47,7 @@
 // a writer's memory is its RowGroupBytes (default 4 MiB), however large the
 // row group. Row groups are not cut at that memory share, because a Parquet
 // writer keeps every row group's metadata until Close: small row groups
-// would make memory grow with the file (#16). The record column's data pages
+// would make memory grow with the file. The record column's data pages
 // carry no statistics.
 //
 // A snapshot export must carry queue_ends: per partition, the export-queue

@@ -307,7 +307,7 @@ func liveHeap() int64 {
 	return int64(m.HeapAlloc)
 }
 
-// An export's writers hold memory that does not grow with its rows (#16): a
+// An export's writers hold memory that does not grow with its rows: a
 // Parquet writer keeps every written row group's metadata (about 4 KB) until
 // Close, so row groups cut at the memory share (32 KiB here, 8 records of
 // 4 KB) grew the heap by about 0.5 KB a row: about 7 MB more for 16,000 more

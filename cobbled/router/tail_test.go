@@ -17,7 +17,7 @@ import (
 )
 
 // BenchmarkReadTail measures the router's latency distribution with one
-// closed-loop caller (the case #22's 1-client target is about), request by
+// closed-loop caller (the case the 1-client read target is about), request by
 // request alternating with the floor, the same 12-key batch straight to a
 // node over a bare wire.Client (no router), so both see the same moments. It
 // reports p50, p99 and p99.9 of each and their ratios, and, for the router's
