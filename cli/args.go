@@ -8,17 +8,15 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// deprecatedFlags are the old spellings of the flag vocabulary (README,
-// "Flag vocabulary"). They keep working for one release: normalizeArgs
-// rewrites them to the new name and warns on stderr. An entry with an empty
-// To is a hidden flag of its own (its value means something else, such as
-// --control-token's token against --token-file's file); it only warns.
+// deprecatedFlags are the old spellings of the flag vocabulary
+// (docs/operations.md, "Flag vocabulary"). They keep working for one
+// release: normalizeArgs rewrites them to the new name and warns on
+// stderr. An entry with an empty To is a hidden flag of its own; it only
+// warns.
 var deprecatedFlags = []struct{ Cmd, Old, To, Hint string }{
 	{"control serve", "objects", "objstore", ""},
 	{"control register", "objects", "objstore", ""},
 	{"lorry run", "metrics", "http", ""},
-	{"cobbled serve", "control-token", "", "use --token-file FILE or PILLAR_CONTROL_TOKEN"},
-	{"router serve", "control-token", "", "use --token-file FILE or PILLAR_CONTROL_TOKEN"},
 	{"sst build", "register", "control", ""},
 }
 

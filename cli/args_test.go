@@ -27,7 +27,6 @@ func TestNormalizeArgs(t *testing.T) {
 		{"pillar control serve --objects=file:///o", "pillar control serve --objstore=file:///o", "use --objstore"},
 		{"pillar lorry run --metrics :7201", "pillar lorry run --http :7201", "use --http"},
 		{"pillar sst build --register 127.0.0.1:7000 --export e", "pillar sst build --control 127.0.0.1:7000 --export e", "use --control"},
-		{"pillar cobbled serve --control-token s3cret --id n1", "pillar cobbled serve --control-token s3cret --id n1", "PILLAR_CONTROL_TOKEN"},
 		// A global flag after the command moves before it.
 		{"pillar control serve --db sqlite:x --log-format json --no-auth", "pillar --log-format json control serve --db sqlite:x --no-auth", ""},
 		{"pillar tables --log-level=debug --store s", "pillar --log-level=debug tables --store s", ""},

@@ -81,7 +81,7 @@ Examples:
 				&cli.StringFlag{Name: "addr", Usage: "address readers dial, as registered (default: --listen)"},
 				&cli.StringFlag{Name: "http", Usage: "listen address for /metrics, /healthz and /readyz (default: --listen's host, port + 1000)"},
 				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true, EnvVars: []string{envControl}},
-				controlTokenFileFlag, hiddenControlTokenFlag(), controlTLSCAFlag,
+				controlTokenFileFlag, controlTLSCAFlag,
 				&cli.StringFlag{Name: "objstore", Usage: "object store holding the batches: a directory, file:///abs/dir or s3://bucket/prefix", Required: true, EnvVars: []string{envObjstore}},
 				s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 				&cli.StringFlag{Name: "cache", Value: "1GiB", Usage: "block cache size shared by all partitions (e.g. 512MiB, 2GiB)"},

@@ -103,8 +103,12 @@ func controlServeCommand() *cli.Command {
 		Description: `Serves the control plane's gRPC API on --listen (loopback unless told otherwise) and
 Prometheus metrics (/metrics) and health checks (/healthz, /readyz) on --http. The partition
 count is fixed at the first start (--partitions) and recorded in the database; a later
-start with a different count is refused. Mutating calls need the bearer token from
---token-file. With --objstore, batches every replica has moved past (they precede a
+start with a different count is refused. Mutating calls need a credential: the admin
+token of --token-file, a role token of --credentials-file (node: register, heartbeat and
+report for its own node id; writer: register batches and publications; admin: everything,
+including promote, rollback, retire, retract and remove-node), or with --tls-client-ca a
+client certificate whose identity is pillar://<role>/<name>. A refused call is logged once
+per credential and method. Off loopback, --listen needs --tls-cert (or --insecure). With --objstore, batches every replica has moved past (they precede a
 snapshot all replicas applied) are garbage-collected, objects included.
 
 Keep database passwords out of the URL (it shows in ps): pgx reads PGPASSWORD and
@@ -116,7 +120,10 @@ Examples:
    pillar control serve --db postgres://postgres@127.0.0.1:5432/control --partitions 64 \
        --token-file control.token --objstore file:///srv/pillar/objects --http 127.0.0.1:7001
    pillar control serve --db postgres://control@db.internal/control --listen 0.0.0.0:7000 \
-       --tls-cert server.pem --tls-key server.key --token-file /etc/pillar/control.token`,
+       --tls-cert server.pem --tls-key server.key --token-file /etc/pillar/control.token
+   pillar control serve --db postgres://control@db.internal/control --listen 0.0.0.0:7000 \
+       --tls-cert certs/control.pem --tls-key certs/control.key --tls-client-ca certs/ca.pem \
+       --credentials-file /etc/pillar/credentials`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "db", Required: true, EnvVars: []string{"PILLAR_CONTROL_DB"},
 				Usage: "database: sqlite:PATH (embedded, one file) or postgres://user@host:port/db"},
@@ -125,8 +132,11 @@ Examples:
 			&cli.StringFlag{Name: "token-file", EnvVars: []string{envControlTokenFile}, Usage: "file holding the bearer token mutating calls must present (default: $" + envControlToken + ")"},
 			&cli.BoolFlag{Name: "no-auth", Usage: "accept mutating calls without a token (only with a loopback --listen)"},
 			&cli.StringFlag{Name: "http", Value: "127.0.0.1:7001", Usage: "address for /metrics, /healthz and /readyz (empty: none)"},
-			&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate: serve gRPC over TLS"},
+			&cli.StringFlag{Name: "credentials-file", Usage: "role tokens, one per line: node TOKEN [NODE_ID] | writer TOKEN | admin TOKEN (reloaded on SIGHUP or change: rotate by adding the new token, moving clients, removing the old)"},
+			&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate: serve gRPC over TLS (reloaded on SIGHUP or change)"},
 			&cli.StringFlag{Name: "tls-key", Usage: "PEM private key for --tls-cert"},
+			&cli.StringFlag{Name: "tls-client-ca", Usage: "PEM CA bundle: require client certificates signed by it; their pillar://<role>/<name> identities act as credentials"},
+			&cli.BoolFlag{Name: "insecure", Usage: "serve plaintext on a non-loopback --listen or --http (refused without it)"},
 			&cli.StringFlag{Name: "objstore", EnvVars: []string{envObjstore}, Usage: "object store URL (file:///dir, a path, or s3://bucket/prefix); enables garbage collection"},
 			s3EndpointFlag, s3RegionFlag, s3PathStyleFlag,
 			&cli.DurationFlag{Name: "gc-interval", Value: time.Minute, Usage: "how often garbage collection runs"},
@@ -146,8 +156,21 @@ func runControlServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if token == "" && !c.Bool("no-auth") {
-		return errors.New("control serve: --token-file is required (or --no-auth on a loopback --listen)")
+	var creds []control.Credential
+	if f := c.String("credentials-file"); f != "" {
+		if creds, err = readCredentials(f); err != nil {
+			return fmt.Errorf("control serve: %w", err)
+		}
+	}
+	if token == "" && len(creds) == 0 && c.String("tls-client-ca") == "" && !c.Bool("no-auth") {
+		return errors.New("control serve: give --token-file (an admin token), --credentials-file (role tokens) or --tls-client-ca (certificate identities); or --no-auth on a loopback --listen")
+	}
+	tlsOn := c.String("tls-cert") != ""
+	if err := tlsconf.OffLoopback("control serve --listen", c.String("listen"), tlsOn, c.Bool("insecure")); err != nil {
+		return err
+	}
+	if a := c.String("http"); a != "" && !tlsconf.IsLoopback(a) && !c.Bool("insecure") {
+		return fmt.Errorf("control serve --http %s: the metrics and health port serves plaintext; bind it to 127.0.0.1 or pass --insecure", a)
 	}
 	if c.Bool("no-auth") && !isLoopback(c.String("listen")) {
 		return fmt.Errorf("control serve: --no-auth is refused with a non-loopback --listen %s", c.String("listen"))
@@ -161,7 +184,8 @@ func runControlServe(c *cli.Context) error {
 	}
 	defer store.Close()
 	metrics := control.NewMetrics()
-	opts := &control.Options{Store: store, Token: token, NoAuth: c.Bool("no-auth"), Replicas: c.Int("replicas"),
+	opts := &control.Options{Store: store, Token: token, Credentials: creds, ClientCerts: c.String("tls-client-ca") != "",
+		NoAuth: c.Bool("no-auth"), Replicas: c.Int("replicas"),
 		DownAfter: c.Duration("down-after"), ReassignAfter: c.Duration("reassign-after"),
 		GCInterval: c.Duration("gc-interval"), Logger: log, Metrics: metrics}
 	if u := c.String("objstore"); u != "" {
@@ -176,12 +200,26 @@ func runControlServe(c *cli.Context) error {
 		return err
 	}
 	var gopts []grpc.ServerOption
-	if cert := c.String("tls-cert"); cert != "" {
-		kp, err := tls.LoadX509KeyPair(cert, c.String("tls-key"))
+	if tlsOn {
+		r, err := tlsconf.NewReloader(tlsconf.Files{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-client-ca")}, tlsconf.Options{
+			OnError: func(err error) {
+				log.Error("control serve: certificate reload failed; the previous one stays in use", "err", err)
+			},
+		})
 		if err != nil {
-			return fmt.Errorf("control serve: --tls-cert/--tls-key: %w", err)
+			return fmt.Errorf("control serve: %w", err)
 		}
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12})))
+		cfg, err := r.ServerConfig()
+		if err != nil {
+			return fmt.Errorf("control serve: %w", err)
+		}
+		go r.Watch(ctx)
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(cfg)))
+	} else if c.String("tls-client-ca") != "" {
+		return errors.New("control serve: --tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if f := c.String("credentials-file"); f != "" {
+		go watchCredentials(ctx, f, srv, log)
 	}
 	g := srv.GRPCServer(gopts...)
 	lis, err := net.Listen("tcp", c.String("listen"))

@@ -133,7 +133,7 @@ Examples:
    pillar router serve --control 127.0.0.1:7000 --transport grpc   # nodes over gRPC instead of the lean wire protocol`,
 			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "control", Usage: "control plane address host:port", Required: true, EnvVars: []string{envControl}},
-				controlTokenFileFlag, hiddenControlTokenFlag(), controlTLSCAFlag,
+				controlTokenFileFlag, controlTLSCAFlag,
 				&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", Usage: "gRPC listen address for BatchGet"},
 				&cli.StringFlag{Name: "http", Value: "127.0.0.1:8400", Usage: "listen address for /metrics, /healthz and /readyz"},
 				&cli.DurationFlag{Name: "drain", Value: 10 * time.Second, Usage: "how long shutdown waits for in-flight requests"},

@@ -38,13 +38,6 @@ var (
 // s3Flags are the S3 flags, for a command's flag list.
 func s3Flags() []cli.Flag { return []cli.Flag{s3EndpointFlag, s3RegionFlag, s3PathStyleFlag} }
 
-// hiddenControlTokenFlag is the deprecated --control-token VALUE of cobbled
-// serve and router serve (normalizeArgs warns); use --token-file or
-// PILLAR_CONTROL_TOKEN.
-func hiddenControlTokenFlag() cli.Flag {
-	return &cli.StringFlag{Name: "control-token", Hidden: true, Usage: "deprecated: use --token-file or " + envControlToken}
-}
-
 // openObjstore opens an object-store URL with the command's S3 flags. An
 // s3:// failure says where the endpoint, region and credentials came from,
 // so that a missing --s3-endpoint is not a mystery.
@@ -117,8 +110,8 @@ func hasFlag(c *cli.Context, name string) bool {
 
 // controlToken is the bearer token for the control plane, on every command
 // that talks to it or serves it: the contents of --token-file
-// (PILLAR_CONTROL_TOKEN_FILE), else the deprecated --control-token, else
-// $PILLAR_CONTROL_TOKEN; "" when none is given. Surrounding white space is
+// (PILLAR_CONTROL_TOKEN_FILE), else $PILLAR_CONTROL_TOKEN (a token is
+// never taken from argv, where ps shows it); "" when none is given. Surrounding white space is
 // trimmed; an empty file is an error.
 func controlToken(c *cli.Context) (string, error) {
 	if path := c.String("token-file"); path != "" {
@@ -131,9 +124,6 @@ func controlToken(c *cli.Context) (string, error) {
 			return "", fmt.Errorf("--token-file %s is empty", path)
 		}
 		return tok, nil
-	}
-	if hasFlag(c, "control-token") && c.String("control-token") != "" {
-		return strings.TrimSpace(c.String("control-token")), nil
 	}
 	return strings.TrimSpace(os.Getenv(envControlToken)), nil
 }

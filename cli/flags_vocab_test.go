@@ -21,7 +21,7 @@ func tokenOf(t *testing.T, args ...string) (string, error) {
 	var tok string
 	var terr error
 	app := &cli.App{Name: "pillar", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, Commands: []*cli.Command{{
-		Name: "serve", Flags: []cli.Flag{controlTokenFileFlag, hiddenControlTokenFlag()},
+		Name: "serve", Flags: []cli.Flag{controlTokenFileFlag},
 		Action: func(c *cli.Context) error { tok, terr = controlToken(c); return nil },
 	}}}
 	app.Commands = ownFlags(app.Commands) // as newApp: the shared flags stay pristine
@@ -45,11 +45,8 @@ func TestControlTokenSources(t *testing.T) {
 	if tok, _ := tokenOf(t); tok != "from-env" {
 		t.Errorf("PILLAR_CONTROL_TOKEN: %q", tok)
 	}
-	if tok, _ := tokenOf(t, "--control-token", "from-flag"); tok != "from-flag" {
-		t.Errorf("deprecated --control-token: %q", tok)
-	}
-	if tok, _ := tokenOf(t, "--token-file", file, "--control-token", "from-flag"); tok != "from-file" {
-		t.Errorf("--token-file first: %q", tok)
+	if tok, _ := tokenOf(t, "--token-file", file); tok != "from-file" {
+		t.Errorf("--token-file before PILLAR_CONTROL_TOKEN: %q", tok)
 	}
 	t.Setenv(envControlTokenFile, file)
 	if tok, _ := tokenOf(t); tok != "from-file" {

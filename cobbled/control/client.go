@@ -109,6 +109,8 @@ func fromStatus(method string, err error) error {
 		return &remoteError{method: method, msg: st.Message(), sentinel: ErrUnavailable}
 	case codes.Unauthenticated:
 		return &remoteError{method: method, msg: st.Message(), sentinel: ErrUnauthenticated}
+	case codes.PermissionDenied:
+		return &remoteError{method: method, msg: st.Message(), sentinel: ErrPermissionDenied}
 	case codes.InvalidArgument:
 		return &remoteError{method: method, msg: st.Message(), sentinel: ErrInvalid}
 	case codes.DeadlineExceeded:

@@ -45,6 +45,10 @@ var (
 	// ErrUnauthenticated: a mutating call without the right bearer token.
 	// gRPC Unauthenticated.
 	ErrUnauthenticated = errors.New("control: unauthenticated")
+	// ErrPermissionDenied: a credential whose role may not make the call,
+	// or a node credential acting for another node. gRPC
+	// PermissionDenied.
+	ErrPermissionDenied = errors.New("control: permission denied")
 )
 
 // errf returns an error wrapping sentinel with a message naming the thing at

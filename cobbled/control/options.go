@@ -10,13 +10,23 @@ import (
 type Options struct {
 	// Store is the database. Required.
 	Store *Store
-	// Token is the bearer token mutating calls (RegisterBatch, RegisterNode,
-	// Heartbeat, ReportApplied) must present. Required unless NoAuth.
-	// The default value is "".
+	// Token is an admin bearer token: it may make every mutating call.
+	// The default value "" adds none.
 	Token string
+	// Credentials are the role tokens (auth.go): node, writer and admin;
+	// Server.SetCredentials replaces them while the server runs. A verified
+	// client certificate with identity pillar://<role>/<name> is a
+	// credential of that role too (a node's bound to node <name>). Token
+	// or Credentials (or client certificates) are required unless NoAuth.
+	// The default value nil adds none.
+	Credentials []Credential
 	// NoAuth lets mutating calls through without a token (tests, loopback
 	// demos). The default value is false.
 	NoAuth bool
+	// ClientCerts says the gRPC server verifies client certificates
+	// (mutual TLS), so certificate identities may stand in for tokens. The
+	// default value is false.
+	ClientCerts bool
 	// Replicas is the number of replicas per partition. The default value
 	// is 3.
 	Replicas int
@@ -107,8 +117,8 @@ func (o *Options) Validate() error {
 	switch {
 	case o.Store == nil:
 		return fmt.Errorf("control: options: Store is required: %w", ErrInvalid)
-	case o.Token == "" && !o.NoAuth:
-		return fmt.Errorf("control: options: a Token is required (or NoAuth): %w", ErrInvalid)
+	case o.Token == "" && len(o.Credentials) == 0 && !o.NoAuth && !o.ClientCerts:
+		return fmt.Errorf("control: options: a Token, Credentials or ClientCerts is required (or NoAuth): %w", ErrInvalid)
 	case o.ReassignAfter <= o.DownAfter:
 		return fmt.Errorf("control: options: ReassignAfter %v must exceed DownAfter %v: %w", o.ReassignAfter, o.DownAfter, ErrInvalid)
 	case o.DefaultLimit > o.MaxLimit:

@@ -3,7 +3,6 @@ package control
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"sort"
@@ -16,7 +15,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -32,6 +30,7 @@ type Server struct {
 	// reconcileMu keeps one reconcile at a time in this process (the store
 	// serializes across processes anyway; this avoids useless contention).
 	reconcileMu sync.Mutex
+	authState   // auth.go: credentials and refusals
 }
 
 // NewServer returns a Server. It reconciles nothing until Run or Reconcile.
@@ -41,7 +40,11 @@ func NewServer(opts *Options) (*Server, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{o: o, store: o.Store, started: o.Now(), notify: newNotifier(o.Store.Partitions()), stampWake: make(chan struct{}, 1)}, nil
+	s := &Server{o: o, store: o.Store, started: o.Now(), notify: newNotifier(o.Store.Partitions()), stampWake: make(chan struct{}, 1)}
+	if err := s.SetCredentials(o.Credentials); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // GRPCServer returns a grpc.Server with this service registered behind the
@@ -51,21 +54,6 @@ func (s *Server) GRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 	g := grpc.NewServer(opts...)
 	controlpb.RegisterControlServer(g, s)
 	return g
-}
-
-// mutating names the methods that require the bearer token.
-var mutating = map[string]bool{
-	controlpb.Control_RegisterBatch_FullMethodName:       true,
-	controlpb.Control_RegisterNode_FullMethodName:        true,
-	controlpb.Control_Heartbeat_FullMethodName:           true,
-	controlpb.Control_ReportApplied_FullMethodName:       true,
-	controlpb.Control_RemoveNode_FullMethodName:          true,
-	controlpb.Control_RetractBatch_FullMethodName:        true,
-	controlpb.Control_ReportFault_FullMethodName:         true,
-	controlpb.Control_RegisterPublication_FullMethodName: true,
-	controlpb.Control_Promote_FullMethodName:             true,
-	controlpb.Control_Rollback_FullMethodName:            true,
-	controlpb.Control_Retire_FullMethodName:              true,
 }
 
 // longPoll names the methods that may wait up to MaxWait.
@@ -81,7 +69,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		start := time.Now()
 		method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
 		var resp any
-		err := s.authorize(ctx, info.FullMethod)
+		err := s.authorize(ctx, info.FullMethod, req) // auth.go
 		if err == nil {
 			limit := s.o.CallTimeout
 			if longPoll[info.FullMethod] {
@@ -102,20 +90,6 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
-func (s *Server) authorize(ctx context.Context, method string) error {
-	if s.o.NoAuth || !mutating[method] {
-		return nil
-	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
-		tok, ok := strings.CutPrefix(v, "Bearer ")
-		if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(s.o.Token)) == 1 {
-			return nil
-		}
-	}
-	return errf(ErrUnauthenticated, "%s: missing or wrong bearer token", method)
-}
-
 // sentinelReasons names each sentinel on the wire (ErrorInfo.Reason), so
 // the client restores the exact sentinel even where codes are shared.
 var sentinelReasons = []struct {
@@ -131,6 +105,7 @@ var sentinelReasons = []struct {
 	{ErrPartitions, codes.FailedPrecondition, "PARTITIONS"},
 	{ErrUnavailable, codes.Unavailable, "UNAVAILABLE"},
 	{ErrUnauthenticated, codes.Unauthenticated, "UNAUTHENTICATED"},
+	{ErrPermissionDenied, codes.PermissionDenied, "PERMISSION_DENIED"},
 	{ErrNodeUp, codes.FailedPrecondition, "NODE_UP"},
 	{ErrNotDelivered, codes.FailedPrecondition, "NOT_DELIVERED"},
 	{ErrNotReady, codes.FailedPrecondition, "NOT_READY"},
