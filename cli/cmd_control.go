@@ -205,6 +205,9 @@ func runControlServe(c *cli.Context) error {
 			OnError: func(err error) {
 				log.Error("control serve: certificate reload failed; the previous one stays in use", "err", err)
 			},
+			// A bearer token authenticates a client without a certificate;
+			// a certificate sent is verified against --tls-client-ca.
+			ClientCertOptional: true,
 		})
 		if err != nil {
 			return fmt.Errorf("control serve: %w", err)

@@ -2,8 +2,10 @@ package demo
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
 	"fmt"
-	"github.com/pillarkit/pillar/internal/freeport"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +16,8 @@ import (
 	"time"
 
 	"github.com/pillarkit/pillar/cobbled/control"
+	"github.com/pillarkit/pillar/internal/freeport"
+	"github.com/pillarkit/pillar/internal/tlsconf"
 )
 
 // proc is a child process of the demo.
@@ -34,7 +38,16 @@ type cluster struct {
 	procs   []*proc
 	control string // gRPC address
 	nodes   []nodeInfo
-	client  *control.Client
+	// client is the admin's control client (promote, rollback, routing);
+	// writer the SST builder's and Lorry's (register batches and
+	// publications only).
+	client, writer *control.Client
+	// nodeTLS is the routers' client configuration toward the nodes: the
+	// demo CA and the router's certificate (the nodes serve only it).
+	nodeTLS *tls.Config
+	// adminFlags are the CLI flags of an admin command against this
+	// control plane: the CA and the admin token file.
+	adminFlags []string
 }
 
 type nodeInfo struct {
@@ -130,6 +143,9 @@ func (c *cluster) stop() {
 	if c.client != nil {
 		c.client.Close()
 	}
+	if c.writer != nil {
+		c.writer.Close()
+	}
 	c.mu.Lock()
 	procs := append([]*proc(nil), c.procs...)
 	c.mu.Unlock()
@@ -180,6 +196,15 @@ func tail(s string, n int) string {
 	return s
 }
 
+// randomToken is a fresh 32-byte bearer token, hex.
+func randomToken() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
 // startCluster starts the control plane (SQLite) and three nodes in zones
 // a, b, c, all reading batches from objects.
 func startCluster(ctx context.Context, bin, dir, objects string, partitions int) (*cluster, error) {
@@ -190,25 +215,84 @@ func startCluster(ctx context.Context, bin, dir, objects string, partitions int)
 			c.stop()
 		}
 	}()
+	// Every hop on mutual TLS, with certificates from a local CA
+	// (tlsconf.DevCerts, as `pillar dev certs` makes them) and per-role
+	// control-plane credentials: each node a token bound to its own id, the
+	// writer and the admin one each.
+	certs := filepath.Join(dir, "certs")
+	if err := os.RemoveAll(certs); err != nil {
+		return nil, err
+	}
+	if _, err := tlsconf.DevCerts(certs, tlsconf.DevOptions{}); err != nil {
+		return nil, err
+	}
+	cert := func(name string) []string {
+		return []string{"--tls-cert", filepath.Join(certs, name+".pem"), "--tls-key", filepath.Join(certs, name+".key")}
+	}
+	ca := filepath.Join(certs, "ca.pem")
+	tokens := map[string]string{}
+	var credLines []string
+	for _, who := range []string{"n1", "n2", "n3", "writer", "admin"} {
+		tok := randomToken()
+		tokens[who] = tok
+		if err := os.WriteFile(filepath.Join(certs, who+".token"), []byte(tok+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		switch who {
+		case "writer", "admin":
+			credLines = append(credLines, who+" "+tok)
+		default:
+			credLines = append(credLines, "node "+tok+" "+who)
+		}
+	}
+	credFile := filepath.Join(certs, "credentials")
+	if err := os.WriteFile(credFile, []byte(strings.Join(credLines, "\n")+"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	_, grpcAddr, _, err := c.startListening(ctx, "control", func(addr, http string) []string {
-		return []string{"control", "serve", "--db", "sqlite:" + filepath.Join(dir, "control.db"),
-			"--listen", addr, "--http", http, "--partitions", fmt.Sprint(partitions), "--no-auth",
-			"--objstore", objects}
+		return append([]string{"control", "serve", "--db", "sqlite:" + filepath.Join(dir, "control.db"),
+			"--listen", addr, "--http", http, "--partitions", fmt.Sprint(partitions),
+			"--credentials-file", credFile, "--tls-client-ca", ca,
+			"--objstore", objects}, cert("control")...)
 	})
 	if err != nil {
 		return nil, err
 	}
 	c.control = grpcAddr
-	c.client, err = control.Dial(grpcAddr, nil)
+	c.adminFlags = []string{"--tls-ca", ca, "--token-file", filepath.Join(certs, "admin.token")}
+	clientTLS := func(name string) (*tls.Config, error) {
+		r, err := tlsconf.NewReloader(tlsconf.Files{CA: ca, Cert: filepath.Join(certs, name+".pem"), Key: filepath.Join(certs, name+".key")}, tlsconf.Options{})
+		if err != nil {
+			return nil, err
+		}
+		return r.ClientConfig(), nil
+	}
+	adminTLS, err := clientTLS("admin")
 	if err != nil {
+		return nil, err
+	}
+	if c.client, err = control.Dial(grpcAddr, &control.ClientOptions{TLS: adminTLS, Token: tokens["admin"]}); err != nil {
+		return nil, err
+	}
+	writerTLS, err := clientTLS("writer-lorry")
+	if err != nil {
+		return nil, err
+	}
+	if c.writer, err = control.Dial(grpcAddr, &control.ClientOptions{TLS: writerTLS, Token: tokens["writer"]}); err != nil {
+		return nil, err
+	}
+	if c.nodeTLS, err = clientTLS("router"); err != nil {
 		return nil, err
 	}
 	for i, zone := range []string{"a", "b", "c"} {
 		id := fmt.Sprintf("n%d", i+1)
 		p, addr, hp, err := c.startListening(ctx, id, func(addr, http string) []string {
-			return []string{"cobbled", "serve", "--id", id, "--zone", zone, "--data", filepath.Join(dir, id),
+			return append([]string{"cobbled", "serve", "--id", id, "--zone", zone, "--data", filepath.Join(dir, id),
 				"--listen", addr, "--http", http, "--control", grpcAddr, "--objstore", objects, "--cache", "256MiB",
-				"--partitions", fmt.Sprint(partitions)}
+				"--partitions", fmt.Sprint(partitions),
+				"--tls-ca", ca, "--token-file", filepath.Join(certs, id+".token"),
+				"--tls-client-ca", ca, "--allow-identity", "pillar://router/*", "--allow-identity", "pillar://reader/*"},
+				cert("node-"+id)...)
 		})
 		if err != nil {
 			return nil, err

@@ -433,7 +433,7 @@ func (d *demo) bulkExport(id string) error {
 	d.say("    Lorry drained first: %d delta batches queued before the export delivered", drained)
 	r, err := bulkexport.Run(d.ctx, &bulkexport.Options{
 		Store: d.st, Pipeline: pipeline.Options{Logger: d.o.Logger}, Dir: dir, ID: id, Source: "demo",
-		Objects: d.objs, Control: d.cl.client, Partitions: d.o.Partitions, Logger: d.o.Logger,
+		Objects: d.objs, Control: d.cl.writer, Partitions: d.o.Partitions, Logger: d.o.Logger,
 	})
 	if err != nil {
 		return err
@@ -470,6 +470,7 @@ func (d *demo) step3() error {
 		}
 		d.cl = cl
 		d.say("    control plane %s (SQLite); nodes %s/%s/%s in zones a/b/c", cl.control, cl.nodes[0].addr, cl.nodes[1].addr, cl.nodes[2].addr)
+		d.say("    every hop on mutual TLS (certificates: %s, as `pillar dev certs` makes them); nodes serve only the router and reader identities; node, writer and admin credentials apart", filepath.Join(d.o.Out, "serve", "certs"))
 		d.lagEnd = make(chan struct{})
 		d.lagWG.Add(1)
 		go d.sampleLag()
@@ -482,7 +483,7 @@ func (d *demo) step3() error {
 		}
 		d.rep.ConvergeBulk1 = took
 		d.say("    every replica caught up %s after registration", took.Round(time.Millisecond))
-		d.rt, err = router.New(d.ctx, router.Options{Source: cl.client, Zone: "a", Partitions: d.o.Partitions, Logger: d.o.Logger})
+		d.rt, err = router.New(d.ctx, router.Options{Source: cl.client, Zone: "a", Partitions: d.o.Partitions, Logger: d.o.Logger, NodeTLS: cl.nodeTLS})
 		return err
 	})
 }
@@ -628,7 +629,7 @@ func (d *demo) step4() error {
 // drainLorry delivers everything queued now (in-process Lorry worker) and
 // returns the number of delta batches it delivered.
 func (d *demo) drainLorry() (int, error) {
-	w, err := lorry.New(lorry.Options{Store: d.st, Objects: d.objs, Registry: d.cl.client, ID: "demo-lorry", Logger: d.o.Logger})
+	w, err := lorry.New(lorry.Options{Store: d.st, Objects: d.objs, Registry: d.cl.writer, ID: "demo-lorry", Logger: d.o.Logger})
 	if err != nil {
 		return 0, err
 	}

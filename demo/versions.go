@@ -261,8 +261,8 @@ func (d *demo) step5() error {
 			return err
 		}
 		t0 := time.Now()
-		out, err := d.pillarCmd("publish", "--store", d.storeDir(), "--chunks", r.Version, "--model", model,
-			"--serve", "--objstore", d.objURL, "--control", d.cl.control, "--wait", "3m")
+		out, err := d.pillarCmd(append([]string{"publish", "--store", d.storeDir(), "--chunks", r.Version, "--model", model,
+			"--serve", "--objstore", d.objURL, "--control", d.cl.control, "--wait", "3m"}, d.cl.adminFlags...)...)
 		if err != nil {
 			return err
 		}
@@ -283,7 +283,7 @@ func (d *demo) step5() error {
 		}
 		vr.CandidateVerified = n
 		vr.ABFraction = 0.25
-		ab, err := router.New(d.ctx, router.Options{Source: d.cl.client, Zone: "b", Partitions: d.o.Partitions, Logger: d.o.Logger, CandidateFraction: vr.ABFraction})
+		ab, err := router.New(d.ctx, router.Options{Source: d.cl.client, Zone: "b", Partitions: d.o.Partitions, Logger: d.o.Logger, CandidateFraction: vr.ABFraction, NodeTLS: d.cl.nodeTLS})
 		if err != nil {
 			return err
 		}
@@ -307,7 +307,7 @@ func (d *demo) step5() error {
 		// 3. Promote.
 		bg.allow(vr.V1, vr.V2)
 		t0 = time.Now()
-		wait, err := d.pillarStart("promote", "--store", d.storeDir(), "--control", d.cl.control)
+		wait, err := d.pillarStart(append([]string{"promote", "--store", d.storeDir(), "--control", d.cl.control}, d.cl.adminFlags...)...)
 		if err != nil {
 			return err
 		}
@@ -328,7 +328,7 @@ func (d *demo) step5() error {
 		}
 		bg.allow(vr.V1, vr.V2)
 		t0 = time.Now()
-		wait, err = d.pillarStart("rollback", "--store", d.storeDir(), "--control", d.cl.control, "--json")
+		wait, err = d.pillarStart(append([]string{"rollback", "--store", d.storeDir(), "--control", d.cl.control, "--json"}, d.cl.adminFlags...)...)
 		if err != nil {
 			return err
 		}
@@ -358,7 +358,7 @@ func (d *demo) step5() error {
 		// 5. Roll forward.
 		bg.allow(vr.V1, vr.V2)
 		t0 = time.Now()
-		wait, err = d.pillarStart("rollback", "--store", d.storeDir(), "--control", d.cl.control)
+		wait, err = d.pillarStart(append([]string{"rollback", "--store", d.storeDir(), "--control", d.cl.control}, d.cl.adminFlags...)...)
 		if err != nil {
 			return err
 		}
@@ -409,7 +409,7 @@ func (d *demo) step5() error {
 				vr.Bytes[p.ID][rep.NodeID] += rep.Bytes
 			}
 		}
-		out, err = d.pillarCmd("status", "--control", d.cl.control)
+		out, err = d.pillarCmd(append([]string{"status", "--control", d.cl.control}, d.cl.adminFlags...)...)
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,8 @@
 //     already established keep the certificate they were made with, new
 //     handshakes use the new one.
 //   - A server given a client CA requires and verifies a client
-//     certificate (mutual TLS); without one it accepts any client.
+//     certificate (mutual TLS), or with Options.ClientCertOptional
+//     verifies one when sent; without a client CA it accepts any client.
 //   - TLS 1.2 is the minimum version.
 //   - OffLoopback refuses a listener bound beyond the loopback interface
 //     without TLS unless insecure is set: a plaintext port on a network

@@ -48,6 +48,11 @@ type Options struct {
 	// OnReload is called after a reload that took effect. The default
 	// value nil does nothing.
 	OnReload func()
+	// ClientCertOptional makes a server with a client CA verify a client
+	// certificate when one is sent instead of requiring one (the control
+	// plane, where a bearer token may authenticate instead). The default
+	// value false requires it.
+	ClientCertOptional bool
 }
 
 // material is one consistent load of the files.
@@ -194,6 +199,9 @@ func (r *Reloader) ServerConfig() (*tls.Config, error) {
 		if m.pool != nil {
 			c.ClientCAs = m.pool
 			c.ClientAuth = tls.RequireAndVerifyClientCert
+			if r.opts.ClientCertOptional {
+				c.ClientAuth = tls.VerifyClientCertIfGiven
+			}
 		}
 		return c, nil
 	}
