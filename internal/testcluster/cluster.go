@@ -23,6 +23,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -45,6 +46,7 @@ import (
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/internal/rocks"
+	"github.com/pillarkit/pillar/internal/tlsconf"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -89,6 +91,10 @@ type Options struct {
 	// then nil and unused. Requires the wall clock (Clock nil). The default
 	// value nil runs the nodes in this process.
 	Exec []string
+	// TLS, when set, serves every in-process node (gRPC and the wire
+	// protocol) inside TLS with this server configuration. The default
+	// value nil serves plaintext. Not with Exec.
+	TLS *tls.Config
 	// Env is added to the node processes' environment (KEY=VALUE; this
 	// process's is passed on). The default value nil adds nothing.
 	Env []string
@@ -404,6 +410,9 @@ func (m *Member) serve(addr string) error {
 	}
 	if m.Addr == "" {
 		m.Addr = lis.Addr().String() // first start only: GetRouting reads it without m.mu
+	}
+	if m.c.opts.TLS != nil {
+		lis = tlsconf.NewListener(lis, m.c.opts.TLS, tlsconf.ListenerOptions{})
 	}
 	m.srv = m.node.NewGRPCServer()
 	m.up = true
