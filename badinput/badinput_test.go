@@ -316,7 +316,7 @@ func policy(where string) string {
 
 func table() []bad {
 	ctx := context.Background()
-	return []bad{
+	rows := []bad{
 		// Malformed pages: URLs, keys, encoded records.
 		{"page", "relative URL", func(*testing.T) error { _, _, err := pillar.KeyOfURL("/docs/a.html"); return err }, nil, []string{"not absolute"}},
 		{"page", "URL without host", func(*testing.T) error { _, _, err := pillar.KeyOfURL("https:///a"); return err }, nil, []string{"pillar: url"}},
@@ -589,6 +589,7 @@ func table() []bad {
 		}, nil, []string{`"lots"`}},
 		{"cli", "bad page key argument", func(t *testing.T) error { return cliRun(t, "get", "--node", "127.0.0.1:1", "not-a-key") }, nil, []string{"not-a-key"}},
 	}
+	return append(rows, tlsRows()...)
 }
 
 // TestBadInput runs the table: every bad input is rejected with its error.
