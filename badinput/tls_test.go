@@ -227,5 +227,11 @@ func tlsRows() []bad {
 		{"cli", "control token over plaintext beyond loopback", func(t *testing.T) error {
 			return cliRun(t, "status", "--control", "10.1.2.3:7100", "--token-file", writeFile(t, "tok", "admin-token\n"))
 		}, nil, []string{"never sent in plaintext beyond loopback"}},
+		{"cli", "node connection cap of 0", func(t *testing.T) error {
+			return cliRun(t, "cobbled", "serve", "--id", "n1", "--data", "d", "--control", "127.0.0.1:1", "--objstore", "o", "--max-conns", "0")
+		}, nil, []string{"--max-conns 0", "at least 1"}},
+		{"cli", "router in-flight cap of 0", func(t *testing.T) error {
+			return cliRun(t, "router", "serve", "--control", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--max-in-flight", "0")
+		}, nil, []string{"--max-in-flight 0", "at least 1"}},
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/cobbled/wire"
 	"github.com/pillarkit/pillar/internal/bytesize"
 	"github.com/pillarkit/pillar/internal/health"
 	"github.com/pillarkit/pillar/internal/record"
@@ -90,6 +91,9 @@ Examples:
 				&cli.IntFlag{Name: "ingest-concurrency", Value: 2, Usage: "partitions downloading/applying at once (plus --small-delta-slots for small deltas)"},
 				&cli.IntFlag{Name: "max-keys", Value: 1024, Usage: "largest BatchGet request in keys"},
 				&cli.StringFlag{Name: "max-response", Value: "64MiB", Usage: "largest BatchGet response"},
+				&cli.IntFlag{Name: "max-in-flight", Value: 1024, Usage: "gRPC BatchGet requests answered at once (more: RESOURCE_EXHAUSTED)"},
+				&cli.IntFlag{Name: "max-conns", Value: 1024, Usage: "wire-protocol connections served at once (one more is refused)"},
+				&cli.IntFlag{Name: "max-wire-in-flight", Value: 4096, Usage: "wire-protocol requests answered at once, all connections (more: RESOURCE_EXHAUSTED)"},
 				&cli.DurationFlag{Name: "drain", Value: 30 * time.Second, Usage: "how long shutdown waits for in-flight requests"},
 				&cli.DurationFlag{Name: "retire-grace", Value: 10 * time.Minute, Usage: "keep a retired publication's databases this long after first seeing it retired, so routers with an older table finish"},
 				&cli.StringFlag{Name: "fault-slow", Hidden: true, Usage: "test only: FRACTION:DELAY, e.g. 0.05:50ms, delays that fraction of BatchGet requests"},
@@ -192,7 +196,14 @@ func cobbledServe(c *cli.Context) error {
 		Partitions: c.Int("partitions"), CacheBytes: cacheBytes, DirectReads: c.Bool("direct-reads"),
 		Control: cobbled.FromControlClient(cc), Objects: objs,
 		IngestConcurrency: c.Int("ingest-concurrency"), MaxKeys: c.Int("max-keys"), MaxResponseBytes: int(maxResp),
-		FaultDelay: fault, Logger: log, Metrics: metrics, RetireGrace: c.Duration("retire-grace"),
+		MaxInFlight: c.Int("max-in-flight"),
+		Wire:        wire.ServerOptions{MaxConns: c.Int("max-conns"), MaxServerInFlight: c.Int("max-wire-in-flight")},
+		FaultDelay:  fault, Logger: log, Metrics: metrics, RetireGrace: c.Duration("retire-grace"),
+	}
+	for _, f := range []string{"max-in-flight", "max-conns", "max-wire-in-flight"} {
+		if c.Int(f) < 1 {
+			return fmt.Errorf("--%s %d: must be at least 1", f, c.Int(f))
+		}
 	}
 	if nodeOpts.RetireGrace <= 0 {
 		return fmt.Errorf("--retire-grace %v: must be positive", nodeOpts.RetireGrace)

@@ -33,6 +33,7 @@ func routerFlags() []cli.Flag {
 		&cli.StringFlag{Name: "zone", Usage: "the caller's zone: replicas there are preferred (default: none)"},
 		&cli.DurationFlag{Name: "timeout", Value: 2 * time.Second, Usage: "deadline of a request that brings none"},
 		&cli.IntFlag{Name: "max-keys", Value: 1024, Usage: "largest BatchGet request in keys"},
+		&cli.IntFlag{Name: "max-in-flight", Value: 1024, Usage: "BatchGet requests the router's gRPC server answers at once (more: RESOURCE_EXHAUSTED)"},
 		&cli.Int64Flag{Name: "max-lag", Value: 2, Usage: "never read a replica more than this many batches behind (at least 1; -1: no limit)"},
 		&cli.BoolFlag{Name: "no-hedge", Usage: "turn hedged requests off"},
 		&cli.BoolFlag{Name: "spread", Usage: "choose each partition's replica on its own (default: a request goes to as few nodes as possible)"},
@@ -61,6 +62,9 @@ func routerOptionsFrom(c *cli.Context, o *router.Options, onlySet bool) {
 	}
 	if set("max-keys") {
 		o.MaxKeys = c.Int("max-keys")
+	}
+	if set("max-in-flight") {
+		o.MaxInFlight = c.Int("max-in-flight")
 	}
 	if set("max-lag") {
 		o.MaxLagBatches = c.Int64("max-lag")
@@ -160,6 +164,12 @@ func routerServe(c *cli.Context) error {
 	metrics := router.NewMetrics()
 	o := router.Options{Source: cc, Logger: log, Metrics: metrics, Version: c.String("version"), CandidateFraction: c.Float64("candidate-fraction")}
 	routerOptionsFrom(c, &o, false)
+	if c.Int("max-in-flight") < 1 {
+		return fmt.Errorf("--max-in-flight %d: must be at least 1", c.Int("max-in-flight"))
+	}
+	if err := o.Validate(); err != nil { // before waiting on the control plane
+		return err
+	}
 	if o.NodeTLS, err = clientTLS(c); err != nil { // cmd_control.go: --tls-ca (and --tls-cert as the router's client certificate)
 		return err
 	}

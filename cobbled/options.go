@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/pillarkit/pillar/cobbled/wire"
 	"github.com/pillarkit/pillar/internal/clock"
 	"github.com/pillarkit/pillar/internal/pace"
 	"github.com/pillarkit/pillar/internal/rocks"
@@ -116,6 +117,12 @@ type Options struct {
 	// RESOURCE_EXHAUSTED before its message is read. The wire protocol has
 	// limits of its own (package wire). The default value is 1024.
 	MaxInFlight int
+	// Wire bounds the lean wire protocol's side of the listener
+	// (connections per listener, requests in flight per connection and
+	// per server, buffered bytes, deadlines; see wire.ServerOptions). Its
+	// MaxKeys and Logger are the node's. The zero value takes package
+	// wire's defaults.
+	Wire wire.ServerOptions
 	// MaxResponseBytes bounds the encoded BatchGet response; a request whose
 	// values would exceed it fails with RESOURCE_EXHAUSTED. The default value
 	// is 64 MiB.

@@ -504,7 +504,9 @@ func (n *Node) WireHandler() wire.Handler {
 // Callers in other languages use gRPC; the Go router may use either.
 func (n *Node) Serve(lis net.Listener, gs *grpc.Server) error {
 	other, wl := wire.Split(lis, 0)
-	ws := wire.NewServer(n.WireHandler(), wire.ServerOptions{MaxKeys: n.opts.MaxKeys, Logger: n.opts.Logger})
+	wo := n.opts.Wire
+	wo.MaxKeys, wo.Logger = n.opts.MaxKeys, n.opts.Logger
+	ws := wire.NewServer(n.WireHandler(), wo)
 	go ws.ServeConns(wl)
 	err := gs.Serve(other)
 	ws.Close()
