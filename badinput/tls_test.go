@@ -197,6 +197,14 @@ func tlsRows() []bad {
 			}
 			return err
 		}, nil, []string{"unknown authority"}},
+		{"tls", "server certificate for another host", func(t *testing.T) error {
+			dir := devCerts(t, tlsconf.DevOptions{Names: []string{"node/n1"}, Hosts: []string{"10.9.9.9"}})
+			conn, err := tls.Dial("tcp", tlsServer(t, dir, "node-n1"), clientTLS(t, "", "", dir))
+			if err == nil {
+				conn.Close()
+			}
+			return err
+		}, nil, []string{"127.0.0.1", "10.9.9.9"}},
 		{"tls", "key that does not match the certificate", func(t *testing.T) error {
 			a, b := devCerts(t, tlsconf.DevOptions{Names: []string{"router"}}), devCerts(t, tlsconf.DevOptions{Names: []string{"router"}})
 			_, err := tlsconf.NewReloader(tlsconf.Files{Cert: filepath.Join(a, "router.pem"), Key: filepath.Join(b, "router.key")}, tlsconf.Options{})

@@ -231,7 +231,11 @@ func TestREADMEQuickStartParses(t *testing.T) {
 	if len(cmds) < 8 {
 		t.Fatalf("found %d quick-start command lines; the extractor is broken", len(cmds))
 	}
-	for _, ex := range cmds {
+	tlsCmds := readmeCommands(t, "## On a network")
+	if len(tlsCmds) < 5 {
+		t.Fatalf("found %d command lines under \"On a network\"; the extractor is broken", len(tlsCmds))
+	}
+	for _, ex := range append(cmds, tlsCmds...) {
 		app := newApp()
 		var ran, args []string
 		parseOnly("", app.Commands, &ran, &args)

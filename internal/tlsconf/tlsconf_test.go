@@ -325,3 +325,24 @@ func TestListenerAllowsOnlyListedIdentities(t *testing.T) {
 		t.Errorf("%d more refusals reported, want one", len(refused))
 	}
 }
+
+// TestClientVerifiesTheAddressDialled: a certificate of the right CA but
+// for another host is refused, when the address dialled is an IP address
+// and when it is a name; the same CA's certificate for the address passes.
+func TestClientVerifiesTheAddressDialled(t *testing.T) {
+	other := devSet(t, DevOptions{Names: []string{"control"}, Hosts: []string{"10.9.9.9", "cp.example"}})
+	_, addr := serverFrom(t, Files{Cert: filepath.Join(other, "control.pem"), Key: filepath.Join(other, "control.key")}, Options{})
+	trust := Files{CA: filepath.Join(other, "ca.pem")}
+	if _, err := dial(addr, trust); err == nil || !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("dialling %s, a certificate for 10.9.9.9 and cp.example: %v, want a refusal naming 127.0.0.1", addr, err)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	if _, err := dial(net.JoinHostPort("localhost", port), trust); err == nil || !strings.Contains(err.Error(), "localhost") {
+		t.Errorf("dialling localhost, a certificate for 10.9.9.9 and cp.example: %v, want a refusal naming localhost", err)
+	}
+	mine := devSet(t, DevOptions{Names: []string{"control"}})
+	_, addr = serverFrom(t, Files{Cert: filepath.Join(mine, "control.pem"), Key: filepath.Join(mine, "control.key")}, Options{})
+	if _, err := dial(addr, Files{CA: filepath.Join(mine, "ca.pem")}); err != nil {
+		t.Errorf("dialling %s, a certificate for it: %v", addr, err)
+	}
+}
