@@ -28,14 +28,13 @@ func pair(dir, base string) tlsconf.Files {
 	return tlsconf.Files{Cert: filepath.Join(dir, base+".pem"), Key: filepath.Join(dir, base+".key")}
 }
 
-// tlsRefusal serves mutual TLS as the node n1 of the CA in serverDir,
-// verifying client certificates against the CA in clientCADir and
-// allowing only the router's identity, and connects with client. It
-// returns the refusal the listener reported, with the client's own error:
-// the reason an operator reads in the node's log.
-func tlsRefusal(t *testing.T, serverDir, clientCADir string, client *tls.Config) error {
-	f := pair(serverDir, "node-n1")
-	f.CA = filepath.Join(clientCADir, "ca.pem")
+// tlsServer serves TLS with the pair base of dir (and, with clientCA,
+// client certificates of that CA required) through tlsconf.NewListener
+// with lo, and returns its address; a connection reads one byte and
+// closes.
+func tlsServer(t *testing.T, dir, base, clientCA string, lo tlsconf.ListenerOptions) string {
+	f := pair(dir, base)
+	f.CA = clientCA
 	r, err := tlsconf.NewReloader(f, tlsconf.Options{Poll: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -48,12 +47,8 @@ func tlsRefusal(t *testing.T, serverDir, clientCADir string, client *tls.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused := make(chan string, 1)
-	lis := tlsconf.NewListener(inner, cfg, tlsconf.ListenerOptions{
-		Allow:    []string{"pillar://router/*"},
-		OnRefuse: func(remote, reason string) { refused <- reason },
-	})
-	defer lis.Close()
+	lis := tlsconf.NewListener(inner, cfg, lo)
+	t.Cleanup(func() { lis.Close() })
 	go func() {
 		for {
 			c, err := lis.Accept()
@@ -63,7 +58,21 @@ func tlsRefusal(t *testing.T, serverDir, clientCADir string, client *tls.Config)
 			go func() { defer c.Close(); c.Read(make([]byte, 1)) }()
 		}
 	}()
-	conn, cerr := tls.Dial("tcp", inner.Addr().String(), client)
+	return inner.Addr().String()
+}
+
+// tlsRefusal serves mutual TLS as the node n1 of the CA in serverDir,
+// verifying client certificates against the CA in clientCADir and
+// allowing only the router's identity, and connects with client. It
+// returns the refusal the listener reported, with the client's own error:
+// the reason an operator reads in the node's log.
+func tlsRefusal(t *testing.T, serverDir, clientCADir string, client *tls.Config) error {
+	refused := make(chan string, 1)
+	addr := tlsServer(t, serverDir, "node-n1", filepath.Join(clientCADir, "ca.pem"), tlsconf.ListenerOptions{
+		Allow:    []string{"pillar://router/*"},
+		OnRefuse: func(remote, reason string) { refused <- reason },
+	})
+	conn, cerr := tls.Dial("tcp", addr, client)
 	if cerr == nil {
 		conn.SetDeadline(time.Now().Add(5 * time.Second))
 		conn.Write([]byte("x"))
@@ -94,35 +103,6 @@ func clientTLS(t *testing.T, certDir, base, caDir string) *tls.Config {
 		t.Fatal(err)
 	}
 	return r.ClientConfig()
-}
-
-// tlsServer serves TLS with the pair base of dir and no client CA, and
-// returns its address; a connection reads one byte and closes.
-func tlsServer(t *testing.T, dir, base string) string {
-	r, err := tlsconf.NewReloader(pair(dir, base), tlsconf.Options{Poll: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := r.ServerConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis := tlsconf.NewListener(inner, cfg, tlsconf.ListenerOptions{})
-	t.Cleanup(func() { lis.Close() })
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); c.Read(make([]byte, 1)) }()
-		}
-	}()
-	return inner.Addr().String()
 }
 
 // rolesControl serves a control plane whose credentials are a node token
@@ -183,7 +163,7 @@ func tlsRows() []bad {
 		}, nil, []string{`node refused: peer identity "pillar://writer/lorry" is not allowed here`}},
 		{"tls", "server certificate expired", func(t *testing.T) error {
 			dir := expired(t, "node/n1")
-			conn, err := tls.Dial("tcp", tlsServer(t, dir, "node-n1"), clientTLS(t, "", "", dir))
+			conn, err := tls.Dial("tcp", tlsServer(t, dir, "node-n1", "", tlsconf.ListenerOptions{}), clientTLS(t, "", "", dir))
 			if err == nil {
 				conn.Close()
 			}
@@ -191,7 +171,7 @@ func tlsRows() []bad {
 		}, nil, []string{"certificate has expired"}},
 		{"tls", "server certificate from another CA", func(t *testing.T) error {
 			node, other := devCerts(t, tlsconf.DevOptions{Names: []string{"node/n1"}}), devCerts(t, tlsconf.DevOptions{Names: []string{"router"}})
-			conn, err := tls.Dial("tcp", tlsServer(t, node, "node-n1"), clientTLS(t, "", "", other))
+			conn, err := tls.Dial("tcp", tlsServer(t, node, "node-n1", "", tlsconf.ListenerOptions{}), clientTLS(t, "", "", other))
 			if err == nil {
 				conn.Close()
 			}
@@ -199,7 +179,7 @@ func tlsRows() []bad {
 		}, nil, []string{"unknown authority"}},
 		{"tls", "server certificate for another host", func(t *testing.T) error {
 			dir := devCerts(t, tlsconf.DevOptions{Names: []string{"node/n1"}, Hosts: []string{"10.9.9.9"}})
-			conn, err := tls.Dial("tcp", tlsServer(t, dir, "node-n1"), clientTLS(t, "", "", dir))
+			conn, err := tls.Dial("tcp", tlsServer(t, dir, "node-n1", "", tlsconf.ListenerOptions{}), clientTLS(t, "", "", dir))
 			if err == nil {
 				conn.Close()
 			}
