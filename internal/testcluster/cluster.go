@@ -69,6 +69,10 @@ type Options struct {
 	// MinValue and MaxValue bound a value's length. The default values are
 	// 100 and 102400 (mean ≈ 50 KB).
 	MinValue, MaxValue int
+	// Values, when set, is every key's value (real records, say, for a
+	// client that decodes them); MinValue and MaxValue are then unused.
+	// The default value nil makes random bytes (Value).
+	Values func(key []byte) []byte
 	// Seed selects the data set. The default value is 1.
 	Seed uint64
 	// CacheBytes is each node's block cache. The default value is 64 MiB.
@@ -274,7 +278,12 @@ func Value(key []byte, lo, hi int) []byte {
 }
 
 // Value returns key's value in this data set.
-func (c *Cluster) Value(key []byte) []byte { return Value(key, c.opts.MinValue, c.opts.MaxValue) }
+func (c *Cluster) Value(key []byte) []byte {
+	if c.opts.Values != nil {
+		return c.opts.Values(key)
+	}
+	return Value(key, c.opts.MinValue, c.opts.MaxValue)
+}
 
 // Keys returns the data set's keys (do not modify).
 func (c *Cluster) Keys() [][]byte { return c.keys }
