@@ -5,9 +5,12 @@ BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 VERSITYGW_VERSION := v1.8.0
 STATICCHECK_VERSION := v0.8.2
-DEB_PKGS := librocksdb-dev g++ postgresql-doc-15
+# python3-*: the Python client and its tests; protobuf-compiler(-grpc): its stubs
+# (make python-stubs); prometheus: promtool checks the alert rules under deploy/.
+DEB_PKGS := librocksdb-dev g++ postgresql-doc-15 python3-grpcio python3-protobuf python3-numpy \
+  protobuf-compiler protobuf-compiler-grpc prometheus
 
-.PHONY: all build test check test-race bench demo deps lint tools chaos
+.PHONY: all build test check test-race bench demo deps lint tools chaos python-stubs
 
 all: build
 
@@ -18,6 +21,11 @@ deps:
 	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
 demo-deps: deps
+
+## python-stubs: regenerate the Python client's gRPC and record stubs from the .proto files
+## (a test in clients/python fails when the committed ones are stale).
+python-stubs:
+	clients/python/gen-stubs.sh
 
 ## tools: the S3 server the tests use (versitygw), from the Go module proxy.
 tools: $(BIN)/versitygw

@@ -54,7 +54,7 @@ Examples:
 		},
 		Before: setupLogging, // logging.go
 
-		Commands:             ownFlags(commands()),
+		Commands:             withConfigFiles(ownFlags(commands()), ""), // config_file.go: --config on the servers
 		EnableBashCompletion: true,
 	}
 }
