@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC stubs (gen-stubs.sh); do not edit."""
