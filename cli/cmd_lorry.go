@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pillarkit/pillar/internal/health"
+	"github.com/pillarkit/pillar/internal/tlsconf"
 	"github.com/pillarkit/pillar/lorry"
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -81,6 +82,7 @@ Examples:
 			&cli.StringFlag{Name: "tmp", Usage: "directory for SST files being built (default: under $TMPDIR)"},
 			&cli.BoolFlag{Name: "json", Usage: "with --once: print the result as JSON"},
 			&cli.StringFlag{Name: "http", Usage: "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:7201 (default: none)"},
+			&cli.BoolFlag{Name: "insecure", Usage: "serve the plaintext --http on a non-loopback address (refused without it)"},
 			&cli.Float64Flag{Name: "bulk-min-share", Value: 0.25, Usage: "share of a partition's delivery time bulk batches keep while fresh ones are waiting too (0-1]"},
 			&cli.Int64Flag{Name: "max-replica-lag", Value: 8, Usage: "pause a partition's bulk batches while a replica is this many batches behind (fresh ones continue; -1: never)"},
 			&cli.IntFlag{Name: "max-bulk-unapplied", Value: 2, Usage: "while fresh records flow in a partition, pause its bulk batches as long as this many of them are registered and not applied on every replica, so a fresh record waits behind few bulk batches on each replica (fresh ones continue; -1: no such bound)"},
@@ -120,6 +122,9 @@ Examples:
 			}
 			metrics := lorry.NewMetrics()
 			var worker atomic.Pointer[lorry.Worker] // the worker /healthz reports on
+			if addr := c.String("http"); addr != "" && !tlsconf.IsLoopback(addr) && !c.Bool("insecure") {
+				return fmt.Errorf("lorry run --http %s: the metrics and health port serves plaintext; bind it to 127.0.0.1 or pass --insecure", addr)
+			}
 			if addr := c.String("http"); addr != "" {
 				srv, err := startDaemonHTTP("lorry run", addr, health.New(health.Options{Component: "lorry"}, lorryHealth(&worker)),
 					metrics.Collectors()...) // daemon.go: /metrics, /healthz, /readyz

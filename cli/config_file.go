@@ -69,6 +69,7 @@ func addConfig(cmd *cli.Command, full string) {
 	before, action := cmd.Before, cmd.Action
 	var applied *configFile
 	cmd.Before = func(c *cli.Context) error {
+		surviveHangup() // signals.go: the servers reload on SIGHUP
 		var err error
 		if applied, err = applyConfig(c, cmd, full); err != nil {
 			return err

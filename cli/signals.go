@@ -130,3 +130,16 @@ func exitCode(sig os.Signal) int {
 	}
 	return 1
 }
+
+// surviveHangup keeps a server running on SIGHUP: the servers reload
+// their certificates and credentials on it (tlsconf.Reloader.Watch,
+// watchCredentials), and `systemctl reload` sends it even to one that has
+// nothing to reload, where Go's default action would end the process.
+func surviveHangup() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+		}
+	}()
+}
