@@ -161,7 +161,8 @@ class Client:
 
         keys: page keys, each 16 raw bytes or a URL string (converted with
         key_of_url, as pillar.KeyOfURL). The dict's keys are the keys as
-        given (URL strings stay strings). A key that is absent (never
+        given (URL strings stay strings; bytearray and memoryview keys
+        become bytes). A key that is absent (never
         written, or deleted) is absent from the dict. version: the
         publication to read (None or "" = the router's default; "live",
         "candidate", "previous" or a publication id); caller_id: the id for
@@ -180,7 +181,7 @@ class Client:
         """batch_get, also returning the concrete version the router read: (records, version)."""
         if self._closed:
             raise PillarError(self.address, "client is closed")
-        keys = list(keys)
+        keys = [bytes(k) if isinstance(k, (bytearray, memoryview)) else k for k in keys]
         raw = [self._raw_key(k) for k in keys]
         if not raw:
             return {}, ""
@@ -218,10 +219,10 @@ class Client:
         last = None
         attempt = 0
         while True:
-            attempt += 1
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
+            attempt += 1
             try:
                 return self._stub().BatchGet(req, timeout=remaining, metadata=self._metadata)
             except grpc.RpcError as e:
@@ -241,11 +242,12 @@ class Client:
         hint = ""
         if self.tls and not self._client_cert:
             hint = " (TLS without a client certificate: a router requiring mutual TLS refuses it; give tls_cert and tls_key)"
-        if attempt < self.retries or last is None:
-            if last is None:
-                raise DeadlineExceededError(self.address, "deadline of %ss exceeded" % self.timeout)
-            raise UnavailableError(self.address, "unavailable after %d attempts (deadline of %ss reached): %s%s"
-                                   % (attempt, self.timeout, last, hint), attempt)
+        if last is None:
+            raise DeadlineExceededError(self.address, "deadline of %ss exceeded" % self.timeout)
+        if attempt < self.retries:
+            # The deadline ran out before the attempts did.
+            raise DeadlineExceededError(self.address, "deadline of %ss exceeded after %d attempt%s, the router unavailable: %s%s"
+                                        % (self.timeout, attempt, "" if attempt == 1 else "s", last, hint))
         raise UnavailableError(self.address, "unavailable after %d attempts: %s%s" % (attempt, last, hint), attempt)
 
     def _error(self, code, detail, last_unavailable):

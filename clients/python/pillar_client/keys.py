@@ -11,6 +11,7 @@ included. Go's module is at go 1.26, so hosts with more than one colon in
 http(s) URLs are refused (GODEBUG urlstrictcolons=1).
 """
 
+import codecs
 import hashlib
 import ipaddress
 
@@ -137,7 +138,7 @@ def _valid_optional_port(port):
 
 
 def _valid_userinfo(s):
-    for ch in s.decode("utf-8", "replace"):
+    for ch in _go_decode(s):
         if "A" <= ch <= "Z" or "a" <= ch <= "z" or "0" <= ch <= "9":
             continue
         if ch in "-._:~!$&'()*+,;=%@":
@@ -199,12 +200,24 @@ def _check_ip_literal(b):
         raise InvalidURL("invalid host: %r" % s) from None
 
 
+def _go_replace(err):
+    # Go decodes invalid UTF-8 one byte at a time: one U+FFFD per byte.
+    return "\ufffd", err.start + 1
+
+
+codecs.register_error("pillar-go-replace", _go_replace)
+
+
+def _go_decode(b):
+    return b.decode("utf-8", "pillar-go-replace")
+
+
 def _go_lower(b):
     """strings.ToLower on UTF-8 bytes (simple case mapping, per rune)."""
     if all(c < 0x80 for c in b):
         return b.lower()
     out = []
-    for ch in b.decode("utf-8", "replace"):
+    for ch in _go_decode(b):
         lo = ch.lower()
         if len(lo) != 1:  # full case mapping (only U+0130): Go maps runes one to one
             lo = "i" if ch == "\u0130" else ch
