@@ -715,10 +715,25 @@ func readPage(path string, o *Options) page {
 	case ".txt", ".md", ".text":
 		isText = true
 	}
+	base, err := url.Parse(o.BaseURL)
+	if err != nil {
+		p.kind, p.err = OutcomeBadURL, err
+		return p
+	}
+	cleanPage(&p, b, isText, o, base.ResolveReference(&url.URL{Path: p.rel}).String(), st.ModTime().UnixMilli())
+	return p
+}
+
+// cleanPage makes p's doc of the bytes b of a page whose own URL is own
+// (BaseURL + its path for a file, the crawled URL for a record), fetched
+// at fetchedAt (unix milliseconds): decoded to UTF-8 (isText: plain text,
+// else HTML), cleaned, its URL chosen under the canonical policy. A page
+// that goes no further gets p.kind and p.err.
+func cleanPage(p *page, b []byte, isText bool, o *Options, own string, fetchedAt int64) {
 	text, how, err := decodeText(b, !isText)
 	if err != nil {
 		p.kind, p.err = OutcomeBinary, err
-		return p
+		return
 	}
 	if how != "" {
 		p.notes = append(p.notes, note{OutcomeTranscoded, how})
@@ -735,21 +750,21 @@ func readPage(path string, o *Options) page {
 	}
 	if c.Refresh != "" {
 		p.kind, p.err = OutcomeRedirect, errors.New("to "+c.Refresh)
-		return p
+		return
 	}
-	raw, outcome, detail := pageURL(o, p.rel, c.Canonical)
+	raw, outcome, detail := pageURL(o, own, c.Canonical)
 	switch outcome {
 	case "":
 	case OutcomeCanonicalIgnored:
 		p.notes = append(p.notes, note{outcome, detail})
 	default:
 		p.kind, p.err = outcome, errors.New(detail)
-		return p
+		return
 	}
 	key, norm, err := pillar.KeyOfURL(raw)
 	if err != nil {
 		p.kind, p.err = OutcomeBadURL, err
-		return p
+		return
 	}
 	lang := c.Lang
 	if lang == "" {
@@ -760,7 +775,7 @@ func readPage(path string, o *Options) page {
 		PageKey:     key.String(),
 		URL:         norm,
 		Host:        pillar.HostOf(norm),
-		FetchedAt:   st.ModTime().UnixMilli(),
+		FetchedAt:   fetchedAt,
 		ContentHash: hex.EncodeToString(sum[:16]),
 		Title:       c.Title,
 		Text:        c.Text,
@@ -769,7 +784,6 @@ func readPage(path string, o *Options) page {
 		OutLinks:    int64(c.OutLinks),
 		HTMLBytes:   int64(len(b)),
 	}
-	return p
 }
 
 // tableBytes is the size of the docs table tx read (0 when there is none).

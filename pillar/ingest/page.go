@@ -314,15 +314,11 @@ func matchSegs(pat, segs []string) bool {
 	return len(segs) == 0
 }
 
-// pageURL derives a page's URL from its canonical link under the canonical
+// pageURL derives a page's URL from its own URL (BaseURL + its path, or
+// the URL it was crawled from) and its canonical link under the canonical
 // policy: the URL, a note (OutcomeCanonicalIgnored) or a skip outcome
 // (OutcomeNoCanonical) with its detail.
-func pageURL(o *Options, rel, canonical string) (raw, outcome, detail string) {
-	base, err := url.Parse(o.BaseURL)
-	if err != nil {
-		return "", OutcomeBadURL, err.Error()
-	}
-	own := base.ResolveReference(&url.URL{Path: rel}).String()
+func pageURL(o *Options, own, canonical string) (raw, outcome, detail string) {
 	if o.Canonical == CanonicalIgnore {
 		return own, "", ""
 	}
