@@ -33,9 +33,11 @@ import (
 
 	"github.com/linxGnu/grocksdb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/router"
+	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/internal/batch"
 	"github.com/pillarkit/pillar/internal/record"
 	"github.com/pillarkit/pillar/internal/rocks"
@@ -648,3 +650,91 @@ func compareDirs(t *testing.T, committed, fresh string) []string {
 	return diffs
 }
 
+// BenchmarkPythonVsGo reads the same batches through the same router
+// (plaintext gRPC on loopback) with the Go gRPC client (servepb, records
+// decoded with internal/record, vectors included) and with the Python
+// client (bench.py), and reports both clients' per-batch p50 and mean and
+// the ratio Python/Go. Run it once:
+//
+//	go test ./clients/python -run '^$' -bench PythonVsGo -benchtime 1x
+func BenchmarkPythonVsGo(b *testing.B) {
+	py := findPython(b)
+	e := startEnv(b, 480)
+	const perBatch, rounds, warmup = 20, 20, 2
+	batches := e.cluster.Batches(perBatch)
+	var lines []string
+	for _, bt := range batches {
+		var hs []string
+		for _, k := range bt {
+			hs = append(hs, hex.EncodeToString(k))
+		}
+		lines = append(lines, strings.Join(hs, ","))
+	}
+	bf := filepath.Join(e.dir, "batches.txt")
+	if err := os.WriteFile(bf, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	cl := servepb.NewServeClient(conn)
+	ctx := context.Background()
+	for b.Loop() {
+		var times []time.Duration
+		for r := range warmup + rounds {
+			for _, bt := range batches {
+				t0 := time.Now()
+				resp, err := cl.BatchGet(ctx, &servepb.BatchGetRequest{Keys: bt})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, res := range resp.GetResults() {
+					p, err := record.Unmarshal(res.GetValue())
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, c := range p.GetChunks() {
+						if _, err := c.Vector(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				dt := time.Since(t0)
+				if r >= warmup {
+					times = append(times, dt)
+				}
+			}
+		}
+		slices.Sort(times)
+		var sum time.Duration
+		for _, d := range times {
+			sum += d
+		}
+		goP50 := float64(times[len(times)/2].Microseconds()) / 1e3
+		goMean := float64(sum.Microseconds()) / 1e3 / float64(len(times))
+
+		cmd := exec.Command(py, "bench.py", "--router", e.addr, "--batches", bf, "--rounds", strconv.Itoa(rounds), "--warmup", strconv.Itoa(warmup))
+		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatalf("bench.py: %v\n%s", err, out)
+		}
+		var pyRes struct {
+			P50  float64 `json:"p50_ms"`
+			Mean float64 `json:"mean_ms"`
+		}
+		if err := json.Unmarshal(lastLine(out), &pyRes); err != nil {
+			b.Fatalf("bench.py output %q: %v", out, err)
+		}
+		b.ReportMetric(goP50, "go-p50-ms")
+		b.ReportMetric(goMean, "go-mean-ms")
+		b.ReportMetric(pyRes.P50, "py-p50-ms")
+		b.ReportMetric(pyRes.Mean, "py-mean-ms")
+		b.ReportMetric(pyRes.P50/goP50, "py/go-p50")
+		b.ReportMetric(pyRes.Mean/goMean, "py/go-mean")
+		b.Logf("%d batches of %d keys, %d rounds: Go p50 %.3f ms mean %.3f ms; Python p50 %.3f ms mean %.3f ms; Python/Go p50 %.2fx mean %.2fx",
+			len(batches), perBatch, rounds, goP50, goMean, pyRes.P50, pyRes.Mean, pyRes.P50/goP50, pyRes.Mean/goMean)
+	}
+}
