@@ -67,7 +67,7 @@ func openSnapshot(c *cli.Context) (pillar.Snapshot, func(), error) {
 func ingestCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "ingest",
-		Usage: "load HTML and text files as pages into the docs table",
+		Usage: "load pages into the docs table: a folder of HTML and text files, WARC or WET crawls, JSONL or Parquet datasets",
 		Description: `Strips markup to clean text, derives each page's URL (its <link rel=canonical>, else
 --base-url + the file's relative path), computes the page key and content hash and
 commits all pages in one transaction. Unchanged pages keep their row; changed pages get
@@ -80,17 +80,34 @@ decoded to UTF-8. Binary, unreadable, oversize, duplicate-URL and meta-refresh r
 files are skipped, and so is anything that is not a regular file. At the end one summary
 gives the files by outcome with a few example paths each (--json: the same as JSON).
 
+--from also takes a crawl or a page dataset: WARC files (.warc, .warc.gz, gzipped per
+record or not; what wget --warc-file, Heritrix and Common Crawl write), WET files, JSON
+Lines (.jsonl, .jsonl.gz, .jsonl.zst) and Parquet, as one file, a folder of them or a glob.
+From WARC, response records are pages: the URL from WARC-Target-URI, the fetch time from
+WARC-Date, the charset from the HTTP Content-Type. Other statuses (3xx redirects with their
+target, 4xx, 5xx), non-HTML payloads, revisit, request, metadata and warcinfo records, a
+payload that fails its WARC-Payload-Digest, and damaged records (a truncated file, a corrupt
+gzip member, a lying Content-Length) are counted with their file@offset, and reading resumes
+at the next record. The same URL fetched twice keeps the newest fetch. A dataset row has a
+url, html (or text) and optional fetched_at column; --columns maps other names. The crawl
+streams through the same external sort as a folder (--memory-limit).
+
 Examples:
    pillar ingest --store data/store --from /usr/share/doc/postgresql-doc-15/html \
        --base-url https://www.postgresql.org/docs/15/
    pillar ingest --store data/store --from ./pages --json
+   pillar ingest --store data/store --from 'crawl/*.warc.gz'
+   pillar ingest --store data/store --from CC-MAIN-20261101-00000.warc.wet.gz
+   pillar ingest --store data/store --from pages.jsonl.zst --columns url=link,html=content,fetched_at=crawled
    pillar ingest --store data/store --from ./pages --rewrite
    pillar ingest --store data/store --from ./crawl/today --max-layers 4
    pillar ingest --store data/store --from /usr/share/doc/libxslt1-dev/html --base-url https://gnome.pages.gitlab.gnome.org/libxslt/ \
        --exclude 'html/**' --canonical ignore`,
 		Flags: []cli.Flag{
 			storeFlag,
-			&cli.StringFlag{Name: "from", Usage: "folder of .html/.htm/.txt/.md files (walked recursively)", Required: true},
+			&cli.StringFlag{Name: "from", Usage: "folder of .html/.htm/.txt/.md files (walked recursively), or WARC/WET/JSONL/Parquet files: one, a folder of them or a glob", Required: true},
+			&cli.StringFlag{Name: "format", Usage: "input format: folder, warc, wet, jsonl or parquet (default: by --from: its file names)"},
+			&cli.StringFlag{Name: "columns", Usage: "dataset column names: url=NAME,html=NAME,text=NAME,fetched_at=NAME (default: url, html, text, fetched_at)"},
 			&cli.StringFlag{Name: "base-url", Value: "http://corpus.local/", Usage: "URL prefix + the relative path, for files without an http(s) canonical link"},
 			&cli.IntFlag{Name: "partitions", Value: 64, Usage: "partition count when the store is created (fixed afterwards)"},
 			&cli.Int64Flag{Name: "max-page-bytes", Value: ingest.DefaultMaxPageBytes, Usage: "reject files larger than this (named in the summary)"},
@@ -112,13 +129,17 @@ Examples:
 			if n := c.Int("max-layers"); n == 0 || n < -1 {
 				return fmt.Errorf("ingest: --max-layers %d: want a count of at least 1, or -1 (never compact)", n)
 			}
+			cols, err := ingest.ParseColumns(c.String("columns"))
+			if err != nil {
+				return err
+			}
 			st, err := openStore(c, true, c.Int("partitions"))
 			if err != nil {
 				return err
 			}
 			defer st.Close()
 			stats, err := ingest.Run(c.Context, st, ingest.Options{
-				From: c.String("from"), BaseURL: c.String("base-url"), MaxPageBytes: c.Int64("max-page-bytes"),
+				From: c.String("from"), Format: c.String("format"), Columns: cols, BaseURL: c.String("base-url"), MaxPageBytes: c.Int64("max-page-bytes"),
 				Workers: c.Int("workers"), Logger: logger(), Progress: true, MemoryLimit: mem,
 				Canonical: c.String("canonical"), Include: c.StringSlice("include"), Exclude: c.StringSlice("exclude"),
 				Rewrite: c.Bool("rewrite"), Compact: ingestCompaction(c),

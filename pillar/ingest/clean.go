@@ -276,6 +276,13 @@ func refreshTarget(content string) string {
 // windows-1252, the HTML standard's default. how says what was done ("" when
 // b was UTF-8 already). NUL bytes (outside UTF-16) mean the file is not text.
 func decodeText(b []byte, isHTML bool) (out []byte, how string, err error) {
+	return decodeTextAs(b, isHTML, "")
+}
+
+// decodeTextAs is decodeText for a page served with the HTTP Content-Type
+// contentType ("" for a file): a charset there is declared as a <meta
+// charset> is, and wins over it.
+func decodeTextAs(b []byte, isHTML bool, contentType string) (out []byte, how string, err error) {
 	switch {
 	case bytes.HasPrefix(b, []byte{0xEF, 0xBB, 0xBF}):
 		b = b[3:]
@@ -309,15 +316,20 @@ func decodeText(b []byte, isHTML bool) (out []byte, how string, err error) {
 		return b, "", nil // ASCII reads the same in every charset we decode
 	}
 	valid := utf8.Valid(b)
-	if isHTML {
-		e, name, _ := charset.DetermineEncoding(b[:min(len(b), 1024)], "")
-		declared := name != "windows-1252" || bytes.Contains(bytes.ToLower(b[:min(len(b), 1024)]), []byte("charset"))
+	if isHTML || contentType != "" {
+		e, name, certain := charset.DetermineEncoding(b[:min(len(b), 1024)], contentType)
+		declared := name != "windows-1252" || bytes.Contains(bytes.ToLower(b[:min(len(b), 1024)]), []byte("charset")) ||
+			certain && strings.Contains(strings.ToLower(contentType), "charset")
 		if declared && name != "utf-8" && !valid {
 			out, err := e.NewDecoder().Bytes(b)
 			if err != nil {
 				return nil, "", fmt.Errorf("declared charset %s: %w", name, err)
 			}
-			return out, name + " (<meta charset>)", nil
+			from := "<meta charset>"
+			if certain && contentType != "" {
+				from = "Content-Type " + contentType
+			}
+			return out, name + " (" + from + ")", nil
 		}
 	}
 	if valid {

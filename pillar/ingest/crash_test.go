@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,6 +107,39 @@ func TestIngestCrashPoints(t *testing.T) {
 		os.Exit(4) // the point was not reached
 	}
 	base, update := crashCorpus(t)
+	crashPoints(t, base, update)
+}
+
+// TestIngestCrashPointsWARC is TestIngestCrashPoints with the pages in
+// WARC files: a kill at any point leaves the store as before or as after,
+// and a re-run completes.
+func TestIngestCrashPointsWARC(t *testing.T) {
+	base, update := crashCorpus(t)
+	crashPoints(t, warcOfFolder(t, base), warcOfFolder(t, update))
+}
+
+// warcOfFolder writes the text files of dir as one gzipped WARC of
+// response records and returns its path.
+func warcOfFolder(t *testing.T, dir string) string {
+	var recs []warcRec
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, _ := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		body := string(b)
+		recs = append(recs, warcRec{typ: "response", uri: "https://crash.test/" + filepath.ToSlash(rel), date: day1,
+			http: "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n\r\n" + body})
+		return nil
+	})
+	p, _ := writeWARC(t, "crawl.warc.gz", true, recs...)
+	return p
+}
+
+// crashPoints kills an ingest of update into a store holding base at each
+// crash point and checks the store and a re-run.
+func crashPoints(t *testing.T, base, update string) {
 	before := filepath.Join(t.TempDir(), "before")
 	st, err := local.Create(before, &local.Options{Partitions: 8})
 	if err != nil {

@@ -28,9 +28,20 @@ const DefaultMaxPageBytes = 32 << 20
 
 // Options configure one ingest run.
 type Options struct {
-	// From is the folder of .html/.htm/.xhtml and .txt/.md files (walked
-	// recursively). Required.
+	// From is the input. Required. A folder of .html/.htm/.xhtml and
+	// .txt/.md files (walked recursively); or a crawl or page dataset: a
+	// WARC (.warc, .warc.gz), WET (.wet, .warc.wet.gz), JSON Lines (.jsonl,
+	// .jsonl.gz, .jsonl.zst) or Parquet file, a folder holding only such
+	// files, or a glob of them ("crawl/*.warc.gz"), read in name order.
 	From string
+	// Format forces the input format (FormatFolder, FormatWARC, FormatWET,
+	// FormatJSONL, FormatParquet). The default value "" goes by From: a
+	// folder is a folder of pages unless every file in it is a crawl or
+	// dataset file; a file or glob goes by its name.
+	Format string
+	// Columns name a dataset's columns (JSONL and Parquet). The zero
+	// value takes url, html (else text) and fetched_at.
+	Columns Columns
 	// BaseURL is the URL prefix for files without <link rel=canonical>: a
 	// file's URL is BaseURL + its path relative to From. The default value
 	// is "http://corpus.local/".
@@ -83,6 +94,9 @@ type Options struct {
 	// crashAt, in tests, is called at each named point of the run (see
 	// TestIngestCrashPoints); a test kills the process there.
 	crashAt func(point string)
+	// relBase is the folder the summary's paths are relative to (From, or
+	// the crawl files' folder).
+	relBase string
 }
 
 func (o *Options) point(name string) {
@@ -120,7 +134,7 @@ func (o *Options) ensureDefaults() {
 
 // Stats summarize an ingest run.
 type Stats struct {
-	Files      int `json:"files"`       // candidate files seen
+	Files      int `json:"files"`       // candidate files seen (records of a crawl or dataset)
 	Pages      int `json:"pages"`       // pages read and cleaned
 	New        int `json:"new"`         // pages not in the store before
 	Changed    int `json:"changed"`     // pages whose content hash changed
@@ -132,6 +146,16 @@ type Stats struct {
 	Duplicates int `json:"duplicates"`  // skipped: URL already seen in this run
 	BadURL     int `json:"bad_url"`     // skipped: no valid URL could be derived
 	NotRegular int `json:"not_regular"` // skipped: not a regular file (named pipe, socket, device)
+	// Skipped records of a crawl or dataset.
+	Status4xx   int `json:"status_4xx"`
+	Status5xx   int `json:"status_5xx"`
+	OtherStatus int `json:"http_status"`
+	NonHTML     int `json:"non_html"`
+	Revisits    int `json:"revisit"`
+	NotAPage    int `json:"not_a_page"`
+	BadDigest   int `json:"bad_digest"`
+	Truncated   int `json:"truncated"`
+	Malformed   int `json:"malformed"`
 	// Skipped as well (see the Outcome* constants for the wording).
 	Excluded    int `json:"excluded"`     // left out by Include/Exclude
 	Redirects   int `json:"redirects"`    // meta-refresh redirects
@@ -191,13 +215,23 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 	start := time.Now()
 	var stats Stats
 	if opts.From == "" {
-		return stats, errors.New("ingest: no input folder (--from)")
+		return stats, errors.New("ingest: no input (--from)")
 	}
-	fi, err := os.Stat(opts.From)
+	switch opts.Format {
+	case "", FormatFolder, FormatWARC, FormatWET, FormatJSONL, FormatParquet:
+	default:
+		return stats, fmt.Errorf("ingest: --format %q: want folder, warc, wet, jsonl or parquet", opts.Format)
+	}
+	files, formats, crawl, err := crawlInputs(&opts)
 	if err != nil {
-		return stats, fmt.Errorf("ingest: input %s: %w", opts.From, err)
+		return stats, err
 	}
-	if !fi.IsDir() {
+	opts.relBase = opts.From
+	if crawl {
+		opts.relBase = filepath.Dir(files[0])
+	} else if fi, err := os.Stat(opts.From); err != nil {
+		return stats, fmt.Errorf("ingest: input %s: %w", opts.From, err)
+	} else if !fi.IsDir() {
 		return stats, fmt.Errorf("ingest: input %s: not a directory", opts.From)
 	}
 	if _, err := url.Parse(opts.BaseURL); err != nil {
@@ -207,9 +241,16 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 		return stats, err
 	}
 	// A first walk counts the files for the progress bar (directory reads
-	// only; nothing is kept).
+	// only; nothing is kept); a crawl's bar counts bytes.
 	var total int64
-	if opts.Progress {
+	switch {
+	case crawl:
+		for _, f := range files {
+			if fi, err := os.Stat(f); err == nil {
+				total += fi.Size()
+			}
+		}
+	case opts.Progress:
 		_ = filepath.WalkDir(opts.From, func(p string, d fs.DirEntry, err error) error {
 			if err == nil && !d.IsDir() && isCandidate(p) {
 				total++
@@ -223,7 +264,11 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 		return stats, fmt.Errorf("ingest: temp dir: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	sorted, err := readAll(ctx, &opts, &stats, tmp, total)
+	var in *crawlInput
+	if crawl {
+		in = &crawlInput{files: files, formats: formats}
+	}
+	sorted, err := readAll(ctx, &opts, &stats, tmp, total, in)
 	if err != nil {
 		return stats, err
 	}
@@ -320,12 +365,13 @@ func writeNeed(ctx context.Context, tx pillar.Tx, full bool, stats *Stats) int64
 // opts.Workers goroutines and adds each page to its worker's sorter, keyed by
 // page key, ties broken by the file's position in the walk (so among pages
 // with one URL the first file wins). Skipped files are counted and logged.
-func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total int64) (*sortedPages, error) {
-	bar := progress.New(max(total, -1), "ingest", &progress.Options{Quiet: !opts.Progress, Logger: opts.Logger})
+func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total int64, in *crawlInput) (*sortedPages, error) {
+	bar := progress.New(max(total, -1), "ingest", &progress.Options{Quiet: !opts.Progress, Logger: opts.Logger, Bytes: in != nil})
 	defer bar.Done()
 	type item struct {
 		seq  uint64
 		path string
+		rec  *crawlRecord
 	}
 	sorters := make([]*extsort.Sorter, opts.Workers)
 	sortMem := SortShare(opts.MemoryLimit)
@@ -357,8 +403,14 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 			defer wg.Done()
 			var buf []byte
 			for it := range next {
-				p := readPage(it.path, opts)
-				bar.Add(1)
+				var p page
+				if it.rec != nil {
+					p = recordPage(it.rec, opts)
+					it.path = p.path
+				} else {
+					p = readPage(it.path, opts)
+					bar.Add(1)
+				}
 				if it.seq == 10 {
 					opts.point("reading")
 				}
@@ -373,45 +425,65 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 					fail(fmt.Errorf("ingest: page %s: %w", it.path, err))
 					continue
 				}
-				if err := s.Add(&extsort.Record{Key: []byte(p.doc.PageKey), Prefix: len(p.doc.PageKey), Tie: it.seq, Payload: buf}); err != nil {
+				tie := it.seq
+				if it.rec != nil {
+					tie = newestFirst(p.doc.FetchedAt, it.seq)
+				}
+				if err := s.Add(&extsort.Record{Key: []byte(p.doc.PageKey), Prefix: len(p.doc.PageKey), Tie: tie, Payload: buf}); err != nil {
 					fail(diskFullSpill(dir, opts.MemoryLimit, fmt.Errorf("ingest: spill cleaned pages to %s: %w", dir, err)))
 				}
 			}
 		}(sorters[w])
 	}
 	var seq uint64
-	walkErr := filepath.WalkDir(opts.From, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			mu.Lock()
-			stats.count(OutcomeUnreadable, relPath(opts, p), err.Error())
-			mu.Unlock()
-			if d != nil && d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if d.IsDir() || !isCandidate(p) {
-			return nil
-		}
-		// Opening a named pipe blocks until a writer comes (forever, and
-		// deaf to signals); sockets and devices are not pages either.
-		if why := notRegular(p, d); why != "" {
-			mu.Lock()
-			stats.count(OutcomeNotRegular, relPath(opts, p), why)
-			mu.Unlock()
-			return nil
-		}
+	send := func(it item) error {
 		seq++
+		it.seq = seq
 		mu.Lock()
 		stats.Files++
 		mu.Unlock()
 		select {
-		case next <- item{seq, p}:
+		case next <- it:
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	})
+	}
+	var walkErr error
+	if in != nil {
+		for i, f := range in.files {
+			walkErr = readCrawlFile(opts, f, in.formats[i], func(n int64) { bar.Add(n) }, func(r *crawlRecord) error {
+				return send(item{rec: r})
+			})
+			if walkErr != nil {
+				break
+			}
+		}
+	} else {
+		walkErr = filepath.WalkDir(opts.From, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				mu.Lock()
+				stats.count(OutcomeUnreadable, relPath(opts, p), err.Error())
+				mu.Unlock()
+				if d != nil && d.IsDir() {
+					return fs.SkipDir
+				}
+				return nil
+			}
+			if d.IsDir() || !isCandidate(p) {
+				return nil
+			}
+			// Opening a named pipe blocks until a writer comes (forever, and
+			// deaf to signals); sockets and devices are not pages either.
+			if why := notRegular(p, d); why != "" {
+				mu.Lock()
+				stats.count(OutcomeNotRegular, relPath(opts, p), why)
+				mu.Unlock()
+				return nil
+			}
+			return send(item{path: p})
+		})
+	}
 	close(next)
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -420,6 +492,9 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 	}
 	if walkErr != nil {
 		closeAll()
+		if in != nil {
+			return nil, walkErr
+		}
 		return nil, fmt.Errorf("ingest: walk %s: %w", opts.From, walkErr)
 	}
 	if firstErr != nil {
@@ -720,17 +795,17 @@ func readPage(path string, o *Options) page {
 		p.kind, p.err = OutcomeBadURL, err
 		return p
 	}
-	cleanPage(&p, b, isText, o, base.ResolveReference(&url.URL{Path: p.rel}).String(), st.ModTime().UnixMilli())
+	cleanPage(&p, b, isText, "", o, base.ResolveReference(&url.URL{Path: p.rel}).String(), st.ModTime().UnixMilli())
 	return p
 }
 
 // cleanPage makes p's doc of the bytes b of a page whose own URL is own
 // (BaseURL + its path for a file, the crawled URL for a record), fetched
 // at fetchedAt (unix milliseconds): decoded to UTF-8 (isText: plain text,
-// else HTML), cleaned, its URL chosen under the canonical policy. A page
+// else HTML; contentType is the HTTP header's, "" for a file), cleaned, its URL chosen under the canonical policy. A page
 // that goes no further gets p.kind and p.err.
-func cleanPage(p *page, b []byte, isText bool, o *Options, own string, fetchedAt int64) {
-	text, how, err := decodeText(b, !isText)
+func cleanPage(p *page, b []byte, isText bool, contentType string, o *Options, own string, fetchedAt int64) {
+	text, how, err := decodeTextAs(b, !isText, contentType)
 	if err != nil {
 		p.kind, p.err = OutcomeBinary, err
 		return
@@ -784,6 +859,41 @@ func cleanPage(p *page, b []byte, isText bool, o *Options, own string, fetchedAt
 		OutLinks:    int64(c.OutLinks),
 		HTMLBytes:   int64(len(b)),
 	}
+}
+
+// crawlInput is the files of a crawl or dataset and their formats.
+type crawlInput struct {
+	files, formats []string
+}
+
+// recordPage makes the page of a crawl or dataset record: its path in the
+// summary is file@offset (file:line, file#row), its own URL the one
+// crawled, its fetch time the crawler's (the ingest time when it has none).
+func recordPage(r *crawlRecord, o *Options) page {
+	p := page{path: filepath.Join(o.relBase, r.rel), rel: r.rel}
+	if r.kind != "" {
+		p.kind, p.err = r.kind, errors.New(r.detail)
+		return p
+	}
+	if r.url == "" {
+		p.kind, p.err = OutcomeBadURL, errors.New("record without a target URL")
+		return p
+	}
+	at := r.fetchedAt
+	if at == 0 {
+		at = o.Now().UnixMilli()
+	}
+	cleanPage(&p, r.body, r.isText, r.contentType, o, r.url, at)
+	return p
+}
+
+// newestFirst is the sort tie of a crawled page: among fetches of one URL
+// the newest sorts first (and wins), then the first read. 42 bits of unix
+// milliseconds reach the year 2109; the read position keeps 22 bits.
+func newestFirst(fetchedAt int64, seq uint64) uint64 {
+	const timeBits = 42
+	t := uint64(max(fetchedAt, 0)) & (1<<timeBits - 1)
+	return (1<<timeBits-1-t)<<(64-timeBits) | min(seq, 1<<(64-timeBits)-1)
 }
 
 // tableBytes is the size of the docs table tx read (0 when there is none).

@@ -57,7 +57,7 @@ var outcomeInfo = []struct {
 	{OutcomeCanonicalIgnored, true, "<link rel=canonical> is not an http(s) URL (e.g. file://): used --base-url + the file's path instead (--canonical ignore|require to change)"},
 	{OutcomeEmpty, true, "no text after cleaning: gets no chunks downstream"},
 	{OutcomeExcluded, false, "left out by --include/--exclude"},
-	{OutcomeDuplicate, false, "same URL as an earlier file: the first file in walk order wins"},
+	{OutcomeDuplicate, false, "same URL as another page of the run: in a folder the first file in walk order wins, in a crawl the newest fetch"},
 	{OutcomeRedirect, false, "<meta http-equiv=refresh> redirect: the target is a page of its own"},
 	{OutcomeNoCanonical, false, "no http(s) <link rel=canonical> (--canonical require)"},
 	{OutcomeTooLarge, false, "over the size limit (--max-page-bytes)"},
@@ -65,6 +65,15 @@ var outcomeInfo = []struct {
 	{OutcomeUnreadable, false, "could not be read"},
 	{OutcomeNotRegular, false, "not a regular file (named pipe, socket, device)"},
 	{OutcomeBadURL, false, "no valid URL could be derived"},
+	{OutcomeStatus4xx, false, "HTTP status 4xx"},
+	{OutcomeStatus5xx, false, "HTTP status 5xx"},
+	{OutcomeHTTPStatus, false, "HTTP status neither 2xx, 3xx, 4xx nor 5xx"},
+	{OutcomeNonHTML, false, "payload neither HTML nor plain text (PDF, images, …), by Content-Type"},
+	{OutcomeRevisit, false, "WARC revisit record: payload unchanged since an earlier fetch"},
+	{OutcomeNotAPage, false, "WARC request, metadata, warcinfo or other record that is no page"},
+	{OutcomeBadDigest, false, "WARC-Payload-Digest does not match the payload"},
+	{OutcomeTruncated, false, "the input ends inside a record (the crawler was stopped): the tail is not read"},
+	{OutcomeMalformed, false, "a record that does not parse (reading resumed at the next record)"},
 }
 
 // MaxExamples is how many example paths the summary keeps per outcome.
@@ -112,6 +121,24 @@ func (s *Stats) count(outcome, rel, detail string) {
 		s.NotRegular++
 	case OutcomeBadURL:
 		s.BadURL++
+	case OutcomeStatus4xx:
+		s.Status4xx++
+	case OutcomeStatus5xx:
+		s.Status5xx++
+	case OutcomeHTTPStatus:
+		s.OtherStatus++
+	case OutcomeNonHTML:
+		s.NonHTML++
+	case OutcomeRevisit:
+		s.Revisits++
+	case OutcomeNotAPage:
+		s.NotAPage++
+	case OutcomeBadDigest:
+		s.BadDigest++
+	case OutcomeTruncated:
+		s.Truncated++
+	case OutcomeMalformed:
+		s.Malformed++
 	}
 	i := 0
 	for ; i < len(s.Outcomes) && s.Outcomes[i].Outcome != outcome; i++ {
@@ -150,7 +177,8 @@ func (s *Stats) count(outcome, rel, detail string) {
 
 // Skipped is the number of candidate files that are not in the store.
 func (s Stats) Skipped() int {
-	return s.Binary + s.Unreadable + s.TooLarge + s.Duplicates + s.BadURL + s.NotRegular + s.Excluded + s.Redirects + s.NoCanonical
+	return s.Binary + s.Unreadable + s.TooLarge + s.Duplicates + s.BadURL + s.NotRegular + s.Excluded + s.Redirects + s.NoCanonical +
+		s.Status4xx + s.Status5xx + s.OtherStatus + s.NonHTML + s.Revisits + s.NotAPage + s.BadDigest + s.Truncated + s.Malformed
 }
 
 // Summary is the end-of-run summary as text: one line per outcome with a
@@ -204,7 +232,11 @@ type note struct{ outcome, detail string }
 
 // relPath is path relative to From, with forward slashes.
 func relPath(o *Options, p string) string {
-	rel, err := filepath.Rel(o.From, p)
+	base := o.relBase
+	if base == "" {
+		base = o.From
+	}
+	rel, err := filepath.Rel(base, p)
 	if err != nil {
 		return filepath.ToSlash(p)
 	}
