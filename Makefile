@@ -46,7 +46,7 @@ RACE_PKGS := ./internal/clock/... ./cobbled ./cobbled/control/... ./cobbled/rout
   ./cobbled/mget/... ./bench/switchbench/... ./internal/health/... \
   ./cobbled/servepb/... ./lorry/... ./jobs/... ./pillar/... ./sstbuilder/... \
   ./internal/objstore/... ./internal/s3test/... ./internal/freeport/... ./badinput/...
-TEST_ENV := PILLAR_VERSITYGW=$(BIN)/versitygw PILLAR_REQUIRE_POSTGRES=1 PILLAR_REQUIRE_PROMTOOL=1
+TEST_ENV := PILLAR_VERSITYGW=$(BIN)/versitygw PILLAR_REQUIRE_POSTGRES=1 PILLAR_REQUIRE_PROMTOOL=1 PILLAR_REQUIRE_PYTHON=1
 test: deps tools
 	@unformatted="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
 	  test -z "$$unformatted" || { echo "gofmt: these files are not formatted:"; echo "$$unformatted"; exit 1; }

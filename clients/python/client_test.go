@@ -315,27 +315,34 @@ func (e *env) controlHandler() http.Handler {
 
 // applyURLPages writes the URL pages as one delta batch per partition
 // (seq 2) and applies it on every node (each holds every partition).
-func (e *env) applyURLPages(ctx context.Context) error {
+func (e *env) applyURLPages(ctx context.Context) error { return e.applyPages(ctx, urlPages, 2, true) }
+
+// applyPages writes the pages of urls under their URL keys as batch seq
+// of their partitions and applies it on every node; remember adds their
+// keys to e.urlKeys.
+func (e *env) applyPages(ctx context.Context, urls []string, seq int64, remember bool) error {
 	c := e.cluster
 	byPart := map[int][][]byte{}
 	vals := map[string][]byte{}
-	for _, u := range urlPages {
+	for _, u := range urls {
 		k, _, err := pillar.KeyOfURL(u)
 		if err != nil {
 			return err
 		}
-		e.urlKeys = append(e.urlKeys, k[:])
+		if remember {
+			e.urlKeys = append(e.urlKeys, k[:])
+		}
 		p := pillar.Partition(k[:], c.Partitions())
 		byPart[p] = append(byPart[p], k[:])
 		vals[string(k[:])] = makeRecord(u, k[:])
 	}
 	for p, keys := range byPart {
-		m, err := writeDelta(c.ObjectsDir(), p, c.Partitions(), keys, vals)
+		m, err := writeDelta(c.ObjectsDir(), p, c.Partitions(), seq, keys, vals)
 		if err != nil {
 			return err
 		}
 		for _, mem := range c.Members() {
-			if err := mem.Node().Apply(ctx, cobbled.Batch{Seq: 2, Manifest: *m}); err != nil {
+			if err := mem.Node().Apply(ctx, cobbled.Batch{Seq: seq, Manifest: *m}); err != nil {
 				return fmt.Errorf("apply URL pages of partition %d to %s: %w", p, mem.ID, err)
 			}
 		}
@@ -343,10 +350,10 @@ func (e *env) applyURLPages(ctx context.Context) error {
 	return nil
 }
 
-func writeDelta(objects string, p, parts int, keys [][]byte, vals map[string][]byte) (*batch.Manifest, error) {
+func writeDelta(objects string, p, parts int, seq int64, keys [][]byte, vals map[string][]byte) (*batch.Manifest, error) {
 	keys = slices.Clone(keys)
 	slices.SortFunc(keys, bytes.Compare)
-	id := fmt.Sprintf("pyclient-urls-p%05d", p)
+	id := fmt.Sprintf("pyclient-urls-s%d-p%05d", seq, p)
 	m := &batch.Manifest{Format: batch.FormatVersion, ID: id, Partition: p, Partitions: parts, Kind: batch.KindDelta,
 		Source: "clients/python test: URL pages", CreatedAtMS: time.Now().UnixMilli(), Keys: int64(len(keys))}
 	dir := filepath.Join(objects, filepath.FromSlash(batch.Prefix(p, id)))
@@ -580,6 +587,38 @@ func TestPythonClient(t *testing.T) {
 	}
 	if testing.Verbose() {
 		t.Logf("python tests:\n%s", out)
+	}
+}
+
+// TestREADMEPythonExample runs the README's Python example as written,
+// against the test router instead of the quick start's 127.0.0.1:7200:
+// it must print the page it reads.
+func TestREADMEPythonExample(t *testing.T) {
+	py := findPython(t)
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```python\n")
+	code, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 || !strings.Contains(code, "127.0.0.1:7200") {
+		t.Fatalf("README.md has no Python example reading from 127.0.0.1:7200")
+	}
+	e := startEnv(t, 24)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.applyPages(ctx, []string{"https://www.postgresql.org/docs/15/sql-select.html"}, 3, false); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, py, "-c", strings.ReplaceAll(code, "127.0.0.1:7200", e.addr))
+	cmd.Env = pythonEnv(e, "")
+	t.Logf("README example ran against %s", e.addr)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the README's Python example failed (%v):\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "https://www.postgresql.org/docs/15/sql-select.html Título") {
+		t.Fatalf("the README's Python example printed:\n%s\nwant the page's URL and title", out)
 	}
 }
 
