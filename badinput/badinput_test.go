@@ -572,7 +572,7 @@ func table() []bad {
 		{"cli", "unknown command", func(t *testing.T) error { return cliRun(t, "frobnicate") }, nil, []string{"frobnicate"}},
 		{"cli", "missing required flag", func(t *testing.T) error {
 			return cliRun(t, "cobbled", "serve", "--data", "d", "--control", "x:1", "--objstore", "o")
-		}, nil, []string{`"id"`}},
+		}, nil, []string{"--id", "not set"}},
 		{"cli", "duration that does not parse", func(t *testing.T) error { return cliRun(t, "chaos", "--plan", "--seed", "1", "--duration", "soon") }, nil, []string{"soon"}},
 		{"cli", "unknown fault kind", func(t *testing.T) error { return cliRun(t, "chaos", "--plan", "--seed", "1", "--faults", "meteor") }, nil, []string{`"meteor"`}},
 		{"cli", "policy file with a bad where clause", func(t *testing.T) error {

@@ -217,6 +217,27 @@ func TestWARCRecordKinds(t *testing.T) {
 	}
 }
 
+// TestWARCLargePayload: payloads of every size up to the limit come back
+// whole (their digests match and the text is complete).
+func TestWARCLargePayload(t *testing.T) {
+	var recs []warcRec
+	for i, n := range []int{100, 3000, 3800, 4096, 5000, 70000, 1 << 20} {
+		text := strings.Repeat("x", n-1) + "!"
+		recs = append(recs, warcRec{typ: "response", uri: fmt.Sprintf("https://big.test/%d", i), date: day1, http: httpOK("<html><title>T</title><p>" + text + "</p></html>")})
+	}
+	p, _ := writeWARC(t, "big.warc.gz", true, recs...)
+	st := newStore(t)
+	s := ingestInto(t, st, Options{From: p})
+	if s.New != len(recs) {
+		t.Fatalf("%d of %d pages\n%s", s.New, len(recs), s.Summary())
+	}
+	for _, d := range storeDocs(t, st) {
+		if !strings.HasSuffix(d.Text, "!") {
+			t.Errorf("%s: text of %d bytes cut short", d.URL, len(d.Text))
+		}
+	}
+}
+
 // TestWARCDamage: a truncated file, a corrupt gzip member and lying
 // Content-Lengths: the good records are ingested, each bad one named by
 // its offset.
