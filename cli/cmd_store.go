@@ -82,7 +82,9 @@ gives the files by outcome with a few example paths each (--json: the same as JS
 
 --from also takes a crawl or a page dataset: WARC files (.warc, .warc.gz, gzipped per
 record or not; what wget --warc-file, Heritrix and Common Crawl write), WET files, JSON
-Lines (.jsonl, .jsonl.gz, .jsonl.zst) and Parquet, as one file, a folder of them or a glob.
+Lines (.jsonl, .jsonl.gz, .jsonl.zst) and Parquet, as one file, a folder of them, a glob, or
+an s3://bucket/prefix (the --s3-* flags and AWS credentials as elsewhere; one object on disk
+under TMPDIR at a time).
 From WARC, response records are pages: the URL from WARC-Target-URI, the fetch time from
 WARC-Date, the charset from the HTTP Content-Type. Other statuses (3xx redirects with their
 target, 4xx, 5xx), non-HTML payloads, revisit, request, metadata and warcinfo records, a
@@ -97,6 +99,7 @@ Examples:
        --base-url https://www.postgresql.org/docs/15/
    pillar ingest --store data/store --from ./pages --json
    pillar ingest --store data/store --from 'crawl/*.warc.gz'
+   pillar ingest --store data/store --from s3://crawls/2026-11/ --s3-endpoint http://127.0.0.1:7070
    pillar ingest --store data/store --from CC-MAIN-20261101-00000.warc.wet.gz
    pillar ingest --store data/store --from pages.jsonl.zst --columns url=link,html=content,fetched_at=crawled
    pillar ingest --store data/store --from ./pages --rewrite
@@ -108,6 +111,7 @@ Examples:
 			&cli.StringFlag{Name: "from", Usage: "folder of .html/.htm/.txt/.md files (walked recursively), or WARC/WET/JSONL/Parquet files: one, a folder of them or a glob", Required: true},
 			&cli.StringFlag{Name: "format", Usage: "input format: folder, warc, wet, jsonl or parquet (default: by --from: its file names)"},
 			&cli.StringFlag{Name: "columns", Usage: "dataset column names: url=NAME,html=NAME,text=NAME,fetched_at=NAME (default: url, html, text, fetched_at)"},
+			s3EndpointFlag, s3RegionFlag, s3PathStyleFlag, // --from s3://bucket/prefix
 			&cli.StringFlag{Name: "base-url", Value: "http://corpus.local/", Usage: "URL prefix + the relative path, for files without an http(s) canonical link"},
 			&cli.IntFlag{Name: "partitions", Value: 64, Usage: "partition count when the store is created (fixed afterwards)"},
 			&cli.Int64Flag{Name: "max-page-bytes", Value: ingest.DefaultMaxPageBytes, Usage: "reject files larger than this (named in the summary)"},
@@ -133,13 +137,21 @@ Examples:
 			if err != nil {
 				return err
 			}
+			var objects ingest.Objects
+			if from := c.String("from"); strings.HasPrefix(from, "s3://") || strings.HasPrefix(from, "file://") {
+				o, err := openObjstore(c, "--from", from)
+				if err != nil {
+					return err
+				}
+				objects = o
+			}
 			st, err := openStore(c, true, c.Int("partitions"))
 			if err != nil {
 				return err
 			}
 			defer st.Close()
 			stats, err := ingest.Run(c.Context, st, ingest.Options{
-				From: c.String("from"), Format: c.String("format"), Columns: cols, BaseURL: c.String("base-url"), MaxPageBytes: c.Int64("max-page-bytes"),
+				From: c.String("from"), Format: c.String("format"), Columns: cols, Objects: objects, BaseURL: c.String("base-url"), MaxPageBytes: c.Int64("max-page-bytes"),
 				Workers: c.Int("workers"), Logger: logger(), Progress: true, MemoryLimit: mem,
 				Canonical: c.String("canonical"), Include: c.StringSlice("include"), Exclude: c.StringSlice("exclude"),
 				Rewrite: c.Bool("rewrite"), Compact: ingestCompaction(c),

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha1"
 	"encoding/base32"
 	"encoding/json"
@@ -21,6 +22,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/nlnwa/gowarc/v3"
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/pillarkit/pillar/internal/objstore"
 )
 
 // Input formats (Options.Format).
@@ -110,6 +113,61 @@ func ParseColumns(s string) (Columns, error) {
 		}
 	}
 	return c, nil
+}
+
+// Objects is where an s3:// From is read from: the object store rooted at
+// From (objstore.Open of it satisfies it).
+type Objects interface {
+	List(ctx context.Context, prefix string) ([]objstore.Info, error)
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+}
+
+// objectInputs lists the crawl and dataset objects of o.Objects, in key
+// order, with their formats.
+func objectInputs(ctx context.Context, o *Options) (keys, formats []string, err error) {
+	if o.Objects == nil {
+		return nil, nil, fmt.Errorf("ingest: --from %s: an object-store source needs the object store (Options.Objects)", o.From)
+	}
+	infos, err := o.Objects.List(ctx, "")
+	if err != nil {
+		return nil, nil, fmt.Errorf("ingest: list %s: %w", o.From, err)
+	}
+	for _, in := range infos {
+		f := o.Format
+		if f == "" || f == FormatFolder {
+			f = formatOf(in.Key)
+		}
+		if f == "" {
+			continue // not a crawl or dataset object
+		}
+		keys, formats = append(keys, in.Key), append(formats, f)
+	}
+	if len(keys) == 0 {
+		return nil, nil, fmt.Errorf("ingest: %s holds no crawl or dataset objects (.warc[.gz], .wet[.gz], .jsonl[.gz|.zst], .parquet)", o.From)
+	}
+	return keys, formats, nil
+}
+
+// fetchObject copies object key into dir (under its base name) for the
+// file readers, which seek (WARC resync) and need sizes (Parquet); one
+// object is on disk at a time.
+func fetchObject(ctx context.Context, o *Options, dir, key string) (string, error) {
+	rc, err := o.Objects.Get(ctx, key)
+	if err != nil {
+		return "", fmt.Errorf("ingest: %s/%s: %w", strings.TrimSuffix(o.From, "/"), key, err)
+	}
+	defer rc.Close()
+	p := filepath.Join(dir, filepath.Base(key))
+	f, err := os.Create(p)
+	if err != nil {
+		return "", err
+	}
+	if _, err := io.Copy(f, rc); err != nil {
+		f.Close()
+		os.Remove(p)
+		return "", fmt.Errorf("ingest: download %s/%s: %w", strings.TrimSuffix(o.From, "/"), key, err)
+	}
+	return p, f.Close()
 }
 
 // formatOf is the format of an input file by its name.

@@ -42,6 +42,10 @@ type Options struct {
 	// Columns name a dataset's columns (JSONL and Parquet). The zero
 	// value takes url, html (else text) and fetched_at.
 	Columns Columns
+	// Objects, for an s3:// From, is the object store rooted there: its
+	// crawl and dataset objects are read one at a time, each copied to
+	// TempDir while it is read. The default value nil: From is local.
+	Objects Objects
 	// BaseURL is the URL prefix for files without <link rel=canonical>: a
 	// file's URL is BaseURL + its path relative to From. The default value
 	// is "http://corpus.local/".
@@ -222,12 +226,21 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 	default:
 		return stats, fmt.Errorf("ingest: --format %q: want folder, warc, wet, jsonl or parquet", opts.Format)
 	}
-	files, formats, crawl, err := crawlInputs(&opts)
-	if err != nil {
+	var files, formats []string
+	var crawl, remote bool
+	var err error
+	if strings.Contains(opts.From, "://") {
+		if files, formats, err = objectInputs(ctx, &opts); err != nil {
+			return stats, err
+		}
+		crawl, remote = true, true
+	} else if files, formats, crawl, err = crawlInputs(&opts); err != nil {
 		return stats, err
 	}
 	opts.relBase = opts.From
-	if crawl {
+	if remote {
+		opts.relBase = ""
+	} else if crawl {
 		opts.relBase = filepath.Dir(files[0])
 	} else if fi, err := os.Stat(opts.From); err != nil {
 		return stats, fmt.Errorf("ingest: input %s: %w", opts.From, err)
@@ -244,6 +257,8 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 	// only; nothing is kept); a crawl's bar counts bytes.
 	var total int64
 	switch {
+	case remote:
+		total = -1
 	case crawl:
 		for _, f := range files {
 			if fi, err := os.Stat(f); err == nil {
@@ -266,7 +281,7 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 	defer os.RemoveAll(tmp)
 	var in *crawlInput
 	if crawl {
-		in = &crawlInput{files: files, formats: formats}
+		in = &crawlInput{files: files, formats: formats, remote: remote}
 	}
 	sorted, err := readAll(ctx, &opts, &stats, tmp, total, in)
 	if err != nil {
@@ -452,9 +467,17 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 	var walkErr error
 	if in != nil {
 		for i, f := range in.files {
+			if in.remote {
+				if f, walkErr = fetchObject(ctx, opts, dir, f); walkErr != nil {
+					break
+				}
+			}
 			walkErr = readCrawlFile(opts, f, in.formats[i], func(n int64) { bar.Add(n) }, func(r *crawlRecord) error {
 				return send(item{rec: r})
 			})
+			if in.remote {
+				os.Remove(f)
+			}
 			if walkErr != nil {
 				break
 			}
@@ -864,6 +887,7 @@ func cleanPage(p *page, b []byte, isText bool, contentType string, o *Options, o
 // crawlInput is the files of a crawl or dataset and their formats.
 type crawlInput struct {
 	files, formats []string
+	remote         bool // files are keys of Options.Objects
 }
 
 // recordPage makes the page of a crawl or dataset record: its path in the

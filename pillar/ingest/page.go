@@ -234,6 +234,9 @@ type note struct{ outcome, detail string }
 func relPath(o *Options, p string) string {
 	base := o.relBase
 	if base == "" {
+		if strings.Contains(o.From, "://") {
+			return filepath.ToSlash(filepath.Base(p)) // a downloaded object: its name
+		}
 		base = o.From
 	}
 	rel, err := filepath.Rel(base, p)
