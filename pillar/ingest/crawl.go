@@ -447,6 +447,9 @@ func warcRecord(o *Options, r gowarc.WarcRecord, format string) *crawlRecord {
 		case code >= 500:
 			cr.kind, cr.detail = OutcomeStatus5xx, fmt.Sprintf("HTTP %d", code)
 			return cr
+		case code < 100:
+			cr.kind, cr.detail = OutcomeMalformed, "the HTTP response's status line and headers do not parse"
+			return cr
 		case code < 200:
 			cr.kind, cr.detail = OutcomeHTTPStatus, fmt.Sprintf("HTTP %d", code)
 			return cr

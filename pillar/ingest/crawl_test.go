@@ -217,6 +217,34 @@ func TestWARCRecordKinds(t *testing.T) {
 	}
 }
 
+// TestWARCOddHeaders: a huge HTTP header block, an unknown charset label
+// and header bytes that are not UTF-8: each record is read or counted,
+// never the run's end, and the records after it are read.
+func TestWARCOddHeaders(t *testing.T) {
+	huge := "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n" + strings.Repeat("X-Padding: "+strings.Repeat("p", 1000)+"\r\n", 300) + "\r\n" + htmlPage("H", "Huge headers.")
+	p, _ := writeWARC(t, "odd.warc.gz", true,
+		warcRec{typ: "response", uri: "https://odd.test/huge", date: day1, http: huge},
+		warcRec{typ: "response", uri: "https://odd.test/bogus", date: day1, http: "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=no-such-charset\r\n\r\n" + htmlPage("B", "Unknown charset label.")},
+		warcRec{typ: "response", uri: "https://odd.test/latin-header", date: day1, http: "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nX-Caf\xe9: cr\xe8me\r\n\r\n" + htmlPage("L", "Header bytes in Latin-1.")},
+		warcRec{typ: "response", uri: "https://odd.test/after", date: day1, http: httpOK(htmlPage("A", "The record after the odd ones."))},
+	)
+	st := newStore(t)
+	s := ingestInto(t, st, Options{From: p})
+	if s.Files != 4 || s.New+s.Skipped() != 4 {
+		t.Fatalf("%d records, %d new, %d skipped; want all 4 accounted for\n%s", s.Files, s.New, s.Skipped(), s.Summary())
+	}
+	found := false
+	for _, d := range storeDocs(t, st) {
+		found = found || d.URL == "https://odd.test/after"
+	}
+	if !found {
+		t.Errorf("the record after the odd ones is missing\n%s", s.Summary())
+	}
+	if n, ex := outcome(s, OutcomeMalformed); n != 1 || !strings.Contains(ex[0], "do not parse") {
+		t.Errorf("the Latin-1 header: malformed %d %v, want it counted as not parsing", n, ex)
+	}
+}
+
 // TestWARCLargePayload: payloads of every size up to the limit come back
 // whole (their digests match and the text is complete).
 func TestWARCLargePayload(t *testing.T) {
