@@ -58,6 +58,7 @@ type crawlRecord struct {
 	isText      bool
 	contentType string
 	fetchedAt   int64 // unix milliseconds
+	refresh     bool  // a revisit: the fetch time of an unchanged page
 	kind        string
 	detail      string
 }
@@ -328,7 +329,7 @@ func readWARC(o *Options, path, format string, read func(int64), emit func(*craw
 				break
 			}
 			cr := warcRecord(o, rec.WarcRecord, format)
-			if cr.url == "" && cr.kind == "" {
+			if cr.url == "" && (cr.kind == "" || cr.refresh) {
 				cr.url = rawTargetURI(f, rec.Offset, rec.Size, gz)
 			}
 			cr.rel = at
@@ -422,7 +423,12 @@ func warcRecord(o *Options, r gowarc.WarcRecord, format string) *crawlRecord {
 		}
 		cr.isText = true
 	case gowarc.Revisit:
-		cr.kind, cr.detail = OutcomeRevisit, "payload unchanged since "+h.Get(gowarc.WarcRefersToDate)
+		// The payload is that of an earlier fetch: it refreshes the stored
+		// page's fetch time (or that of a fetch of the URL in this run).
+		cr.refresh = true
+		if cr.url == "" {
+			cr.url = "" // read back from the record below, as for responses
+		}
 		return cr
 	default:
 		cr.kind, cr.detail = OutcomeNotAPage, r.Type().String()+" record"

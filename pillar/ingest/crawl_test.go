@@ -217,6 +217,53 @@ func TestWARCRecordKinds(t *testing.T) {
 	}
 }
 
+// TestWARCRevisits: a revisit refreshes the stored page's fetch time
+// without a new version; one newer than a response of the same run lends
+// that page its fetch time; one of a URL never stored is counted.
+func TestWARCRevisits(t *testing.T) {
+	revisit := func(uri, date string) warcRec {
+		return warcRec{typ: "revisit", uri: uri, date: date, headers: []string{"WARC-Refers-To-Date: " + day1,
+			"WARC-Profile: http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"}, http: "HTTP/1.1 200 OK\r\n\r\n"}
+	}
+	first, _ := writeWARC(t, "day1.warc.gz", true,
+		warcRec{typ: "response", uri: "https://rv.test/a", date: day1, http: httpOK(htmlPage("A", "Page a, unchanged between crawls."))})
+	st := newStore(t)
+	ingestInto(t, st, Options{From: first})
+	before := storeDocs(t, st)[0]
+	const day3 = "2026-03-03T10:00:00Z"
+	second, _ := writeWARC(t, "day3.warc.gz", true,
+		revisit("https://rv.test/a", day3),
+		revisit("https://rv.test/never-stored", day3),
+		revisit("https://rv.test/b", day3),
+		warcRec{typ: "response", uri: "https://rv.test/b", date: day1, http: httpOK(htmlPage("B", "Page b, first seen with its revisit."))})
+	s := ingestInto(t, st, Options{From: second})
+	if s.Refreshed != 1 || s.New != 1 || s.Changed != 0 {
+		t.Errorf("refreshed %d, new %d, changed %d; want 1, 1, 0\n%s", s.Refreshed, s.New, s.Changed, s.Summary())
+	}
+	n, ex := outcome(s, OutcomeRevisit)
+	joined := strings.Join(ex, " ")
+	if n != 3 || !strings.Contains(joined, "no stored page of https://rv.test/never-stored") || !strings.Contains(joined, "refreshed") || !strings.Contains(joined, "applied") {
+		t.Errorf("revisits %d %v", n, ex)
+	}
+	want3, _ := time.Parse(time.RFC3339, day3)
+	for _, d := range storeDocs(t, st) {
+		switch d.URL {
+		case "https://rv.test/a":
+			if d.FetchedAt != want3.UnixMilli() || d.Version != before.Version || d.ContentHash != before.ContentHash || d.Text != before.Text {
+				t.Errorf("page a after its revisit: fetched %d version %d; want the revisit's time and version %d, content kept", d.FetchedAt, d.Version, before.Version)
+			}
+		case "https://rv.test/b":
+			if d.FetchedAt != want3.UnixMilli() {
+				t.Errorf("page b fetched at %d, want its revisit's time", d.FetchedAt)
+			}
+		}
+	}
+	// The same revisit again changes nothing: no commit.
+	if s := ingestInto(t, st, Options{From: second}); s.Refreshed != 0 || s.Generation != 0 {
+		t.Errorf("re-run: refreshed %d, generation %d; want nothing committed", s.Refreshed, s.Generation)
+	}
+}
+
 // TestWARCOddHeaders: a huge HTTP header block, an unknown charset label
 // and header bytes that are not UTF-8: each record is read or counted,
 // never the run's end, and the records after it are read.

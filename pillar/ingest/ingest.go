@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -150,6 +151,9 @@ type Stats struct {
 	Duplicates int `json:"duplicates"`  // skipped: URL already seen in this run
 	BadURL     int `json:"bad_url"`     // skipped: no valid URL could be derived
 	NotRegular int `json:"not_regular"` // skipped: not a regular file (named pipe, socket, device)
+	// Refreshed is the stored pages whose fetch time a WARC revisit
+	// refreshed (same content, same version).
+	Refreshed int `json:"refreshed"`
 	// Skipped records of a crawl or dataset.
 	Status4xx   int `json:"status_4xx"`
 	Status5xx   int `json:"status_5xx"`
@@ -320,7 +324,7 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 		return stats, diskFull(st, "merge into table docs", writeNeed(ctx, tx, full, &stats), err)
 	}
 	opts.point("merged")
-	if stats.ChangedPages() == 0 && !opts.Rewrite {
+	if stats.ChangedPages() == 0 && stats.Refreshed == 0 && !opts.Rewrite {
 		stats.DurationMS = time.Since(start).Milliseconds()
 		return stats, nil // the deferred Abort drops what was written
 	}
@@ -403,6 +407,7 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 	}
 	var mu sync.Mutex
 	var firstErr error
+	var refreshes atomic.Int64
 	fail := func(err error) {
 		mu.Lock()
 		if firstErr == nil {
@@ -439,6 +444,9 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 				if buf, err = appendDoc(buf[:0], it.path, &p.doc); err != nil {
 					fail(fmt.Errorf("ingest: page %s: %w", it.path, err))
 					continue
+				}
+				if isRefresh(&p.doc) {
+					refreshes.Add(1)
 				}
 				tie := it.seq
 				if it.rec != nil {
@@ -529,7 +537,7 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 		closeAll()
 		return nil, fmt.Errorf("ingest: merge cleaned pages: %w", err)
 	}
-	return &sortedPages{it: it, sorters: sorters}, nil
+	return &sortedPages{it: it, sorters: sorters, refreshes: refreshes.Load()}, nil
 }
 
 // countPage counts a read page in stats (the summary: see page.go); it
@@ -541,30 +549,90 @@ func countPage(_ *Options, stats *Stats, p *page) bool {
 // sortedPages is the merged stream of cleaned pages, by page key then walk
 // position.
 type sortedPages struct {
-	it      *extsort.Iterator
-	sorters []*extsort.Sorter
+	it        *extsort.Iterator
+	sorters   []*extsort.Sorter
+	back      *spilled // a page pulled ahead and given back
+	refreshes int64    // revisits among the pages: merge reads old rows whole
 }
 
 // next returns the next distinct page (the first file of each key), counting
 // and logging the duplicates it skips; nil at the end.
 func (s *sortedPages) next(opts *Options, stats *Stats, last *pillar.Doc, lastPath *string) (*pillar.Doc, error) {
-	for s.it.Next() {
-		path, d, err := decodeDoc(s.it.Record().Payload)
+	rel := func(p string) string { return relPath(opts, p) }
+	var refresh *pillar.Doc // the newest revisit of the key at hand
+	var refreshPath string
+	for {
+		path, d, ok, err := s.pull()
 		if err != nil {
-			return nil, fmt.Errorf("ingest: spilled page: %w", err)
+			return nil, err
+		}
+		if !ok {
+			break
 		}
 		if last != nil && d.PageKey == last.PageKey {
-			stats.count(OutcomeDuplicate, relPath(opts, path), "same URL as "+relPath(opts, *lastPath))
+			if isRefresh(&d) {
+				stats.count(OutcomeRevisit, rel(path), "older than the fetch of "+rel(*lastPath))
+			} else {
+				stats.count(OutcomeDuplicate, rel(path), "same URL as "+rel(*lastPath))
+			}
 			continue
 		}
+		if refresh != nil && d.PageKey != refresh.PageKey {
+			s.unpull(path, d)
+			break
+		}
+		if isRefresh(&d) {
+			if refresh == nil {
+				refresh, refreshPath = &d, path
+			} else {
+				stats.count(OutcomeRevisit, rel(path), "older than the revisit "+rel(refreshPath))
+			}
+			continue
+		}
+		if refresh != nil {
+			// The newest fetch of the URL is a revisit of this (older)
+			// fetch's payload: its content, the revisit's fetch time.
+			d.FetchedAt = max(d.FetchedAt, refresh.FetchedAt)
+			stats.count(OutcomeRevisit, rel(refreshPath), "fetch time applied to the page read at "+rel(path))
+		}
 		*lastPath = path
-		stats.kept(relPath(opts, path), &d)
+		stats.kept(rel(path), &d)
 		return &d, nil
 	}
-	if err := s.it.Err(); err != nil {
-		return nil, fmt.Errorf("ingest: read spilled pages: %w", err)
+	if refresh != nil {
+		*lastPath = refreshPath // merge refreshes the stored page, if any
+		return refresh, nil
 	}
 	return nil, nil
+}
+
+// pull returns the next spilled page (one given back by unpull first).
+func (s *sortedPages) pull() (string, pillar.Doc, bool, error) {
+	if s.back != nil {
+		b := s.back
+		s.back = nil
+		return b.path, b.doc, true, nil
+	}
+	if !s.it.Next() {
+		if err := s.it.Err(); err != nil {
+			return "", pillar.Doc{}, false, fmt.Errorf("ingest: read spilled pages: %w", err)
+		}
+		return "", pillar.Doc{}, false, nil
+	}
+	path, d, err := decodeDoc(s.it.Record().Payload)
+	if err != nil {
+		return "", pillar.Doc{}, false, fmt.Errorf("ingest: spilled page: %w", err)
+	}
+	return path, d, true, nil
+}
+
+func (s *sortedPages) unpull(path string, d pillar.Doc) {
+	s.back = &spilled{path, d}
+}
+
+type spilled struct {
+	path string
+	doc  pillar.Doc
 }
 
 func (s *sortedPages) close() {
@@ -633,7 +701,9 @@ func merge(ctx context.Context, opts *Options, stats *Stats, pages *sortedPages,
 			}
 			return nil
 		}
-		if full {
+		if full || pages.refreshes > 0 {
+			// Whole rows: a rewrite keeps them all, and a revisit writes
+			// its page back with a new fetch time.
 			od = pillar.Doc{}
 			if err := old.Scan(&od); err != nil {
 				return fmt.Errorf("ingest: read docs: %w", err)
@@ -698,6 +768,25 @@ func merge(ctx context.Context, opts *Options, stats *Stats, pages *sortedPages,
 				return err
 			}
 			continue
+		case isRefresh(cur) && (!haveOld || cur.PageKey < od.PageKey):
+			stats.count(OutcomeRevisit, relPath(opts, curPath), "no stored page of "+cur.URL+" to refresh")
+		case isRefresh(cur): // the stored page's payload, fetched again
+			if cur.FetchedAt > od.FetchedAt {
+				od.FetchedAt = cur.FetchedAt
+				stats.Refreshed++
+				stats.count(OutcomeRevisit, relPath(opts, curPath), "fetch time of the stored page refreshed")
+				if err := write(&od); err != nil {
+					return err
+				}
+			} else {
+				stats.count(OutcomeRevisit, relPath(opts, curPath), "the stored fetch is as new")
+				if err := keep(&od); err != nil {
+					return err
+				}
+			}
+			if err := advanceOld(); err != nil {
+				return err
+			}
 		case !haveOld || cur.PageKey < od.PageKey:
 			stats.New++
 			stats.count(OutcomeNew, relPath(opts, curPath), "")
@@ -907,9 +996,24 @@ func recordPage(r *crawlRecord, o *Options) page {
 	if at == 0 {
 		at = o.Now().UnixMilli()
 	}
+	if r.refresh {
+		key, norm, err := pillar.KeyOfURL(r.url)
+		if err != nil {
+			p.kind, p.err = OutcomeBadURL, err
+			return p
+		}
+		p.doc = pillar.Doc{PageKey: key.String(), URL: norm, FetchedAt: at, HTMLBytes: refreshMark}
+		return p
+	}
 	cleanPage(&p, r.body, r.isText, r.contentType, o, r.url, at)
 	return p
 }
+
+// refreshMark in Doc.HTMLBytes marks a revisit on its way through the sort:
+// no page, only a newer fetch time for the page of its key.
+const refreshMark = -1
+
+func isRefresh(d *pillar.Doc) bool { return d.HTMLBytes == refreshMark }
 
 // newestFirst is the sort tie of a crawled page: among fetches of one URL
 // the newest sorts first (and wins), then the first read. 42 bits of unix

@@ -69,7 +69,7 @@ var outcomeInfo = []struct {
 	{OutcomeStatus5xx, false, "HTTP status 5xx"},
 	{OutcomeHTTPStatus, false, "HTTP status neither 2xx, 3xx, 4xx nor 5xx"},
 	{OutcomeNonHTML, false, "payload neither HTML nor plain text (PDF, images, …), by Content-Type"},
-	{OutcomeRevisit, false, "WARC revisit record: payload unchanged since an earlier fetch"},
+	{OutcomeRevisit, false, "WARC revisit record (payload unchanged since an earlier fetch): refreshes the page's fetch time, no new version"},
 	{OutcomeNotAPage, false, "WARC request, metadata, warcinfo or other record that is no page"},
 	{OutcomeBadDigest, false, "WARC-Payload-Digest does not match the payload"},
 	{OutcomeTruncated, false, "the input ends inside a record (the crawler was stopped): the tail is not read"},
