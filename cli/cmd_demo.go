@@ -33,10 +33,11 @@ Examples:
    pillar demo --out demo-out --corpus ./my-html-pages --base-url https://example.org/
    pillar demo --out demo-out --synthetic 5000
    pillar demo --out demo-out --reuse          # keep the store from the last run
-   pillar demo --out /tmp/xslt --corpus /usr/share/doc/libxslt1-dev/html --max-files 60`,
+   pillar demo --out /tmp/xslt --corpus /usr/share/doc/libxslt1-dev/html --max-files 60
+   pillar demo --out /tmp/crawl --corpus crawl.warc.gz      # a crawl (WARC, WET, JSONL, Parquet) as pillar ingest takes it`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: "demo-out", Usage: "output folder (store, objects, exports, logs, report)"},
-			&cli.StringFlag{Name: "corpus", Value: demo.DefaultCorpus, Usage: "folder of HTML or text files"},
+			&cli.StringFlag{Name: "corpus", Value: demo.DefaultCorpus, Usage: "folder of HTML or text files, or a crawl or page dataset as pillar ingest --from takes it (step 6 then ingests a re-crawl of some pages)"},
 			&cli.StringFlag{Name: "base-url", Usage: "URL prefix + the relative path, for corpus files without an http(s) canonical link"},
 			&cli.IntFlag{Name: "synthetic", Usage: "generate N pages of realistic size instead of reading a corpus"},
 			&cli.StringFlag{Name: "policies", Usage: "subset policy file (default: the embedded demo policies, for any corpus)"},

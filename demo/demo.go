@@ -36,8 +36,11 @@ type Options struct {
 	Pillar string
 	// Out is the output folder. The default value is "demo-out".
 	Out string
-	// Corpus is a folder of HTML or text files. The default value is
-	// DefaultCorpus; ignored when Synthetic > 0.
+	// Corpus is a folder of HTML or text files, or a crawl or page
+	// dataset as pillar ingest takes them (WARC, WET, JSONL, Parquet: a
+	// file, a folder of them, a glob): a crawl is ingested where it is,
+	// and step 6 changes pages by ingesting a re-crawl of them. The
+	// default value is DefaultCorpus; ignored when Synthetic > 0.
 	Corpus string
 	// BaseURL for corpus files without a canonical link. The default value
 	// is the PostgreSQL docs' URL when Corpus is the default, else
@@ -160,19 +163,21 @@ type LagSample struct {
 }
 
 type demo struct {
-	o      Options
-	ctx    context.Context
-	rep    *Report
-	start  time.Time
-	st     *local.Store
-	objs   objstore.Store
-	objURL string
-	cl     *cluster
-	rt     *router.Router
-	set    *subsets.Set
-	lagMu  sync.Mutex
-	lagWG  sync.WaitGroup
-	lagEnd chan struct{}
+	o       Options
+	crawl   bool   // Corpus is a crawl or dataset, not a folder of pages
+	recrawl string // step 6's re-crawl of edited pages (a WARC), once written
+	ctx     context.Context
+	rep     *Report
+	start   time.Time
+	st      *local.Store
+	objs    objstore.Store
+	objURL  string
+	cl      *cluster
+	rt      *router.Router
+	set     *subsets.Set
+	lagMu   sync.Mutex
+	lagWG   sync.WaitGroup
+	lagEnd  chan struct{}
 	// runID makes this run's export and batch ids unique: with --reuse the
 	// object store keeps earlier runs' batches, and a batch id is never
 	// reused for other content.
@@ -280,7 +285,14 @@ func (d *demo) ingestOptions() ingest.Options {
 	if d.o.Synthetic > 0 {
 		base = "https://synthetic.example/"
 	}
-	return ingest.Options{From: filepath.Join(d.o.Out, "corpus"), BaseURL: base, Logger: d.o.Logger,
+	from := filepath.Join(d.o.Out, "corpus")
+	switch {
+	case d.recrawl != "":
+		from = d.recrawl
+	case d.crawl:
+		from = d.o.Corpus
+	}
+	return ingest.Options{From: from, BaseURL: base, Logger: d.o.Logger,
 		Canonical: d.o.Canonical, Include: d.o.Include, Exclude: d.o.Exclude}
 }
 
@@ -288,7 +300,10 @@ func (d *demo) ingestOptions() ingest.Options {
 func (d *demo) step1() error {
 	return d.stage("1. ingest the corpus into an embedded store", func() error {
 		src := filepath.Join(d.o.Out, "corpus")
-		if _, err := os.Stat(src); err != nil {
+		d.crawl = d.o.Synthetic == 0 && ingest.IsCrawl(d.o.Corpus)
+		if d.crawl {
+			d.rep.Corpus = d.o.Corpus + " (a crawl, ingested where it is)"
+		} else if _, err := os.Stat(src); err != nil {
 			if d.o.Synthetic > 0 {
 				d.rep.Corpus = fmt.Sprintf("%d synthetic pages", d.o.Synthetic)
 				if err := writeSynthetic(src, d.o.Synthetic); err != nil {

@@ -145,6 +145,14 @@ func TestDemoCorpora(t *testing.T) {
 				t.Errorf("file:// canonical links ignored: %d of 30; pages %d of 34\n%s", r.Ingest.CanonicalIgnored, r.Pages, r.Ingest.Summary())
 			}
 		}},
+		{"wget-warc", func(*testing.T) string {
+			abs, _ := filepath.Abs("../pillar/ingest/testdata/crawl/site.warc.gz")
+			return abs
+		}, func(t *testing.T, r *Report) {
+			if r.Pages != 4 || r.Ingest.Status4xx != 2 || r.Ingest.NonHTML != 2 || len(r.Incremental.Edited) == 0 {
+				t.Errorf("a crawl: pages %d of 4, 4xx %d of 2, non-HTML %d of 2, re-crawled %d\n%s", r.Pages, r.Ingest.Status4xx, r.Ingest.NonHTML, len(r.Incremental.Edited), r.Ingest.Summary())
+			}
+		}},
 		{"non-utf8", nonUTF8, func(t *testing.T, r *Report) {
 			if r.Ingest.Transcoded != 24 || r.Pages != 24 {
 				t.Errorf("transcoded %d of 24; pages %d\n%s", r.Ingest.Transcoded, r.Pages, r.Ingest.Summary())

@@ -160,6 +160,9 @@ type editedPage struct {
 // page's content hash counts; it fails when no exported page could be
 // edited.
 func (d *demo) editExported(exported map[string]expected) ([]editedPage, error) {
+	if d.crawl {
+		return d.recrawlExported(exported)
+	}
 	// The file of each exported page: the first in walk order, as in ingest.
 	src := filepath.Join(d.o.Out, "corpus")
 	opts := d.ingestOptions()
@@ -215,6 +218,49 @@ func (d *demo) editExported(exported map[string]expected) ([]editedPage, error) 
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no exported page could be edited (%d exported pages, %d with a file and text): the incremental checks would test nothing", len(exported), len(keys))
 	}
+	return out, nil
+}
+
+// recrawlExported is editExported for a crawl corpus: a WARC of the
+// crawler fetching up to editCount exported pages again, now, with new
+// content (d.recrawl, which step 6 ingests). All but one exported page
+// stay as they were, so the policy change has one to remove.
+func (d *demo) recrawlExported(exported map[string]expected) ([]editedPage, error) {
+	keys := make([]string, 0, len(exported))
+	for k := range exported {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	limit := editCount
+	if len(keys) >= 2 {
+		limit = min(editCount, len(keys)-1)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("no exported page to re-crawl: the incremental checks would test nothing")
+	}
+	step := max(1, len(keys)/limit)
+	path := filepath.Join(d.o.Out, "recrawl.warc.gz")
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	now := time.Now().UTC()
+	var out []editedPage
+	for i := 0; i < len(keys) && len(out) < limit; i += step {
+		k := keys[i]
+		e := exported[k]
+		body := fmt.Sprintf("<html><head><title>Re-crawled page</title></head><body><p>The crawler fetched %s again at %s and found it changed.</p></body></html>",
+			e.url, now.Format(time.RFC3339Nano))
+		if err := ingest.WriteWARCResponse(f, e.url, now, "text/html; charset=utf-8", body); err != nil {
+			return nil, err
+		}
+		out = append(out, editedPage{key: k, url: e.url, rel: "recrawl.warc.gz: " + e.url, oldHash: e.hash})
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	d.recrawl = path
 	return out, nil
 }
 

@@ -12,10 +12,7 @@ package formatsbench
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
-	"crypto/sha1"
-	"encoding/base32"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,6 +25,8 @@ import (
 	"time"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/pillarkit/pillar/pillar/ingest"
 )
 
 // Formats measured, the folder first (the reference).
@@ -270,7 +269,7 @@ func Generate(dir string, n, size int) (map[string]string, map[string]int64, err
 		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
 			return nil, nil, err
 		}
-		if err := writeResponse(wf, url, date, body); err != nil {
+		if err := ingest.WriteWARCResponse(wf, url, date, "text/html; charset=utf-8", body); err != nil {
 			return nil, nil, err
 		}
 		batch = append(batch, row{URL: url, HTML: body, FetchedAt: date.UnixMilli()})
@@ -297,18 +296,6 @@ func Generate(dir string, n, size int) (map[string]string, map[string]int64, err
 		})
 	}
 	return paths, sizes, nil
-}
-
-// writeResponse appends one gzip member holding a WARC response record.
-func writeResponse(w io.Writer, url string, date time.Time, body string) error {
-	http := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	sum := sha1.Sum([]byte(body))
-	id := sha1.Sum([]byte(url))
-	zw := gzip.NewWriter(w)
-	fmt.Fprintf(zw, "WARC/1.1\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:%x-%x-%x-%x-%x>\r\nWARC-Date: %s\r\nWARC-Target-URI: %s\r\n"+
-		"Content-Type: application/http; msgtype=response\r\nWARC-Payload-Digest: sha1:%s\r\nContent-Length: %d\r\n\r\n%s\r\n\r\n",
-		id[0:4], id[4:6], id[6:8], id[8:10], id[10:16], date.Format(time.RFC3339), url, base32.StdEncoding.EncodeToString(sum[:]), len(http), http)
-	return zw.Close()
 }
 
 // Markdown is the report as a table.

@@ -749,3 +749,29 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n(int64(n))
 	return n, err
 }
+
+// IsCrawl reports whether from names a crawl or dataset (a WARC, WET,
+// JSONL or Parquet file, a folder of only such files, a glob of them, or
+// an object-store URL) rather than a folder of pages.
+func IsCrawl(from string) bool {
+	if strings.Contains(from, "://") {
+		return true
+	}
+	o := Options{From: from}
+	_, _, ok, err := crawlInputs(&o)
+	return ok && err == nil
+}
+
+// WriteWARCResponse appends one WARC/1.1 response record of an HTTP 200
+// answer with body, in a gzip member of its own (as crawlers write them),
+// with its WARC-Payload-Digest; for tools and tests that make crawls.
+func WriteWARCResponse(w io.Writer, url string, date time.Time, contentType, body string) error {
+	http := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s", contentType, len(body), body)
+	sum := sha1.Sum([]byte(body))
+	id := sha1.Sum([]byte(url + date.String()))
+	zw := gzip.NewWriter(w)
+	fmt.Fprintf(zw, "WARC/1.1\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:%x-%x-%x-%x-%x>\r\nWARC-Date: %s\r\nWARC-Target-URI: %s\r\n"+
+		"Content-Type: application/http; msgtype=response\r\nWARC-Payload-Digest: sha1:%s\r\nContent-Length: %d\r\n\r\n%s\r\n\r\n",
+		id[0:4], id[4:6], id[6:8], id[8:10], id[10:16], date.UTC().Format(time.RFC3339), url, base32.StdEncoding.EncodeToString(sum[:]), len(http), http)
+	return zw.Close()
+}
