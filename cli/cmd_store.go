@@ -79,6 +79,8 @@ is not http(s) (a file:// link of a local docs folder) is ignored in favour of -
 decoded to UTF-8. Binary, unreadable, oversize, duplicate-URL and meta-refresh redirect
 files are skipped, and so is anything that is not a regular file. At the end one summary
 gives the files by outcome with a few example paths each (--json: the same as JSON).
+A re-ingest of the same folder with the same options reads only the files whose size or
+modification time changed (a listing index in the store; --rehash reads every file).
 
 --from also takes a crawl or a page dataset: WARC files (.warc, .warc.gz, gzipped per
 record or not; what wget --warc-file, Heritrix and Common Crawl write), WET files, JSON
@@ -121,6 +123,7 @@ Examples:
 			&cli.StringSliceFlag{Name: "include", Usage: "keep only files whose relative path matches this glob (repeatable; \"*.html\", \"api/**\")"},
 			&cli.StringSliceFlag{Name: "exclude", Usage: "leave out files whose relative path matches this glob (repeatable)"},
 			&cli.IntFlag{Name: "max-layers", Value: pillar.DefaultMaxLayers, Usage: "compact docs after the ingest once it has more than this many delta layers (-1: never; see pillar compact)"},
+			&cli.BoolFlag{Name: "rehash", Usage: "read every file of the folder, not only those whose size or modification time changed since the last ingest"},
 			&cli.BoolFlag{Name: "rewrite", Usage: "write docs whole (a new base, folding its delta layers) instead of a delta of the new and changed pages"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
 			ytRunFlags[0], ytRunFlags[1], // --pool, --job-binary: the automatic compaction on yt:// stores
@@ -154,7 +157,7 @@ Examples:
 				From: c.String("from"), Format: c.String("format"), Columns: cols, Objects: objects, BaseURL: c.String("base-url"), MaxPageBytes: c.Int64("max-page-bytes"),
 				Workers: c.Int("workers"), Logger: logger(), Progress: true, MemoryLimit: mem,
 				Canonical: c.String("canonical"), Include: c.StringSlice("include"), Exclude: c.StringSlice("exclude"),
-				Rewrite: c.Bool("rewrite"), Compact: ingestCompaction(c),
+				Rewrite: c.Bool("rewrite"), Rehash: c.Bool("rehash"), Compact: ingestCompaction(c),
 			})
 			if err != nil {
 				return err

@@ -86,6 +86,11 @@ type Options struct {
 	// value is os.TempDir().
 	TempDir string
 
+	// Rehash reads every file of a folder, ignoring the listing index
+	// (listing.go) that lets a re-ingest skip files whose size and
+	// modification time are unchanged. The default value (false) uses it.
+	Rehash bool
+
 	// Rewrite writes the whole docs table (a new base, folding its delta
 	// layers) instead of a delta of the new and changed pages. The default
 	// value (false) writes a delta: an ingest of k changed pages writes k
@@ -151,6 +156,9 @@ type Stats struct {
 	Duplicates int `json:"duplicates"`  // skipped: URL already seen in this run
 	BadURL     int `json:"bad_url"`     // skipped: no valid URL could be derived
 	NotRegular int `json:"not_regular"` // skipped: not a regular file (named pipe, socket, device)
+	// NotRead is the unchanged files a folder re-ingest did not read (the
+	// listing index vouched for them); they are among Unchanged.
+	NotRead int `json:"not_read"`
 	// Refreshed is the stored pages whose fetch time a WARC revisit
 	// refreshed (same content, same version).
 	Refreshed int `json:"refreshed"`
@@ -284,14 +292,33 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 	}
 	defer os.RemoveAll(tmp)
 	var in *crawlInput
+	var lin *listingIn
+	var lout *listingOut
 	if crawl {
 		in = &crawlInput{files: files, formats: formats, remote: remote}
+	} else {
+		lout = newListingOut(tmp, opts.MemoryLimit)
+		defer lout.close()
+		if !opts.Rehash {
+			sn, err := st.Snapshot(ctx)
+			if err != nil {
+				return stats, fmt.Errorf("ingest: %w", err)
+			}
+			lin, err = openListing(ctx, sn, &opts)
+			if err != nil {
+				sn.Release()
+				return stats, err
+			}
+			defer sn.Release()
+			defer lin.close()
+		}
 	}
-	sorted, err := readAll(ctx, &opts, &stats, tmp, total, in)
+	sorted, err := readAll(ctx, &opts, &stats, tmp, total, in, lin)
 	if err != nil {
 		return stats, err
 	}
 	defer sorted.close()
+	sorted.listing = lout
 	opts.point("spilled")
 
 	tx, err := st.Begin(ctx)
@@ -324,7 +351,10 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 		return stats, diskFull(st, "merge into table docs", writeNeed(ctx, tx, full, &stats), err)
 	}
 	opts.point("merged")
-	if stats.ChangedPages() == 0 && stats.Refreshed == 0 && !opts.Rewrite {
+	// A folder ingest without a usable listing commits one even when no
+	// page changed, so the next re-ingest can skip the unchanged files.
+	listingStale := lout != nil && lin == nil
+	if stats.ChangedPages() == 0 && stats.Refreshed == 0 && !opts.Rewrite && !listingStale {
 		stats.DurationMS = time.Since(start).Milliseconds()
 		return stats, nil // the deferred Abort drops what was written
 	}
@@ -337,6 +367,13 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 		return stats, diskFull(st, "write table docs", writeNeed(ctx, tx, full, &stats), fmt.Errorf("ingest: write docs: %w", err))
 	}
 	opts.point("closed")
+	if lout != nil {
+		if err := lout.write(ctx, tx, &opts); err != nil {
+			return stats, diskFull(st, "write "+TableListing, 0, fmt.Errorf("ingest: write %s: %w", TableListing, err))
+		}
+	} else if err := tx.DeleteAttr(ctx, AttrListing); err != nil && !errors.Is(err, pillar.ErrNotFound) {
+		return stats, err // a crawl changed pages a folder's listing vouched for
+	}
 	stats.DurationMS = time.Since(start).Milliseconds()
 	if err := tx.SetAttr(ctx, "ingest/last", stats); err != nil {
 		return stats, err
@@ -384,13 +421,14 @@ func writeNeed(ctx context.Context, tx pillar.Tx, full bool, stats *Stats) int64
 // opts.Workers goroutines and adds each page to its worker's sorter, keyed by
 // page key, ties broken by the file's position in the walk (so among pages
 // with one URL the first file wins). Skipped files are counted and logged.
-func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total int64, in *crawlInput) (*sortedPages, error) {
+func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total int64, in *crawlInput, listing *listingIn) (*sortedPages, error) {
 	bar := progress.New(max(total, -1), "ingest", &progress.Options{Quiet: !opts.Progress, Logger: opts.Logger, Bytes: in != nil})
 	defer bar.Done()
 	type item struct {
-		seq  uint64
-		path string
-		rec  *crawlRecord
+		seq       uint64
+		path      string
+		rec       *crawlRecord
+		unchanged *ListingRow // the listing vouches for the file: not read
 	}
 	sorters := make([]*extsort.Sorter, opts.Workers)
 	sortMem := SortShare(opts.MemoryLimit)
@@ -424,7 +462,11 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 			var buf []byte
 			for it := range next {
 				var p page
-				if it.rec != nil {
+				if it.unchanged != nil {
+					u := it.unchanged
+					p = page{path: it.path, rel: u.Path, doc: pillar.Doc{PageKey: u.PageKey, HTMLBytes: unchangedMark, FetchedAt: u.MTimeMS, TextLen: u.Size}}
+					bar.Add(1)
+				} else if it.rec != nil {
 					p = recordPage(it.rec, opts)
 					it.path = p.path
 				} else {
@@ -512,6 +554,13 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 				mu.Unlock()
 				return nil
 			}
+			if listing != nil {
+				if row, ok := listing.lookup(relPath(opts, p)); ok {
+					if fi, err := os.Stat(p); err == nil && fi.Size() == row.Size && fi.ModTime().UnixMilli() == row.MTimeMS {
+						return send(item{path: p, unchanged: &row})
+					}
+				}
+			}
 			return send(item{path: p})
 		})
 	}
@@ -551,8 +600,10 @@ func countPage(_ *Options, stats *Stats, p *page) bool {
 type sortedPages struct {
 	it        *extsort.Iterator
 	sorters   []*extsort.Sorter
-	back      *spilled // a page pulled ahead and given back
-	refreshes int64    // revisits among the pages: merge reads old rows whole
+	back      *spilled    // a page pulled ahead and given back
+	refreshes int64       // revisits among the pages: merge reads old rows whole
+	tie       uint64      // the sort tie (walk position) of the page pulled last
+	listing   *listingOut // a folder ingest's new listing: the winners' files
 }
 
 // next returns the next distinct page (the first file of each key), counting
@@ -561,6 +612,7 @@ func (s *sortedPages) next(opts *Options, stats *Stats, last *pillar.Doc, lastPa
 	rel := func(p string) string { return relPath(opts, p) }
 	var refresh *pillar.Doc // the newest revisit of the key at hand
 	var refreshPath string
+	var standKey, standPath string // a key whose stored page stands (its winning file unchanged)
 	for {
 		path, d, ok, err := s.pull()
 		if err != nil {
@@ -568,6 +620,24 @@ func (s *sortedPages) next(opts *Options, stats *Stats, last *pillar.Doc, lastPa
 		}
 		if !ok {
 			break
+		}
+		if standKey != "" && d.PageKey == standKey {
+			stats.count(OutcomeDuplicate, rel(path), "same URL as "+rel(standPath))
+			continue
+		}
+		if isUnchanged(&d) && (last == nil || d.PageKey != last.PageKey) && refresh == nil {
+			// The first file of its URL is unchanged: the stored page stands.
+			stats.Pages++
+			stats.Unchanged++
+			stats.NotRead++
+			stats.count(OutcomeUnchanged, rel(path), "not read: size and modification time as in the listing")
+			if s.listing != nil {
+				if err := s.listing.add(s.tie, ListingRow{Path: rel(path), Size: d.TextLen, MTimeMS: d.FetchedAt, PageKey: d.PageKey}); err != nil {
+					return nil, err
+				}
+			}
+			standKey, standPath = d.PageKey, path
+			continue
 		}
 		if last != nil && d.PageKey == last.PageKey {
 			if isRefresh(&d) {
@@ -597,6 +667,11 @@ func (s *sortedPages) next(opts *Options, stats *Stats, last *pillar.Doc, lastPa
 		}
 		*lastPath = path
 		stats.kept(rel(path), &d)
+		if s.listing != nil {
+			if err := s.listing.add(s.tie, ListingRow{Path: rel(path), Size: d.HTMLBytes, MTimeMS: d.FetchedAt, PageKey: d.PageKey}); err != nil {
+				return nil, err
+			}
+		}
 		return &d, nil
 	}
 	if refresh != nil {
@@ -611,6 +686,7 @@ func (s *sortedPages) pull() (string, pillar.Doc, bool, error) {
 	if s.back != nil {
 		b := s.back
 		s.back = nil
+		s.tie = b.tie
 		return b.path, b.doc, true, nil
 	}
 	if !s.it.Next() {
@@ -623,16 +699,18 @@ func (s *sortedPages) pull() (string, pillar.Doc, bool, error) {
 	if err != nil {
 		return "", pillar.Doc{}, false, fmt.Errorf("ingest: spilled page: %w", err)
 	}
+	s.tie = s.it.Record().Tie
 	return path, d, true, nil
 }
 
 func (s *sortedPages) unpull(path string, d pillar.Doc) {
-	s.back = &spilled{path, d}
+	s.back = &spilled{path, d, s.tie}
 }
 
 type spilled struct {
 	path string
 	doc  pillar.Doc
+	tie  uint64
 }
 
 func (s *sortedPages) close() {
