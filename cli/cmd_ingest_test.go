@@ -41,7 +41,8 @@ func TestIngestCLISummary(t *testing.T) {
 	if strings.Count(out, "canonical_ignored") != 1 || strings.Contains(out, "WARN") {
 		t.Errorf("want one canonical_ignored line and no WARN per file:\n%s", out)
 	}
-	out, _, err = runSubsets(t, "ingest", "--store", store, "--from", dir, "--base-url", "https://x.example/doc/", "--json", "--exclude", "*.txt")
+	// --rehash reads every file again (the notes come from reading them).
+	out, _, err = runSubsets(t, "ingest", "--store", store, "--from", dir, "--base-url", "https://x.example/doc/", "--json", "--exclude", "*.txt", "--rehash")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +52,14 @@ func TestIngestCLISummary(t *testing.T) {
 	}
 	if st.Unchanged != 2 || st.CanonicalIgnored != 2 || st.Redirects != 1 || st.Excluded != 1 || len(st.Outcomes) != 4 || st.Outcomes[0].Outcome != ingest.OutcomeUnchanged {
 		t.Fatalf("JSON summary %+v", st)
+	}
+	out, _, err = runSubsets(t, "ingest", "--store", store, "--from", dir, "--base-url", "https://x.example/doc/", "--json", "--exclude", "*.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = ingest.Stats{}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.NotRead != 2 || st.Unchanged != 2 {
+		t.Fatalf("a plain re-run reads the unchanged pages again: %v %+v", err, st)
 	}
 	if _, _, err := runSubsets(t, "ingest", "--store", store, "--from", dir, "--canonical", "always"); err == nil || !strings.Contains(err.Error(), `--canonical "always"`) {
 		t.Fatalf("bad --canonical: %v", err)

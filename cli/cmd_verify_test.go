@@ -26,7 +26,7 @@ func TestVerifyFindsAFlippedByte(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := runControlCLI(t, bg, "verify", "--store", store)
-	if err != nil || !strings.Contains(out, "verified 1 files") || !strings.Contains(out, "0 failed") {
+	if err != nil || !strings.Contains(out, "verified 2 files") || !strings.Contains(out, "0 failed") {
 		t.Fatalf("verify of a fresh store: %v\n%s", err, out)
 	}
 
@@ -37,25 +37,32 @@ func TestVerifyFindsAFlippedByte(t *testing.T) {
 			ents = append(ents, e)
 		}
 	}
-	if len(ents) != 1 || len(all) != 2 {
-		t.Fatalf("data files after one ingest: %d and %d sidecars, want 1 (docs) and its sidecar", len(ents), len(all)-len(ents))
+	if len(ents) != 2 || len(all) != 4 {
+		t.Fatalf("data files after one ingest: %d and %d sidecars, want 2 (docs, the ingest listing) and theirs", len(ents), len(all)-len(ents))
 	}
-	file := ents[0].Name()
-	path := filepath.Join(store, "data", file)
-	f, _ := os.Open(path)
-	st, _ := f.Stat()
-	pf, err := parquet.OpenFile(f, st.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The docs table's file is the one with a text column.
+	var file, path string
 	var off int64 = -1
-	for i, col := range pf.Schema().Columns() {
-		if len(col) == 1 && col[0] == "text" {
-			cc := pf.Metadata().RowGroups[0].Columns[i].MetaData
-			off = cc.DataPageOffset + cc.TotalCompressedSize/2
+	for _, e := range ents {
+		p := filepath.Join(store, "data", e.Name())
+		f, _ := os.Open(p)
+		st, _ := f.Stat()
+		pf, err := parquet.OpenFile(f, st.Size())
+		if err != nil {
+			t.Fatal(err)
 		}
+		for i, col := range pf.Schema().Columns() {
+			if len(col) == 1 && col[0] == "text" {
+				cc := pf.Metadata().RowGroups[0].Columns[i].MetaData
+				off = cc.DataPageOffset + cc.TotalCompressedSize/2
+				file, path = e.Name(), p
+			}
+		}
+		f.Close()
 	}
-	f.Close()
+	if path == "" {
+		t.Fatal("no data file has a text column")
+	}
 	b, _ := os.ReadFile(path)
 	b[off] ^= 1
 	os.WriteFile(path, b, 0o644)
@@ -73,7 +80,9 @@ func TestVerifyFindsAFlippedByte(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Problems) != 1 || rep.Problems[0].Table != "docs" || !rep.Problems[0].Corrupt {
 		t.Fatalf("verify --json: %v\n%s", err, out)
 	}
-	_, err = runControlCLI(t, bg, "ingest", "--store", store, "--from", filepath.Join(root, "pages"))
+	// --rehash: every page goes through the merge with docs (a plain
+	// re-run of an unchanged folder reads neither the files nor docs).
+	_, err = runControlCLI(t, bg, "ingest", "--store", store, "--from", filepath.Join(root, "pages"), "--rehash")
 	if err == nil || !strings.Contains(err.Error(), "data corrupt") || !strings.Contains(err.Error(), file) {
 		t.Fatalf("re-ingest over a corrupt docs table: %v, want a corrupt-data error naming %s", err, file)
 	}
