@@ -8,9 +8,9 @@ STATICCHECK_VERSION := v0.8.2
 # python3-*: the Python client and its tests; protobuf-compiler(-grpc): its stubs
 # (make python-stubs); prometheus: promtool checks the alert rules under deploy/.
 DEB_PKGS := librocksdb-dev g++ postgresql-doc-15 python3-grpcio python3-protobuf python3-numpy \
-  protobuf-compiler protobuf-compiler-grpc prometheus
+  protobuf-compiler protobuf-compiler-grpc prometheus iptables iproute2
 
-.PHONY: all build test check test-race bench demo deps lint tools chaos python-stubs
+.PHONY: all build test check test-race test-netns bench demo deps lint tools chaos python-stubs
 
 all: build
 
@@ -58,10 +58,18 @@ test: deps tools
 	$(TEST_ENV) $(GO) test -count=1 -timeout 15m $$plain || rc=1; \
 	exit $$rc
 
-## check: make test, then the long suites: the chaos tests (1 minute of faults, seed 1).
-## .ci/run runs it (under CI's 20-minute limit on 2 cores: see README).
+## check: make test, then the long suites: the chaos tests (1 minute of faults, seed 1)
+## and the network scenarios (make test-netns). .ci/run runs it (under CI's 20-minute
+## limit on 2 cores: see CONTRIBUTING.md).
 check: test
 	$(TEST_ENV) PILLAR_CHAOS=1m $(GO) test -count=1 -timeout 15m -run 'Chaos' ./chaos/
+	$(MAKE) test-netns
+
+## test-netns: the short version of every network scenario on a cluster of network
+## namespaces (root, iproute2, iptables), and the checker's negative test. Skips where
+## namespaces are unavailable, fails instead under PILLAR_REQUIRE_NETNS=1 (.ci/run).
+test-netns: deps tools
+	$(TEST_ENV) PILLAR_NETNS=1 $(GO) test -count=1 -timeout 15m -v -run 'TestNetnsScenarios|TestNetnsCatchesLostRange' ./chaos/netns/
 
 test-yt: ; @test -n "$$YT_PROXY" || { echo "make test-yt: set YT_PROXY (and YT_TOKEN); see docs/ytsaurus.md"; exit 2; }; $(GO) test -count=1 -timeout 60m -v -run 'OnCluster|TestYTIntegration' ./pillar/ytstore/ ./jobs/
 test-race: deps tools

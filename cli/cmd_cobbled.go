@@ -40,7 +40,9 @@ func cobbledCommand() *cli.Command {
 replica under --data (all sharing one --cache sized LRU block cache), long-polls for each
 partition's batches, downloads and verifies them from --objstore and applies them in
 order (deltas by IngestExternalFile, snapshots by building and swapping in a fresh
-database). Serves BatchGet on --listen and /metrics and /healthz on --http. On SIGINT or
+database). Serves BatchGet on --listen and /metrics, /healthz, /readyz and /checksum on --http
+(/checksum?partition=P[&version=V]: the SHA-256 of a replica's whole key range and its
+applied seq, to compare replicas; see go doc ./cobbled Checksum). On SIGINT or
 SIGTERM it stops ingesting, drains in-flight requests and closes the databases.
 
 A restarted node resumes exactly where it stopped. A batch that fails verification (size,
@@ -230,6 +232,7 @@ func cobbledServe(c *cli.Context) error {
 	}
 	defer node.Close()
 	opened.Store(node)
+	hsrv.Handle("/checksum", node.ChecksumHandler())
 
 	lis, err := net.Listen("tcp", c.String("listen"))
 	if err != nil {

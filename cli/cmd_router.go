@@ -42,6 +42,7 @@ func routerFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "hedge-outlier", Value: 2, Usage: "and only after this multiple of that node's median for its size"},
 		&cli.DurationFlag{Name: "hedge-min", Value: 500 * time.Microsecond, Usage: "floor of the hedge delay"},
 		&cli.Float64Flag{Name: "hedge-budget", Value: 0.045, Usage: "most hedges per primary sub-request (token bucket)"},
+		&cli.Float64Flag{Name: "stall-ratio", Usage: "read a node after the other replicas, even in this zone, while more than this share of its recent sub-requests outlast their hedge delay (a lossy link); 0: the larger of --hedge-budget and 3 × (1 − --hedge-quantile-full); negative: never"},
 		&cli.DurationFlag{Name: "refresh", Value: 2 * time.Second, Usage: "routing refresh interval (and long-poll wait)"},
 		&cli.StringFlag{Name: "transport", Value: router.TransportWire, Usage: "how the router reaches nodes: wire (cobbled's lean protocol on the nodes' own port: length-prefixed frames over TCP, pipelined), or grpc (the Serve API other languages use)"},
 	}
@@ -90,6 +91,9 @@ func routerOptionsFrom(c *cli.Context, o *router.Options, onlySet bool) {
 	}
 	if set("hedge-budget") {
 		o.HedgeBudget = c.Float64("hedge-budget")
+	}
+	if set("stall-ratio") {
+		o.StallRatio = c.Float64("stall-ratio")
 	}
 	if set("refresh") {
 		o.RefreshInterval = c.Duration("refresh")

@@ -21,7 +21,16 @@ import (
 // serve, router serve and lorry run.
 type daemonHTTP struct {
 	srv  *http.Server
+	mux  *http.ServeMux
 	Addr net.Addr // where it listens (a :0 address resolved)
+}
+
+// Handle adds a path to the running server (a ServeMux may grow while it
+// serves).
+func (d *daemonHTTP) Handle(path string, h http.Handler) {
+	if d != nil {
+		d.mux.Handle(path, h)
+	}
 }
 
 // startDaemonHTTP listens on addr and serves in the background; a serve
@@ -37,7 +46,7 @@ func startDaemonHTTP(component, addr string, h *health.Handler, cs ...prometheus
 	if err != nil {
 		return nil, fmt.Errorf("%s: --http %s: %w", component, addr, err)
 	}
-	d := &daemonHTTP{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, Addr: lis.Addr()}
+	d := &daemonHTTP{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, mux: mux, Addr: lis.Addr()}
 	go func() {
 		if err := d.srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger().Warn(component+": http server", "err", err)

@@ -90,7 +90,9 @@ type Options struct {
 	// never skips it. The default value is 3.
 	DownloadAttempts int
 	// RetryBackoff is the first delay between attempts; it doubles up to
-	// RetryBackoffMax. The default values are 200ms and 30s.
+	// RetryBackoffMax. The default values are 200ms and 10s (a replica
+	// that fell behind during a partition is back within about 10 s of the
+	// heal; a retry costs one control-plane call or one GET).
 	RetryBackoff    time.Duration
 	RetryBackoffMax time.Duration
 	// Heartbeat is the interval of heartbeats and routing refreshes. The
@@ -179,7 +181,7 @@ func (o *Options) ensureDefaults() {
 		o.RetryBackoff = 200 * time.Millisecond
 	}
 	if o.RetryBackoffMax == 0 {
-		o.RetryBackoffMax = 30 * time.Second
+		o.RetryBackoffMax = 10 * time.Second
 	}
 	if o.Heartbeat == 0 {
 		o.Heartbeat = 2 * time.Second

@@ -23,6 +23,7 @@ import (
 	"github.com/pillarkit/pillar/cobbled/servepb"
 	"github.com/pillarkit/pillar/cobbled/wire"
 	"github.com/pillarkit/pillar/internal/clock"
+	"github.com/pillarkit/pillar/internal/grpclink"
 	"github.com/pillarkit/pillar/internal/servelimit"
 	"github.com/pillarkit/pillar/pillar"
 )
@@ -74,7 +75,7 @@ func (n *Node) requestGuard() *servelimit.Guard {
 // (draining in-flight requests) before Node.Close.
 func (n *Node) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 	g := n.requestGuard()
-	opts := append(g.ServerOptions(),
+	opts := append(append(g.ServerOptions(), grpclink.ServerOptions()...),
 		grpc.MaxSendMsgSize(n.opts.MaxResponseBytes+1<<20),
 		grpc.WriteBufferSize(256<<10),
 		grpc.ReadBufferSize(64<<10),

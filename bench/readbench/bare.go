@@ -25,6 +25,7 @@ import (
 	"github.com/pillarkit/pillar/cobbled"
 	"github.com/pillarkit/pillar/cobbled/mget"
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/internal/grpclink"
 	"github.com/pillarkit/pillar/internal/rocks"
 	"github.com/pillarkit/pillar/internal/testcluster"
 	"github.com/pillarkit/pillar/pillar"
@@ -189,9 +190,9 @@ func (s *bareServer) listen(addr string) error {
 	}
 	s.addr = lis.Addr().String()
 	// The same transport settings as cobbled.Node.NewGRPCServer.
-	s.srv = grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(65<<20),
+	s.srv = grpc.NewServer(append(grpclink.ServerOptions(), grpc.ForceServerCodecV2(rawCodec{}), grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(65<<20),
 		grpc.InitialWindowSize(16<<20), grpc.InitialConnWindowSize(64<<20), grpc.WriteBufferSize(256<<10), grpc.ReadBufferSize(64<<10),
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))...)
 	s.srv.RegisterService(&grpc.ServiceDesc{ServiceName: "pillar.readbench.Bare", HandlerType: (*any)(nil),
 		Methods: []grpc.MethodDesc{{MethodName: "Get", Handler: s.handle}}}, s)
 	s.served = make(chan error, 1)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pillarkit/pillar/cobbled/controlpb"
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/grpclink"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -57,7 +58,7 @@ func Dial(addr string, opts *ClientOptions) (*Client, error) {
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 3
 	}
-	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	dopts := append(grpclink.DialOptions(), grpc.WithTransportCredentials(creds))
 	if o.MaxAttempts > 1 {
 		dopts = append(dopts, grpc.WithDefaultServiceConfig(fmt.Sprintf(`{"methodConfig": [{
 			"name": [{"service": "pillar.control.v1.Control"}],

@@ -889,3 +889,58 @@ func TestUnreachableAtStart(t *testing.T) {
 		t.Fatalf("unknown scheme: %v", err)
 	}
 }
+
+// Heartbeats lost while the store was unreachable do not count as missed:
+// once it is back, node ages count from the last failure, so a PostgreSQL
+// outage longer than DownAfter does not mark every node down (and fail
+// every read) when it ends; a node that stays silent after it is still
+// marked down DownAfter later.
+func TestStoreOutageDoesNotMarkNodesDown(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+		e := startEnv(t, b.dsn(t), 4, func(o *Options) {
+			o.Now = clock.Now
+			o.DownAfter = 10 * time.Second
+			o.ReassignAfter = time.Minute
+		})
+		ctx := context.Background()
+		for _, n := range []Node{{"n1", "127.0.0.1:9001", "a"}, {"n2", "127.0.0.1:9002", "b"}} {
+			if err := e.client.RegisterNode(ctx, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		states := func() map[string]string {
+			t.Helper()
+			if _, err := e.srv.Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ns, err := e.client.ListNodes(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := map[string]string{}
+			for _, n := range ns {
+				out[n.ID] = n.State
+			}
+			return out
+		}
+		// 30 s of outage: every heartbeat (and reconcile) fails meanwhile.
+		for i := 0; i < 6; i++ {
+			clock.Add(5 * time.Second)
+			e.srv.noteStoreFailure()
+		}
+		if st := states(); st["n1"] != StateUp || st["n2"] != StateUp {
+			t.Fatalf("right after a 30 s store outage (DownAfter 10 s): %v, want both up", st)
+		}
+		// n2 heartbeats again, n1 stays silent.
+		for i := 0; i < 3; i++ {
+			clock.Add(5 * time.Second)
+			if err := e.client.Heartbeat(ctx, "n2"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := states(); st["n1"] != StateDown || st["n2"] != StateUp {
+			t.Fatalf("15 s after the outage, n1 silent: %v, want n1 down, n2 up", st)
+		}
+	})
+}

@@ -78,7 +78,10 @@
 // assignment but routers skip it. Older than ReassignAfter it is "gone" and
 // its partitions are reassigned (Assign over the nodes that are not gone).
 // Heartbeat ages count from the control plane's own start at the earliest,
-// so restarting the control plane does not declare every node gone. A
+// so restarting the control plane does not declare every node gone, and
+// from the last time a heartbeat or a reconcile could not reach the store,
+// so heartbeats lost in a database outage do not mark every node down when
+// it ends. A
 // heartbeat from a down or gone node makes it up again immediately.
 //
 // Assignment. Each partition gets min(3, nodes) replicas on distinct nodes,

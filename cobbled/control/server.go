@@ -8,10 +8,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pillarkit/pillar/cobbled/controlpb"
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/grpclink"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,7 +26,11 @@ type Server struct {
 	o       Options
 	store   *Store
 	started time.Time
-	notify  *notifier
+	// storeFailedAt (unix nanos) is the last time a heartbeat or a
+	// reconcile could not reach the store: heartbeats sent while it was
+	// unreachable were lost, so node ages count from then at the earliest.
+	storeFailedAt atomic.Int64
+	notify        *notifier
 	// stampWake asks the GC loop to stamp newly registered manifests.
 	stampWake chan struct{}
 	// reconcileMu keeps one reconcile at a time in this process (the store
@@ -50,7 +56,7 @@ func NewServer(opts *Options) (*Server, error) {
 // GRPCServer returns a grpc.Server with this service registered behind the
 // auth, metrics and error-mapping interceptor.
 func (s *Server) GRPCServer(extra ...grpc.ServerOption) *grpc.Server {
-	opts := append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(s.UnaryInterceptor())}, extra...)
+	opts := append(append(grpclink.ServerOptions(), grpc.ChainUnaryInterceptor(s.UnaryInterceptor())), extra...)
 	g := grpc.NewServer(opts...)
 	controlpb.RegisterControlServer(g, s)
 	return g
@@ -289,6 +295,9 @@ func (s *Server) RegisterNode(ctx context.Context, req *controlpb.RegisterNodeRe
 func (s *Server) Heartbeat(ctx context.Context, req *controlpb.HeartbeatRequest) (*controlpb.HeartbeatResponse, error) {
 	wasDown, err := s.store.Heartbeat(ctx, req.NodeId, s.o.Now())
 	if err != nil {
+		if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrInvalid) {
+			s.noteStoreFailure()
+		}
 		return nil, err
 	}
 	var v int64
@@ -398,6 +407,21 @@ func (s *Server) ListNodes(ctx context.Context, _ *controlpb.ListNodesRequest) (
 	return out, nil
 }
 
+// noteStoreFailure records that the store could not be reached now.
+func (s *Server) noteStoreFailure() { s.storeFailedAt.Store(s.o.Now().UnixNano()) }
+
+// heartbeatFloor is the earliest time a heartbeat age counts from: the
+// control plane's start, or the last time the store could not be reached
+// (a PostgreSQL outage loses every heartbeat sent during it; counting them
+// as missed would mark every node down, and every read fail, at once when
+// it comes back).
+func (s *Server) heartbeatFloor() time.Time {
+	if f := s.storeFailedAt.Load(); f > s.started.UnixNano() {
+		return time.Unix(0, f)
+	}
+	return s.started
+}
+
 // NodeState is the state of a node whose last heartbeat was at last, seen
 // at now by a control plane that started at started: heartbeats older than
 // the start count from the start, so a restarted control plane does not
@@ -423,12 +447,13 @@ func (s *Server) Reconcile(ctx context.Context) (int64, error) {
 	s.reconcileMu.Lock()
 	defer s.reconcileMu.Unlock()
 	now := s.o.Now()
+	floor := s.heartbeatFloor()
 	var moved []string
 	v, changed, err := s.store.Reconcile(ctx, func(nodes []NodeRecord, current [][]string) (map[string]string, [][]string) {
 		states := make(map[string]string, len(nodes))
 		var cands []Candidate
 		for _, n := range nodes {
-			st := NodeState(n.LastHeartbeat, s.started, now, s.o.DownAfter, s.o.ReassignAfter)
+			st := NodeState(n.LastHeartbeat, floor, now, s.o.DownAfter, s.o.ReassignAfter)
 			states[n.ID] = st
 			if st != n.State {
 				moved = append(moved, n.ID+":"+n.State+"->"+st)
@@ -441,6 +466,9 @@ func (s *Server) Reconcile(ctx context.Context) (int64, error) {
 		return states, Assign(s.store.Partitions(), cands, s.o.Replicas)
 	})
 	if err != nil {
+		if !errors.Is(ctx.Err(), context.Canceled) { // unreachable or timed out, not given up
+			s.noteStoreFailure()
+		}
 		return 0, err
 	}
 	if changed {

@@ -54,6 +54,7 @@ type part struct {
 	err      error // final error (the partition failed)
 	lastErr  error
 	res      []*servepb.Result
+	redialed bool // had its round on replicas in reconnect backoff (gather.redial)
 }
 
 func (pt *part) open() bool { return !pt.done && pt.err == nil }
@@ -77,15 +78,18 @@ type attempt struct {
 	// hedge (the budget refused, or no other replica): its latency is
 	// recorded for the hedge quantile as at most its delay (hedgeDelay).
 	uncovered bool
+	rescue    bool // a rescue is armed (armRescue)
+	stalled   bool // its hedge delay passed unanswered (counted in node.stallRate)
 }
 
 type event struct {
-	a     *attempt
-	hedge bool // the hedge timer fired
-	resp  *servepb.BatchGetResponse
-	err   error
-	d     time.Duration
-	at    time.Time // when the answer was read (Options.ReadTrace only)
+	a      *attempt
+	hedge  bool // the hedge timer fired
+	rescue bool // the rescue timer fired (armRescue)
+	resp   *servepb.BatchGetResponse
+	err    error
+	d      time.Duration
+	at     time.Time // when the answer was read (Options.ReadTrace only)
 }
 
 // gather runs one BatchGet: the attempts, their events and every decision
@@ -433,7 +437,9 @@ func (g *gather) run() {
 			if g.tr != nil && !e.hedge && g.tr.Received.IsZero() {
 				g.tr.Answered, g.tr.Received = e.at, time.Now()
 			}
-			if e.hedge {
+			if e.rescue {
+				g.onRescue(e.a)
+			} else if e.hedge {
 				g.onHedgeTimer(e.a)
 			} else {
 				g.onAnswer(e)
@@ -502,6 +508,18 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 		}
 		g.send(e)
 	}
+	if n.wire != nil && !n.wire.Ready() {
+		// No live connection: Send would dial on this goroutine, and a node
+		// gone silent would hold the dial, and with it this request's loop
+		// (its hedge timers, every other answer), until the deadline. Send
+		// from a goroutine with a context of its own instead, as over gRPC:
+		// stop cancels the dial or the call.
+		actx, cancel := context.WithCancel(g.ctx)
+		a.cancel = cancel
+		launched.Store(true)
+		go n.wire.Send(actx, req, done)
+		return
+	}
 	if n.wire != nil {
 		// Pipelined on the node's connections; the answer is posted from
 		// the connection's reader: no goroutine per sub-request, and no
@@ -514,10 +532,19 @@ func (g *gather) launch(n *node, parts []*part, kind int) {
 		}
 		return
 	}
+	woken := false // the parts' round on replicas in reconnect backoff (gather.redial)
+	for _, pt := range parts {
+		woken = woken || pt.redialed
+	}
 	actx, cancel := context.WithCancel(g.ctx)
 	a.cancel = cancel
 	launched.Store(true)
-	go func() { done(n.client.BatchGet(actx, req, servepb.PooledCallOption())) }()
+	go func() {
+		if woken {
+			n.awaitDial(actx)
+		}
+		done(n.client.BatchGet(actx, req, servepb.PooledCallOption()))
+	}()
 }
 
 func (g *gather) send(e event) {
@@ -640,7 +667,11 @@ func (g *gather) onAnswer(e event) {
 	if a.uncovered {
 		ring = min(ring, a.delay)
 	}
-	n.observe(e.d, ring, r.opts.Clock.Now(), a.keys)
+	now := r.opts.Clock.Now()
+	n.observe(e.d, ring, now, a.keys)
+	if a.kind == kindPrimary && !a.stalled && !r.opts.DisableHedging {
+		n.recordPrimary(false, now.UnixNano())
+	}
 	n.latencyMetric.Observe(e.d.Seconds())
 	off := 0
 	var again []*part
@@ -700,6 +731,11 @@ func (g *gather) failover(parts []*part) {
 		return
 	}
 	groups, left := g.group(todo)
+	if len(left) > 0 {
+		again, rest := g.redial(left)
+		more, still := g.group(again)
+		groups, left = append(groups, more...), append(rest, still...)
+	}
 	for _, pt := range left {
 		g.fail(pt, fmt.Errorf("router: partition %d: every replica failed (%d tried), last: %w: %w", pt.p, len(pt.tried), pt.lastErr, ErrUnavailable))
 	}
@@ -707,6 +743,37 @@ func (g *gather) failover(parts []*part) {
 		g.r.opts.Metrics.failovers.Inc()
 		g.launch(x.n, x.parts, kindFailover)
 	}
+}
+
+// redial gives parts that have no replica left one more round on the
+// replicas whose gRPC channel was in reconnect backoff (node.redial wakes
+// it): a call on such a channel fails at once with the error of its last
+// dial, so a node that came back a moment ago (a restart: gRPC retries
+// after up to grpclink.RedialMax) would fail the read although it is up.
+// It returns the parts to group again and the rest, which fail; a part
+// gets the round once per request.
+func (g *gather) redial(parts []*part) (again, rest []*part) {
+	now := g.r.opts.Clock.Now().UnixNano()
+	for _, pt := range parts {
+		if pt.redialed {
+			rest = append(rest, pt)
+			continue
+		}
+		pt.redialed = true
+		keep := pt.tried[:0:0]
+		for _, n := range pt.tried {
+			if !n.redial(now) {
+				keep = append(keep, n)
+			}
+		}
+		if len(keep) < len(pt.tried) {
+			pt.tried = keep
+			again = append(again, pt)
+		} else {
+			rest = append(rest, pt)
+		}
+	}
+	return again, rest
 }
 
 // onHedgeTimer hedges the partitions of a primary that is still waiting,
@@ -739,6 +806,8 @@ func (g *gather) onHedgeTimer(a *attempt) {
 	if len(todo) == 0 {
 		return
 	}
+	a.stalled = true
+	a.n.recordPrimary(true, r.opts.Clock.Now().UnixNano())
 	groups, left := g.group(todo) // parts with no other replica just keep waiting
 	a.uncovered = len(left) > 0
 	m := g.r.opts.Metrics
@@ -747,11 +816,60 @@ func (g *gather) onHedgeTimer(a *attempt) {
 			m.hedgesDenied.Inc()
 			g.r.denied.Add(1)
 			a.uncovered = true
+			g.armRescue(a)
 			return
 		}
 		g.hedgeWait += clock.Since(g.r.opts.Clock, a.start)
 		g.hedgeDelay += a.delay
 		g.launch(x.n, x.parts, kindHedge)
+	}
+}
+
+// armRescue arms a last resend of a primary whose hedge the budget refused,
+// at half the time left to the request's deadline. A sub-request still
+// unanswered then is most likely lost (a node or a link that went silent:
+// packets dropped, no error to fail over on), and waiting longer fails the
+// read at the deadline although another replica could answer. The resend
+// goes outside the hedge budget, which caps tail trimming, not rescue of a
+// read that would otherwise fail; it costs at most one sub-request per
+// stalled primary. A request without a deadline, or with under 40 ms
+// left, gets none.
+func (g *gather) armRescue(a *attempt) {
+	d, ok := g.ctx.Deadline()
+	if !ok || a.rescue || a.over {
+		return
+	}
+	left := time.Until(d) // a context deadline is on the wall clock (clock.Fake translates)
+	if left < 40*time.Millisecond {
+		return
+	}
+	a.rescue = true
+	a.timer = g.r.afterFunc(left/2, func() { g.send(event{a: a, rescue: true}) })
+}
+
+// onRescue resends the open partitions of a stalled primary to replicas not
+// tried yet, as a failover (see armRescue).
+func (g *gather) onRescue(a *attempt) {
+	if a.over {
+		return
+	}
+	var todo []*part
+	for _, pt := range a.parts {
+		if pt.open() && pt.inflight == 1 {
+			todo = append(todo, pt)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	// Presumed lost: the node is avoided as after a transport error, until
+	// it answers again.
+	a.n.fail(g.r.opts.EjectFor, g.r.opts.Clock.Now())
+	g.r.kick() // the control plane may know already
+	groups, _ := g.group(todo)
+	for _, x := range groups {
+		g.r.opts.Metrics.failovers.Inc()
+		g.launch(x.n, x.parts, kindFailover)
 	}
 }
 
@@ -779,7 +897,9 @@ func (g *gather) group(parts []*part) ([]nodeParts, []*part) {
 // lagging) replicas, the caller's zone first, then other zones, then
 // degraded nodes (latency level above 1.5 × the best candidate's + 1 ms,
 // both with MinSamples answers: slower on every request, which replica
-// choice, not hedging, must steer away from), and nodes that failed recently
+// choice, not hedging, must steer away from) and stalling ones (a share of
+// primaries past their hedge delay above Options.StallRatio: more outliers
+// than the hedge budget covers), and nodes that failed recently
 // (or answered "not served" for this version and partition) last; within
 // the first non-empty tier, a node in prefer if there is one, else the better of two
 // random choices by latency × load.
@@ -812,6 +932,8 @@ func (g *gather) pick(pt *part, prefer []*node) *node {
 		switch {
 		case !math.IsNaN(lv[i]) && degradedAgainst(lv[i], best):
 			tier = 2 // slower across the board than a peer: steer away
+		case g.r.opts.StallRatio >= 0 && n.stallRate(now) > g.r.opts.StallRatio:
+			tier = 2 // stalls more often than hedging can cover: steer away
 		case g.r.opts.Zone != "" && n.zoneName() == g.r.opts.Zone:
 			tier = 0
 		}

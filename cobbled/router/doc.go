@@ -60,7 +60,13 @@
 // within a few answers) is above 1.5 × the best candidate's + 1 ms, both
 // with MinSamples answers: slower on every request (a failing disk), which
 // replica choice, not hedging, steers away from, even in the caller's zone;
-// nodes of comparable latency keep the zone preference. Within a tier, the better of two
+// nodes of comparable latency keep the zone preference. A node is stalling,
+// and tiered with the degraded ones, when more than Options.StallRatio of
+// its recent primaries (an EWMA over about 128, halving every 2 s without
+// one) outlasted their hedge delay: more outliers than the budget can hedge
+// (a lossy link, each lost last packet a 200 ms retransmission timeout),
+// which would otherwise set the p99 once the tokens run out; the decay
+// returns it to its tier, and it is re-measured. Within a tier, the better of two
 // random choices by recent latency × (outstanding sub-requests + 1), where
 // the latency estimate of a node that has not answered for a while decays
 // (halving every second) so a node once slow is tried again. A
@@ -71,7 +77,12 @@
 // Budget: each primary sub-request earns HedgeBudget tokens (at most
 // HedgeBurst banked) and each hedge spends one, so hedges stay below
 // HedgeBudget × primaries + HedgeBurst however slow the cluster gets.
-// Failovers do not spend tokens: they replace a failed sub-request.
+// Failovers do not spend tokens: they replace a failed sub-request. A
+// primary whose hedge the budget refused and that is still unanswered at
+// half the time left to the deadline is presumed lost (a node or link gone
+// silent gives no error to fail over on), resent as a failover outside the
+// budget, and its node avoided as after a transport error: the budget caps tail trimming, never turns a silent replica
+// into a failed read while another could answer.
 //
 // Results: duplicate keys are asked for once and answered at every
 // position; an absent key is Found=false without error. A key gets an error

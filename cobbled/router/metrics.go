@@ -16,6 +16,7 @@ type Metrics struct {
 	rpcs           *prometheus.CounterVec
 	rpcErrors      *prometheus.CounterVec
 	nodeLatency    *prometheus.HistogramVec
+	nodeStalls     *prometheus.GaugeVec
 	hedgesWon      prometheus.Counter
 	hedgesDenied   prometheus.Counter
 	failovers      prometheus.Counter
@@ -58,6 +59,9 @@ func NewMetrics() *Metrics {
 			Name: "router_node_latency_seconds", Help: "Latency of answered sub-requests, per node.",
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 16),
 		}, []string{"node"}),
+		nodeStalls: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "router_node_stall_ratio", Help: "Smoothed share of a node's recent primary sub-requests that crossed their hedge delay; above the stall ratio (--stall-ratio) the node is read from after the other replicas.",
+		}, []string{"node"}),
 		hedgesWon:      prometheus.NewCounter(prometheus.CounterOpts{Name: "router_hedges_won_total", Help: "Hedged sub-requests that answered before their primary."}),
 		hedgesDenied:   prometheus.NewCounter(prometheus.CounterOpts{Name: "router_hedges_denied_total", Help: "Hedges not sent because the hedge budget was spent."}),
 		failovers:      prometheus.NewCounter(prometheus.CounterOpts{Name: "router_failovers_total", Help: "Sub-requests re-sent to another replica after an error or 'not my partition'."}),
@@ -96,6 +100,6 @@ func (m *Metrics) bind(r *Router) { m.router.Store(r) }
 
 // Collectors returns every collector, for the binary to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.duration, m.keys, m.rpcs, m.rpcErrors, m.nodeLatency, m.hedgesWon,
+	return []prometheus.Collector{m.requests, m.duration, m.keys, m.rpcs, m.rpcErrors, m.nodeLatency, m.nodeStalls, m.hedgesWon,
 		m.hedgesDenied, m.failovers, m.cancelled, m.routingErrors, m.routingKicks, m.routingVersion, m.extraRatio, m.hedgeRatio, m.versionRequests}
 }

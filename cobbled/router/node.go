@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"math"
 	"math/bits"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -28,12 +30,20 @@ type node struct {
 	wire     *wire.Client // with TransportWire: sub-requests go here
 
 	latencyMetric prometheus.Observer // router_node_latency_seconds{node=id}
+	stallMetric   prometheus.Gauge    // router_node_stall_ratio{node=id}
 
 	outstanding atomic.Int64
 	ewmaNanos   atomic.Int64 // smoothed latency of answered sub-requests
 	lastObs     atomic.Int64 // unix nanos of the last answered sub-request
 	ejectUntil  atomic.Int64 // unix nanos; avoided until then after a transport error
+	redialAt    atomic.Int64 // unix nanos of the last ResetConnectBackoff (redial)
 	failStreak  atomic.Int64
+
+	// stalls is the smoothed share of the node's primaries that crossed
+	// their hedge delay, as of stallAt (unix nanos); see stallRate.
+	stallMu sync.Mutex
+	stalls  float64
+	stallAt int64
 
 	lat     latencies              // every answered sub-request
 	byClass [sizeClasses]latencies // by sizeClass of the sub-request's key count
@@ -90,7 +100,8 @@ func (r *Router) newNode(id, addr, zone string) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &node{id: id, addr: addr, conn: conn, client: servepb.NewServeClient(conn), latencyMetric: r.opts.Metrics.nodeLatency.WithLabelValues(id)}
+	n := &node{id: id, addr: addr, conn: conn, client: servepb.NewServeClient(conn), latencyMetric: r.opts.Metrics.nodeLatency.WithLabelValues(id),
+		stallMetric: r.opts.Metrics.nodeStalls.WithLabelValues(id)}
 	if r.opts.Transport == TransportWire {
 		n.wire = wire.NewClient(addr, wire.ClientOptions{Conns: r.opts.WireConns, TLS: r.opts.NodeTLS})
 	}
@@ -108,6 +119,50 @@ func (n *node) close() {
 }
 
 func (n *node) zoneName() string { return *n.zone.Load() }
+
+// redial reports whether the node's gRPC channel is not connected (in
+// reconnect backoff, idle, or connecting), and wakes it out of its backoff
+// to dial now, at most once per redialEvery (a read that finds every
+// replica failed calls it: see gather.redial). Over the wire transport it
+// reports false: that client dials on each send, with no backoff to wake.
+func (n *node) redial(now int64) bool {
+	if n.wire != nil {
+		return false
+	}
+	switch n.conn.GetState() {
+	case connectivity.TransientFailure, connectivity.Idle:
+		if last := n.redialAt.Load(); now-last >= int64(redialEvery) && n.redialAt.CompareAndSwap(last, now) {
+			n.conn.ResetConnectBackoff()
+		}
+		return true
+	case connectivity.Connecting:
+		return true
+	}
+	return false
+}
+
+// awaitDial waits, at most redialWait, for the node's channel to leave
+// TRANSIENT_FAILURE after redial woke it: the dial starts on gRPC's own
+// goroutine, and a call made before it has failed with the error of the
+// previous dial. A call made once the channel is connecting waits for the
+// dial's outcome (answered if the node is up, failed at once if refused).
+func (n *node) awaitDial(ctx context.Context) {
+	if n.conn.GetState() != connectivity.TransientFailure {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, redialWait)
+	defer cancel()
+	n.conn.WaitForStateChange(ctx, connectivity.TransientFailure)
+}
+
+// redialWait bounds awaitDial: a node that is still down fails the read
+// that long after its last replica failed, instead of at once.
+const redialWait = 300 * time.Millisecond
+
+// redialEvery bounds how often reads that find every replica failed make
+// a node's channel dial outside its backoff: during a long outage a
+// stream of such reads costs one dial per node per interval.
+const redialEvery = 100 * time.Millisecond
 
 // ejected reports whether the node failed recently.
 func (n *node) ejected(now int64) bool { return now < n.ejectUntil.Load() }
@@ -203,6 +258,46 @@ func (n *node) gate(now int64, est float64) float64 {
 	return est
 }
 
+// recordPrimary adds one primary sub-request's outcome to the stall rate:
+// stalled when its hedge delay passed before it was answered.
+func (n *node) recordPrimary(stalled bool, now int64) {
+	x := 0.0
+	if stalled {
+		x = 1
+	}
+	n.stallMu.Lock()
+	cur := n.decayedStalls(now)
+	n.stalls = cur + (x-cur)/stallWindow
+	n.stallAt = now
+	v := n.stalls
+	n.stallMu.Unlock()
+	n.stallMetric.Set(v)
+}
+
+// stallRate is the smoothed share of the node's recent primaries that
+// crossed their hedge delay: an EWMA over about stallWindow primaries,
+// halving every stallHalfLife without one. A healthy node sits near
+// 1 − HedgeQuantileFull by construction (its hedge delay is its own tail);
+// a node that stalls on more of its primaries than the hedge budget can
+// hedge (a lossy link: every lost tail packet waits out a 200 ms TCP
+// retransmission timeout) is steered away from by pick, because hedging
+// alone would run out of tokens and the stalls past the budget would set
+// the p99. The decay is the probe: a node steered away from gets few
+// primaries, and once its rate has halved below the bar it takes its
+// zone's traffic again and is re-measured.
+func (n *node) stallRate(now int64) float64 {
+	n.stallMu.Lock()
+	defer n.stallMu.Unlock()
+	return n.decayedStalls(now)
+}
+
+func (n *node) decayedStalls(now int64) float64 {
+	if n.stallAt == 0 || now <= n.stallAt {
+		return n.stalls
+	}
+	return n.stalls * math.Exp2(-float64(now-n.stallAt)/float64(stallHalfLife))
+}
+
 // degradedAgainst reports whether a node at latency level lvl is degraded
 // next to the best level among its peers: above degradedRatio × best +
 // degradedMargin. Comparable nodes (a busy machine's ordinary spread) stay
@@ -214,6 +309,15 @@ func degradedAgainst(lvl, best float64) bool {
 const (
 	degradedRatio  = 1.5
 	degradedMargin = time.Millisecond
+)
+
+const (
+	// stallWindow is the EWMA weight's inverse: a healthy node at 1.5%
+	// stalls stays under a 4.5% bar (its rate's spread is about 0.8%
+	// over 128 primaries), and a node stalling on 30% crosses it within
+	// about 15.
+	stallWindow   = 128
+	stallHalfLife = 2 * time.Second
 )
 
 const (

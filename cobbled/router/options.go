@@ -130,6 +130,17 @@ type Options struct {
 	// within a 5% budget, still had 61 of ~410 hedges denied in one
 	// `pillar bench read --clients 1` run, which set its p99.9.
 	HedgeBurst float64
+	// StallRatio: a node whose recent share of primaries that crossed
+	// their hedge delay (see NodeStats.StallRate) is above this ratio is
+	// chosen after the other replicas, even in the caller's zone, as a node
+	// slower across the board is. Hedging covers a node that stalls now
+	// and then; one that stalls more often than the budget can hedge (a
+	// link dropping packets: every lost last packet waits out TCP's 200 ms
+	// retransmission timeout) needs its traffic moved. The default value is
+	// the larger of HedgeBudget and 3 × (1 − HedgeQuantileFull), 0.045 with
+	// the defaults (a healthy node sits near 1 − HedgeQuantileFull); a
+	// negative value turns the steering off.
+	StallRatio float64
 	// LatencyWindow is how many recent latencies per node (and per size
 	// class) the hedge delay is learned from. The default value is 512.
 	LatencyWindow int
@@ -233,6 +244,9 @@ func (o *Options) ensureDefaults() {
 	if o.MinSamples == 0 {
 		o.MinSamples = 32
 	}
+	if o.StallRatio == 0 {
+		o.StallRatio = max(o.HedgeBudget, 3*(1-o.HedgeQuantileFull))
+	}
 	if o.EjectFor == 0 {
 		o.EjectFor = time.Second
 	}
@@ -294,6 +308,9 @@ func (o Options) Validate() error {
 	}
 	if o.HedgeBudget < 0 || o.HedgeBudget > 1 {
 		fail("HedgeBudget %v must be in [0,1]", o.HedgeBudget)
+	}
+	if o.StallRatio > 1 {
+		fail("StallRatio %v must be at most 1 (negative: no steering)", o.StallRatio)
 	}
 	if o.HedgeBurst < 1 {
 		fail("HedgeBurst %v must be at least 1", o.HedgeBurst)

@@ -251,6 +251,9 @@ type NodeStats struct {
 	// Recent latency of answered sub-requests (zero until measured) and the
 	// current hedge delay.
 	P50, P99, EWMA, HedgeDelay time.Duration
+	// StallRate is the smoothed share of its recent primaries that crossed
+	// their hedge delay (Options.StallRatio).
+	StallRate float64
 }
 
 // Stats returns a snapshot of the counters.
@@ -278,6 +281,7 @@ func (r *Router) Stats() Stats {
 			RPCs: n.rpcs.Load(), Errors: n.errs.Load(), Ejected: n.ejected(now),
 			P50: time.Duration(n.lat.p50.Load()), P99: time.Duration(n.lat.p99.Load()),
 			EWMA: time.Duration(n.ewmaNanos.Load()), HedgeDelay: r.hedgeDelay(n, 0),
+			StallRate: n.stallRate(now),
 		})
 	}
 	r.installMu.Unlock()

@@ -312,6 +312,7 @@ func TestHedgeBudget(t *testing.T) {
 		o.Zone, o.Clock = "zone-a", clk
 		o.HedgeInitialDelay, o.MinSamples = 5*time.Millisecond, 512
 		o.HedgeBudget, o.HedgeBurst = 0.1, 2
+		o.StallRatio = -1 // every request to node-0 stalls: keep it the primary, to measure the budget
 	})
 	const requests = 120
 	const base = 1 // the refresh ticker
@@ -357,6 +358,7 @@ func TestUnhedgedStallsHoldTheBar(t *testing.T) {
 		o.Zone, o.Clock = "zone-a", clk
 		o.MinSamples = 16
 		o.HedgeBudget, o.HedgeBurst = 0.1, 1
+		o.StallRatio = -1 // keep the stalling node-0 the primary: the bar is under test
 	})
 	const base = 1 // the refresh ticker
 	keys := c.Keys()
@@ -1071,5 +1073,129 @@ func TestScoreFewSamples(t *testing.T) {
 	}
 	if m := measured.score(now.UnixNano(), 0); m < float64(10*time.Millisecond) {
 		t.Errorf("a node measured slow: score %v, want its median", m)
+	}
+}
+
+// A primary that goes silent (a black-holed node: no answer, no error)
+// whose hedge the budget refused is resent to another replica at half the
+// time left to the deadline, so the read succeeds instead of failing at the
+// deadline; the resend counts as a failover, and the silent node is avoided
+// afterwards as after a transport error.
+func TestRescueAfterDeniedHedge(t *testing.T) {
+	clk := clock.NewFake(time.Time{})
+	c := startCluster(t, func(o *testcluster.Options) { o.Clock = clk })
+	ctx := context.Background()
+	if err := c.Members()[0].Restart(ctx, cobbled.FaultDelay{Fraction: 1, Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	r := newRouter(t, c, func(o *Options) {
+		o.Zone, o.Clock = "zone-a", clk
+		o.HedgeInitialDelay, o.MinSamples = 5*time.Millisecond, 512
+		o.HedgeBudget, o.HedgeBurst = 0.01, 1
+		o.Timeout = 2 * time.Second
+	})
+	const base = 1 // the refresh ticker
+	rescued := -1
+	for i := 0; i < 8 && rescued < 0; i++ {
+		k := c.Keys()[i]
+		before := r.Stats()
+		settle(t, clk, base)
+		done := batchGetAsync(r, ctx, [][]byte{k})
+		blockUntilPending(t, clk, base+3, done) // timeout, hedge timer, fault delay
+		clk.Advance(5 * time.Millisecond)       // the hedge timer fires
+		var out batchGetResult
+		select {
+		case out = <-done: // hedged within the budget
+		case <-waitUntil(t, func() bool { return r.Stats().HedgesDenied > before.HedgesDenied }):
+			blockUntilPending(t, clk, base+3, done) // timeout, rescue timer, fault delay
+			clk.Advance(time.Second)                // half the 2 s left: the rescue fires
+			out = <-done
+			rescued = i
+			if s := r.Stats(); s.Failovers != before.Failovers+1 {
+				t.Errorf("rescue: %d failovers, want %d", s.Failovers, before.Failovers+1)
+			}
+		}
+		if out.err != nil {
+			t.Fatalf("request %d: %v", i, out.err)
+		}
+		checkResults(t, c, [][]byte{k}, out.res)
+	}
+	if rescued < 0 {
+		t.Fatal("no hedge denied in 8 requests at budget 0.01")
+	}
+	// The silent node is avoided now: the next read is answered without
+	// the clock moving.
+	k := c.Keys()[rescued+1]
+	settle(t, clk, base)
+	select {
+	case out := <-batchGetAsync(r, ctx, [][]byte{k}):
+		if out.err != nil {
+			t.Fatal(out.err)
+		}
+		checkResults(t, c, [][]byte{k}, out.res)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the read after a rescue went to the silent node again")
+	}
+}
+
+// A zone's node that stalls on a quarter of its requests (a lossy link's
+// retransmission timeouts) outruns the hedge budget when it takes every
+// primary: without steering, some stalls are waited out unhedged. With it,
+// the router reads from the other zones once the node's stall rate passes
+// StallRatio, and comes back to the node once it is healthy and the rate
+// has decayed.
+func TestStallingNodeSteeredAway(t *testing.T) {
+	c := startCluster(t, nil)
+	ctx := context.Background()
+	slow := c.Members()[0] // zone-a
+	if err := slow.Restart(ctx, cobbled.FaultDelay{Fraction: 0.25, Delay: 30 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	keys := c.Keys()
+	read := func(r *Router, ks [][]byte) {
+		for _, k := range ks {
+			res, err := r.BatchGet(ctx, [][]byte{k})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkResults(t, c, [][]byte{k}, res)
+		}
+	}
+	const n = 200
+	off := newRouter(t, c, func(o *Options) { o.Zone = "zone-a"; o.StallRatio = -1 })
+	read(off, keys[:n])
+	so := off.Stats()
+	if so.HedgesDenied < 5 || nodeStats(off, slow.ID).RPCs < n {
+		t.Fatalf("steering off: %d hedges denied, %d sub-requests to %s; the fault did not outrun the budget", so.HedgesDenied, nodeStats(off, slow.ID).RPCs, slow.ID)
+	}
+
+	on := newRouter(t, c, func(o *Options) { o.Zone = "zone-a" })
+	read(on, keys[:n])
+	s := on.Stats()
+	ns := nodeStats(on, slow.ID)
+	if s.HedgesDenied > so.HedgesDenied/2 || ns.RPCs > n/2 {
+		t.Errorf("steering on: %d hedges denied (off: %d), %d of %d primaries' sub-requests to the stalling %s (stall rate %.3f)",
+			s.HedgesDenied, so.HedgesDenied, ns.RPCs, n, slow.ID, ns.StallRate)
+	}
+	t.Logf("steering off: %d hedges denied; on: %d denied, %d sub-requests to %s, stall rate %.3f (bar %.3f)", so.HedgesDenied, s.HedgesDenied, ns.RPCs, slow.ID, ns.StallRate, on.opts.StallRatio)
+	if ns.StallRate <= on.opts.StallRatio/2 {
+		t.Errorf("stall rate %.3f of a node stalling on 25%%, bar %.3f", ns.StallRate, on.opts.StallRatio)
+	}
+
+	// Healed: once its rate has decayed under the bar it is the zone's
+	// node again and takes the primaries. Wait for half the bar: right at
+	// it, one ordinary stall of the healed node (a busy machine, the race
+	// detector) would put it over again.
+	if err := slow.Restart(ctx, cobbled.FaultDelay{}); err != nil {
+		t.Fatal(err)
+	}
+	awaitReady(t, on, slow.Addr)
+	waitFor(t, "the stall rate to decay under half the bar", 20*time.Second, func() bool {
+		return nodeStats(on, slow.ID).StallRate <= on.opts.StallRatio/2
+	})
+	before := nodeStats(on, slow.ID).RPCs
+	read(on, keys[n:n+40])
+	if got := nodeStats(on, slow.ID).RPCs - before; got < 30 {
+		t.Errorf("healed %s got %d of 40 primaries, want most (its zone's)", slow.ID, got)
 	}
 }

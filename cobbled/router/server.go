@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pillarkit/pillar/cobbled/servepb"
+	"github.com/pillarkit/pillar/internal/grpclink"
 	"github.com/pillarkit/pillar/internal/servelimit"
 )
 
@@ -55,7 +56,7 @@ func NewServer(r *Router) *Server {
 // go back to their pool at once (Response.Release) and gRPC sends the
 // encoded bytes as they are. Requests are bounded as NewServer says.
 func (s *Server) GRPCServer(extra ...grpc.ServerOption) *grpc.Server {
-	opts := append(s.guard.ServerOptions(),
+	opts := append(append(s.guard.ServerOptions(), grpclink.ServerOptions()...),
 		grpc.MaxSendMsgSize(65<<20),
 		grpc.WriteBufferSize(256<<10),
 	)

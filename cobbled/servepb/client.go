@@ -3,6 +3,8 @@ package servepb
 import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
+
+	"github.com/pillarkit/pillar/internal/grpclink"
 )
 
 // transportPool backs the client transport's buffers (see DialOptions) and,
@@ -22,14 +24,14 @@ func DialOptions(maxRecv int) []grpc.DialOption {
 	if maxRecv <= 0 {
 		maxRecv = 65 << 20
 	}
-	return []grpc.DialOption{
-		grpc.WithInitialWindowSize(16 << 20),
-		grpc.WithInitialConnWindowSize(64 << 20),
-		grpc.WithReadBufferSize(256 << 10),
-		grpc.WithWriteBufferSize(64 << 10),
+	return append(grpclink.DialOptions(),
+		grpc.WithInitialWindowSize(16<<20),
+		grpc.WithInitialConnWindowSize(64<<20),
+		grpc.WithReadBufferSize(256<<10),
+		grpc.WithWriteBufferSize(64<<10),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecv), CallOption()),
 		// Frame buffers are filled by full reads; skip the default pool's
 		// zeroing (600 KB of memclr per response).
 		experimental.WithBufferPool(transportPool),
-	}
+	)
 }

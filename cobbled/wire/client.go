@@ -180,6 +180,26 @@ func (x *Call) Cancel() bool {
 	return false
 }
 
+// Ready reports whether a Send now would find a live connection in every
+// slot instead of dialling one (none is being dialled either). A caller
+// that must not block, such as the router's request loop, sends from a
+// goroutine of its own when it is false: a dial to a node that went silent
+// waits for DialTimeout or the request's deadline, whichever is first.
+func (c *Client) Ready() bool {
+	for i := range c.slots {
+		s := &c.slots[i]
+		if !s.mu.TryLock() {
+			return false // dialling
+		}
+		ok := s.c != nil && s.c.live(c.opts.IdleTimeout)
+		s.mu.Unlock()
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // conn returns a live connection of the next slot, dialling it if needed.
 func (c *Client) conn(ctx context.Context) (*cconn, error) {
 	s := &c.slots[c.next.Add(1)%uint64(len(c.slots))]
@@ -258,6 +278,13 @@ type cconn struct {
 // usable reports whether the connection can carry a request: it is not
 // broken, and not idle past idle. An idle one is retired (closed) here,
 // before the server's own idle timeout closes it under a request.
+// live is usable without its side effect: it retires nothing.
+func (cc *cconn) live(idle time.Duration) bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.err == nil && (len(cc.pending) > 0 || time.Since(time.Unix(0, cc.last.Load())) < idle)
+}
+
 func (cc *cconn) usable(idle time.Duration) bool {
 	cc.mu.Lock()
 	if cc.err != nil {

@@ -91,7 +91,16 @@ type Options struct {
 	// S3SkipCheck skips the bucket and credentials check in Open. The default
 	// value is false.
 	S3SkipCheck bool
-	// HTTPClient for S3. The default value is the SDK's client.
+	// S3Timeout bounds waiting on a peer that went silent (dropped packets
+	// give no error): the response's headers after the request is sent, and
+	// each read of a body; connecting is bounded by min(S3Timeout, 5 s).
+	// Each bound ends the attempt and the retryer makes the next one;
+	// without them an attempt on a black-holed link waits for the kernel's
+	// TCP timeouts (minutes). Not used with HTTPClient. The default value is
+	// 30 s.
+	S3Timeout time.Duration
+	// HTTPClient for S3. The default value is the SDK's client with the
+	// S3Timeout bounds.
 	HTTPClient *http.Client
 	// Logger receives retries and slow operations. The default value discards.
 	Logger *slog.Logger
@@ -118,6 +127,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.S3MaxAttempts == 0 {
 		o.S3MaxAttempts = 6
+	}
+	if o.S3Timeout == 0 {
+		o.S3Timeout = 30 * time.Second
 	}
 	if o.S3MaxBackoff == 0 {
 		o.S3MaxBackoff = 5 * time.Second

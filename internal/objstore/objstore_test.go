@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -426,4 +427,48 @@ func TestWrongCallerChecksum(t *testing.T) {
 	if _, err := ReadAll(ctx, s, "x"); !errors.Is(err, ErrChecksum) {
 		t.Fatalf("s3: %v", err)
 	}
+}
+
+// A server that accepts connections and never answers (a peer gone silent)
+// ends each attempt after S3Timeout, and the request fails after
+// S3MaxAttempts instead of waiting on the kernel's TCP timeouts.
+func TestS3SilentPeer(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	start := time.Now()
+	_, err = Open(context.Background(), "s3://bucket/x", &Options{
+		S3Endpoint: "http://" + lis.Addr().String(), S3AccessKeyID: "a", S3SecretAccessKey: "b",
+		S3MaxAttempts: 2, S3MaxBackoff: 10 * time.Millisecond, S3Timeout: 300 * time.Millisecond,
+	})
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("a silent server answered")
+	}
+	if took > 10*time.Second {
+		t.Fatalf("took %v against a silent server with S3Timeout 300ms and 2 attempts: %v", took, err)
+	}
+	t.Logf("%v (after %v)", err, took)
 }

@@ -9,8 +9,11 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"net"
+	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
@@ -59,6 +62,11 @@ func openS3(ctx context.Context, bucket, prefix string, o *Options) (*S3, error)
 	}
 	if o.HTTPClient != nil {
 		lopts = append(lopts, config.WithHTTPClient(o.HTTPClient))
+	} else {
+		lopts = append(lopts, config.WithHTTPClient(awshttp.NewBuildableClient().
+			WithDialerOptions(func(d *net.Dialer) { d.Timeout = min(o.S3Timeout, 5*time.Second) }).
+			WithTransportOptions(func(tr *http.Transport) { tr.ResponseHeaderTimeout = o.S3Timeout }).
+			WithReadTimeout(o.S3Timeout)))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, lopts...)
 	if err != nil {
