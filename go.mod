@@ -17,6 +17,7 @@ require (
 	go.ytsaurus.tech/yt/go v0.0.33
 	golang.org/x/net v0.62.0
 	golang.org/x/text v0.43.0
+	golang.org/x/time v0.11.0
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

@@ -84,16 +84,21 @@ Examples:
 				Name:  "embed",
 				Usage: "embed every page of a chunk version whose content has no vectors yet; prints the version id",
 				Description: `Models: hash:dim=N (feature hashing, built in, no model needed) and
-openai:url=…,model=…,dim=N[,batch=64,concurrency=4] (any OpenAI-compatible /v1/embeddings server;
-API key from PILLAR_EMBED_API_KEY or OPENAI_API_KEY).
+openai:url=…,model=…,dim=N[,batch=64,concurrency=4,rate=R] (any OpenAI-compatible /v1/embeddings
+server; API key from PILLAR_EMBED_API_KEY or OPENAI_API_KEY; rate= caps requests per second).
+Each embed job keeps --embed-concurrency batches in flight while it reads the next chunks and
+writes the answered ones, so a slow model is kept busy; 429 and 5xx answers are retried with
+backoff (Retry-After honoured).
 
 Examples:
    pillar backfill embed --store data/store --chunks recursive-s512-o64-… --model hash:dim=384
-   pillar backfill embed --store data/store --chunks <cv> --model openai:url=http://127.0.0.1:8000/v1,model=bge-small,dim=384`,
+   pillar backfill embed --store data/store --chunks <cv> --model openai:url=http://127.0.0.1:8000/v1,model=bge-small,dim=384
+   pillar backfill embed --store data/store --chunks <cv> --model openai:url=https://api.example.com/v1,model=m,dim=768,rate=50 --embed-concurrency 16`,
 				Flags: append([]cli.Flag{storeFlag,
 					&cli.StringFlag{Name: "chunks", Required: true, Usage: "chunk version id (see `pillar versions`)"},
 					&cli.StringFlag{Name: "model", Required: true, Usage: "model spec, e.g. hash:dim=384"},
-					&cli.IntFlag{Name: "batch", Usage: "texts per Embed call (default: the model's preferred batch, e.g. batch×concurrency for openai)"},
+					&cli.IntFlag{Name: "batch", Usage: "texts per model call (default: the model's batch, batch= for openai, else 64)"},
+					&cli.IntFlag{Name: "embed-concurrency", Usage: "model calls each embed job keeps in flight while it reads and writes the others; for openai also its requests in flight (concurrency=; not part of the version id) (default: the model's concurrency=, else 2)"},
 				}, runFlags...),
 				Action: func(c *cli.Context) error {
 					st, err := openStore(c, false, 0)
@@ -103,6 +108,7 @@ Examples:
 					defer st.Close()
 					o := pipelineOptions(c)
 					o.Batch = c.Int("batch")
+					o.EmbedConcurrency = c.Int("embed-concurrency")
 					r, err := pipeline.Embed(c.Context, st, c.String("chunks"), c.String("model"), o)
 					if err != nil {
 						return err

@@ -5,10 +5,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/pillarkit/pillar/bench/scalebench"
+	"github.com/pillarkit/pillar/bench/scalefloor"
 	"github.com/pillarkit/pillar/internal/bytesize"
 )
 
@@ -35,6 +37,14 @@ and end are recorded beside the wall time. An N given twice in --n runs again (a
 the big round's pages/s must hold against each small round). Writes results.md (table and
 targets), results.json and plots (rss-, rate-, cpurate-, bytes-<size>.png) to --out, and
 prints the table.
+--floors runs, after each step of the full round, its floor as a child process of its own: a
+bare loop (package bench/scalefloor) that reads the step's input (the corpus, or the Parquet
+files of its input tables) with parquet-go, applies the step's own transformation (clean,
+chunk, embed, evaluate the policies, encode the records) and writes the same rows with the
+same schema, codec and row-group bounds into a scratch folder, with no sort, merge,
+transaction or bookkeeping. The report then has, per step, pages per CPU-second of the step
+and of its floor and their ratio, and each one's CPU utilisation (CPU-seconds over wall
+seconds); a floor that wrote another row count than its step fails the run.
 --big adds N = 1,000,000 with the first page size. Every target is printed as met or
 missed; a target whose measurements are missing (a step that did not run, a single N, an
 unfinished --big run) is missed.
@@ -42,6 +52,7 @@ unfinished --big run) is missed.
 Examples:
    pillar bench scale --out bench-out/scale
    pillar bench scale --out /tmp/scale --n 2000,8000 --sizes 4KiB     # quick look
+   pillar bench scale --out bench-out/scale --n 80000 --sizes 4KiB --floors   # steps against their floors
    pillar bench scale --out bench-out/scale --big
    pillar bench scale --out bench-out/big --sizes 4KiB --big-only
    pillar bench scale --out bench-out/fair --n 10000,160000,10000 --sizes 4KiB   # 10k before and after
@@ -60,8 +71,10 @@ Examples:
 			&cli.IntFlag{Name: "partitions", Value: 16, Usage: "partitions of the stores"},
 			&cli.BoolFlag{Name: "keep", Usage: "keep each round's corpus and store under --data"},
 			&cli.StringFlag{Name: "profile", Usage: "folder for a heap profile of every step (in-use memory at its peak live heap; for diagnosis: it slows the steps)"},
+			&cli.BoolFlag{Name: "floors", Usage: "after each step of the full round, run its floor (the same I/O and transformation in a bare loop) and report pages per CPU-second of both, their ratio and each one's CPU utilisation"},
 			&cli.StringFlag{Name: "from-json", Usage: "run nothing: redraw the table and plots of saved results.json files (comma-separated: merged, e.g. a --big-only run with the main one) into --out"},
 		},
+		Subcommands: []*cli.Command{benchScaleFloorCommand()},
 		Action: func(c *cli.Context) error {
 			if f := c.String("from-json"); f != "" {
 				rep, err := scalebench.Load(strings.Split(f, ",")...)
@@ -79,7 +92,7 @@ Examples:
 			}
 			opts := scalebench.Options{Data: c.String("data"), MemoryLimit: c.String("memory-limit"),
 				EditFraction: c.Float64("edit-fraction"), Workers: c.Int("workers"), Partitions: c.Int("partitions"), Log: os.Stderr, Keep: c.Bool("keep"),
-				Profile: c.String("profile"),
+				Profile: c.String("profile"), Floors: c.Bool("floors"),
 				// A long run saves what it measured after every round.
 				AfterRound: func(r *scalebench.Report) { _ = r.Write(c.String("out")) }}
 			if _, err := bytesize.ParseFlag("memory-limit", opts.MemoryLimit); err != nil {
@@ -136,6 +149,58 @@ Examples:
 				}
 			}
 			return err
+		},
+	}
+}
+
+// benchScaleFloorCommand is the child `pillar bench scale --floors` runs for
+// a step's floor (hidden: the benchmark passes the step's inputs).
+func benchScaleFloorCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "floor",
+		Hidden: true,
+		Usage:  "run one step's floor (a child of pillar bench scale --floors) and print its result as JSON",
+		Description: `Reads the step's input (--from for ingest, else the files of the input tables of --store),
+applies the step's transformation and writes the same rows into --scratch, in a bare loop
+with one goroutine per CPU (--workers). Prints {"step","rows_in","rows_out","files","bytes"}.
+
+Examples:
+   pillar bench scale floor --step rechunk --store /tmp/s --scratch /tmp/f --chunker recursive:size=512,overlap=64`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "step", Required: true, Usage: "the step: " + strings.Join(scalefloor.Steps, ", ")},
+			&cli.StringFlag{Name: "store", Usage: "the store the step ran on (a directory)", EnvVars: []string{envStore}},
+			&cli.StringFlag{Name: "from", Usage: "ingest: the corpus folder"},
+			&cli.StringFlag{Name: "base-url", Usage: "ingest: the --base-url of the step"},
+			&cli.StringFlag{Name: "scratch", Required: true, Usage: "folder the floor writes into"},
+			&cli.StringFlag{Name: "chunker", Usage: "rechunk: the chunker spec"},
+			&cli.StringFlag{Name: "chunks", Usage: "embed: the chunk version read"},
+			&cli.StringFlag{Name: "model", Usage: "embed: the model spec"},
+			&cli.StringFlag{Name: "policies", Usage: "subsets recompute, publish, export: the policy file"},
+			&cli.StringFlag{Name: "as-of", Usage: "subsets recompute: the --as-of (RFC 3339)"},
+			&cli.IntFlag{Name: "workers", Usage: "goroutines (default: GOMAXPROCS)"},
+			memoryLimitFlag,
+		},
+		Action: func(c *cli.Context) error {
+			o := scalefloor.Options{Step: c.String("step"), Store: c.String("store"), Corpus: c.String("from"), BaseURL: c.String("base-url"),
+				Scratch: c.String("scratch"), Chunker: c.String("chunker"), ChunkVersion: c.String("chunks"), Model: c.String("model"),
+				Policies: c.String("policies"), Workers: c.Int("workers")}
+			if a := c.String("as-of"); a != "" {
+				t, err := time.Parse(time.RFC3339, a)
+				if err != nil {
+					return fmt.Errorf("--as-of: %w", err)
+				}
+				o.AsOf = t
+			}
+			lim, err := memoryLimit(c)
+			if err != nil {
+				return err
+			}
+			o.MemoryLimit = lim
+			res, err := scalefloor.Run(c.Context, o)
+			if err != nil {
+				return err
+			}
+			return printJSON(c.App.Writer, res)
 		},
 	}
 }

@@ -820,6 +820,13 @@ func (r *run) mergePhase(phase string, newJob func() (mapreduce.Job, error), out
 		feed, fed = ch, 0
 		cookie := share
 		share++
+		// The first job's outputs are kept even when empty (every output
+		// table exists); a later job's empty ones are discarded: a reduce
+		// selecting a few pages (an incremental publish's SelectJob) wrote
+		// an empty file per output and job, bytes growing with the corpus.
+		for _, w := range ws {
+			w.discardEmpty = cookie > 0
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -871,8 +878,8 @@ func (r *run) mergePhase(phase string, newJob func() (mapreduce.Job, error), out
 			batch = &recBatch{arena: make([]byte, 0, batchBytes)}
 		}
 		batch.add(rec, keySwitch)
-		fed += int64(len(rec.Key) + len(rec.Payload))
-		if len(batch.arena) >= batchBytes && !send() {
+		fed += int64(len(rec.Key) + len(rec.Payload) + rec.Size)
+		if batch.size() >= batchBytes && !send() {
 			break
 		}
 	}
@@ -945,21 +952,28 @@ func (r *run) openSorted(types []reflect.Type) error {
 		if err != nil {
 			return fmt.Errorf("jobs: input %q: %w", r.names[ti], err)
 		}
-		r.sources = append(r.sources, &tableSource{r: r, rr: rr, table: ti, name: r.names[ti], row: off, v: reflect.New(types[ti]),
-			enc: sortWriter{group: r.group, sub: r.sub}, sortedBy: t.SortedBy})
+		r.sources = append(r.sources, &tableSource{r: r, rr: rr, table: ti, name: r.names[ti], row: off, t: types[ti],
+			enc: sortWriter{group: r.group, sub: r.sub}, sortedBy: t.SortedBy, size: int(t.Bytes / max(t.Rows, 1))})
 	}
 	return nil
 }
 
 // tableSource reads a sorted input as sort records, checking the order it
-// claims.
+// claims. A record carries the decoded row itself (Record.Value, a new one
+// per row: the reduce job that scans it may keep it), not its YSON: such a
+// record is never spilled, so the encoding and the decoding on the far
+// side, which were most of a reduce's CPU over sorted tables (a backfill's
+// finish and copy, publish, export: go test -bench StagesPostgres
+// ./jobs/pipeline -cpuprofile, yson 2.0 s of the embed stage's 4.3 s), buy
+// nothing. Its Size is the table's bytes per row.
 type tableSource struct {
 	r        *run
 	rr       pillar.RowReader
 	table    int
 	name     string
 	row      int64
-	v        reflect.Value
+	t        reflect.Type
+	size     int
 	enc      sortWriter
 	sortedBy []string
 	rec      extsort.Record
@@ -981,12 +995,12 @@ func (s *tableSource) Next() bool {
 		s.err = context.Cause(s.r.ctx)
 		return false
 	}
-	s.v.Elem().SetZero()
-	if err := s.rr.Scan(s.v.Interface()); err != nil {
+	v := reflect.New(s.t).Interface()
+	if err := s.rr.Scan(v); err != nil {
 		s.err = fmt.Errorf("jobs: read: input row (%s, %d): %w", s.name, s.row, err)
 		return false
 	}
-	key, prefix, payload, err := s.enc.encode(s.v.Interface())
+	key, prefix, err := s.enc.key(v)
 	if err != nil {
 		s.err = fmt.Errorf("jobs: read: input row (%s, %d): %w", s.name, s.row, err)
 		return false
@@ -996,7 +1010,7 @@ func (s *tableSource) Next() bool {
 		return false
 	}
 	s.prev = append(s.prev[:0], key...)
-	s.rec = extsort.Record{Key: key, Prefix: prefix, Tie: uint64(s.table)<<48 | uint64(s.row), Table: s.table, Row: s.row, Payload: payload}
+	s.rec = extsort.Record{Key: key, Prefix: prefix, Tie: uint64(s.table)<<48 | uint64(s.row), Table: s.table, Row: s.row, Value: v, Size: s.size}
 	s.row++
 	return true
 }

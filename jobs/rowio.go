@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/gob"
 	"fmt"
+	"reflect"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -174,7 +175,15 @@ type tableWriter struct {
 	rows   int64
 	err    error
 	closed bool
+	// discardEmpty: finish discards the store writer if no row was
+	// written (a reduce job after the first that selected nothing), so the
+	// table gets no empty file from it.
+	discardEmpty bool
 }
+
+// discarder is a store writer that can be dropped when it wrote no rows
+// (local.rowWriter.Discard): its part of the table then has no files.
+type discarder interface{ Discard() error }
 
 func (w *tableWriter) Write(v any) error {
 	if w.err != nil {
@@ -207,7 +216,12 @@ func (w *tableWriter) finish() error {
 	}
 	w.closed = true
 	w.mu.Lock()
-	err := w.w.Close()
+	var err error
+	if d, ok := w.w.(discarder); ok && w.discardEmpty && w.rows == 0 {
+		err = d.Discard()
+	} else {
+		err = w.w.Close()
+	}
 	w.mu.Unlock()
 	// The run keeps its tableWriters to the end of the operation (their row
 	// counts, the outputs opened); a closed store writer still holds its
@@ -233,7 +247,7 @@ type sortWriter struct {
 	seq        uint64
 	table      int
 	row        int64
-	key        []byte
+	kbuf       []byte
 	buf        bytes.Buffer
 	yw         *yson.Writer // writes into buf; nil until the first row
 	ye         *yson.Encoder
@@ -249,18 +263,27 @@ func (w *sortWriter) Write(v any) error {
 	return w.add(v, w.split<<40|w.seq)
 }
 
+// key encodes one row's sort key (Key[:prefix] its group key); the slice
+// stays valid until the next call.
+func (w *sortWriter) key(v any) (key []byte, prefix int, err error) {
+	w.kbuf, err = w.group.Append(w.kbuf[:0], v)
+	if err != nil {
+		return nil, 0, fmt.Errorf("jobs: intermediate row %T: %w", v, err)
+	}
+	prefix = len(w.kbuf)
+	if w.sub != nil {
+		if w.kbuf, err = w.sub.Append(w.kbuf, v); err != nil {
+			return nil, 0, fmt.Errorf("jobs: intermediate row %T: %w", v, err)
+		}
+	}
+	return w.kbuf, prefix, nil
+}
+
 // encode keys and encodes one row; the slices stay valid until the next
 // call.
 func (w *sortWriter) encode(v any) (key []byte, prefix int, payload []byte, err error) {
-	w.key, err = w.group.Append(w.key[:0], v)
-	if err != nil {
-		return nil, 0, nil, fmt.Errorf("jobs: intermediate row %T: %w", v, err)
-	}
-	prefix = len(w.key)
-	if w.sub != nil {
-		if w.key, err = w.sub.Append(w.key, v); err != nil {
-			return nil, 0, nil, fmt.Errorf("jobs: intermediate row %T: %w", v, err)
-		}
+	if key, prefix, err = w.key(v); err != nil {
+		return nil, 0, nil, err
 	}
 	// One YSON writer per sortWriter, writing a list fragment (each row
 	// followed by ';') into buf: a writer per row would allocate its 4 KiB
@@ -280,7 +303,7 @@ func (w *sortWriter) encode(v any) (key []byte, prefix int, payload []byte, err 
 		w.yw, w.ye = nil, nil
 		return nil, 0, nil, fmt.Errorf("jobs: intermediate row %T: yson: no item separator after the row", v)
 	}
-	return w.key, prefix, b[:len(b)-1], nil
+	return key, prefix, b[:len(b)-1], nil
 }
 
 func (w *sortWriter) add(v any, tie uint64) error {
@@ -312,21 +335,35 @@ type batchRec struct {
 	table           int
 	row             int64
 	keySwitch       bool
+	// val is the row of a sorted input, decoded once by its tableSource
+	// (plen 0), and size its estimated bytes.
+	val  any
+	size int
 }
+
+// bytes is what the record counts for in batches, shares and progress.
+func (b *batchRec) bytes() int { return b.klen + b.plen + b.size }
 
 // recBatch carries consecutive sorted records from the merge to a reduce
 // worker.
 type recBatch struct {
 	arena []byte
 	recs  []batchRec
+	// vals is the estimated bytes of the records' values (batchRec.val).
+	vals int
 }
 
 func (b *recBatch) add(r *extsort.Record, keySwitch bool) {
 	off := len(b.arena)
 	b.arena = append(b.arena, r.Key...)
 	b.arena = append(b.arena, r.Payload...)
-	b.recs = append(b.recs, batchRec{off: off, klen: len(r.Key), plen: len(r.Payload), table: r.Table, row: r.Row, keySwitch: keySwitch})
+	b.recs = append(b.recs, batchRec{off: off, klen: len(r.Key), plen: len(r.Payload), table: r.Table, row: r.Row, keySwitch: keySwitch,
+		val: r.Value, size: r.Size})
+	b.vals += r.Size
 }
+
+// size is the batch's bytes: its arena and its values.
+func (b *recBatch) size() int { return len(b.arena) + b.vals }
 
 // recReader is the mapreduce.Reader of a reduce job: the records of its
 // share of the key groups, in order.
@@ -368,7 +405,7 @@ func (r *recReader) Next() bool {
 	r.cur = &r.b.recs[r.i]
 	r.lastTable, r.lastRowIdx = r.cur.table, r.cur.row
 	r.n++
-	r.prog.add(1, int64(r.cur.klen+r.cur.plen))
+	r.prog.add(1, int64(r.cur.bytes()))
 	return true
 }
 
@@ -396,12 +433,37 @@ func (r *recReader) RowIndex() int64 {
 func (r *recReader) RangeIndex() int { r.check("RangeIndex()"); return 0 }
 func (r *recReader) Scan(v any) error {
 	r.check("Scan()")
+	if r.cur.val != nil {
+		return scanValue(r.cur.val, v)
+	}
 	p := r.b.arena[r.cur.off+r.cur.klen : r.cur.off+r.cur.klen+r.cur.plen]
 	if err := yson.Unmarshal(p, v); err != nil {
 		return fmt.Errorf("jobs: decode row into %T: %w", v, err)
 	}
 	return nil
 }
+
+// scanValue sets *v to the decoded row val (a pointer to a struct) of a
+// sorted input: a copy of the struct when v has its type (the common case:
+// a job scans the type it declared, the row's strings and slices shared,
+// as nothing else holds them), else through YSON as a record from a sort
+// would be decoded.
+func scanValue(val, v any) error {
+	src := reflect.ValueOf(val)
+	if dst := reflect.ValueOf(v); dst.Kind() == reflect.Pointer && !dst.IsNil() && dst.Type() == src.Type() {
+		dst.Elem().Set(src.Elem())
+		return nil
+	}
+	b, err := yson.Marshal(val)
+	if err != nil {
+		return fmt.Errorf("jobs: decode row into %T: %w", v, err)
+	}
+	if err := yson.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("jobs: decode row into %T: %w", v, err)
+	}
+	return nil
+}
+
 func (r *recReader) MustScan(v any) {
 	if err := r.Scan(v); err != nil {
 		panic(mustError{err})

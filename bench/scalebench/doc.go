@@ -26,6 +26,16 @@
 //     round of the small N, so bracketing it with small rounds shows the
 //     load's effect without choosing the round that passes.
 //
+// Floors (Options.Floors, --floors): after each step of the full round the
+// step's floor runs as a child of its own (`pillar bench scale floor`,
+// package bench/scalefloor: the step's input read with parquet-go, its own
+// transformation, the same rows written to a scratch folder, no framework),
+// measured as the step is. The report gives per step pages per CPU-second of
+// both and their ratio, and each one's CPU utilisation (CPU-seconds over wall
+// seconds: wall pages/s over the single-core rate). A floor that wrote no
+// rows, or another count than its step (table rows, publish's desired
+// records, the export's file rows), fails the run.
+//
 // The harness is a driver of CLI commands: it links none of the component
 // packages, so what it measures is what a user runs.
 package scalebench

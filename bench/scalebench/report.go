@@ -22,6 +22,8 @@ const (
 	rateKeep       = 0.8       // pages/s at the largest N over the smallest
 	incrTimeShare  = 0.05      // incremental round over the full round, time
 	incrBytesShare = 0.02      // and bytes written
+	floorShare     = 0.6       // pages per CPU-second of a step over its floor's
+	coresShare     = 1.6       // wall pages/s over the single-core rate, where the floor reaches it
 )
 
 // find is the step of the first round at size and N (repeat 0).
@@ -201,6 +203,7 @@ func (r *Report) evaluate() {
 		add(fmt.Sprintf("%s N=%d: incremental round time ≤ 5%% of the full round", sz, hi), fmt.Sprintf("%.1f s of %.1f s (%.1f%%)", is, fs, 100*is/fs), is <= incrTimeShare*fs)
 		add(fmt.Sprintf("%s N=%d: incremental round bytes written ≤ 2%% of the full round", sz, hi), fmt.Sprintf("%s of %s (%.1f%%)", human(ib), human(fb), 100*float64(ib)/float64(max(fb, 1))), float64(ib) <= incrBytesShare*float64(fb))
 	}
+	r.evaluateFloors(add)
 	if r.BigN > 0 && len(r.Options.Sizes) > 0 {
 		size := r.Options.Sizes[0]
 		done, worst := 0, int64(0)
@@ -212,6 +215,58 @@ func (r *Report) evaluate() {
 		}
 		want := len(fullSteps) + len(incrementalSteps)
 		add(fmt.Sprintf("%s N=%d: the run completes (every step ≤ 300 MB)", sizeName(size), r.BigN), fmt.Sprintf("%d of %d steps, worst %d MB", done, want, worst>>20), done == want && worst <= maxRSS)
+	}
+}
+
+// evaluateFloors checks each step measured with its floor: its pages per
+// CPU-second against the floor's, and its use of the cores. The
+// single-core rate of a step is its pages per CPU-second (what one core
+// doing the same CPU work would reach), so wall pages/s over it is the CPU
+// utilisation; the target applies where the floor itself reaches it.
+func (r *Report) evaluateFloors(add func(target, value string, pass bool)) {
+	for _, s := range r.Steps {
+		if s.Floor == nil {
+			continue
+		}
+		where := fmt.Sprintf("%s %s %s %s", sizeName(s.Size), roundName(s.N, s.Repeat), s.Round, s.Name)
+		f := s.Floor
+		rowsOK := checkFloorRows(s.Name, f) == nil
+		add(where+": the floor wrote the step's rows", fmt.Sprintf("%d rows, the step %d (read %d)", f.Rows, f.StepRows, f.RowsIn), rowsOK)
+		k := s.PagesPerCPUSec() / max(s.FloorPagesPerCPUSec(), 1e-9)
+		add(fmt.Sprintf("%s: pages per CPU-second ≥ %.1f × its floor's", where, floorShare),
+			fmt.Sprintf("%.0f vs %.0f (%.2f×)", s.PagesPerCPUSec(), s.FloorPagesPerCPUSec(), k), rowsOK && k >= floorShare)
+		if fu := s.FloorCPUUtil(); fu < coresShare {
+			add(fmt.Sprintf("%s: pages/s ≥ %.1f × its single-core rate (CPU utilisation), where the floor scales so", where, coresShare),
+				fmt.Sprintf("not applicable: the floor itself keeps %.2f cores busy (the step %.2f)", fu, s.CPUUtil()), true)
+			continue
+		}
+		add(fmt.Sprintf("%s: pages/s ≥ %.1f × its single-core rate (CPU utilisation), where the floor scales so", where, coresShare),
+			fmt.Sprintf("%.2f cores (the floor %.2f)", s.CPUUtil(), s.FloorCPUUtil()), s.CPUUtil() >= coresShare)
+	}
+}
+
+// floorTable renders the steps measured with their floors.
+func (r *Report) floorTable(b *strings.Builder) {
+	var any bool
+	for _, s := range r.Steps {
+		any = any || s.Floor != nil
+	}
+	if !any {
+		return
+	}
+	b.WriteString("\nSteps against their floors (`--floors`): the floor is the step's I/O and transformation in a bare loop on the step's input, run right after it; pages per CPU-second of each and the ratio, and CPU utilisation (CPU-seconds over wall seconds: the cores kept busy).\n\n")
+	b.WriteString("| pages | N | step | pages/CPU-s | floor pages/CPU-s | step ÷ floor | CPU util | floor CPU util | pages/s | floor pages/s | rows (step = floor) | floor peak RSS MB |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range r.Steps {
+		if s.Floor == nil {
+			continue
+		}
+		n := fmt.Sprint(s.N)
+		if s.Repeat > 0 {
+			n += fmt.Sprintf(" (repeat %d)", s.Repeat)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %.0f | %.0f | %.2f× | %.2f | %.2f | %.0f | %.0f | %d = %d | %d |\n", sizeName(s.Size), n, s.Name,
+			s.PagesPerCPUSec(), s.FloorPagesPerCPUSec(), s.PagesPerCPUSec()/max(s.FloorPagesPerCPUSec(), 1e-9),
+			s.CPUUtil(), s.FloorCPUUtil(), s.PagesPerSec(), s.FloorPagesPerSec(), s.Floor.StepRows, s.Floor.Rows, s.Floor.MaxRSS>>20)
 	}
 }
 
@@ -241,6 +296,7 @@ func (r *Report) Markdown() string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %.1f | %.0f | %s | %s | %s | %d | %s | %s | %s |\n", sizeName(s.Size), n, s.Round, s.Name, s.Pages, s.Seconds, s.PagesPerSec(), cpu, perCPU, load, s.MaxRSS>>20, live, human(s.StoreBytes), human(s.IOBytes))
 	}
+	r.floorTable(&b)
 	b.WriteString("\n| target | measured | holds |\n|---|---|---|\n")
 	for _, c := range r.Checks {
 		mark := "yes"

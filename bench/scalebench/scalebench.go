@@ -58,6 +58,13 @@ type Options struct {
 	// slows the steps: for diagnosis, not for the figures. The default value
 	// ("") writes none.
 	Profile string
+	// Floors, when set, runs after each step of the full round its floor
+	// (`pillar bench scale floor`, package bench/scalefloor: the step's I/O
+	// and transformation in a bare loop, on the step's input, into a
+	// scratch folder) as a child process measured like the step, and fails
+	// the run when the floor wrote no rows or another count than the step.
+	// The default value (false) runs none.
+	Floors bool
 	// AfterRound, when set, is called with the report after each round
 	// (its checks evaluated so far), e.g. to save partial results of a
 	// long run. The default value is nil.
@@ -137,6 +144,57 @@ type Step struct {
 	// started and when it ended.
 	LoadBefore float64 `json:"load_before,omitempty"`
 	LoadAfter  float64 `json:"load_after,omitempty"`
+	// Floor is the step's floor, run right after it (Options.Floors); nil
+	// when none ran.
+	Floor *Floor `json:"floor,omitempty"`
+}
+
+// Floor is the measurement of a step's floor: the same pages, the same
+// input, the same rows written, in a bare loop.
+type Floor struct {
+	Seconds    float64 `json:"seconds"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	MaxRSS     int64   `json:"max_rss"`
+	// RowsIn is what the floor read; Rows what it wrote, StepRows what the
+	// step wrote (they must be equal).
+	RowsIn   int64 `json:"rows_in"`
+	Rows     int64 `json:"rows"`
+	StepRows int64 `json:"step_rows"`
+	Workers  int   `json:"workers"`
+}
+
+// CPUUtil is the step's CPU seconds over its wall seconds: the cores it
+// kept busy on average (at most GOMAXPROCS).
+func (s Step) CPUUtil() float64 {
+	if s.Seconds <= 0 {
+		return 0
+	}
+	return s.CPUSeconds / s.Seconds
+}
+
+// FloorPagesPerCPUSec is the step's pages over its floor's CPU seconds; 0
+// without a floor.
+func (s Step) FloorPagesPerCPUSec() float64 {
+	if s.Floor == nil || s.Floor.CPUSeconds <= 0 {
+		return 0
+	}
+	return float64(s.Pages) / s.Floor.CPUSeconds
+}
+
+// FloorPagesPerSec is the step's pages over its floor's wall seconds.
+func (s Step) FloorPagesPerSec() float64 {
+	if s.Floor == nil || s.Floor.Seconds <= 0 {
+		return 0
+	}
+	return float64(s.Pages) / s.Floor.Seconds
+}
+
+// FloorCPUUtil is the floor's CPU seconds over its wall seconds.
+func (s Step) FloorCPUUtil() float64 {
+	if s.Floor == nil || s.Floor.Seconds <= 0 {
+		return 0
+	}
+	return s.Floor.CPUSeconds / s.Floor.Seconds
 }
 
 // PagesPerCPUSec is Pages over the child's CPU seconds; 0 when they were not
@@ -286,7 +344,9 @@ func runRound(ctx context.Context, o *Options, rep *Report, dir string, size, n,
 		{"subsets recompute", func() []string {
 			return []string{"subsets", "recompute", "--store", r.store, "--policies", policies, "--as-of", asOf}
 		}, nil},
-		{"publish", func() []string { return []string{"publish", "--store", r.store, "--chunks", cv, "--model", o.Model} }, nil},
+		{"publish", func() []string {
+			return []string{"publish", "--store", r.store, "--chunks", cv, "--model", o.Model, "--json"}
+		}, nil},
 		{"export", func() []string { return []string{"export", "--store", r.store, "--out", r.export, "--id", "bench"} }, nil},
 	}
 	for _, s := range full {
@@ -297,6 +357,22 @@ func runRound(ctx context.Context, o *Options, rep *Report, dir string, size, n,
 		if s.out != nil {
 			if err := s.out(out); err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
+			}
+		}
+		if o.Floors {
+			fa := []string{"--step", s.name, "--store", r.store, "--policies", policies}
+			switch s.name {
+			case "ingest":
+				fa = append(fa, "--from", corpus, "--base-url", "https://corpus.test/")
+			case "rechunk":
+				fa = append(fa, "--chunker", o.Chunker)
+			case "embed":
+				fa = append(fa, "--chunks", cv, "--model", o.Model)
+			case "subsets recompute":
+				fa = append(fa, "--as-of", asOf)
+			}
+			if err := r.floor(ctx, cv, out, filepath.Join(dir, "floor"), fa...); err != nil {
+				return fmt.Errorf("full %s floor: %w", s.name, err)
 			}
 		}
 	}

@@ -43,6 +43,11 @@ type Record struct {
 	Row   int64
 	// Payload is the encoded row.
 	Payload []byte
+	// Value, set only by a Source, is the row itself in place of Payload
+	// (nil Payload), and Size an estimate of its bytes (for the caller's
+	// batching). A Sorter never holds one: Add keeps Key and Payload only.
+	Value any
+	Size  int
 }
 
 // recSize is what one buffered record costs beyond its bytes (its memRec).

@@ -68,6 +68,11 @@
 //	batch        inputs per request; default 64
 //	concurrency  requests in flight at once, across all Embed calls of the
 //	             embedder (a retry's wait holds its slot); default 4
+//	rate         most requests started per second, retries included (a
+//	             provider's rate limit); a token bucket of concurrency
+//	             tokens, so a burst of up to concurrency goes at once and
+//	             over any stretch t at most concurrency + rate × t start;
+//	             default no limit
 //	timeout      limit per attempt (connect, send, answer, read); default 1m
 //	retries      further attempts after a failed one; default 5
 //	backoff      first retry wait, doubled per retry up to 30s, with jitter
@@ -76,7 +81,7 @@
 //	             PILLAR_EMBED_API_KEY, then OPENAI_API_KEY
 //
 // The id covers model and dim only: moving the server or tuning batch,
-// concurrency, timeout or retries keeps the version.
+// concurrency, rate, timeout or retries keeps the version.
 //
 // The API key is looked up, for each name in order, in the secrets map given
 // to Parse (a YTsaurus job passes its secure vault, e.g. from
@@ -99,6 +104,9 @@
 //
 // To keep all concurrency slots busy, call Embed with batch × concurrency
 // texts (PreferredBatch) or from several goroutines: the limit is shared.
+// The pipeline's EmbedJob does the latter: up to Concurrency calls of
+// BatchSize texts in flight while it reads the next chunks and writes the
+// answered ones. WithConcurrency rewrites a spec's concurrency.
 //
 // The first batch of an Embed call that fails for good cancels the others;
 // Embed returns the error of the earliest failed batch, which names the

@@ -146,6 +146,31 @@ func New(spec string, opts Options) (Embedder, error) {
 	return nil, &SpecError{Spec: spec, Reason: fmt.Sprintf("unknown embedder %q (known: hash, openai)", name), Err: ErrUnknownModel}
 }
 
+// WithConcurrency returns spec with its requests in flight set to n: the
+// concurrency parameter of a remote model (openai), replacing one given.
+// A local model (hash) computes on the calling goroutine and takes no such
+// parameter: its spec comes back unchanged. n must be in [1, 1024].
+func WithConcurrency(spec string, n int) (string, error) {
+	name, params, err := splitSpec(spec)
+	if err != nil {
+		return "", err
+	}
+	if n < 1 || n > maxConcurrency {
+		return "", &SpecError{Spec: spec, Param: "concurrency", Reason: fmt.Sprintf("must be in [1, %d], got %d", maxConcurrency, n), Err: ErrBadParam}
+	}
+	if name != "openai" {
+		return spec, nil
+	}
+	parts := make([]string, 0, len(params)+1)
+	for _, p := range params {
+		if p.name != "concurrency" {
+			parts = append(parts, p.name+"="+p.value)
+		}
+	}
+	parts = append(parts, "concurrency="+strconv.Itoa(n))
+	return name + ":" + strings.Join(parts, ","), nil
+}
+
 // Names lists the known embedders with example parameters.
 func Names() []string {
 	return []string{

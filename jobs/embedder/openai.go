@@ -20,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // openaiAlgo versions how the openai embedder turns responses into vectors
@@ -53,6 +55,8 @@ type OpenAI struct {
 	timeout     time.Duration
 	retries     int
 	backoff     time.Duration
+	rate        float64       // requests per second (retries included); 0: no limit
+	limit       *rate.Limiter // nil without rate
 	keyEnv      string
 	key         secret
 	keySource   string // where the key came from, for logs; never the key
@@ -126,6 +130,15 @@ func newOpenAI(spec string, params []param, opts Options) (*OpenAI, error) {
 			e.concurrency, err = intParam(spec, p, 1, maxConcurrency)
 		case "retries":
 			e.retries, err = intParam(spec, p, 0, maxRetries)
+		case "rate":
+			r, perr := strconv.ParseFloat(p.value, 64)
+			if perr != nil || math.IsNaN(r) || math.IsInf(r, 0) {
+				return nil, bad(p.name, "value %q is not a number of requests per second", p.value)
+			}
+			if r <= 0 {
+				return nil, bad(p.name, "must be positive, got %v", r)
+			}
+			e.rate = r
 		case "timeout", "backoff":
 			d, perr := time.ParseDuration(p.value)
 			if perr != nil {
@@ -145,7 +158,7 @@ func newOpenAI(spec string, params []param, opts Options) (*OpenAI, error) {
 			}
 			e.keyEnv = p.value
 		default:
-			return nil, bad(p.name, "unknown parameter (openai takes url, model, dim, batch, concurrency, timeout, retries, backoff, key_env)")
+			return nil, bad(p.name, "unknown parameter (openai takes url, model, dim, batch, concurrency, rate, timeout, retries, backoff, key_env)")
 		}
 		if err != nil {
 			return nil, err
@@ -162,6 +175,10 @@ func newOpenAI(spec string, params []param, opts Options) (*OpenAI, error) {
 	}
 	e.spec = fmt.Sprintf("openai:url=%s,model=%s,dim=%d,batch=%d,concurrency=%d,timeout=%v,retries=%d,backoff=%v",
 		e.baseURL, e.model, e.dim, e.batch, e.concurrency, e.timeout, e.retries, e.backoff)
+	if e.rate > 0 {
+		e.spec += ",rate=" + strconv.FormatFloat(e.rate, 'g', -1, 64)
+		e.limit = rate.NewLimiter(rate.Limit(e.rate), max(e.concurrency, 1))
+	}
 	if e.keyEnv != "" {
 		e.spec += ",key_env=" + e.keyEnv
 	}
@@ -213,6 +230,13 @@ func (e *OpenAI) Dims() int    { return e.dim }
 // PreferredBatch is the number of texts per Embed call that keeps every
 // request slot busy: batch × concurrency.
 func (e *OpenAI) PreferredBatch() int { return e.batch * e.concurrency }
+
+// BatchSize is the most texts per request (the batch parameter).
+func (e *OpenAI) BatchSize() int { return e.batch }
+
+// Concurrency is the most requests in flight across all Embed calls (the
+// concurrency parameter).
+func (e *OpenAI) Concurrency() int { return e.concurrency }
 
 // HasKey reports whether an API key was found, and where (a variable or
 // secret name, never the key).
@@ -356,6 +380,11 @@ func (e *OpenAI) attempt(ctx context.Context, body []byte, base int, dst [][]flo
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, e.endpoint, bytes.NewReader(body))
 	if err != nil {
 		return &attemptError{err: err}
+	}
+	if e.limit != nil {
+		if err := e.limit.Wait(ctx); err != nil {
+			return &attemptError{err: err}
+		}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")

@@ -48,8 +48,15 @@ type Options struct {
 	// BulkMinPages: below this many changes the work is always queued (the
 	// bulk path pays off for large rebuilds only). The default value is 256.
 	BulkMinPages int
-	// Batch is the embedder batch size. The default value is 64.
+	// Batch is the number of texts per Embed call of a backfill embed. The
+	// default value is the model's batch size (batch= of a remote model), or 64.
 	Batch int
+	// EmbedConcurrency is the number of Embed calls each embed job keeps in
+	// flight; for a remote model it also sets the spec's concurrency (its
+	// requests in flight), which is not part of the version id. The default
+	// value (0) takes the model's concurrency (concurrency=, default 4), or
+	// 2 for a local model.
+	EmbedConcurrency int
 	// Encoding of vectors in exported records: "float16", "float32" or
 	// "int8". The default value ("") is float16.
 	Encoding string
@@ -407,6 +414,13 @@ func Rechunk(ctx context.Context, st pillar.Store, spec string, opts Options) (*
 // version cv, which must exist and be complete.
 func Embed(ctx context.Context, st pillar.Store, cv, modelSpec string, opts Options) (*Result, error) {
 	opts.ensureDefaults(st)
+	if opts.EmbedConcurrency != 0 {
+		spec, err := embedder.WithConcurrency(modelSpec, opts.EmbedConcurrency)
+		if err != nil {
+			return nil, fmt.Errorf("embed: --embed-concurrency %d: %w", opts.EmbedConcurrency, err)
+		}
+		modelSpec = spec
+	}
 	emb, err := embedder.Parse(modelSpec, opts.Secrets)
 	if err != nil {
 		return nil, err
@@ -457,7 +471,9 @@ func Embed(ctx context.Context, st pillar.Store, cv, modelSpec string, opts Opti
 		return res, dropPlan(ctx, st, pl)
 	}
 	return build(ctx, st, opts, v, res, start, pl, cver.Table,
-		func() mapreduce.Job { return &EmbedJob{Spec: emb.Spec(), Batch: opts.Batch} })
+		func() mapreduce.Job {
+			return &EmbedJob{Spec: emb.Spec(), Batch: opts.Batch, Concurrency: opts.EmbedConcurrency}
+		})
 }
 
 // dropPlan drops the plan's tables (after a dry run).
@@ -546,6 +562,7 @@ func runSlice(ctx context.Context, st pillar.Store, opts Options, title string, 
 // stale and the table is already sorted, the rows stay as they are.
 func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Version, source string, pl *backfillPlan, res *Result) error {
 	next := nextPrefix + v.Table
+	summary := next + "-summary"
 	sn, err := st.Snapshot(ctx)
 	if err != nil {
 		return err
@@ -565,6 +582,16 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 		// what changed instead of rewriting the table.
 		return finishDelta(ctx, st, opts, v, source, pl, res, rowType)
 	}
+	// A first build (no version table yet) writes FinishJob's rows into the
+	// version table itself: there is nothing to replace, so the copy from a
+	// next table (a whole read, sort merge and write of the version's rows,
+	// a quarter of a first `backfill embed`'s CPU) buys nothing. A crash
+	// before the completing commit leaves the table and the pending rows; the
+	// next run finds the table and rewrites it as any rerun does.
+	direct := terr != nil
+	if direct {
+		next = v.Table
+	}
 	if rewrite {
 		tx, err := st.Begin(ctx)
 		if err != nil {
@@ -580,7 +607,7 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 		op := &jobs.Op{Title: "backfill complete " + v.ID, Inputs: inputs, InputTypes: types,
 			Outputs: []jobs.Output{
 				{Table: next, RowType: rowType, SortedBy: []string{"page_key", "chunk_no"}},
-				{Table: next + "-summary", RowType: FinishSummary{}},
+				{Table: summary, RowType: FinishSummary{}},
 			},
 			ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
 			Progress: opts.Progress, Logger: opts.Logger}
@@ -599,7 +626,7 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 	defer tx.Abort()
 	if rewrite {
 		var sum FinishSummary
-		err := eachRow(ctx, tx, next+"-summary", false, func(s *FinishSummary) error {
+		err := eachRow(ctx, tx, summary, false, func(s *FinishSummary) error {
 			sum.Pages += s.Pages
 			sum.Rows += s.Rows
 			sum.Empty += s.Empty
@@ -609,6 +636,8 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 			return err
 		}
 		v.Rows, v.Pages, v.EmptyPages = sum.Rows-sum.Empty, sum.Pages, sum.Empty
+	}
+	if rewrite && !direct {
 		op := &jobs.Op{Title: "backfill copy " + v.ID, Inputs: []string{next}, InputTypes: []any{reflect.New(reflect.TypeOf(rowType)).Interface()},
 			Outputs:  []jobs.Output{{Table: v.Table, RowType: rowType, SortedBy: []string{"page_key", "chunk_no"}}},
 			ReduceBy: []string{"page_key"}, SortBy: []string{"page_key", "chunk_no"}, Tx: tx, Workers: opts.Workers,
@@ -617,7 +646,11 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 			return fmt.Errorf("complete %s: %w", v.ID, err)
 		}
 	}
-	for _, t := range []string{pendingTable(v.Table), next, next + "-summary", pl.todo, pl.stale} {
+	drop := []string{pendingTable(v.Table), summary, pl.todo, pl.stale}
+	if !direct {
+		drop = append(drop, next)
+	}
+	for _, t := range drop {
 		if _, err := tx.Table(ctx, t); err == nil {
 			if err := tx.DropTable(ctx, t); err != nil {
 				return err

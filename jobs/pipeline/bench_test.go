@@ -1,8 +1,10 @@
 package pipeline
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -16,7 +18,8 @@ const pgDocs = "/usr/share/doc/postgresql-doc-15/html"
 
 // BenchmarkStagesPostgresDocs measures each pipeline stage on the PostgreSQL
 // HTML docs (about 1,170 pages), on a fresh store per iteration: pages/s for
-// every stage and chunks/s for rechunk and embed.
+// every stage and chunks/s for rechunk and embed. Each stage's goroutines
+// carry the profiler label stage=<name>.
 func BenchmarkStagesPostgresDocs(b *testing.B) {
 	if _, err := os.Stat(pgDocs); err != nil {
 		b.Skip("postgresql-doc-15 not installed (make deps)")
@@ -81,7 +84,10 @@ func BenchmarkStagesPostgresDocs(b *testing.B) {
 		}
 		for j, s := range stages {
 			t0 := time.Now()
-			p, c, err := s.run(st)
+			var p, c int64
+			// The label follows the stage's goroutines into the profile:
+			// go tool pprof -tagfocus=stage=embed-hash384 … (-cpuprofile).
+			pprof.Do(ctx, pprof.Labels("stage", s.name), func(context.Context) { p, c, err = s.run(st) })
 			if err != nil {
 				b.Fatalf("%s: %v", s.name, err)
 			}

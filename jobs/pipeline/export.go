@@ -108,51 +108,68 @@ func (j *ExportJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapr
 		if !member || doc == nil {
 			return nil // not exported, or a member whose page is gone
 		}
-		skip := func(reason string) error {
+		d, reason, err := PageRecord(doc, chunks, vecs, j.ChunkVersion, j.ModelVersion, enc, j.Partitions)
+		switch {
+		case err != nil:
+			return err
+		case d == nil:
 			if len(out) > 1 {
 				return out[1].Write(&Skipped{PageKey: doc.PageKey, Reason: reason})
 			}
 			return nil
 		}
-		rec := &record.PreparedPage{
-			Url: doc.URL, ChunkerVersion: j.ChunkVersion, ModelVersion: j.ModelVersion,
-			ContentHash: doc.ContentHash, UpdatedAtMs: doc.UpdatedAt, Title: doc.Title,
-		}
-		sort.Slice(chunks, func(a, b int) bool { return chunks[a].ChunkNo < chunks[b].ChunkNo })
-		current := 0
-		for _, c := range chunks {
-			if c.ContentHash != doc.ContentHash {
-				continue
-			}
-			current++
-			if c.ChunkNo < 0 {
-				continue // the page has no text: a record with no chunks
-			}
-			e, ok := vecs[c.ChunkNo]
-			if !ok || e.ContentHash != doc.ContentHash {
-				return skip(fmt.Sprintf("chunk %d has no vector of the current content in %s", c.ChunkNo, j.ModelVersion))
-			}
-			rc := &record.Chunk{ChunkNo: c.ChunkNo, Text: c.Text, Start: c.Start, End: c.End}
-			if err := rc.SetVector(e.Vector, enc); err != nil {
-				return fmt.Errorf("export: page %s chunk %d: %w", doc.PageKey, c.ChunkNo, err)
-			}
-			rec.Chunks = append(rec.Chunks, rc)
-		}
-		if current == 0 {
-			return skip("no chunks of the current content in " + j.ChunkVersion + ": run the backfill")
-		}
-		val, err := record.Marshal(rec)
-		if err != nil {
-			return fmt.Errorf("export: page %s: %w", doc.PageKey, err)
-		}
-		k, err := pillar.ParseKey(doc.PageKey)
-		if err != nil {
-			return err
-		}
-		sum := sha256.Sum256(val)
-		return out[0].Write(&Desired{PageKey: doc.PageKey, Partition: int32(k.Partition(j.Partitions)),
-			RecordHash: hex.EncodeToString(sum[:16]), Value: val})
+		return out[0].Write(d)
 	})
+}
+
+// PageRecord builds the Desired row of one exported page: its prepared
+// record (the chunks and vectors of the page's current content hash, the
+// vectors in enc), the record's hash and the page's partition of
+// partitions. chunks may come in any order (they are sorted by chunk_no in
+// place); vecs maps chunk_no to the page's embedding rows. A page without
+// chunks or vectors of its current content gets no row (nil) and the
+// reason it is skipped, so a record is never half old, half new. ExportJob
+// calls it for every member page; `pillar bench scale --floors` calls it in
+// its bare loop, so the floor encodes what publish and export encode.
+func PageRecord(doc *pillar.Doc, chunks []pillar.Chunk, vecs map[int32]pillar.Embedding, cv, model string, enc record.Encoding, partitions int) (*Desired, string, error) {
+	rec := &record.PreparedPage{
+		Url: doc.URL, ChunkerVersion: cv, ModelVersion: model,
+		ContentHash: doc.ContentHash, UpdatedAtMs: doc.UpdatedAt, Title: doc.Title,
+	}
+	sort.Slice(chunks, func(a, b int) bool { return chunks[a].ChunkNo < chunks[b].ChunkNo })
+	current := 0
+	for _, c := range chunks {
+		if c.ContentHash != doc.ContentHash {
+			continue
+		}
+		current++
+		if c.ChunkNo < 0 {
+			continue // the page has no text: a record with no chunks
+		}
+		e, ok := vecs[c.ChunkNo]
+		if !ok || e.ContentHash != doc.ContentHash {
+			return nil, fmt.Sprintf("chunk %d has no vector of the current content in %s", c.ChunkNo, model), nil
+		}
+		rc := &record.Chunk{ChunkNo: c.ChunkNo, Text: c.Text, Start: c.Start, End: c.End}
+		if err := rc.SetVector(e.Vector, enc); err != nil {
+			return nil, "", fmt.Errorf("export: page %s chunk %d: %w", doc.PageKey, c.ChunkNo, err)
+		}
+		rec.Chunks = append(rec.Chunks, rc)
+	}
+	if current == 0 {
+		return nil, "no chunks of the current content in " + cv + ": run the backfill", nil
+	}
+	val, err := record.Marshal(rec)
+	if err != nil {
+		return nil, "", fmt.Errorf("export: page %s: %w", doc.PageKey, err)
+	}
+	k, err := pillar.ParseKey(doc.PageKey)
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(val)
+	return &Desired{PageKey: doc.PageKey, Partition: int32(k.Partition(partitions)),
+		RecordHash: hex.EncodeToString(sum[:16]), Value: val}, "", nil
 }
 
 func init() {

@@ -236,22 +236,15 @@ func (j *RechunkJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []map
 	if err != nil {
 		return err
 	}
+	var rows []pillar.Chunk
 	for in.Next() {
 		var d pillar.Doc
 		if err := in.Scan(&d); err != nil {
 			return err
 		}
-		chunks := ch.Chunk(d.Text)
-		if len(chunks) == 0 {
-			if err := out[0].Write(&pillar.Chunk{PageKey: d.PageKey, ChunkNo: -1, ContentHash: d.ContentHash}); err != nil {
-				return err
-			}
-			continue
-		}
-		for i, c := range chunks {
-			row := pillar.Chunk{PageKey: d.PageKey, ChunkNo: int32(i), ContentHash: d.ContentHash,
-				Text: c.Text, Start: int32(c.Start), End: int32(c.End), Tokens: int32(c.Tokens)}
-			if err := out[0].Write(&row); err != nil {
+		rows = ChunkRows(rows[:0], ch, &d)
+		for i := range rows {
+			if err := out[0].Write(&rows[i]); err != nil {
 				return err
 			}
 		}
@@ -259,22 +252,57 @@ func (j *RechunkJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []map
 	return nil
 }
 
+// ChunkRows appends the chunk rows of one page under chunker ch to dst: its
+// chunks in order, or, for a page with no text, one marker row with ChunkNo
+// -1. RechunkJob writes them; `pillar bench scale --floors` calls it in its
+// bare loop, so the floor chunks what the backfill chunks.
+func ChunkRows(dst []pillar.Chunk, ch chunker.Chunker, d *pillar.Doc) []pillar.Chunk {
+	chunks := ch.Chunk(d.Text)
+	if len(chunks) == 0 {
+		return append(dst, pillar.Chunk{PageKey: d.PageKey, ChunkNo: -1, ContentHash: d.ContentHash})
+	}
+	for i, c := range chunks {
+		dst = append(dst, pillar.Chunk{PageKey: d.PageKey, ChunkNo: int32(i), ContentHash: d.ContentHash,
+			Text: c.Text, Start: int32(c.Start), End: int32(c.End), Tokens: int32(c.Tokens)})
+	}
+	return dst
+}
+
 // EmbedJob is a mapper over chunks rows (a slice of a backfill's todo
-// table): every chunk is embedded by the model Spec in batches of Batch
-// texts into pillar.Embedding rows.
+// table): every chunk is embedded by the model Spec into pillar.Embedding
+// rows, written in input order. Batches of Batch texts go to the model, up
+// to Concurrency of them in flight, while the job reads the chunks after
+// them and writes the answered batches in order: a slow remote model is
+// kept busy instead of waiting for each batch's rows to be written and the
+// next batch's read.
 // A page's empty-marker chunk (ChunkNo -1) becomes an embedding row with no
 // vector. A bad vector fails the job with the page and chunk named.
 type EmbedJob struct {
 	Spec string
 	// Batch is the number of texts per Embed call. The default value is the
-	// model's preferred batch (batch × concurrency for a remote model), or 64.
+	// model's batch size (batch= for a remote model), or 64.
 	Batch int
+	// Concurrency is the number of Embed calls in flight at once. The
+	// default value is the model's concurrency (concurrency= for a remote
+	// model, whose requests in flight it also caps), or 2 for a local model
+	// (one batch embedding while the next is read).
+	Concurrency int
 	// Timeout bounds one Embed call. The default value is 5 minutes.
 	Timeout time.Duration
 }
 
 func (*EmbedJob) InputTypes() []any  { return []any{&pillar.Chunk{}} }
 func (*EmbedJob) OutputTypes() []any { return []any{&pillar.Embedding{}} }
+
+// embedFlight is one Embed call: its rows in input order (markers
+// included), the indexes of those with text, and the answer.
+type embedFlight struct {
+	rows  []pillar.Chunk
+	texts []int // rows[texts[i]] is input i of the call
+	vecs  [][]float32
+	err   error
+	done  chan struct{}
+}
 
 // Do implements mapreduce.Job.
 func (j *EmbedJob) Do(jc mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
@@ -288,51 +316,98 @@ func (j *EmbedJob) Do(jc mapreduce.JobContext, in mapreduce.Reader, out []mapred
 	if err != nil {
 		return err
 	}
-	batch := j.Batch
-	if batch <= 0 {
-		batch = 64
-		// A remote model answers batch × concurrency texts at once.
-		if pb, ok := emb.(interface{ PreferredBatch() int }); ok && pb.PreferredBatch() > 0 {
-			batch = pb.PreferredBatch()
-		}
+	batch, conc := 64, 2
+	if m, ok := emb.(interface {
+		BatchSize() int
+		Concurrency() int
+	}); ok {
+		batch, conc = m.BatchSize(), m.Concurrency()
+	}
+	if j.Batch > 0 {
+		batch = j.Batch
+	}
+	if j.Concurrency > 0 {
+		conc = j.Concurrency
 	}
 	timeout := j.Timeout
 	if timeout <= 0 {
 		timeout = 5 * time.Minute
 	}
-	var pend []pillar.Chunk
-	flush := func() error {
-		if len(pend) == 0 {
-			return nil
-		}
-		texts := make([]string, len(pend))
-		for i, c := range pend {
-			texts[i] = c.Text
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		vecs, err := emb.Embed(ctx, texts)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var queue []*embedFlight
+	defer func() { // on an early return: stop and wait for what is in flight
 		cancel()
-		if err != nil {
+		for _, f := range queue {
+			<-f.done
+		}
+	}()
+	launch := func(f *embedFlight) {
+		texts := make([]string, len(f.texts))
+		for i, r := range f.texts {
+			texts[i] = f.rows[r].Text
+		}
+		f.done = make(chan struct{})
+		go func() {
+			defer close(f.done)
+			if len(texts) == 0 {
+				return
+			}
+			cctx, ccancel := context.WithTimeout(ctx, timeout)
+			f.vecs, f.err = emb.Embed(cctx, texts)
+			ccancel()
+		}()
+		queue = append(queue, f)
+	}
+	// land waits for the oldest call and writes its rows.
+	land := func() error {
+		f := queue[0]
+		<-f.done
+		queue = queue[1:]
+		pend := f.rows
+		if err := f.err; err != nil {
 			var ve *embedder.VectorError
-			if errors.As(err, &ve) && ve.Index >= 0 && ve.Index < len(pend) {
-				c := pend[ve.Index]
+			if errors.As(err, &ve) && ve.Index >= 0 && ve.Index < len(f.texts) {
+				c := pend[f.texts[ve.Index]]
 				return fmt.Errorf("embed: page %s chunk %d: %w", c.PageKey, c.ChunkNo, err)
 			}
-			return fmt.Errorf("embed: batch starting at page %s chunk %d: %w", pend[0].PageKey, pend[0].ChunkNo, err)
+			c := pend[f.texts[0]]
+			return fmt.Errorf("embed: batch starting at page %s chunk %d: %w", c.PageKey, c.ChunkNo, err)
 		}
-		if len(vecs) != len(pend) {
-			return fmt.Errorf("embed: model returned %d vectors for %d chunks (batch starting at page %s)", len(vecs), len(pend), pend[0].PageKey)
+		if len(f.vecs) != len(f.texts) {
+			c := pend[f.texts[0]]
+			return fmt.Errorf("embed: model returned %d vectors for %d chunks (batch starting at page %s)", len(f.vecs), len(f.texts), c.PageKey)
 		}
-		for i, c := range pend {
-			if err := embedder.CheckVector(i, vecs[i], emb.Dims()); err != nil {
-				return fmt.Errorf("embed: page %s chunk %d: %w", c.PageKey, c.ChunkNo, err)
+		next := 0
+		for i := range pend {
+			c := &pend[i]
+			row := pillar.Embedding{PageKey: c.PageKey, ChunkNo: c.ChunkNo, ContentHash: c.ContentHash}
+			if c.ChunkNo >= 0 {
+				v := f.vecs[next]
+				if err := embedder.CheckVector(next, v, emb.Dims()); err != nil {
+					return fmt.Errorf("embed: page %s chunk %d: %w", c.PageKey, c.ChunkNo, err)
+				}
+				row.Vector = v
+				next++
 			}
-			row := pillar.Embedding{PageKey: c.PageKey, ChunkNo: c.ChunkNo, ContentHash: c.ContentHash, Vector: vecs[i]}
 			if err := out[0].Write(&row); err != nil {
 				return err
 			}
 		}
-		pend = pend[:0]
+		return nil
+	}
+	cur := &embedFlight{}
+	send := func() error {
+		if len(cur.rows) == 0 {
+			return nil
+		}
+		if len(queue) >= conc {
+			if err := land(); err != nil {
+				return err
+			}
+		}
+		launch(cur)
+		cur = &embedFlight{}
 		return nil
 	}
 	for in.Next() {
@@ -340,18 +415,23 @@ func (j *EmbedJob) Do(jc mapreduce.JobContext, in mapreduce.Reader, out []mapred
 		if err := in.Scan(&c); err != nil {
 			return err
 		}
-		if c.ChunkNo < 0 {
-			if err := out[0].Write(&pillar.Embedding{PageKey: c.PageKey, ChunkNo: -1, ContentHash: c.ContentHash}); err != nil {
-				return err
-			}
-			continue
+		cur.rows = append(cur.rows, c)
+		if c.ChunkNo >= 0 {
+			cur.texts = append(cur.texts, len(cur.rows)-1)
 		}
-		pend = append(pend, c)
-		if len(pend) >= batch {
-			if err := flush(); err != nil {
+		if len(cur.texts) >= batch || len(cur.rows) >= 4*batch { // (a run of empty pages: markers only)
+			if err := send(); err != nil {
 				return err
 			}
 		}
 	}
-	return flush()
+	if err := send(); err != nil {
+		return err
+	}
+	for len(queue) > 0 {
+		if err := land(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/pillarkit/pillar/internal/extsort"
 	"github.com/pillarkit/pillar/pillar"
@@ -144,7 +145,17 @@ func newListingOut(dir string, memory int64) *listingOut {
 	return &listingOut{s: extsort.New(extsort.Options{MemoryLimit: max(memory/16, 1<<20), Dir: dir, BufferSize: 64 << 10})}
 }
 
+// racyWindow: see listingOut.add.
+const racyWindow = 2 * time.Second
+
 func (l *listingOut) add(seq uint64, row ListingRow) error {
+	// A file modified within racyWindow of being listed may be changed
+	// again within the same modification-time tick (the same size, the
+	// same millisecond) and look unchanged: it is listed with mtime -1, which
+	// no file matches, so the next run reads it (git's racy-index rule).
+	if row.MTimeMS > time.Now().Add(-racyWindow).UnixMilli() {
+		row.MTimeMS = -1
+	}
 	var k [8]byte
 	binary.BigEndian.PutUint64(k[:], seq)
 	b := binary.AppendUvarint(nil, uint64(len(row.Path)))

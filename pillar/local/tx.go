@@ -390,6 +390,31 @@ func (w *rowWriter) Close() error {
 	return nil
 }
 
+// Discard abandons a writer that wrote no rows: its staged file is removed
+// and its part stays in the table's order with no files, where Close would
+// stage an empty file (a footer and its block sums). A writer that wrote
+// rows is not discarded: Discard returns an error and the writer stays
+// open. A table whose every part is discarded has no files. The local
+// runner discards the empty outputs of all but the first job of a reduce,
+// so a table does not get one empty file per job that selected nothing.
+func (w *rowWriter) Discard() error {
+	if w.closed {
+		return w.err
+	}
+	if w.rows > 0 || len(w.files) > 0 {
+		return fmt.Errorf("local store: table %q: Discard of a writer that wrote %d rows", w.table, w.rows)
+	}
+	w.closed = true
+	if w.f != nil {
+		w.f.Close()
+		if err := os.Remove(filepath.Join(w.t.staging, w.name)); err != nil && w.err == nil {
+			w.err = fmt.Errorf("local store: table %q: discard: %w", w.table, err)
+		}
+	}
+	w.t.ws.Closed(w.part, func(sp *stagedPart) { sp.files = nil })
+	return w.err
+}
+
 // writeSidecar writes, synced, the block-sums sidecar of staged file name
 // and returns its CRC32C.
 func (t *tx) writeSidecar(name string, b []byte) (string, error) {
