@@ -322,7 +322,7 @@ Examples:
 				&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the run to this file"},
 			}, routerFlags()...),
 			Action: benchRead,
-		}, benchReadNodeCommand(), benchScaleCommand(), lorryBenchCommand(), benchIngestCommand(), benchSwitchCommand(), benchFormatsCommand()}, // bench ingest: cmd_bench_ingest.go; ingest-formats: cmd_bench_formats.go
+		}, benchReadNodeCommand(), benchScaleCommand(), lorryBenchCommand(), benchIngestCommand(), benchSwitchCommand(), benchFormatsCommand(), benchEmbedCommand()}, // bench ingest: cmd_bench_ingest.go; ingest-formats: cmd_bench_formats.go; embed: cmd_bench_embed.go
 	}
 }
 
