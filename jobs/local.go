@@ -70,6 +70,13 @@ func NewLocal(store TxBeginner, opts *LocalOptions) *Local {
 	return &Local{store: store, opts: o}
 }
 
+// OrderedMap reports that a Map's output rows are in its input rows'
+// order: every split writes its own files, and the store keeps a table's
+// files in the order their writers were opened, which is split order. A
+// caller whose mapper writes rows in sorted order over a sorted input may
+// record the output as sorted (Output.SortedBy).
+func (l *Local) OrderedMap() bool { return true }
+
 // Map implements Runner.
 func (l *Local) Map(ctx context.Context, mapper mapreduce.Job, op *Op) error {
 	return l.run(ctx, KindMap, op, []any{mapper}, func(r *run) error {

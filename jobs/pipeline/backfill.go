@@ -501,8 +501,18 @@ func build(ctx context.Context, st pillar.Store, opts Options, v *pillar.Version
 		rowType = pillar.Embedding{}
 	}
 	for i, sl := range pl.slices {
+		out := jobs.Output{Table: pendingTable(v.Table), RowType: rowType, Append: true}
+		if om, ok := opts.Runner.(orderedMapper); ok && om.OrderedMap() {
+			keeps, err := appendKeepsOrder(ctx, st, pl.todo, sl[0], out.Table, rowType)
+			if err != nil {
+				return res, err
+			}
+			if keeps {
+				out.SortedBy = []string{"page_key", "chunk_no"}
+			}
+		}
 		n, err := runSlice(ctx, st, opts, fmt.Sprintf("backfill %s %s slice %d/%d", v.Kind, v.ID, i+1, len(pl.slices)), newJob(),
-			[]string{jobs.RowRange(pl.todo, sl[0], sl[1])}, jobs.Output{Table: pendingTable(v.Table), RowType: rowType, Append: true}, v)
+			[]string{jobs.RowRange(pl.todo, sl[0], sl[1])}, out, v)
 		if err != nil {
 			return res, err
 		}
@@ -514,6 +524,85 @@ func build(ctx context.Context, st pillar.Store, opts Options, v *pillar.Version
 	}
 	res.Duration = time.Since(start).Round(time.Millisecond).String()
 	return res, nil
+}
+
+// orderedMapper is a runner whose Map writes its output in input order
+// (jobs.Local). RechunkJob and EmbedJob write a page's rows in chunk order,
+// pages in input order, and the todo table is sorted by page: over such a
+// runner a slice's rows are sorted by (page_key, chunk_no), and the pending
+// table records it, so finish's reduce merges it as it is instead of
+// sending every pending row through the external sort (its encoding and
+// decoding were most of a first build's finish). The runner checks the
+// claimed order as it reads; a runner without the guarantee (YTsaurus
+// maps are unordered) records none.
+type orderedMapper interface{ OrderedMap() bool }
+
+// appendKeepsOrder reports whether appending the slice that starts at row
+// start of todo to the pending table keeps it sorted: the pending table is
+// absent or empty, or recorded sorted with its last page before the
+// slice's first (a rerun's slice of pages already pending, or a page split
+// between two slices, is appended unsorted, and the store then drops the
+// claim).
+func appendKeepsOrder(ctx context.Context, st pillar.Store, todo string, start int64, pending string, rowType any) (bool, error) {
+	sn, err := st.Snapshot(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer sn.Release()
+	pt, err := sn.Table(ctx, pending)
+	if errors.Is(err, pillar.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if strings.Join(pt.SortedBy, ",") != "page_key,chunk_no" {
+		return false, nil
+	}
+	if pt.Rows == 0 {
+		return true, nil
+	}
+	last, err := pageKeyAt(ctx, sn, pending, pt.Rows-1, rowType)
+	if err != nil {
+		return false, err
+	}
+	tt, err := sn.Table(ctx, todo)
+	if err != nil {
+		return false, err
+	}
+	var todoType any = pillar.Doc{}
+	if strings.Join(tt.SortedBy, ",") != "page_key" {
+		return false, nil
+	}
+	if _, ok := rowType.(pillar.Embedding); ok {
+		todoType = pillar.Chunk{}
+	}
+	first, err := pageKeyAt(ctx, sn, todo, start, todoType)
+	if err != nil {
+		return false, err
+	}
+	return last < first, nil
+}
+
+// pageKeyAt is the page_key of row i of table, whose rows are of
+// rowType's type.
+func pageKeyAt(ctx context.Context, sn pillar.Snapshot, table string, i int64, rowType any) (string, error) {
+	rr, err := sn.ReadTable(ctx, table, &pillar.Range{Start: i, End: i + 1})
+	if err != nil {
+		return "", err
+	}
+	defer rr.Close()
+	if !rr.Next() {
+		if err := rr.Err(); err != nil {
+			return "", err
+		}
+		return "", fmt.Errorf("%s: no row %d", table, i)
+	}
+	row := reflect.New(reflect.TypeOf(rowType))
+	if err := rr.Scan(row.Interface()); err != nil {
+		return "", err
+	}
+	return row.Elem().FieldByName("PageKey").String(), nil
 }
 
 // runSlice runs one slice's map into the version's table and commits it

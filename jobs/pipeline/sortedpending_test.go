@@ -1,0 +1,126 @@
+package pipeline
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"go.ytsaurus.tech/yt/go/mapreduce"
+
+	"github.com/pillarkit/pillar/jobs"
+	"github.com/pillarkit/pillar/pillar"
+)
+
+// finishSpy records, for each finish reduce ("backfill complete …"), the
+// SortedBy its pending input carried.
+type finishSpy struct {
+	jobs.Runner
+	pending []string
+}
+
+func (s *finishSpy) Reduce(ctx context.Context, r mapreduce.Job, op *jobs.Op) error {
+	if strings.HasPrefix(op.Title, "backfill complete ") {
+		for _, in := range op.Inputs {
+			if strings.HasPrefix(in, PendingPrefix) {
+				ti, err := op.Tx.Table(ctx, in)
+				if err != nil {
+					return err
+				}
+				s.pending = append(s.pending, strings.Join(ti.SortedBy, ","))
+			}
+		}
+	}
+	return s.Runner.Reduce(ctx, r, op)
+}
+
+// orderedSpy is a finishSpy over a runner that keeps input order.
+type orderedSpy struct{ *finishSpy }
+
+func (orderedSpy) OrderedMap() bool { return true }
+
+// Over the local runner, whose maps keep input order, the pending slices of
+// a first rechunk and embed (three slices each) reach finish recorded as
+// sorted, so finish merges them without the external sort; over a runner
+// without that guarantee they are not, and the versions are the same.
+func TestPendingSlicesRecordedSorted(t *testing.T) {
+	counts := map[bool][2]int64{}
+	for _, ordered := range []bool{true, false} {
+		st := newStore(t, 60)
+		spy := &finishSpy{Runner: jobs.NewLocal(st, nil)}
+		var runner jobs.Runner = spy
+		if ordered {
+			runner = orderedSpy{spy}
+		}
+		o := Options{SlicePages: 25, Runner: runner}
+		r, err := Rechunk(ctx, st, "recursive:size=64,overlap=8", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := Embed(ctx, st, r.Version, "hash:dim=16", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Slices != 3 || len(spy.pending) != 2 {
+			t.Fatalf("ordered=%v: %d rechunk slices, finish inputs seen %q", ordered, r.Slices, spy.pending)
+		}
+		want := ""
+		if ordered {
+			want = "page_key,chunk_no"
+		}
+		for i, got := range spy.pending {
+			if got != want {
+				t.Errorf("ordered=%v: finish %d: pending sorted by %q, want %q", ordered, i, got, want)
+			}
+		}
+		counts[ordered] = [2]int64{r.Rows, e.Rows}
+	}
+	if counts[true] != counts[false] {
+		t.Fatalf("rows (chunks, embeddings) with sorted pending %v, without %v", counts[true], counts[false])
+	}
+}
+
+// appendKeepsOrder claims order only for an append past the pending
+// table's last page: a rerun's slice that starts at or before it, or a
+// pending table already unsorted, gets no claim.
+func TestAppendKeepsOrder(t *testing.T) {
+	st := newStore(t, 0)
+	write := func(table string, row any, sortedBy []string, keys ...string) {
+		t.Helper()
+		tx, _ := st.Begin(ctx)
+		w, err := tx.WriteTable(ctx, table, row, &pillar.WriteOptions{SortedBy: sortedBy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			var err error
+			switch row.(type) {
+			case pillar.Chunk:
+				err = w.Write(&pillar.Chunk{PageKey: k})
+			default:
+				err = w.Write(&pillar.Doc{PageKey: k})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.Close()
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("todo", pillar.Doc{}, []string{"page_key"}, "a", "b", "c", "d", "e")
+	check := func(start int64, want bool) {
+		t.Helper()
+		got, err := appendKeepsOrder(ctx, st, "todo", start, "pending", pillar.Chunk{})
+		if err != nil || got != want {
+			t.Errorf("slice from todo row %d: keeps order %v (%v), want %v", start, got, err, want)
+		}
+	}
+	check(0, true) // no pending table yet
+	write("pending", pillar.Chunk{}, []string{"page_key", "chunk_no"}, "a", "b", "b")
+	check(2, true)  // c after b
+	check(1, false) // b again: a rerun, or a page split between slices
+	check(0, false)
+	write("pending", pillar.Chunk{}, nil, "a", "b")
+	check(4, false) // the pending table lost its order already
+}
