@@ -66,10 +66,13 @@
 //	model        the model name the server knows; required
 //	dim          the vector length the model returns; required
 //	batch        inputs per request; default 64
-//	concurrency  requests in flight at once, across all Embed calls of the
-//	             embedder (a retry's wait holds its slot); default 4
+//	concurrency  requests in flight at once, across all Embed calls of
+//	             every embedder of the same spec in the process (a job
+//	             runner's mappers share it; a retry's wait holds its
+//	             slot); default 4
 //	rate         most requests started per second, retries included (a
-//	             provider's rate limit); a token bucket of concurrency
+//	             provider's rate limit), shared as concurrency is; a
+//	             token bucket of concurrency
 //	             tokens, so a burst of up to concurrency goes at once and
 //	             over any stretch t at most concurrency + rate × t start;
 //	             default no limit

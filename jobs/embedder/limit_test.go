@@ -3,6 +3,7 @@ package embedder
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,5 +82,35 @@ func TestWithConcurrency(t *testing.T) {
 	}
 	if o := e.(*OpenAI); o.BatchSize() != 16 || o.Concurrency() != 3 {
 		t.Errorf("batch %d concurrency %d, want 16 and 3", o.BatchSize(), o.Concurrency())
+	}
+}
+
+// Two embedders of one spec (a runner's mappers parse one each) share the
+// spec's concurrency: together they never have more requests in flight.
+func TestConcurrencySharedBySpec(t *testing.T) {
+	srv := fakemodel.Start(fakemodel.Options{Dim: 4, Slots: 16, Latency: 20 * time.Millisecond})
+	defer srv.Close()
+	spec := fmt.Sprintf("openai:url=%s,model=shared,dim=4,batch=2,concurrency=3", srv.URL())
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		e, err := Parse(spec, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			texts := make([]string, 24)
+			for j := range texts {
+				texts[j] = fmt.Sprint("text ", j)
+			}
+			if _, err := e.Embed(context.Background(), texts); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if s := srv.Stats(); s.MaxInFlight != 3 || s.Inputs != 48 {
+		t.Fatalf("two embedders of concurrency=3: %d requests at once (want 3), %d inputs (want 48)", s.MaxInFlight, s.Inputs)
 	}
 }

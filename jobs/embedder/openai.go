@@ -63,7 +63,7 @@ type OpenAI struct {
 	spec, id    string
 	client      *http.Client
 	log         *slog.Logger
-	sem         chan struct{} // one slot per request in flight, shared by all Embed calls
+	sem         chan struct{} // one slot per request in flight, shared by every embedder of the spec (sharedLimits)
 
 	requests, retried, failed, vectors atomic.Int64
 }
@@ -177,7 +177,6 @@ func newOpenAI(spec string, params []param, opts Options) (*OpenAI, error) {
 		e.baseURL, e.model, e.dim, e.batch, e.concurrency, e.timeout, e.retries, e.backoff)
 	if e.rate > 0 {
 		e.spec += ",rate=" + strconv.FormatFloat(e.rate, 'g', -1, 64)
-		e.limit = rate.NewLimiter(rate.Limit(e.rate), max(e.concurrency, 1))
 	}
 	if e.keyEnv != "" {
 		e.spec += ",key_env=" + e.keyEnv
@@ -192,7 +191,8 @@ func newOpenAI(spec string, params []param, opts Options) (*OpenAI, error) {
 	}
 	e.key, e.keySource = lookupKey(names, opts)
 
-	e.sem = make(chan struct{}, e.concurrency)
+	lim := sharedLimits(e.spec, e.concurrency, e.rate)
+	e.sem, e.limit = lim.sem, lim.limit
 	e.client = opts.HTTPClient
 	if e.client == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -200,6 +200,31 @@ func newOpenAI(spec string, params []param, opts Options) (*OpenAI, error) {
 		e.client = &http.Client{Transport: tr}
 	}
 	return e, nil
+}
+
+// openaiLimits are the request slots and the rate limiter that every
+// OpenAI embedder of one spec in this process shares: a job runner's
+// mappers (the local runner runs Workers of them at once) each parse
+// their own embedder, and concurrency= and rate= are the model server's
+// caps, not one mapper's. Processes do not share them: on YTsaurus each
+// job is a process of its own, and the caps hold per job.
+type openaiLimits struct {
+	sem   chan struct{}
+	limit *rate.Limiter // nil without rate
+}
+
+var openaiShared sync.Map // canonical spec → *openaiLimits
+
+func sharedLimits(spec string, concurrency int, rps float64) *openaiLimits {
+	if v, ok := openaiShared.Load(spec); ok {
+		return v.(*openaiLimits)
+	}
+	l := &openaiLimits{sem: make(chan struct{}, concurrency)}
+	if rps > 0 {
+		l.limit = rate.NewLimiter(rate.Limit(rps), max(concurrency, 1))
+	}
+	v, _ := openaiShared.LoadOrStore(spec, l)
+	return v.(*openaiLimits)
 }
 
 // lookupKey finds the API key: the secrets map, then the environment, then
