@@ -80,7 +80,11 @@ decoded to UTF-8. Binary, unreadable, oversize, duplicate-URL and meta-refresh r
 files are skipped, and so is anything that is not a regular file. At the end one summary
 gives the files by outcome with a few example paths each (--json: the same as JSON).
 A re-ingest of the same folder with the same options reads only the files whose size or
-modification time changed (a listing index in the store; --rehash reads every file).
+modification time changed (a listing index in the store; --rehash reads every file). A
+re-ingest of local crawl or dataset files reads only those new or changed since: a file of
+the same size with the same modification time or SHA-256 digest is not read, and its
+records that won their URL still compete with newer ones by fetch time (a crawl-file
+index in the store; --rehash reads every file).
 
 --from also takes a crawl or a page dataset: WARC files (.warc, .warc.gz, gzipped per
 record or not; what wget --warc-file, Heritrix and Common Crawl write), WET files, JSON
@@ -123,7 +127,7 @@ Examples:
 			&cli.StringSliceFlag{Name: "include", Usage: "keep only files whose relative path matches this glob (repeatable; \"*.html\", \"api/**\")"},
 			&cli.StringSliceFlag{Name: "exclude", Usage: "leave out files whose relative path matches this glob (repeatable)"},
 			&cli.IntFlag{Name: "max-layers", Value: pillar.DefaultMaxLayers, Usage: "compact docs after the ingest once it has more than this many delta layers (-1: never; see pillar compact)"},
-			&cli.BoolFlag{Name: "rehash", Usage: "read every file of the folder, not only those whose size or modification time changed since the last ingest"},
+			&cli.BoolFlag{Name: "rehash", Usage: "read every file (folder, crawl or dataset), not only those changed since the last ingest"},
 			&cli.BoolFlag{Name: "rewrite", Usage: "write docs whole (a new base, folding its delta layers) instead of a delta of the new and changed pages"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
 			ytRunFlags[0], ytRunFlags[1], // --pool, --job-binary: the automatic compaction on yt:// stores

@@ -86,9 +86,11 @@ type Options struct {
 	// value is os.TempDir().
 	TempDir string
 
-	// Rehash reads every file of a folder, ignoring the listing index
-	// (listing.go) that lets a re-ingest skip files whose size and
-	// modification time are unchanged. The default value (false) uses it.
+	// Rehash reads every file, ignoring the listing index of a folder
+	// (listing.go: files of unchanged size and modification time) and the
+	// crawl-file index of local crawl and dataset files (crawlindex.go:
+	// files of unchanged size and modification time or digest) that let a
+	// re-ingest skip unchanged files. The default value (false) uses them.
 	Rehash bool
 
 	// Rewrite writes the whole docs table (a new base, folding its delta
@@ -156,8 +158,9 @@ type Stats struct {
 	Duplicates int `json:"duplicates"`  // skipped: URL already seen in this run
 	BadURL     int `json:"bad_url"`     // skipped: no valid URL could be derived
 	NotRegular int `json:"not_regular"` // skipped: not a regular file (named pipe, socket, device)
-	// NotRead is the unchanged files a folder re-ingest did not read (the
-	// listing index vouched for them); they are among Unchanged.
+	// NotRead is the unchanged files a re-ingest did not read (the
+	// listing or crawl-file index vouched for them); a folder's are among
+	// Unchanged, a crawl file's winning records are.
 	NotRead int `json:"not_read"`
 	// Refreshed is the stored pages whose fetch time a WARC revisit
 	// refreshed (same content, same version).
@@ -296,6 +299,24 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 	var lout *listingOut
 	if crawl {
 		in = &crawlInput{files: files, formats: formats, remote: remote}
+		if !remote {
+			sortByAbs(files, formats)
+			in.out = newCrawlIndexOut(tmp, opts.MemoryLimit, files)
+			defer in.out.close()
+			if !opts.Rehash {
+				sn, err := st.Snapshot(ctx)
+				if err != nil {
+					return stats, fmt.Errorf("ingest: %w", err)
+				}
+				in.index, err = openCrawlIndex(ctx, sn, &opts)
+				if err != nil {
+					sn.Release()
+					return stats, err
+				}
+				defer sn.Release()
+				defer in.index.close()
+			}
+		}
 	} else {
 		lout = newListingOut(tmp, opts.MemoryLimit)
 		defer lout.close()
@@ -319,6 +340,9 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 	}
 	defer sorted.close()
 	sorted.listing = lout
+	if in != nil {
+		sorted.crawl, sorted.crawlOut = true, in.out
+	}
 	opts.point("spilled")
 
 	tx, err := st.Begin(ctx)
@@ -354,7 +378,9 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 	// A folder ingest without a usable listing commits one even when no
 	// page changed, so the next re-ingest can skip the unchanged files.
 	listingStale := lout != nil && lin == nil
-	if stats.ChangedPages() == 0 && stats.Refreshed == 0 && !opts.Rewrite && !listingStale {
+	// Likewise a local crawl whose index is missing or that read a file.
+	crawlStale := in != nil && in.out != nil && (in.index == nil || stats.NotRead < len(in.files))
+	if stats.ChangedPages() == 0 && stats.Refreshed == 0 && !opts.Rewrite && !listingStale && !crawlStale {
 		stats.DurationMS = time.Since(start).Milliseconds()
 		return stats, nil // the deferred Abort drops what was written
 	}
@@ -373,6 +399,13 @@ func Run(ctx context.Context, st pillar.Store, opts Options) (Stats, error) {
 		}
 	} else if err := tx.DeleteAttr(ctx, AttrListing); err != nil && !errors.Is(err, pillar.ErrNotFound) {
 		return stats, err // a crawl changed pages a folder's listing vouched for
+	}
+	if in != nil && in.out != nil {
+		if err := in.out.write(ctx, tx, &opts); err != nil {
+			return stats, diskFull(st, "write "+TableCrawlFiles, 0, fmt.Errorf("ingest: write %s: %w", TableCrawlFiles, err))
+		}
+	} else if err := tx.DeleteAttr(ctx, AttrCrawlFiles); err != nil && !errors.Is(err, pillar.ErrNotFound) {
+		return stats, err // a folder or an object store changed pages the crawl-file index vouched for
 	}
 	stats.DurationMS = time.Since(start).Milliseconds()
 	if err := tx.SetAttr(ctx, "ingest/last", stats); err != nil {
@@ -429,6 +462,7 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 		path      string
 		rec       *crawlRecord
 		unchanged *ListingRow // the listing vouches for the file: not read
+		file      int         // a crawl's input file index
 	}
 	sorters := make([]*extsort.Sorter, opts.Workers)
 	sortMem := SortShare(opts.MemoryLimit)
@@ -465,7 +499,9 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 				if it.unchanged != nil {
 					u := it.unchanged
 					p = page{path: it.path, rel: u.Path, doc: pillar.Doc{PageKey: u.PageKey, HTMLBytes: unchangedMark, FetchedAt: u.MTimeMS, TextLen: u.Size}}
-					bar.Add(1)
+					if in == nil {
+						bar.Add(1)
+					}
 				} else if it.rec != nil {
 					p = recordPage(it.rec, opts)
 					it.path = p.path
@@ -482,6 +518,9 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 				if !ok {
 					continue
 				}
+				if in != nil {
+					setCrawlFile(&p.doc, it.file)
+				}
 				var err error
 				if buf, err = appendDoc(buf[:0], it.path, &p.doc); err != nil {
 					fail(fmt.Errorf("ingest: page %s: %w", it.path, err))
@@ -491,7 +530,7 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 					refreshes.Add(1)
 				}
 				tie := it.seq
-				if it.rec != nil {
+				if in != nil {
 					tie = newestFirst(p.doc.FetchedAt, it.seq)
 				}
 				if err := s.Add(&extsort.Record{Key: []byte(p.doc.PageKey), Prefix: len(p.doc.PageKey), Tie: tie, Payload: buf}); err != nil {
@@ -521,9 +560,27 @@ func readAll(ctx context.Context, opts *Options, stats *Stats, dir string, total
 				if f, walkErr = fetchObject(ctx, opts, dir, f); walkErr != nil {
 					break
 				}
+			} else if in.out != nil {
+				skip, err := in.take(i, f, func(w CrawlFileRow) error {
+					u := ListingRow{PageKey: w.PageKey, MTimeMS: w.FetchedAt}
+					return send(item{path: f + "@", unchanged: &u, file: i})
+				})
+				if err != nil {
+					walkErr = err
+					break
+				}
+				if skip {
+					mu.Lock()
+					stats.NotRead++
+					mu.Unlock()
+					if fi, err := os.Stat(f); err == nil {
+						bar.Add(fi.Size())
+					}
+					continue
+				}
 			}
 			walkErr = readCrawlFile(opts, f, in.formats[i], func(n int64) { bar.Add(n) }, func(r *crawlRecord) error {
-				return send(item{rec: r})
+				return send(item{rec: r, file: i})
 			})
 			if in.remote {
 				os.Remove(f)
@@ -600,10 +657,25 @@ func countPage(_ *Options, stats *Stats, p *page) bool {
 type sortedPages struct {
 	it        *extsort.Iterator
 	sorters   []*extsort.Sorter
-	back      *spilled    // a page pulled ahead and given back
-	refreshes int64       // revisits among the pages: merge reads old rows whole
-	tie       uint64      // the sort tie (walk position) of the page pulled last
-	listing   *listingOut // a folder ingest's new listing: the winners' files
+	back      *spilled       // a page pulled ahead and given back
+	refreshes int64          // revisits among the pages: merge reads old rows whole
+	tie       uint64         // the sort tie (walk position) of the page pulled last
+	listing   *listingOut    // a folder ingest's new listing: the winners' files
+	crawl     bool           // a crawl's pages: Doc.Version carries the input file (setCrawlFile)
+	crawlOut  *crawlIndexOut // a local crawl's new crawl-file index: the winners
+}
+
+// won records a crawl page's win in the new crawl-file index and clears
+// the file index it carried.
+func (s *sortedPages) won(d *pillar.Doc, fetchedAt int64) error {
+	if !s.crawl {
+		return nil
+	}
+	i := crawlFileOf(d)
+	if s.crawlOut == nil {
+		return nil
+	}
+	return s.crawlOut.addWinner(i, d.PageKey, fetchedAt)
 }
 
 // next returns the next distinct page (the first file of each key), counting
@@ -623,6 +695,28 @@ func (s *sortedPages) next(opts *Options, stats *Stats, last *pillar.Doc, lastPa
 		}
 		if standKey != "" && d.PageKey == standKey {
 			stats.count(OutcomeDuplicate, rel(path), "same URL as "+rel(standPath))
+			continue
+		}
+		if isUnchanged(&d) && s.crawl && refresh != nil && d.PageKey == refresh.PageKey {
+			// The stored page's record, revisited since in a file read
+			// this time: the revisit's fetch time.
+			if err := s.won(&d, d.FetchedAt); err != nil {
+				return nil, err
+			}
+			*lastPath = refreshPath
+			crawlFileOf(refresh)
+			return refresh, nil
+		}
+		if isUnchanged(&d) && (last == nil || d.PageKey != last.PageKey) && refresh == nil && s.crawl {
+			// The newest record of its URL is in an unchanged crawl file:
+			// the stored page stands.
+			stats.Pages++
+			stats.Unchanged++
+			stats.count(OutcomeUnchanged, rel(path), "not read: the file is unchanged since the last ingest")
+			if err := s.won(&d, d.FetchedAt); err != nil {
+				return nil, err
+			}
+			standKey, standPath = d.PageKey, path
 			continue
 		}
 		if isUnchanged(&d) && (last == nil || d.PageKey != last.PageKey) && refresh == nil {
@@ -659,6 +753,9 @@ func (s *sortedPages) next(opts *Options, stats *Stats, last *pillar.Doc, lastPa
 			}
 			continue
 		}
+		if err := s.won(&d, d.FetchedAt); err != nil {
+			return nil, err
+		}
 		if refresh != nil {
 			// The newest fetch of the URL is a revisit of this (older)
 			// fetch's payload: its content, the revisit's fetch time.
@@ -676,6 +773,7 @@ func (s *sortedPages) next(opts *Options, stats *Stats, last *pillar.Doc, lastPa
 	}
 	if refresh != nil {
 		*lastPath = refreshPath // merge refreshes the stored page, if any
+		crawlFileOf(refresh)
 		return refresh, nil
 	}
 	return nil, nil
@@ -1054,7 +1152,44 @@ func cleanPage(p *page, b []byte, isText bool, contentType string, o *Options, o
 // crawlInput is the files of a crawl or dataset and their formats.
 type crawlInput struct {
 	files, formats []string
-	remote         bool // files are keys of Options.Objects
+	remote         bool           // files are keys of Options.Objects
+	index          *crawlIndexIn  // the previous crawl-file index (nil: none to use)
+	out            *crawlIndexOut // the new one (nil for a crawl from an object store)
+}
+
+// take records input file i (path f) in the new crawl-file index and
+// reports whether it is unchanged since the previous one (size, and the
+// modification time or the digest): then it sends its winners to
+// placeholder and is not read.
+func (in *crawlInput) take(i int, f string, placeholder func(CrawlFileRow) error) (bool, error) {
+	fi, err := os.Stat(f)
+	if err != nil {
+		return false, nil // readCrawlFile reports it
+	}
+	mtime := fi.ModTime().UnixMilli()
+	var digest string
+	if in.index != nil {
+		if row, ok := in.index.file(in.out.abs[i]); ok && row.Size == fi.Size() {
+			same := row.MTimeMS == mtime && row.MTimeMS >= 0
+			if !same {
+				if digest, err = fileDigest(f); err != nil {
+					return false, nil
+				}
+				same = digest == row.Digest
+			}
+			if same {
+				in.out.setFile(i, fi.Size(), mtime, row.Digest)
+				return true, in.index.winners(in.out.abs[i], placeholder)
+			}
+		}
+	}
+	if digest == "" {
+		if digest, err = fileDigest(f); err != nil {
+			return false, nil
+		}
+	}
+	in.out.setFile(i, fi.Size(), mtime, digest)
+	return false, nil
 }
 
 // recordPage makes the page of a crawl or dataset record: its path in the

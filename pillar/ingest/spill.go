@@ -16,7 +16,7 @@ func appendDoc(b []byte, path string, d *pillar.Doc) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
-	for _, n := range []int64{d.FetchedAt, d.TextLen, d.OutLinks, d.HTMLBytes} {
+	for _, n := range []int64{d.FetchedAt, d.TextLen, d.OutLinks, d.HTMLBytes, d.Version} {
 		b = binary.AppendVarint(b, n)
 	}
 	return b, nil
@@ -34,7 +34,7 @@ func decodeDoc(b []byte) (path string, d pillar.Doc, err error) {
 		*p = string(b[k : k+int(n)])
 		b = b[k+int(n):]
 	}
-	for _, p := range []*int64{&d.FetchedAt, &d.TextLen, &d.OutLinks, &d.HTMLBytes} {
+	for _, p := range []*int64{&d.FetchedAt, &d.TextLen, &d.OutLinks, &d.HTMLBytes, &d.Version} {
 		v, k := binary.Varint(b)
 		if k <= 0 {
 			return "", d, errShortSpill
