@@ -164,6 +164,12 @@ type backfillPlan struct {
 	stalePages  int
 	bytes       int64
 	slices      [][2]int64
+	// source is the source version's registry entry when a first build's
+	// slices may go straight into the version table (Embed sets it: an
+	// embedding version over every row of a chunk version has its counts);
+	// direct reports that every slice did (build).
+	source *pillar.Version
+	direct bool
 }
 
 // planBackfill runs PlanJob over the source table and the version's done
@@ -470,6 +476,7 @@ func Embed(ctx context.Context, st pillar.Store, cv, modelSpec string, opts Opti
 		res.Slices = len(pl.slices)
 		return res, dropPlan(ctx, st, pl)
 	}
+	pl.source = cver
 	return build(ctx, st, opts, v, res, start, pl, cver.Table,
 		func() mapreduce.Job {
 			return &EmbedJob{Spec: emb.Spec(), Batch: opts.Batch, Concurrency: opts.EmbedConcurrency}
@@ -500,9 +507,39 @@ func build(ctx context.Context, st pillar.Store, opts Options, v *pillar.Version
 	if v.Kind == pillar.KindEmbeddings {
 		rowType = pillar.Embedding{}
 	}
+	om, ordered := opts.Runner.(orderedMapper)
+	ordered = ordered && om.OrderedMap()
+	// A first build over a runner that keeps input order appends its slices
+	// to the version table itself, recorded sorted, so finish has nothing
+	// to merge or rewrite (a first build's finish was a fifth of an embed
+	// step around a 50 ms model: pillar bench embed). The version stays
+	// building until finish; a crash leaves the table, which the next run
+	// plans against as done rows and completes through the pending table.
+	direct := ordered && pl.source != nil && len(pl.slices) > 0
+	if direct {
+		sn, err := st.Snapshot(ctx)
+		if err != nil {
+			return res, err
+		}
+		for _, t := range []string{v.Table, pendingTable(v.Table)} {
+			if _, err := sn.Table(ctx, t); !errors.Is(err, pillar.ErrNotFound) {
+				direct = false
+			}
+		}
+		sn.Release()
+	}
 	for i, sl := range pl.slices {
 		out := jobs.Output{Table: pendingTable(v.Table), RowType: rowType, Append: true}
-		if om, ok := opts.Runner.(orderedMapper); ok && om.OrderedMap() {
+		if direct {
+			keeps, err := appendKeepsOrder(ctx, st, pl.todo, sl[0], v.Table, rowType)
+			if err != nil {
+				return res, err
+			}
+			if direct = keeps; direct {
+				out.Table = v.Table
+			}
+		}
+		if ordered && out.Table != v.Table {
 			keeps, err := appendKeepsOrder(ctx, st, pl.todo, sl[0], out.Table, rowType)
 			if err != nil {
 				return res, err
@@ -510,6 +547,8 @@ func build(ctx context.Context, st pillar.Store, opts Options, v *pillar.Version
 			if keeps {
 				out.SortedBy = []string{"page_key", "chunk_no"}
 			}
+		} else if ordered {
+			out.SortedBy = []string{"page_key", "chunk_no"}
 		}
 		n, err := runSlice(ctx, st, opts, fmt.Sprintf("backfill %s %s slice %d/%d", v.Kind, v.ID, i+1, len(pl.slices)), newJob(),
 			[]string{jobs.RowRange(pl.todo, sl[0], sl[1])}, out, v)
@@ -519,6 +558,7 @@ func build(ctx context.Context, st pillar.Store, opts Options, v *pillar.Version
 		res.Slices++
 		res.RowsWritten += n
 	}
+	pl.direct = direct
 	if err := finish(ctx, st, opts, v, source, pl, res); err != nil {
 		return res, err
 	}
@@ -662,6 +702,16 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 	sn.Release()
 	sorted := terr == nil && strings.Join(ti.SortedBy, ",") == "page_key,chunk_no"
 	rewrite := hasPending || pl.stalePages > 0 || !sorted
+	if !rewrite && pl.direct {
+		// The slices wrote the version table: it holds one row per source
+		// row (markers included) unless the source moved under the build,
+		// when the general completion below sorts it out.
+		if c := pl.source; ti.Rows == c.Rows+c.EmptyPages {
+			v.Rows, v.Pages, v.EmptyPages = c.Rows, c.Pages, c.EmptyPages
+		} else {
+			rewrite = true
+		}
+	}
 	rowType := any(pillar.Chunk{})
 	if v.Kind == pillar.KindEmbeddings {
 		rowType = pillar.Embedding{}

@@ -2,12 +2,15 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"go.ytsaurus.tech/yt/go/mapreduce"
 
 	"github.com/pillarkit/pillar/jobs"
+	"github.com/pillarkit/pillar/jobs/embedder"
+	"github.com/pillarkit/pillar/jobs/embedder/fakemodel"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -39,9 +42,10 @@ type orderedSpy struct{ *finishSpy }
 func (orderedSpy) OrderedMap() bool { return true }
 
 // Over the local runner, whose maps keep input order, the pending slices of
-// a first rechunk and embed (three slices each) reach finish recorded as
-// sorted, so finish merges them without the external sort; over a runner
-// without that guarantee they are not, and the versions are the same.
+// a first rechunk (three slices) reach finish recorded as sorted, so finish
+// merges them without the external sort, and a first embed writes its
+// slices into the version table; over a runner without that guarantee
+// neither, and the versions are the same.
 func TestPendingSlicesRecordedSorted(t *testing.T) {
 	counts := map[bool][2]int64{}
 	for _, ordered := range []bool{true, false} {
@@ -60,7 +64,13 @@ func TestPendingSlicesRecordedSorted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Slices != 3 || len(spy.pending) != 2 {
+		// Ordered, a first embed's slices go to the version table itself:
+		// its finish has no pending input to reduce.
+		finishes := 2
+		if ordered {
+			finishes = 1
+		}
+		if r.Slices != 3 || len(spy.pending) != finishes {
 			t.Fatalf("ordered=%v: %d rechunk slices, finish inputs seen %q", ordered, r.Slices, spy.pending)
 		}
 		want := ""
@@ -123,4 +133,49 @@ func TestAppendKeepsOrder(t *testing.T) {
 	check(0, false)
 	write("pending", pillar.Chunk{}, nil, "a", "b")
 	check(4, false) // the pending table lost its order already
+}
+
+// A first embed that fails after some slices went straight into the
+// version table completes on the next run, with the same rows as a run
+// that never failed.
+func TestDirectEmbedResumesAfterFailure(t *testing.T) {
+	st := newStore(t, 60)
+	o := Options{SlicePages: 10, Batch: 4, EmbedConcurrency: 1}
+	r, err := Rechunk(ctx, st, "recursive:size=64,overlap=8", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := fakemodel.Start(fakemodel.Options{Dim: 8, Slots: 1, FailEvery: 40, Fail5xx: true})
+	defer bad.Close()
+	spec := func(s *fakemodel.Server, extra string) string {
+		return fmt.Sprintf("openai:url=%s,model=m,dim=8%s", s.URL(), extra)
+	}
+	if _, err := Embed(ctx, st, r.Version, spec(bad, ",retries=0"), o); err == nil {
+		t.Fatal("the embed with a failing model succeeded")
+	}
+	sn, _ := st.Snapshot(ctx)
+	e, _ := embedder.Parse(spec(bad, ""), nil)
+	v, err := pillar.LoadVersion(ctx, sn, pillar.EmbedVersionID(r.Version, e.ID()))
+	sn.Release()
+	if err != nil || v.State != pillar.StateBuilding {
+		t.Fatalf("after the failure: %+v %v; want a building version", v, err)
+	}
+	if rows(t, st, v.Table) == 0 {
+		t.Fatal("no slice was committed before the failure: the test exercised nothing")
+	}
+	good := fakemodel.Start(fakemodel.Options{Dim: 8, Slots: 2})
+	defer good.Close()
+	res, err := Embed(ctx, st, r.Version, spec(good, ""), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := newStore(t, 60)
+	r2, _ := Rechunk(ctx, fresh, "recursive:size=64,overlap=8", o)
+	want, err := Embed(ctx, fresh, r2.Version, spec(good, ""), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != want.Rows || res.Pages != want.Pages || rows(t, st, res.Table) != rows(t, fresh, want.Table) {
+		t.Fatalf("resumed: %d rows, %d pages, table %d; a clean run: %d, %d, %d", res.Rows, res.Pages, rows(t, st, res.Table), want.Rows, want.Pages, rows(t, fresh, want.Table))
+	}
 }
