@@ -169,8 +169,15 @@ type backfillPlan struct {
 	// embedding version over every row of a chunk version has its counts);
 	// direct reports that every slice did (build).
 	source *pillar.Version
-	direct bool
+	// countPages has a first build's direct slices count their pages,
+	// rows and empty pages (countedJob) into the counts table instead
+	// (Rechunk: a chunk version's counts come from no registry entry).
+	countPages bool
+	direct     bool
 }
+
+// countsTable is where a first build's direct slices append their counts.
+func countsTable(table string) string { return pendingTable(table) + "-counts" }
 
 // planBackfill runs PlanJob over the source table and the version's done
 // rows (its table and its pending table) into the todo and stale tables,
@@ -412,6 +419,7 @@ func Rechunk(ctx context.Context, st pillar.Store, spec string, opts Options) (*
 		res.Slices = len(pl.slices)
 		return res, dropPlan(ctx, st, pl)
 	}
+	pl.countPages = true
 	return build(ctx, st, opts, v, res, start, pl, pillar.TableDocs,
 		func() mapreduce.Job { return &RechunkJob{Spec: ch.Spec()} })
 }
@@ -515,7 +523,7 @@ func build(ctx context.Context, st pillar.Store, opts Options, v *pillar.Version
 	// step around a 50 ms model: pillar bench embed). The version stays
 	// building until finish; a crash leaves the table, which the next run
 	// plans against as done rows and completes through the pending table.
-	direct := ordered && pl.source != nil && len(pl.slices) > 0
+	direct := ordered && (pl.source != nil || pl.countPages) && len(pl.slices) > 0
 	if direct {
 		sn, err := st.Snapshot(ctx)
 		if err != nil {
@@ -550,8 +558,14 @@ func build(ctx context.Context, st pillar.Store, opts Options, v *pillar.Version
 		} else if ordered {
 			out.SortedBy = []string{"page_key", "chunk_no"}
 		}
-		n, err := runSlice(ctx, st, opts, fmt.Sprintf("backfill %s %s slice %d/%d", v.Kind, v.ID, i+1, len(pl.slices)), newJob(),
-			[]string{jobs.RowRange(pl.todo, sl[0], sl[1])}, out, v)
+		job := newJob()
+		var extra []jobs.Output
+		if out.Table == v.Table && pl.countPages {
+			job = &countedJob{Job: job}
+			extra = []jobs.Output{{Table: countsTable(v.Table), RowType: FinishSummary{}, Append: true}}
+		}
+		n, err := runSlice(ctx, st, opts, fmt.Sprintf("backfill %s %s slice %d/%d", v.Kind, v.ID, i+1, len(pl.slices)), job,
+			[]string{jobs.RowRange(pl.todo, sl[0], sl[1])}, out, v, extra...)
 		if err != nil {
 			return res, err
 		}
@@ -647,7 +661,7 @@ func pageKeyAt(ctx context.Context, sn pillar.Snapshot, table string, i int64, r
 
 // runSlice runs one slice's map into the version's table and commits it
 // together with the registry entry (state building).
-func runSlice(ctx context.Context, st pillar.Store, opts Options, title string, job mapreduce.Job, inputs []string, out jobs.Output, v *pillar.Version) (int64, error) {
+func runSlice(ctx context.Context, st pillar.Store, opts Options, title string, job mapreduce.Job, inputs []string, out jobs.Output, v *pillar.Version, extra ...jobs.Output) (int64, error) {
 	tx, err := st.Begin(ctx)
 	if err != nil {
 		return 0, err
@@ -657,7 +671,9 @@ func runSlice(ctx context.Context, st pillar.Store, opts Options, title string, 
 	if ti, err := tx.Table(ctx, out.Table); err == nil {
 		before = ti.Rows
 	}
-	if err := opts.Runner.Map(ctx, job, opts.op(title, inputs, out, tx)); err != nil {
+	op := opts.op(title, inputs, out, tx)
+	op.Outputs = append(op.Outputs, extra...)
+	if err := opts.Runner.Map(ctx, job, op); err != nil {
 		return 0, err
 	}
 	if v.State != pillar.StatePublished {
@@ -702,12 +718,34 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 	sn.Release()
 	sorted := terr == nil && strings.Join(ti.SortedBy, ",") == "page_key,chunk_no"
 	rewrite := hasPending || pl.stalePages > 0 || !sorted
-	if !rewrite && pl.direct {
+	if !rewrite && pl.direct && pl.source != nil {
 		// The slices wrote the version table: it holds one row per source
 		// row (markers included) unless the source moved under the build,
 		// when the general completion below sorts it out.
 		if c := pl.source; ti.Rows == c.Rows+c.EmptyPages {
 			v.Rows, v.Pages, v.EmptyPages = c.Rows, c.Pages, c.EmptyPages
+		} else {
+			rewrite = true
+		}
+	} else if !rewrite && pl.direct {
+		// The slices wrote the version table and counted what they wrote.
+		var sum FinishSummary
+		sn, err := st.Snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		err = eachRow(ctx, sn, countsTable(v.Table), false, func(c *FinishSummary) error {
+			sum.Pages += c.Pages
+			sum.Rows += c.Rows
+			sum.Empty += c.Empty
+			return nil
+		})
+		sn.Release()
+		if err != nil {
+			return err
+		}
+		if sum.Rows == ti.Rows {
+			v.Rows, v.Pages, v.EmptyPages = sum.Rows-sum.Empty, sum.Pages, sum.Empty
 		} else {
 			rewrite = true
 		}
@@ -785,7 +823,7 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 			return fmt.Errorf("complete %s: %w", v.ID, err)
 		}
 	}
-	drop := []string{pendingTable(v.Table), summary, pl.todo, pl.stale}
+	drop := []string{pendingTable(v.Table), summary, pl.todo, pl.stale, countsTable(v.Table)}
 	if !direct {
 		drop = append(drop, next)
 	}

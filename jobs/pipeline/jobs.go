@@ -22,6 +22,7 @@ func init() {
 	jobs.Register("backfill-plan", "source rows + a version's done rows, reduced by page_key → the source rows of the pages to process, and the stale pages", &PlanJob{})
 	jobs.Register("backfill-finish", "source hashes + a version's rows, reduced by page_key → the rows of current content, sorted, and a summary", &FinishJob{})
 	jobs.Register("backfill-copy", "a version's rows, reduced by page_key → the same rows (the version table's new contents)", &CopyJob{})
+	jobs.Register("backfill-counted", "a backfill mapper whose output 0 is counted (pages, rows, empty pages) into a summary row on output 1", &countedJob{})
 }
 
 // PlanJob is a reducer over (grouped by page_key) input 0, the source rows
@@ -434,4 +435,62 @@ func (j *EmbedJob) Do(jc mapreduce.JobContext, in mapreduce.Reader, out []mapred
 		}
 	}
 	return nil
+}
+
+// countedJob runs a backfill mapper and counts what it writes to output 0
+// (pages, rows, empty-page markers) into one FinishSummary row on output 1.
+// A first rechunk whose slices go straight into the version table
+// completes from these counts (build, finish). Pages are counted as runs of
+// one page_key, so a page must not span two map jobs: true of RechunkJob,
+// one todo row (a doc) per page.
+type countedJob struct {
+	mapreduce.Job
+}
+
+func (j *countedJob) OutputTypes() []any {
+	return append(append([]any(nil), j.Job.OutputTypes()...), &FinishSummary{})
+}
+
+// Do implements mapreduce.Job.
+func (j *countedJob) Do(ctx mapreduce.JobContext, in mapreduce.Reader, out []mapreduce.Writer) error {
+	cw := &countingWriter{Writer: out[0]}
+	if err := j.Job.Do(ctx, in, []mapreduce.Writer{cw}); err != nil {
+		return err
+	}
+	return out[1].Write(&cw.sum)
+}
+
+// countingWriter counts the chunk or embedding rows written through it.
+type countingWriter struct {
+	mapreduce.Writer
+	sum  FinishSummary
+	last string
+}
+
+func (w *countingWriter) Write(v any) error {
+	var key string
+	var no int32
+	switch r := v.(type) {
+	case *pillar.Chunk:
+		key, no = r.PageKey, r.ChunkNo
+	case *pillar.Embedding:
+		key, no = r.PageKey, r.ChunkNo
+	default:
+		return fmt.Errorf("backfill: counted output of %T, want a chunk or an embedding", v)
+	}
+	if key != w.last || w.sum.Rows == 0 {
+		w.sum.Pages++
+		w.last = key
+	}
+	w.sum.Rows++
+	if no < 0 {
+		w.sum.Empty++
+	}
+	return w.Writer.Write(v)
+}
+
+func (w *countingWriter) MustWrite(v any) {
+	if err := w.Write(v); err != nil {
+		panic(err)
+	}
 }

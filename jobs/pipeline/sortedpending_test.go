@@ -41,13 +41,12 @@ type orderedSpy struct{ *finishSpy }
 
 func (orderedSpy) OrderedMap() bool { return true }
 
-// Over the local runner, whose maps keep input order, the pending slices of
-// a first rechunk (three slices) reach finish recorded as sorted, so finish
-// merges them without the external sort, and a first embed writes its
-// slices into the version table; over a runner without that guarantee
-// neither, and the versions are the same.
-func TestPendingSlicesRecordedSorted(t *testing.T) {
-	counts := map[bool][2]int64{}
+// Over the local runner, whose maps keep input order, a first rechunk and
+// embed (three slices each) write their slices into the version table and
+// finish reduces nothing; over a runner without that guarantee they go
+// through the pending table and finish, and the versions are the same.
+func TestFirstBuildWritesVersionTable(t *testing.T) {
+	counts := map[bool][6]int64{}
 	for _, ordered := range []bool{true, false} {
 		st := newStore(t, 60)
 		spy := &finishSpy{Runner: jobs.NewLocal(st, nil)}
@@ -64,11 +63,11 @@ func TestPendingSlicesRecordedSorted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Ordered, a first embed's slices go to the version table itself:
+		// Ordered, a first build's slices go to the version table itself:
 		// its finish has no pending input to reduce.
 		finishes := 2
 		if ordered {
-			finishes = 1
+			finishes = 0
 		}
 		if r.Slices != 3 || len(spy.pending) != finishes {
 			t.Fatalf("ordered=%v: %d rechunk slices, finish inputs seen %q", ordered, r.Slices, spy.pending)
@@ -82,10 +81,17 @@ func TestPendingSlicesRecordedSorted(t *testing.T) {
 				t.Errorf("ordered=%v: finish %d: pending sorted by %q, want %q", ordered, i, got, want)
 			}
 		}
-		counts[ordered] = [2]int64{r.Rows, e.Rows}
+		sn, _ := st.Snapshot(ctx)
+		rv, err1 := pillar.LoadVersion(ctx, sn, r.Version)
+		ev, err2 := pillar.LoadVersion(ctx, sn, e.Version)
+		sn.Release()
+		if err1 != nil || err2 != nil || rv.State != pillar.StateComplete || ev.State != pillar.StateComplete {
+			t.Fatalf("ordered=%v: versions %+v %+v (%v %v)", ordered, rv, ev, err1, err2)
+		}
+		counts[ordered] = [6]int64{rv.Rows, ev.Rows, rv.Pages, ev.Pages, rv.EmptyPages, ev.EmptyPages}
 	}
 	if counts[true] != counts[false] {
-		t.Fatalf("rows (chunks, embeddings) with sorted pending %v, without %v", counts[true], counts[false])
+		t.Fatalf("rows, pages and empty pages (chunks, embeddings) written directly %v, through finish %v", counts[true], counts[false])
 	}
 }
 
