@@ -65,20 +65,28 @@ Examples:
 			if err != nil {
 				return err
 			}
-			out := c.String("out")
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return err
-			}
-			md := rep.Markdown()
-			js, _ := json.MarshalIndent(rep, "", "  ")
-			if err := os.WriteFile(filepath.Join(out, "results.md"), []byte(md), 0o644); err != nil {
-				return err
-			}
-			if err := os.WriteFile(filepath.Join(out, "results.json"), js, 0o644); err != nil {
-				return err
-			}
-			fmt.Fprint(c.App.Writer, md)
-			return nil
+			return writeBenchResults(c, rep.Markdown(), rep)
 		},
 	}
+}
+
+// writeBenchResults writes a benchmark's report as results.md (md) and
+// results.json (rep) into the folder --out names, and prints md.
+func writeBenchResults(c *cli.Context, md string, rep any) error {
+	out := c.String("out")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "results.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "results.json"), js, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprint(c.App.Writer, md)
+	return nil
 }

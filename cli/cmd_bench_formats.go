@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -65,20 +63,7 @@ Examples:
 			if err != nil {
 				return err
 			}
-			out := c.String("out")
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return err
-			}
-			md := rep.Markdown()
-			js, _ := json.MarshalIndent(rep, "", "  ")
-			if err := os.WriteFile(filepath.Join(out, "results.md"), []byte(md), 0o644); err != nil {
-				return err
-			}
-			if err := os.WriteFile(filepath.Join(out, "results.json"), js, 0o644); err != nil {
-				return err
-			}
-			fmt.Fprint(c.App.Writer, md)
-			return nil
+			return writeBenchResults(c, rep.Markdown(), rep)
 		},
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -80,48 +78,16 @@ func fileDigest(path string) (string, error) {
 
 // crawlIndexIn reads the previous index in path order, alongside the
 // files.
-type crawlIndexIn struct {
-	r    pillar.RowReader
-	row  CrawlFileRow
-	have bool
-	err  error
-}
+type crawlIndexIn struct{ *indexCursor[CrawlFileRow] }
 
 // openCrawlIndex opens the crawl-file index of sn when it was made with
 // the run's options; nil when there is none to use.
 func openCrawlIndex(ctx context.Context, sn pillar.Snapshot, o *Options) (*crawlIndexIn, error) {
-	var fp string
-	if err := sn.Attr(ctx, AttrCrawlFiles, &fp); err != nil {
-		if errors.Is(err, pillar.ErrNotFound) {
-			return nil, nil
-		}
+	c, err := openIndex[CrawlFileRow](ctx, sn, AttrCrawlFiles, crawlFingerprint(o), TableCrawlFiles)
+	if c == nil || err != nil {
 		return nil, err
 	}
-	if fp != crawlFingerprint(o) {
-		return nil, nil
-	}
-	r, err := sn.ReadTable(ctx, TableCrawlFiles, nil)
-	if errors.Is(err, pillar.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ingest: read %s: %w", TableCrawlFiles, err)
-	}
-	x := &crawlIndexIn{r: r}
-	x.advance()
-	return x, nil
-}
-
-func (x *crawlIndexIn) advance() {
-	x.have = x.r.Next()
-	if x.have {
-		x.row = CrawlFileRow{}
-		if err := x.r.Scan(&x.row); err != nil {
-			x.err, x.have = err, false
-		}
-	} else if err := x.r.Err(); err != nil {
-		x.err = err
-	}
+	return &crawlIndexIn{c}, nil
 }
 
 // file returns the file row of abs, the run's next file, passing over the
@@ -151,7 +117,7 @@ func (x *crawlIndexIn) winners(abs string, f func(CrawlFileRow) error) error {
 
 func (x *crawlIndexIn) close() {
 	if x != nil {
-		x.r.Close()
+		x.indexCursor.close()
 	}
 }
 

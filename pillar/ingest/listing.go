@@ -72,49 +72,71 @@ func walkLess(a, b string) bool {
 	return len(as) < len(bs)
 }
 
-// listingIn reads the previous listing in walk order, alongside the walk.
-type listingIn struct {
+// indexCursor reads an index table (the listing, the crawl-file index)
+// row by row, one row ahead of its caller.
+type indexCursor[T any] struct {
 	r    pillar.RowReader
-	row  ListingRow
+	row  T
 	have bool
 	err  error
 }
 
-// openListing opens the listing of st when it was made with the run's
-// options; nil when there is none to use.
-func openListing(ctx context.Context, sn pillar.Snapshot, o *Options) (*listingIn, error) {
+// openIndex opens table as an index cursor when attribute attr of sn is
+// fingerprint (the index was made with the run's options); nil when there
+// is none to use.
+func openIndex[T any](ctx context.Context, sn pillar.Snapshot, attr, fingerprint, table string) (*indexCursor[T], error) {
 	var fp string
-	if err := sn.Attr(ctx, AttrListing, &fp); err != nil {
+	if err := sn.Attr(ctx, attr, &fp); err != nil {
 		if errors.Is(err, pillar.ErrNotFound) {
 			return nil, nil
 		}
 		return nil, err
 	}
-	if fp != listingFingerprint(o) {
+	if fp != fingerprint {
 		return nil, nil
 	}
-	r, err := sn.ReadTable(ctx, TableListing, nil)
+	r, err := sn.ReadTable(ctx, table, nil)
 	if errors.Is(err, pillar.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("ingest: read %s: %w", TableListing, err)
+		return nil, fmt.Errorf("ingest: read %s: %w", table, err)
 	}
-	l := &listingIn{r: r}
-	l.advance()
-	return l, nil
+	c := &indexCursor[T]{r: r}
+	c.advance()
+	return c, nil
 }
 
-func (l *listingIn) advance() {
-	l.have = l.r.Next()
-	if l.have {
-		l.row = ListingRow{}
-		if err := l.r.Scan(&l.row); err != nil {
-			l.err, l.have = err, false
+func (c *indexCursor[T]) advance() {
+	c.have = c.r.Next()
+	if c.have {
+		var zero T
+		c.row = zero
+		if err := c.r.Scan(&c.row); err != nil {
+			c.err, c.have = err, false
 		}
-	} else if err := l.r.Err(); err != nil {
-		l.err = err
+	} else if err := c.r.Err(); err != nil {
+		c.err = err
 	}
+}
+
+func (c *indexCursor[T]) close() {
+	if c != nil {
+		c.r.Close()
+	}
+}
+
+// listingIn reads the previous listing in walk order, alongside the walk.
+type listingIn struct{ *indexCursor[ListingRow] }
+
+// openListing opens the listing of st when it was made with the run's
+// options; nil when there is none to use.
+func openListing(ctx context.Context, sn pillar.Snapshot, o *Options) (*listingIn, error) {
+	c, err := openIndex[ListingRow](ctx, sn, AttrListing, listingFingerprint(o), TableListing)
+	if c == nil || err != nil {
+		return nil, err
+	}
+	return &listingIn{c}, nil
 }
 
 // lookup returns the listing row of rel, the walk's next file, if any:
@@ -131,7 +153,7 @@ func (l *listingIn) lookup(rel string) (ListingRow, bool) {
 
 func (l *listingIn) close() {
 	if l != nil {
-		l.r.Close()
+		l.indexCursor.close()
 	}
 }
 
