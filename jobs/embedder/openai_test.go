@@ -614,3 +614,35 @@ func TestQuoteNonFinite(t *testing.T) {
 		t.Fatalf("parseVector = %v, %v", v, err)
 	}
 }
+
+// TestDecodeBase64Embeddings: base64 vectors decode straight from the
+// response, escaped ("\/", as some JSON encoders write "/") or not, and a
+// string that is not base64 float32s names its input.
+func TestDecodeBase64Embeddings(t *testing.T) {
+	want := [][]float32{{0.6, 0.8}, {math.Float32frombits(0x3f7fffff), 0}}
+	var items []string
+	for i, v := range want {
+		var b bytes.Buffer
+		binary.Write(&b, binary.LittleEndian, v)
+		enc := base64.StdEncoding.EncodeToString(b.Bytes())
+		if i == 1 {
+			enc = strings.ReplaceAll(enc, "/", `\/`)
+		}
+		items = append(items, fmt.Sprintf(`{"index":%d,"embedding":"%s"}`, i, enc))
+	}
+	// 0x3f7fffff is the bytes ff ff 7f 3f, base64 "//9/Pw": escaped slashes.
+	if !strings.Contains(items[1], `\/`) {
+		t.Fatalf("test vector has no escaped slash: %s", items[1])
+	}
+	dst := [][]float32{make([]float32, 2), make([]float32, 2)}
+	if err := decodeResponse([]byte(`{"data":[`+strings.Join(items, ",")+`]}`), 0, 2, dst); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(dst) != fmt.Sprint(want) {
+		t.Fatalf("decoded %v, want %v", dst, want)
+	}
+	err := decodeResponse([]byte(`{"data":[`+items[0]+`,{"index":1,"embedding":"not base64!"}]}`), 10, 2, dst)
+	if err == nil || !strings.Contains(err.Error(), "input 11") || !strings.Contains(err.Error(), "not base64") {
+		t.Fatalf("err = %v, want input 11 named as not base64", err)
+	}
+}

@@ -360,11 +360,15 @@ func (j *EmbedJob) Do(jc mapreduce.JobContext, in mapreduce.Reader, out []mapred
 		}()
 		queue = append(queue, f)
 	}
-	// land waits for the oldest call and writes its rows.
-	land := func() error {
+	// wait waits for the oldest call and takes it off the queue.
+	wait := func() *embedFlight {
 		f := queue[0]
 		<-f.done
 		queue = queue[1:]
+		return f
+	}
+	// land writes a finished call's rows.
+	land := func(f *embedFlight) error {
 		pend := f.rows
 		if err := f.err; err != nil {
 			var ve *embedder.VectorError
@@ -402,13 +406,17 @@ func (j *EmbedJob) Do(jc mapreduce.JobContext, in mapreduce.Reader, out []mapred
 		if len(cur.rows) == 0 {
 			return nil
 		}
+		var done *embedFlight
 		if len(queue) >= conc {
-			if err := land(); err != nil {
-				return err
-			}
+			done = wait()
 		}
+		// The next call goes out before the finished one's rows are
+		// written, so the model's slot it freed is not idle meanwhile.
 		launch(cur)
 		cur = &embedFlight{}
+		if done != nil {
+			return land(done)
+		}
 		return nil
 	}
 	for in.Next() {
@@ -430,7 +438,7 @@ func (j *EmbedJob) Do(jc mapreduce.JobContext, in mapreduce.Reader, out []mapred
 		return err
 	}
 	for len(queue) > 0 {
-		if err := land(); err != nil {
+		if err := land(wait()); err != nil {
 			return err
 		}
 	}

@@ -3,7 +3,7 @@
 // It is a real HTTP server on 127.0.0.1 speaking the OpenAI-compatible
 // embeddings API (POST /v1/embeddings) the openai embedder calls, and it
 // behaves like a model server with a fixed number of slots: each request
-// holds a slot for Latency, requests beyond Slots queue, so its capacity is
+// holds a slot for Latency (its answer computed within it), requests beyond Slots queue, so its capacity is
 // Slots × inputs / Latency whatever the client does. Vectors are a
 // deterministic function of the text (Vector), cheap to compute, so the
 // server's own CPU does not compete with the client's on a small machine,
@@ -32,7 +32,8 @@ import (
 type Options struct {
 	// Dim is the vector length. The default value is 384.
 	Dim int
-	// Latency is how long a request holds its slot. The default value is 0.
+	// Latency is how long a request holds its slot, the computation of its
+	// answer included. The default value is 0.
 	Latency time.Duration
 	// Slots is how many requests are served at once; others wait for a
 	// slot. The default value is 4.
@@ -135,12 +136,21 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
+	start := time.Now()
 	s.mu.Lock()
-	s.starts = append(s.starts, time.Now())
+	s.starts = append(s.starts, start)
 	s.mu.Unlock()
 	n := s.requests.Add(1)
-	if s.o.Latency > 0 {
-		t := time.NewTimer(s.o.Latency)
+	fail := s.o.FailEvery > 0 && n%int64(s.o.FailEvery) == 0
+	// The answer is computed while the request holds its slot, and the
+	// slot is held for Latency in all: a model's latency includes its own
+	// compute, so Latency is the service time, not a sleep added to it.
+	var out []byte
+	if !fail {
+		out = s.answer(body.Model, body.Input)
+	}
+	if wait := s.o.Latency - time.Since(start); wait > 0 {
+		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-r.Context().Done():
@@ -150,7 +160,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	<-s.slots
-	if s.o.FailEvery > 0 && n%int64(s.o.FailEvery) == 0 {
+	if fail {
 		s.failed.Add(1)
 		if s.o.Fail5xx {
 			http.Error(w, `{"error":{"message":"model overloaded"}}`, http.StatusServiceUnavailable)
@@ -165,13 +175,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.inputs.Add(int64(len(body.Input)))
-	// The answer is written by hand, not with encoding/json: on a small
-	// machine the fake's own CPU competes with the client it measures.
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(out)
+}
+
+// answer is the embeddings response for inputs. It is written by hand,
+// not with encoding/json: on a small machine the fake's own CPU competes
+// with the client it measures.
+func (s *Server) answer(model string, inputs []string) []byte {
 	raw := make([]byte, 4*s.o.Dim)
 	vec := make([]float32, s.o.Dim)
-	out := make([]byte, 0, 64+len(body.Input)*(base64.StdEncoding.EncodedLen(len(raw))+48))
+	out := make([]byte, 0, 64+len(inputs)*(base64.StdEncoding.EncodedLen(len(raw))+48))
 	out = append(out, `{"object":"list","data":[`...)
-	for i, text := range body.Input {
+	for i, text := range inputs {
 		Vector(text, vec)
 		for j, x := range vec {
 			binary.LittleEndian.PutUint32(raw[4*j:], math.Float32bits(x))
@@ -186,11 +202,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		out = append(out, `"}`...)
 	}
 	out = append(out, `],"model":`...)
-	model, _ := json.Marshal(body.Model)
-	out = append(out, model...)
-	out = append(out, '}')
-	w.Header().Set("Content-Type", "application/json")
-	w.Write(out)
+	m, _ := json.Marshal(model)
+	out = append(out, m...)
+	return append(out, '}')
 }
 
 // Vector fills dst with text's vector: unit length, from an xorshift
