@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"strconv"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -90,7 +92,13 @@ func logger() *slog.Logger { return slog.Default() }
 func Main() {
 	ctx, stop := signalContext() // signals.go: SIGINT/SIGTERM cancel ctx, then exit
 	app := newApp()
-	err := app.RunContext(ctx, normalizeArgs(app, os.Args, os.Stderr)) // args.go: flags after arguments, old spellings
+	stopProfile, err := startCPUProfile(profilePath(os.Getenv("PILLAR_CPUPROFILE"), os.Args))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pillar: PILLAR_CPUPROFILE:", err)
+		os.Exit(1)
+	}
+	err = app.RunContext(ctx, normalizeArgs(app, os.Args, os.Stderr)) // args.go: flags after arguments, old spellings
+	stopProfile()
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pillar:", err)
@@ -99,4 +107,31 @@ func Main() {
 		}
 		os.Exit(1)
 	}
+}
+
+// profilePath is where PILLAR_CPUPROFILE asks every pillar process to write
+// a Go CPU profile (for diagnosis, e.g. of each step pillar bench scale
+// runs as a child): %p becomes the process id and %c the command's words
+// (after the global flags, before the command's own), joined by "-"
+// ("backfill-embed"). "" profiles nothing.
+func profilePath(pattern string, args []string) string {
+	if pattern == "" {
+		return ""
+	}
+	var words []string
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") {
+			words = append(words, a)
+			continue
+		}
+		if len(words) > 0 {
+			break
+		}
+		if a == "--log-level" || a == "--log-format" { // the global flags take a value
+			i++
+		}
+	}
+	r := strings.NewReplacer("%p", strconv.Itoa(os.Getpid()), "%c", strings.Join(words, "-"))
+	return r.Replace(pattern)
 }

@@ -412,7 +412,7 @@ func (r *run) openWriters(outs []outSpec) ([]*tableWriter, error) {
 			mode = pillar.Append
 		}
 		rg := OutputRowGroup(r.mem, r.workers*max(len(r.op.Outputs), 1))
-		w, err := r.tx.WriteTable(r.ctx, o.Table, o.rowType, &pillar.WriteOptions{Mode: mode, SortedBy: o.SortedBy, RowGroupBytes: rg})
+		w, err := r.tx.WriteTable(r.ctx, o.Table, o.rowType, &pillar.WriteOptions{Mode: mode, SortedBy: o.SortedBy, RowGroupBytes: rg, Scratch: o.Scratch})
 		if err != nil {
 			return nil, fmt.Errorf("jobs: output %q: %w", o.Table, err)
 		}

@@ -61,6 +61,10 @@ type Output struct {
 	// Append adds rows after the table's existing rows instead of replacing
 	// them. The default value is false (replace).
 	Append bool
+	// Scratch marks an intermediate table the pipeline drops when its run
+	// ends (pillar.WriteOptions.Scratch: a cheaper codec on the embedded
+	// store). The default value is false.
+	Scratch bool
 }
 
 // Op describes one operation: its tables, keys and resources. It is

@@ -312,8 +312,8 @@ func comparePipelines(t *testing.T, eb, yb *backend) {
 // TestPipelineFakeCatchesMissingFolders: without the runner's creation of
 // output tables and their folders (the SDK creates missing outputs without
 // recursive), the pipeline fails on the fake exactly as on a cluster: the
-// first backfill's plan writes backfill-todo/chunks/<cv>, whose folder does
-// not exist yet.
+// first backfill (whose todo is the docs table itself) writes its first
+// slice to backfill-pending/chunks/<cv>, whose folder does not exist yet.
 func TestPipelineFakeCatchesMissingFolders(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
@@ -323,8 +323,8 @@ func TestPipelineFakeCatchesMissingFolders(t *testing.T) {
 	if err == nil {
 		t.Fatal("the pipeline succeeded without output folders being created: the fake does not check parents")
 	}
-	if !yterrors.ContainsResolveError(err) || !strings.Contains(err.Error(), "backfill-todo") {
-		t.Fatalf("want a resolve error for the backfill-todo folder, got: %v", err)
+	if !yterrors.ContainsResolveError(err) || !strings.Contains(err.Error(), "backfill-pending") {
+		t.Fatalf("want a resolve error for the backfill-pending folder, got: %v", err)
 	}
 }
 

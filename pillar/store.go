@@ -121,6 +121,13 @@ type WriteOptions struct {
 	// A store may ignore it (YTsaurus buffers on the cluster). The default
 	// value (0) is the store's own bound (embedded: 8 MiB).
 	RowGroupBytes int64
+	// Scratch marks an operation's intermediate table, written once, read
+	// once or twice and dropped by the run that made it (a plan's todo, a
+	// slice's pending rows, an export's desired records): a store may
+	// trade size for speed (embedded: Snappy instead of ZSTD, several
+	// times cheaper to write). The default value (false) keeps the store's
+	// codec (embedded: ZSTD).
+	Scratch bool
 }
 
 // Tx is one atomic change to the store: new table contents, attribute

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -174,7 +175,28 @@ type backfillPlan struct {
 	// (Rechunk: a chunk version's counts come from no registry entry).
 	countPages bool
 	direct     bool
+	// aliased: a first build's todo is the source table itself (no
+	// copy), valid while the source stays at sourceGen; the slices check it
+	// (runSlice) and the run plans again when it moved.
+	aliased   bool
+	sourceGen int64
 }
+
+// planTables are the tables the plan wrote (never an aliased source), and
+// the todo a previous run may have left.
+func (pl *backfillPlan) planTables(table string) []string {
+	ts := []string{TodoPrefix + table, TodoPrefix + table + "-stale"}
+	if !pl.aliased && pl.todo != ts[0] {
+		ts = append(ts, pl.todo)
+	}
+	if pl.stale != "" && pl.stale != ts[1] {
+		ts = append(ts, pl.stale)
+	}
+	return ts
+}
+
+// errSourceChanged: an aliased todo's source table changed since the plan.
+var errSourceChanged = errors.New("the source table changed since the plan")
 
 // countsTable is where a first build's direct slices append their counts.
 func countsTable(table string) string { return pendingTable(table) + "-counts" }
@@ -192,11 +214,58 @@ func planBackfill(ctx context.Context, st pillar.Store, opts Options, kind, sour
 		return nil, err
 	}
 	if !small {
-		if err := planFull(ctx, st, opts, kind, source, table, pl); err != nil {
+		first, err := planFirstBuild(ctx, st, kind, source, table, pl)
+		if err != nil {
 			return nil, err
+		}
+		if !first {
+			if err := planFull(ctx, st, opts, kind, source, table, pl); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return slicePlan(ctx, st, kind, table, n, pl)
+}
+
+// planFirstBuild is the plan of a first build (neither the version table
+// nor its pending table exists), which processes every source row: PlanJob
+// would copy the source whole into the todo table, so the source itself is
+// the todo (row ranges of it are the slices) and nothing is written. It
+// applies only to a source that is one table (no delta layers) recorded
+// sorted as the todo would be: by page_key (docs, one row per page), or by
+// (page_key, chunk_no) (chunks). It reports false, having set nothing,
+// otherwise.
+func planFirstBuild(ctx context.Context, st pillar.Store, kind, source, table string, pl *backfillPlan) (bool, error) {
+	sn, err := st.Snapshot(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer sn.Release()
+	for _, t := range []string{table, pendingTable(table)} {
+		if _, err := sn.Table(ctx, t); err == nil {
+			return false, nil
+		} else if !errors.Is(err, pillar.ErrNotFound) {
+			return false, err
+		}
+	}
+	ti, err := sn.Table(ctx, source)
+	if err != nil {
+		return false, err
+	}
+	layers, err := pillar.Layers(ctx, sn, source)
+	if err != nil || len(layers) != 1 || layers[0].Kind != pillar.LayerBase {
+		return false, err // delta layers: rows are the merge of several tables
+	}
+	want := []string{"page_key"}
+	if kind == pillar.KindEmbeddings {
+		want = []string{"page_key", "chunk_no"}
+	}
+	if len(ti.SortedBy) < len(want) || !slices.Equal(ti.SortedBy[:len(want)], want) {
+		return false, nil
+	}
+	pl.todo, pl.stale, pl.aliased = source, "", true
+	pl.generation, pl.sourceGen = sn.Info().Generation, ti.Generation
+	return true, nil
 }
 
 // planFull is the plan as one PlanJob reduce over the source rows.
@@ -220,8 +289,8 @@ func planFull(ctx context.Context, st pillar.Store, opts Options, kind, source, 
 	}
 	op := &jobs.Op{Title: "backfill plan " + table, Inputs: inputs, InputTypes: types,
 		Outputs: []jobs.Output{
-			{Table: pl.todo, RowType: rowType, SortedBy: []string{"page_key"}},
-			{Table: pl.stale, RowType: pageHash{}, SortedBy: []string{"page_key"}},
+			{Table: pl.todo, RowType: rowType, SortedBy: []string{"page_key"}, Scratch: true},
+			{Table: pl.stale, RowType: pageHash{}, SortedBy: []string{"page_key"}, Scratch: true},
 		},
 		ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
 		Progress: opts.Progress, Logger: opts.Logger}
@@ -269,8 +338,8 @@ func planByKeys(ctx context.Context, st pillar.Store, opts Options, kind, source
 	}
 	op := &jobs.Op{Title: "backfill plan " + table, Inputs: inputs, InputTypes: types,
 		Outputs: []jobs.Output{
-			{Table: keys, RowType: pageHash{}, SortedBy: []string{"page_key"}},
-			{Table: pl.stale, RowType: pageHash{}, SortedBy: []string{"page_key"}},
+			{Table: keys, RowType: pageHash{}, SortedBy: []string{"page_key"}, Scratch: true},
+			{Table: pl.stale, RowType: pageHash{}, SortedBy: []string{"page_key"}, Scratch: true},
 		},
 		ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
 		Progress: opts.Progress, Logger: opts.Logger}
@@ -323,11 +392,13 @@ func slicePlan(ctx context.Context, st pillar.Store, kind, table string, n int, 
 		return nil, err
 	}
 	defer sn.Release()
-	ti, err := sn.Table(ctx, pl.stale)
-	if err != nil {
-		return nil, err
+	if pl.stale != "" {
+		ti, err := sn.Table(ctx, pl.stale)
+		if err != nil {
+			return nil, err
+		}
+		pl.stalePages = int(ti.Rows)
 	}
-	pl.stalePages = int(ti.Rows)
 	// Cut the todo rows into slices of at most n whole pages.
 	var row, lo int64
 	prev, pages := "", 0
@@ -417,7 +488,7 @@ func Rechunk(ctx context.Context, st pillar.Store, spec string, opts Options) (*
 	res.WriteBytes = res.ReadBytes * 5 / 4 // text plus overlap and columns, roughly
 	if opts.DryRun {
 		res.Slices = len(pl.slices)
-		return res, dropPlan(ctx, st, pl)
+		return res, dropPlan(ctx, st, pl, table)
 	}
 	pl.countPages = true
 	return build(ctx, st, opts, v, res, start, pl, pillar.TableDocs,
@@ -482,7 +553,7 @@ func Embed(ctx context.Context, st pillar.Store, cv, modelSpec string, opts Opti
 	res.WriteBytes = int64(emb.Dims()) * 4 * max(chunks, int64(pl.pending))
 	if opts.DryRun {
 		res.Slices = len(pl.slices)
-		return res, dropPlan(ctx, st, pl)
+		return res, dropPlan(ctx, st, pl, table)
 	}
 	pl.source = cver
 	return build(ctx, st, opts, v, res, start, pl, cver.Table,
@@ -492,13 +563,13 @@ func Embed(ctx context.Context, st pillar.Store, cv, modelSpec string, opts Opti
 }
 
 // dropPlan drops the plan's tables (after a dry run).
-func dropPlan(ctx context.Context, st pillar.Store, pl *backfillPlan) error {
+func dropPlan(ctx context.Context, st pillar.Store, pl *backfillPlan, table string) error {
 	tx, err := st.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Abort()
-	for _, t := range []string{pl.todo, pl.stale} {
+	for _, t := range pl.planTables(table) {
 		if err := tx.DropTable(ctx, t); err != nil && !errors.Is(err, pillar.ErrNotFound) {
 			return err
 		}
@@ -537,18 +608,18 @@ func build(ctx context.Context, st pillar.Store, opts Options, v *pillar.Version
 		sn.Release()
 	}
 	for i, sl := range pl.slices {
-		out := jobs.Output{Table: pendingTable(v.Table), RowType: rowType, Append: true}
+		out := jobs.Output{Table: pendingTable(v.Table), RowType: rowType, Append: true, Scratch: true}
 		if direct {
-			keeps, err := appendKeepsOrder(ctx, st, pl.todo, sl[0], v.Table, rowType)
+			keeps, err := appendKeepsOrder(ctx, st, pl.todo, sl[0], v.Table)
 			if err != nil {
 				return res, err
 			}
 			if direct = keeps; direct {
-				out.Table = v.Table
+				out.Table, out.Scratch = v.Table, false
 			}
 		}
 		if ordered && out.Table != v.Table {
-			keeps, err := appendKeepsOrder(ctx, st, pl.todo, sl[0], out.Table, rowType)
+			keeps, err := appendKeepsOrder(ctx, st, pl.todo, sl[0], out.Table)
 			if err != nil {
 				return res, err
 			}
@@ -562,10 +633,25 @@ func build(ctx context.Context, st pillar.Store, opts Options, v *pillar.Version
 		var extra []jobs.Output
 		if out.Table == v.Table && pl.countPages {
 			job = &countedJob{Job: job}
-			extra = []jobs.Output{{Table: countsTable(v.Table), RowType: FinishSummary{}, Append: true}}
+			extra = []jobs.Output{{Table: countsTable(v.Table), RowType: FinishSummary{}, Append: true, Scratch: true}}
+		}
+		var pin *sourcePin
+		if pl.aliased {
+			pin = &sourcePin{table: pl.todo, gen: pl.sourceGen}
 		}
 		n, err := runSlice(ctx, st, opts, fmt.Sprintf("backfill %s %s slice %d/%d", v.Kind, v.ID, i+1, len(pl.slices)), job,
-			[]string{jobs.RowRange(pl.todo, sl[0], sl[1])}, out, v, extra...)
+			[]string{jobs.RowRange(pl.todo, sl[0], sl[1])}, out, v, pin, extra...)
+		if errors.Is(err, errSourceChanged) {
+			// The slices so far are done rows; plan the rest against them,
+			// as a run after a crash would.
+			opts.Logger.Info("backfill: the source changed during a first build; planning again", "version", v.ID, "source", pl.todo, "slices done", i)
+			next, err := planBackfill(ctx, st, opts, v.Kind, pl.todo, v.Table, opts.SlicePages)
+			if err != nil {
+				return res, err
+			}
+			next.source, next.countPages = pl.source, pl.countPages
+			return build(ctx, st, opts, v, res, start, next, source, newJob)
+		}
 		if err != nil {
 			return res, err
 		}
@@ -597,7 +683,7 @@ type orderedMapper interface{ OrderedMap() bool }
 // slice's first (a rerun's slice of pages already pending, or a page split
 // between two slices, is appended unsorted, and the store then drops the
 // claim).
-func appendKeepsOrder(ctx context.Context, st pillar.Store, todo string, start int64, pending string, rowType any) (bool, error) {
+func appendKeepsOrder(ctx context.Context, st pillar.Store, todo string, start int64, pending string) (bool, error) {
 	sn, err := st.Snapshot(ctx)
 	if err != nil {
 		return false, err
@@ -616,7 +702,7 @@ func appendKeepsOrder(ctx context.Context, st pillar.Store, todo string, start i
 	if pt.Rows == 0 {
 		return true, nil
 	}
-	last, err := pageKeyAt(ctx, sn, pending, pt.Rows-1, rowType)
+	last, err := pageKeyAt(ctx, sn, pending, pt.Rows-1, pageHash{})
 	if err != nil {
 		return false, err
 	}
@@ -624,14 +710,10 @@ func appendKeepsOrder(ctx context.Context, st pillar.Store, todo string, start i
 	if err != nil {
 		return false, err
 	}
-	var todoType any = pillar.Doc{}
-	if strings.Join(tt.SortedBy, ",") != "page_key" {
+	if len(tt.SortedBy) == 0 || tt.SortedBy[0] != "page_key" {
 		return false, nil
 	}
-	if _, ok := rowType.(pillar.Embedding); ok {
-		todoType = pillar.Chunk{}
-	}
-	first, err := pageKeyAt(ctx, sn, todo, start, todoType)
+	first, err := pageKeyAt(ctx, sn, todo, start, pageHash{})
 	if err != nil {
 		return false, err
 	}
@@ -659,14 +741,31 @@ func pageKeyAt(ctx context.Context, sn pillar.Snapshot, table string, i int64, r
 	return row.Elem().FieldByName("PageKey").String(), nil
 }
 
+// sourcePin is the state an aliased todo table must still be in.
+type sourcePin struct {
+	table string
+	gen   int64
+}
+
 // runSlice runs one slice's map into the version's table and commits it
-// together with the registry entry (state building).
-func runSlice(ctx context.Context, st pillar.Store, opts Options, title string, job mapreduce.Job, inputs []string, out jobs.Output, v *pillar.Version, extra ...jobs.Output) (int64, error) {
+// together with the registry entry (state building). With pin, it first
+// checks that the aliased source is unchanged (errSourceChanged).
+
+func runSlice(ctx context.Context, st pillar.Store, opts Options, title string, job mapreduce.Job, inputs []string, out jobs.Output, v *pillar.Version, pin *sourcePin, extra ...jobs.Output) (int64, error) {
 	tx, err := st.Begin(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Abort()
+	if pin != nil { // the slice reads the state tx began from: check that one
+		ti, err := tx.Table(ctx, pin.table)
+		if errors.Is(err, pillar.ErrNotFound) || err == nil && ti.Generation != pin.gen {
+			return 0, errSourceChanged
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
 	before := int64(0)
 	if ti, err := tx.Table(ctx, out.Table); err == nil {
 		before = ti.Rows
@@ -783,8 +882,8 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 		}
 		op := &jobs.Op{Title: "backfill complete " + v.ID, Inputs: inputs, InputTypes: types,
 			Outputs: []jobs.Output{
-				{Table: next, RowType: rowType, SortedBy: []string{"page_key", "chunk_no"}},
-				{Table: summary, RowType: FinishSummary{}},
+				{Table: next, RowType: rowType, SortedBy: []string{"page_key", "chunk_no"}, Scratch: true},
+				{Table: summary, RowType: FinishSummary{}, Scratch: true},
 			},
 			ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
 			Progress: opts.Progress, Logger: opts.Logger}
@@ -823,7 +922,7 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 			return fmt.Errorf("complete %s: %w", v.ID, err)
 		}
 	}
-	drop := []string{pendingTable(v.Table), summary, pl.todo, pl.stale, countsTable(v.Table)}
+	drop := append([]string{pendingTable(v.Table), summary, countsTable(v.Table)}, pl.planTables(v.Table)...)
 	if !direct {
 		drop = append(drop, next)
 	}

@@ -387,7 +387,7 @@ func selectChanged(ctx context.Context, tx pillar.Tx, opts Options, keys, layers
 			}
 		}
 		job.Groups = append(job.Groups, g)
-		outs = append(outs, jobs.Output{Table: sel[i], RowType: rowTypeOf(t), SortedBy: []string{"page_key"}})
+		outs = append(outs, jobs.Output{Table: sel[i], RowType: rowTypeOf(t), SortedBy: []string{"page_key"}, Scratch: true})
 	}
 	op := &jobs.Op{Title: "select changed pages", Inputs: inputs, InputTypes: types, Outputs: outs,
 		ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,

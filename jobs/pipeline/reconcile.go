@@ -295,7 +295,7 @@ func exportOp(ctx context.Context, tx pillar.Tx, st pillar.Store, opts Options, 
 	}
 	op := &jobs.Op{
 		Title: "export " + pub.ChunkVersion + "/" + pub.Model, Inputs: inputs, InputTypes: types,
-		Outputs:  []jobs.Output{{Table: desired, RowType: Desired{}, SortedBy: []string{"page_key"}}, {Table: skipped, RowType: Skipped{}}},
+		Outputs:  []jobs.Output{{Table: desired, RowType: Desired{}, SortedBy: []string{"page_key"}, Scratch: true}, {Table: skipped, RowType: Skipped{}, Scratch: true}},
 		ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
 		Progress: opts.Progress, Logger: opts.Logger,
 	}
@@ -549,8 +549,8 @@ func diffStateFrom(ctx context.Context, st pillar.Store, opts Options, desired, 
 	}
 	op := &jobs.Op{Title: "reconcile " + desired, Inputs: inputs, InputTypes: types,
 		Outputs: []jobs.Output{
-			{Table: puts, RowType: Desired{}, SortedBy: []string{"page_key"}},
-			{Table: deletes, RowType: ExportState{}, SortedBy: []string{"page_key"}},
+			{Table: puts, RowType: Desired{}, SortedBy: []string{"page_key"}, Scratch: true},
+			{Table: deletes, RowType: ExportState{}, SortedBy: []string{"page_key"}, Scratch: true},
 		},
 		ReduceBy: []string{"page_key"}, Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit,
 		Progress: opts.Progress, Logger: opts.Logger}

@@ -127,7 +127,7 @@ func TestAppendKeepsOrder(t *testing.T) {
 	write("todo", pillar.Doc{}, []string{"page_key"}, "a", "b", "c", "d", "e")
 	check := func(start int64, want bool) {
 		t.Helper()
-		got, err := appendKeepsOrder(ctx, st, "todo", start, "pending", pillar.Chunk{})
+		got, err := appendKeepsOrder(ctx, st, "todo", start, "pending")
 		if err != nil || got != want {
 			t.Errorf("slice from todo row %d: keeps order %v (%v), want %v", start, got, err, want)
 		}
@@ -184,4 +184,128 @@ func TestDirectEmbedResumesAfterFailure(t *testing.T) {
 	if res.Rows != want.Rows || res.Pages != want.Pages || rows(t, st, res.Table) != rows(t, fresh, want.Table) {
 		t.Fatalf("resumed: %d rows, %d pages, table %d; a clean run: %d, %d, %d", res.Rows, res.Pages, rows(t, st, res.Table), want.Rows, want.Pages, rows(t, fresh, want.Table))
 	}
+}
+
+// planSpy records the titles of the reduces it runs and calls afterMap
+// after each map.
+type planSpy struct {
+	*jobs.Local
+	reduces  []string
+	maps     int
+	afterMap func(n int)
+}
+
+func (s *planSpy) Reduce(ctx context.Context, r mapreduce.Job, op *jobs.Op) error {
+	s.reduces = append(s.reduces, op.Title)
+	return s.Local.Reduce(ctx, r, op)
+}
+
+func (s *planSpy) Map(ctx context.Context, m mapreduce.Job, op *jobs.Op) error {
+	err := s.Local.Map(ctx, m, op)
+	s.maps++
+	if s.afterMap != nil {
+		s.afterMap(s.maps)
+	}
+	return err
+}
+
+func (s *planSpy) planned() int {
+	n := 0
+	for _, t := range s.reduces {
+		if strings.HasPrefix(t, "backfill plan ") {
+			n++
+		}
+	}
+	return n
+}
+
+// A first build reads its slices from the source table itself (no plan
+// reduce, no todo copy); when the source changes between two slices, the
+// build plans the rest against the slices done and ends as a clean build
+// of the changed source does.
+func TestFirstBuildReadsSourceInPlace(t *testing.T) {
+	st := newStore(t, 60)
+	spy := &planSpy{Local: jobs.NewLocal(st, nil)}
+	o := Options{SlicePages: 25, Runner: spy}
+	r, err := Rechunk(ctx, st, "recursive:size=64,overlap=8", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := Embed(ctx, st, r.Version, "hash:dim=16", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := spy.planned(); n != 0 || r.Slices != 3 || e.Slices == 0 {
+		t.Fatalf("first builds ran %d plan reduces (want 0) and %d, %d slices: %q", n, r.Slices, e.Slices, spy.reduces)
+	}
+	assertNoTables(t, st, TodoPrefix)
+
+	// The docs change after the first slice of another first build.
+	st2 := newStore(t, 60)
+	spy2 := &planSpy{Local: jobs.NewLocal(st2, nil)}
+	spy2.afterMap = func(n int) {
+		if n == 1 {
+			writeDocs(t, st2, 60, "v2")
+		}
+	}
+	o2 := Options{SlicePages: 25, Runner: spy2}
+	r2, err := Rechunk(ctx, st2, "recursive:size=64,overlap=8", o2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spy2.planned() == 0 {
+		t.Fatalf("the source changed after slice 1 and nothing was planned again: %q", spy2.reduces)
+	}
+	assertNoTables(t, st2, TodoPrefix)
+	fresh := newStore(t, 60)
+	writeDocs(t, fresh, 60, "v2")
+	want, err := Rechunk(ctx, fresh, "recursive:size=64,overlap=8", Options{SlicePages: 25})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.Rows != want.Rows || r2.Pages != want.Pages || rows(t, st2, r2.Table) != rows(t, fresh, want.Table) {
+		t.Fatalf("rebuilt after the change: %d rows, %d pages, table %d; a clean build of the changed docs: %d, %d, %d",
+			r2.Rows, r2.Pages, rows(t, st2, r2.Table), want.Rows, want.Pages, rows(t, fresh, want.Table))
+	}
+	if got, wantHashes := chunkHashes(t, st2, r2.Table), chunkHashes(t, fresh, want.Table); got != wantHashes {
+		t.Fatalf("chunks after the change differ from a clean build's:\n%s\nwant\n%s", got, wantHashes)
+	}
+}
+
+func assertNoTables(t *testing.T, st pillar.Store, prefix string) {
+	t.Helper()
+	sn, _ := st.Snapshot(ctx)
+	defer sn.Release()
+	ts, err := sn.Tables(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range ts {
+		if strings.HasPrefix(ti.Name, prefix) {
+			t.Errorf("table %s is left", ti.Name)
+		}
+	}
+}
+
+// chunkHashes lists a chunk table's (page, chunk, content hash) in order.
+func chunkHashes(t *testing.T, st pillar.Store, table string) string {
+	t.Helper()
+	var b strings.Builder
+	err := eachRow(ctx, st2snap(t, st), table, false, func(c *pillar.Chunk) error {
+		fmt.Fprintf(&b, "%s %d %s %d\n", c.PageKey, c.ChunkNo, c.ContentHash, len(c.Text))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func st2snap(t *testing.T, st pillar.Store) pillar.Snapshot {
+	sn, err := st.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sn.Release() })
+	return sn
 }

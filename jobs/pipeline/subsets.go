@@ -447,7 +447,7 @@ func Recompute(ctx context.Context, st pillar.Store, set *subsets.Set, asOf time
 		types = append(types, &pillar.Signal{})
 	}
 	op := &jobs.Op{Title: "subsets eval", Inputs: inputs, InputTypes: types,
-		Outputs: []jobs.Output{{Table: matchesTable, RowType: subsets.Match{}}}, ReduceBy: []string{"page_key"},
+		Outputs: []jobs.Output{{Table: matchesTable, RowType: subsets.Match{}, Scratch: true}}, ReduceBy: []string{"page_key"},
 		Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit, Progress: opts.Progress, Logger: opts.Logger}
 	job := &SubsetEvalJob{Filename: set.Filename(), Source: set.Source(), AsOfMS: asOf.UnixMilli()}
 	if err := opts.Runner.Reduce(ctx, job, op); err != nil {
@@ -597,7 +597,7 @@ func computeMembers(ctx context.Context, st pillar.Store, opts Options, set *sub
 	base := jobs.Op{Tx: tx, Workers: opts.Workers, MemoryLimit: opts.MemoryLimit, Progress: opts.Progress, Logger: opts.Logger}
 	top := base
 	top.Title, top.Inputs = "subsets top-k", []string{matches}
-	top.Outputs = []jobs.Output{{Table: selected, RowType: memberRow{}}}
+	top.Outputs = []jobs.Output{{Table: selected, RowType: memberRow{}, Scratch: true}}
 	top.ReduceBy = []string{"subset", "group"}
 	if err := opts.Runner.Reduce(ctx, &SubsetTopJob{Filename: set.Filename(), Source: set.Source()}, &top); err != nil {
 		return nil, nil, err
@@ -615,7 +615,7 @@ func computeMembers(ctx context.Context, st pillar.Store, opts Options, set *sub
 	split.Tx = tx
 	split.Title, split.Inputs = "subsets members", []string{selected}
 	for _, n := range names {
-		split.Outputs = append(split.Outputs, jobs.Output{Table: newTable(n), RowType: pillar.SubsetMember{}, SortedBy: []string{"page_key"}})
+		split.Outputs = append(split.Outputs, jobs.Output{Table: newTable(n), RowType: pillar.SubsetMember{}, SortedBy: []string{"page_key"}, Scratch: true})
 	}
 	split.ReduceBy = []string{"subset", "page_key"}
 	if err := opts.Runner.Reduce(ctx, &SubsetSplitJob{Names: names}, &split); err != nil {
@@ -668,8 +668,8 @@ func computeMembers(ctx context.Context, st pillar.Store, opts Options, set *sub
 	diff := base
 	diff.Tx = tx
 	diff.Title, diff.Inputs = "subsets diff", inputs
-	diff.Outputs = []jobs.Output{{Table: counts, RowType: DiffCount{}},
-		{Table: memberChanges(scratch), RowType: MemberChange{}, SortedBy: []string{"page_key"}}}
+	diff.Outputs = []jobs.Output{{Table: counts, RowType: DiffCount{}, Scratch: true},
+		{Table: memberChanges(scratch), RowType: MemberChange{}, SortedBy: []string{"page_key"}, Scratch: true}}
 	diff.ReduceBy = []string{"page_key"}
 	if err := opts.Runner.Reduce(ctx, &SubsetDiffJob{Names: names, Sides: sides}, &diff); err != nil {
 		return nil, nil, err

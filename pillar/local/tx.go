@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress"
 
 	"github.com/pillarkit/pillar/internal/pqzstd"
 	"github.com/pillarkit/pillar/pillar"
@@ -182,8 +183,12 @@ func (t *tx) WriteTable(ctx context.Context, name string, rowType any, opts *pil
 	// recompute's diff writes ten tables per worker) the default pages
 	// would hold more than the row groups do.
 	page := parquet.PageBufferSize(int(min(max(rg/8, 16<<10), parquet.DefaultPageBufferSize)))
+	var codec compress.Codec = pqzstd.Default
+	if opts != nil && opts.Scratch {
+		codec = &parquet.Snappy
+	}
 	w := &rowWriter{t: t, table: name, rt: rt, rowGroup: rg, columns: len(schema.Columns()),
-		wopts: append(pageBoundsOptions(schema, opts), schema, parquet.Compression(pqzstd.Default), parquet.MaxRowsPerRowGroup(maxRowsPerRowGroup), page)}
+		wopts: append(pageBoundsOptions(schema, opts), schema, parquet.Compression(codec), parquet.MaxRowsPerRowGroup(maxRowsPerRowGroup), page)}
 	part, err := t.ws.Write(name, rt, opts, t.baseRowType, func(_ *writeset.Table[stagedPart], n int) (stagedPart, error) {
 		w.n = n
 		return stagedPart{}, w.create()
