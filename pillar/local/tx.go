@@ -245,8 +245,7 @@ type rowWriter struct {
 	files []stagedFile
 	name  string // its base name in the staging dir
 	f     *crcFile
-	//lint:ignore SA1019 the untyped writer writes any row type a table is created with
-	w         *parquet.Writer
+	w         fileWriter
 	fileRows  int64
 	groups    int   // row groups flushed into it
 	groupRows int64 // rows of the row group being buffered
@@ -286,7 +285,7 @@ func (w *rowWriter) create() error {
 		return err
 	}
 	w.f = &crcFile{File: raw, block: tableBlockSize}
-	w.w = parquet.NewWriter(w.f, w.wopts...)
+	w.w = newFileWriter(w.rt, w.f, w.wopts)
 	w.fileRows, w.groups, w.groupRows, w.flushed, w.next = 0, 0, 0, 0, false
 	return nil
 }
