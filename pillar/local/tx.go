@@ -242,9 +242,9 @@ type rowWriter struct {
 	rowGroup int64
 
 	// The file being written (the part's files before it are in files).
-	files []stagedFile
-	name  string // its base name in the staging dir
-	f     *crcFile
+	files     []stagedFile
+	name      string // its base name in the staging dir
+	f         *crcFile
 	w         fileWriter
 	fileRows  int64
 	groups    int   // row groups flushed into it
