@@ -196,7 +196,7 @@ func Run(ctx context.Context, opts *Options) (*Result, error) {
 // export writes the export into o.Dir and commits it to the store.
 func export(ctx context.Context, o *Options, parts int) (*pipeline.ExportResult, error) {
 	w, err := sstbuilder.NewExportWriter(o.Dir, parts, batch.KindSnapshot, &sstbuilder.ExportOptions{ID: o.ID, Source: o.Source, Now: o.Clock.Now,
-		RowGroupBytes: sstbuilder.ExportRowGroupBytes(o.Pipeline.MemoryLimit, parts)})
+		RowGroupBytes: sstbuilder.ExportRowGroupBytes(o.Pipeline.MemoryLimit, parts), Workers: sstbuilder.ExportWorkers(o.Pipeline.Workers)})
 	if err != nil {
 		return nil, err
 	}

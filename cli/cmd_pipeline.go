@@ -173,7 +173,7 @@ Examples:
 			}
 			opts := pipelineOptions(c)
 			w, err := sstbuilder.NewExportWriter(out, p, batch.KindSnapshot, &sstbuilder.ExportOptions{ID: id, Source: "pillar export " + st.Info().Root,
-				RowGroupBytes: sstbuilder.ExportRowGroupBytes(opts.MemoryLimit, p)})
+				RowGroupBytes: sstbuilder.ExportRowGroupBytes(opts.MemoryLimit, p), Workers: sstbuilder.ExportWorkers(opts.Workers)})
 			if err != nil {
 				return err
 			}

@@ -11,8 +11,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parquet-go/parquet-go"
@@ -453,6 +456,13 @@ type ExportOptions struct {
 	Compression                 string
 	// Now is the clock. The default value is time.Now.
 	Now func() time.Time
+	// Workers is how many goroutines encode the partition files: worker i
+	// owns the partitions p with p % Workers == i, so each file's rows stay
+	// in the order they were written. Rows reach the workers in batches of
+	// up to 64 rows or 1 MiB, at most two queued per worker, so Workers
+	// adds about 3 MiB each to the partition writers' memory. The default
+	// value (0 or 1) encodes on the goroutine that calls Write.
+	Workers int
 }
 
 // ExportRowGroupBytes is the RowGroupBytes (the memory one partition writer
@@ -471,16 +481,48 @@ func ExportRowGroupBytes(memoryLimit int64, partitions int) int {
 	return int(min(max(memoryLimit/8/int64(partitions), 128<<10), 4<<20))
 }
 
+// ExportWorkers is ExportOptions.Workers for a pipeline's --workers: n, or
+// every CPU when n is 0.
+func ExportWorkers(n int) int {
+	if n > 0 {
+		return n
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
 // ExportWriter writes a whole export from one process, routing rows to their
 // partitions. Rows of each partition must come sorted by (page_key, seq);
-// partitions may interleave. It is used by one goroutine.
+// partitions may interleave. It is used by one goroutine (its Workers
+// encode the files behind it). A row's Value is retained until the row
+// is encoded: the caller must not modify it after Write.
 type ExportWriter struct {
 	dir   string
 	meta  ExportMeta
 	parts map[int]*PartitionWriter
 	opts  ExportOptions
 	err   error
+
+	// With Workers > 1: each worker's queue and the batch being filled.
+	workers []*exportWorker
+	wg      sync.WaitGroup
+	failed  atomic.Pointer[error] // a worker's first error
 }
+
+// exportWorker encodes the rows of the partitions it owns.
+type exportWorker struct {
+	ch    chan []routedRow
+	batch []routedRow
+	bytes int
+}
+
+// routedRow is a row and its partition's writer.
+type routedRow struct {
+	pw  *PartitionWriter
+	row ExportRow
+}
+
+// exportBatchBytes bounds a batch of rows sent to a worker.
+const exportBatchBytes = 1 << 20
 
 // NewExportWriter starts an export in dir (created if missing; it must not
 // already hold an export).
@@ -508,7 +550,46 @@ func NewExportWriter(dir string, partitions int, kind string, opts *ExportOption
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("sstbuilder: export %s: %w", dir, err)
 	}
-	return &ExportWriter{dir: dir, meta: m, parts: map[int]*PartitionWriter{}, opts: o}, nil
+	w := &ExportWriter{dir: dir, meta: m, parts: map[int]*PartitionWriter{}, opts: o}
+	for i := 0; i < o.Workers && o.Workers > 1; i++ {
+		wk := &exportWorker{ch: make(chan []routedRow, 2)}
+		w.workers = append(w.workers, wk)
+		w.wg.Go(func() {
+			for batch := range wk.ch {
+				if w.failed.Load() != nil {
+					continue // drain: the export has failed
+				}
+				for _, r := range batch {
+					if err := r.pw.Write(r.row); err != nil {
+						w.failed.CompareAndSwap(nil, &err)
+						break
+					}
+				}
+			}
+		})
+	}
+	return w, nil
+}
+
+// workerErr is a worker's first error, if any.
+func (w *ExportWriter) workerErr() error {
+	if e := w.failed.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// stopWorkers sends the batches being filled (unless dropping them), ends
+// the workers and waits for them. It is safe to call again.
+func (w *ExportWriter) stopWorkers(drop bool) {
+	for _, wk := range w.workers {
+		if !drop && len(wk.batch) > 0 {
+			wk.ch <- wk.batch
+		}
+		close(wk.ch)
+	}
+	w.workers = nil
+	w.wg.Wait()
 }
 
 // ID returns the export id.
@@ -548,15 +629,33 @@ func (w *ExportWriter) Write(row ExportRow) error {
 		}
 		w.parts[p] = pw
 	}
-	if err := pw.Write(row); err != nil {
+	if len(w.workers) == 0 {
+		if err := pw.Write(row); err != nil {
+			w.err = err
+			return err
+		}
+		return nil
+	}
+	if err := w.workerErr(); err != nil {
 		w.err = err
 		return err
+	}
+	wk := w.workers[p%len(w.workers)]
+	wk.batch = append(wk.batch, routedRow{pw: pw, row: row})
+	wk.bytes += len(row.Value) + len(row.PageKey)
+	if len(wk.batch) >= 64 || wk.bytes >= exportBatchBytes {
+		wk.ch <- wk.batch
+		wk.batch, wk.bytes = make([]routedRow, 0, 64), 0
 	}
 	return nil
 }
 
 // Close finishes every partition file, then writes export.json.
 func (w *ExportWriter) Close() (*ExportMeta, error) {
+	w.stopWorkers(w.err != nil)
+	if w.err == nil {
+		w.err = w.workerErr()
+	}
 	if w.err != nil {
 		w.Abort()
 		return nil, w.err
@@ -582,6 +681,7 @@ func (w *ExportWriter) Close() (*ExportMeta, error) {
 
 // Abort discards every unfinished partition file.
 func (w *ExportWriter) Abort() {
+	w.stopWorkers(true)
 	for p, pw := range w.parts {
 		pw.Abort()
 		delete(w.parts, p)

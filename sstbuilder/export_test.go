@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/parquet-go/parquet-go"
 
@@ -450,5 +453,57 @@ func TestPartitionReaderHeapIndependentOfRowGroup(t *testing.T) {
 			t.Fatalf("the reader holds %.1f MB halfway through (16-row groups: %.1f MB, one 8 MiB group: %.1f MB); want under 5 MiB",
 				float64(h)/1e6, float64(small)/1e6, float64(whole)/1e6)
 		}
+	}
+}
+
+// Partition files encoded by workers are the files one goroutine writes
+// (same bytes, same export.json entries); a row out of order still fails
+// the export, at a later Write or at Close.
+func TestExportWriterWorkers(t *testing.T) {
+	const parts = 7
+	var keys []string
+	for p := range parts {
+		for _, k := range pageKeys(300, p, parts) {
+			keys = append(keys, hex.EncodeToString(k))
+		}
+	}
+	slices.Sort(keys)
+	fixed := func() time.Time { return time.UnixMilli(1_700_000_000_000) }
+	write := func(workers int) *ExportMeta {
+		w, err := NewExportWriter(t.TempDir(), parts, batch.KindSnapshot, &ExportOptions{ID: "w", Workers: workers, Now: fixed, RowGroupRows: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, k := range keys {
+			if err := w.WriteRecord(k, pillar.OpPut, bytes.Repeat([]byte{byte(i)}, 100+i%900)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, err := w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	one, three := write(0), write(3)
+	sort.Slice(one.Files, func(i, j int) bool { return one.Files[i].Partition < one.Files[j].Partition })
+	sort.Slice(three.Files, func(i, j int) bool { return three.Files[i].Partition < three.Files[j].Partition })
+	if len(one.Files) != parts || fmt.Sprint(one.Files) != fmt.Sprint(three.Files) {
+		t.Fatalf("files with 3 workers:\n%v\none goroutine:\n%v", three.Files, one.Files)
+	}
+
+	w, err := NewExportWriter(t.TempDir(), parts, batch.KindSnapshot, &ExportOptions{ID: "w", Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var werr error
+	for _, k := range append([]string{keys[10]}, keys...) { // keys[10] then keys[0]: out of order in its partition, or another's
+		if werr = w.WriteRecord(k, pillar.OpPut, []byte("v")); werr != nil {
+			break
+		}
+	}
+	_, cerr := w.Close()
+	if err := errors.Join(werr, cerr); !errors.Is(err, ErrOutOfOrder) {
+		t.Fatalf("out-of-order rows through workers: Write %v, Close %v; want ErrOutOfOrder", werr, cerr)
 	}
 }
