@@ -983,48 +983,138 @@ type tableSource struct {
 	size     int
 	enc      sortWriter
 	sortedBy []string
-	rec      extsort.Record
 	prev     []byte
-	err      error
+
+	// A goroutine of its own reads and decodes the rows ahead (read), so
+	// the decoding of every sorted input runs beside the dispatcher that
+	// merges them and beside the jobs.
+	started bool
+	batches chan sourceBatch
+	stop    chan struct{}
+	done    chan struct{}
+	cur     []extsort.Record
+	i       int
+	rec     extsort.Record
+	err     error
 }
+
+// sourceBatch is rows read ahead, or the error that ended the reading.
+type sourceBatch struct {
+	recs []extsort.Record
+	err  error
+}
+
+// sourceBatchRows is the rows of a read-ahead batch; two batches wait.
+const sourceBatchRows = 128
 
 func (s *tableSource) Next() bool {
 	if s.err != nil {
 		return false
 	}
+	if !s.started {
+		s.started = true
+		s.batches, s.stop, s.done = make(chan sourceBatch, 2), make(chan struct{}), make(chan struct{})
+		go s.read()
+	}
+	for s.i >= len(s.cur) {
+		b, ok := <-s.batches
+		if !ok {
+			return false
+		}
+		if b.err != nil {
+			s.err = b.err
+			return false
+		}
+		s.cur, s.i = b.recs, 0
+	}
+	s.rec = s.cur[s.i]
+	s.cur[s.i] = extsort.Record{} // the job that scans the row may keep it, not this batch
+	s.i++
+	return true
+}
+
+// read decodes the rows into batches until the end, an error or Close.
+func (s *tableSource) read() {
+	defer close(s.done)
+	defer close(s.batches)
+	var recs []extsort.Record
+	var arena []byte
+	send := func(b sourceBatch) bool {
+		select {
+		case s.batches <- b:
+			return true
+		case <-s.stop:
+			return false
+		}
+	}
+	for {
+		rec, ok, err := s.readRow()
+		if err != nil {
+			if len(recs) > 0 && !send(sourceBatch{recs: recs}) {
+				return
+			}
+			send(sourceBatch{err: err})
+			return
+		}
+		if !ok {
+			if len(recs) > 0 {
+				send(sourceBatch{recs: recs})
+			}
+			return
+		}
+		k := len(arena)
+		arena = append(arena, rec.Key...) // the key is the encoder's buffer
+		rec.Key = arena[k:len(arena):len(arena)]
+		recs = append(recs, rec)
+		if len(recs) == sourceBatchRows {
+			if !send(sourceBatch{recs: recs}) {
+				return
+			}
+			recs, arena = make([]extsort.Record, 0, sourceBatchRows), make([]byte, 0, len(arena))
+		}
+	}
+}
+
+// readRow reads and decodes the next row; ok is false at the end.
+func (s *tableSource) readRow() (rec extsort.Record, ok bool, err error) {
 	if !s.rr.Next() {
 		if err := s.rr.Err(); err != nil {
-			s.err = fmt.Errorf("jobs: read: input %q: %w", s.name, err)
+			return rec, false, fmt.Errorf("jobs: read: input %q: %w", s.name, err)
 		}
-		return false
+		return rec, false, nil
 	}
 	if s.row&255 == 0 && s.r.ctx.Err() != nil {
-		s.err = context.Cause(s.r.ctx)
-		return false
+		return rec, false, context.Cause(s.r.ctx)
 	}
 	v := reflect.New(s.t).Interface()
 	if err := s.rr.Scan(v); err != nil {
-		s.err = fmt.Errorf("jobs: read: input row (%s, %d): %w", s.name, s.row, err)
-		return false
+		return rec, false, fmt.Errorf("jobs: read: input row (%s, %d): %w", s.name, s.row, err)
 	}
 	key, prefix, err := s.enc.key(v)
 	if err != nil {
-		s.err = fmt.Errorf("jobs: read: input row (%s, %d): %w", s.name, s.row, err)
-		return false
+		return rec, false, fmt.Errorf("jobs: read: input row (%s, %d): %w", s.name, s.row, err)
 	}
 	if s.prev != nil && bytes.Compare(key, s.prev) < 0 {
-		s.err = fmt.Errorf("jobs: read: input %q is recorded as sorted by %v, but row %d is out of order", s.name, s.sortedBy, s.row)
-		return false
+		return rec, false, fmt.Errorf("jobs: read: input %q is recorded as sorted by %v, but row %d is out of order", s.name, s.sortedBy, s.row)
 	}
 	s.prev = append(s.prev[:0], key...)
-	s.rec = extsort.Record{Key: key, Prefix: prefix, Tie: uint64(s.table)<<48 | uint64(s.row), Table: s.table, Row: s.row, Value: v, Size: s.size}
+	rec = extsort.Record{Key: key, Prefix: prefix, Tie: uint64(s.table)<<48 | uint64(s.row), Table: s.table, Row: s.row, Value: v, Size: s.size}
 	s.row++
-	return true
+	return rec, true, nil
 }
 
 func (s *tableSource) Record() *extsort.Record { return &s.rec }
 func (s *tableSource) Err() error              { return s.err }
-func (s *tableSource) Close()                  { s.rr.Close() }
+
+// Close stops the reading goroutine, then closes the reader.
+func (s *tableSource) Close() {
+	if s.started {
+		close(s.stop)
+		<-s.done
+		s.started = false
+	}
+	s.rr.Close()
+}
 
 // diskFull turns a full disk (ENOSPC) into an error naming the operation's
 // output tables and about the space it needs: its outputs (taken as the size
