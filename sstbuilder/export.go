@@ -20,11 +20,11 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
-	"github.com/parquet-go/parquet-go/compress/snappy"
 	"github.com/parquet-go/parquet-go/compress/uncompressed"
 	"github.com/parquet-go/parquet-go/compress/zstd"
 
 	"github.com/pillarkit/pillar/internal/batch"
+	"github.com/pillarkit/pillar/internal/pqsnappy"
 	"github.com/pillarkit/pillar/pillar"
 )
 
@@ -221,7 +221,7 @@ type PartitionWriterOptions struct {
 func exportCodec(name string) (compress.Codec, error) {
 	switch name {
 	case "", "snappy":
-		return &snappy.Codec{}, nil
+		return pqsnappy.Default, nil
 	case "zstd":
 		return &zstd.Codec{Level: zstd.SpeedFastest}, nil
 	case "none":

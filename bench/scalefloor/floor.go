@@ -12,8 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/parquet-go/parquet-go/compress/snappy"
-
+	"github.com/pillarkit/pillar/internal/pqsnappy"
 	"github.com/pillarkit/pillar/internal/pqzstd"
 	"github.com/pillarkit/pillar/internal/record"
 	"github.com/pillarkit/pillar/jobs"
@@ -647,7 +646,7 @@ func floorRecords(ctx context.Context, o *Options, in *inputs, out *files, res *
 
 	publish := o.Step == StepPublish
 	rg := sstbuilder.ExportRowGroupBytes(o.MemoryLimit, in.parts)
-	eo := &output{codec: &snappy.Codec{}, groupRows: 256, groupBytes: 1 << 62, page: min(max(rg/2, 16<<10), 256<<10), sorted: []string{"page_key", "seq", "op"}, skipStats: []string{"value"}}
+	eo := &output{codec: pqsnappy.Default, groupRows: 256, groupBytes: 1 << 62, page: min(max(rg/2, 16<<10), 256<<10), sorted: []string{"page_key", "seq", "op"}, skipStats: []string{"value"}}
 	so := tableOutput(o, "page_key")
 	type worker struct {
 		desired *writer[pipeline.Desired]

@@ -18,6 +18,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
 
+	"github.com/pillarkit/pillar/internal/pqsnappy"
 	"github.com/pillarkit/pillar/internal/pqzstd"
 	"github.com/pillarkit/pillar/pillar"
 	"github.com/pillarkit/pillar/pillar/internal/writeset"
@@ -185,7 +186,7 @@ func (t *tx) WriteTable(ctx context.Context, name string, rowType any, opts *pil
 	page := parquet.PageBufferSize(int(min(max(rg/8, 16<<10), parquet.DefaultPageBufferSize)))
 	var codec compress.Codec = pqzstd.Default
 	if opts != nil && opts.Scratch {
-		codec = &parquet.Snappy
+		codec = pqsnappy.Default
 	}
 	w := &rowWriter{t: t, table: name, rt: rt, rowGroup: rg, columns: len(schema.Columns()),
 		wopts: append(pageBoundsOptions(schema, opts), schema, parquet.Compression(codec), parquet.MaxRowsPerRowGroup(maxRowsPerRowGroup), page)}
