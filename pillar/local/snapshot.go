@@ -325,7 +325,27 @@ type rowReader struct {
 	pending bool                          // Next returned true and Scan has not consumed the row
 	row     int64                         // table row index of the pending row
 	err     error
+
+	curPF   *parquet.File
+	batch   *rowBatch
+	noBatch map[reflect.Type]bool // row types cur's file cannot be converted to
 }
+
+// rowBatch reads a file's rows for one row type in batches: parquet-go's
+// Reader.Read of one row at a time seeks and reads a one-row batch for
+// every row (3.6x slower on a two-column projection of docs).
+type rowBatch struct {
+	rt     reflect.Type
+	file   int // the files index it reads
+	rd     *parquet.Reader
+	schema *parquet.Schema
+	rows   []parquet.Row
+	i, n   int   // rows[i:n] are read and not yet scanned
+	next   int64 // the file row of rows[i]
+}
+
+// rowBatchRows is the rows a rowBatch decodes at once.
+const rowBatchRows = 64
 
 func (r *rowReader) Next() bool {
 	if r.err != nil {
@@ -367,7 +387,7 @@ func (r *rowReader) open(idx int64) error {
 					return fmt.Errorf("file %s: %w", f.Name, err)
 				}
 				r.cur, r.curFile, r.curIdx, r.curBase, r.last = parquet.NewReader(pf), fh, i, base, -1
-				r.curCols, r.views = fileColumns(pf), nil
+				r.curCols, r.views, r.curPF, r.noBatch = fileColumns(pf), nil, pf, nil
 			}
 			return nil
 		}
@@ -377,6 +397,10 @@ func (r *rowReader) open(idx int64) error {
 }
 
 func (r *rowReader) closeCur() {
+	if r.batch != nil {
+		r.batch.rd.Close()
+		r.batch = nil
+	}
 	if r.cur != nil {
 		r.cur.Close()
 		r.curFile.Close()
@@ -397,6 +421,14 @@ func (r *rowReader) Scan(dst any) error {
 		return r.err
 	}
 	local := idx - r.curBase
+	if ok, err := r.readBatched(dst, local); ok {
+		if err != nil {
+			r.err = fmt.Errorf("local store: table %q row %d: %w", r.table, idx, err)
+			return r.err
+		}
+		r.last = -2 // cur did not move: its next read seeks
+		return nil
+	}
 	if local != r.last+1 {
 		if err := r.cur.SeekToRow(local); err != nil {
 			r.err = fmt.Errorf("local store: table %q row %d: seek: %w", r.table, idx, err)
@@ -414,14 +446,8 @@ func (r *rowReader) Scan(dst any) error {
 	return nil
 }
 
-// read decodes the next row of cur into dst, through a legacy view when cur
-// names a column the old way (legacy.go).
-func (r *rowReader) read(dst any) error {
-	pv := reflect.ValueOf(dst)
-	if pv.Kind() != reflect.Pointer || pv.IsNil() {
-		return r.cur.Read(dst)
-	}
-	rt := pv.Type().Elem()
+// viewOf is the legacy view of row type rt for cur's file (nil: none).
+func (r *rowReader) viewOf(rt reflect.Type) reflect.Type {
 	view, ok := r.views[rt]
 	if !ok {
 		view, _ = legacyView(rt, r.curCols)
@@ -430,6 +456,71 @@ func (r *rowReader) read(dst any) error {
 		}
 		r.views[rt] = view
 	}
+	return view
+}
+
+// readBatched decodes row local of cur's file into dst, a pointer to a
+// struct, from a batch; it reports false, having read nothing, when the
+// file needs a legacy view for dst's type or cannot be converted to it
+// (read then decodes it, or names the mismatch).
+func (r *rowReader) readBatched(dst any, local int64) (bool, error) {
+	pv := reflect.ValueOf(dst)
+	if pv.Kind() != reflect.Pointer || pv.IsNil() || pv.Elem().Kind() != reflect.Struct {
+		return false, nil
+	}
+	rt := pv.Type().Elem()
+	b := r.batch
+	if b == nil || b.rt != rt || b.file != r.curIdx {
+		if r.noBatch[rt] || r.viewOf(rt) != nil {
+			return false, nil
+		}
+		schema := parquet.SchemaOf(dst)
+		if _, err := parquet.Convert(schema, r.curPF.Schema()); err != nil {
+			if r.noBatch == nil {
+				r.noBatch = map[reflect.Type]bool{}
+			}
+			r.noBatch[rt] = true
+			return false, nil
+		}
+		if b != nil {
+			b.rd.Close()
+		}
+		b = &rowBatch{rt: rt, file: r.curIdx, rd: parquet.NewReader(r.curPF, schema), schema: schema,
+			rows: make([]parquet.Row, rowBatchRows), next: -1}
+		r.batch = b
+	}
+	if local != b.next || b.i >= b.n {
+		if local != b.next {
+			if err := b.rd.SeekToRow(local); err != nil {
+				return true, fmt.Errorf("seek: %w", err)
+			}
+		}
+		n, err := b.rd.ReadRows(b.rows)
+		if n == 0 {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = fmt.Errorf("no row %d in file %s", local, r.files[r.curIdx].Name)
+			}
+			return true, err
+		}
+		b.i, b.n, b.next = 0, n, local
+	}
+	if err := b.schema.Reconstruct(dst, b.rows[b.i]); err != nil {
+		return true, err
+	}
+	b.i++
+	b.next++
+	return true, nil
+}
+
+// read decodes the next row of cur into dst, through a legacy view when cur
+// names a column the old way (legacy.go).
+func (r *rowReader) read(dst any) error {
+	pv := reflect.ValueOf(dst)
+	if pv.Kind() != reflect.Pointer || pv.IsNil() {
+		return r.cur.Read(dst)
+	}
+	rt := pv.Type().Elem()
+	view := r.viewOf(rt)
 	if view == nil {
 		return r.cur.Read(dst)
 	}
