@@ -50,7 +50,10 @@ SST batches, and serves them from cobbled nodes behind a hedging router.
 
 Examples:
    pillar ingest --store data/store --from /usr/share/doc/postgresql-doc-15/html
-   pillar tables --store data/store`,
+   pillar tables --store data/store
+
+Diagnosis: PILLAR_CPUPROFILE=DIR/cpu-%c-%p.pprof makes every pillar process (a benchmark's
+child steps too) write a Go CPU profile there, %c the command and %p the process id.`,
 		Flags: []cli.Flag{
 			logLevelFlag, logFormatFlag, // logging.go
 		},

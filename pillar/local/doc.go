@@ -39,6 +39,13 @@
 //     in a new one; the commit gives a partition's segments consecutive
 //     offsets in the order written (one commit, several segments, one
 //     commit time). Segments written before 2026-12-02 keep their size.
+//   - Table files are ZSTD (internal/pqzstd), except the tables written
+//     with WriteOptions.Scratch (an operation's intermediate tables, dropped
+//     by the run that made them), which are Snappy through S2's fast encoder
+//     (internal/pqsnappy). Docs, chunks and embeddings rows are encoded with
+//     parquet-go's GenericWriter, other row types with the untyped Writer;
+//     both encode a row before Write returns. Readers decode rows 64 at a
+//     time per row type, or one at a time through a legacy view.
 //   - A transaction's enqueued records stay in memory up to 64 MB; past it
 //     they are written to its staging segment files as they come (so a
 //     republish of 200k records of 50 KB does not hold 10 GB until its
