@@ -514,22 +514,9 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 
 type embedResponse struct {
 	Data []struct {
-		Index     *int          `json:"index"`
-		Embedding embeddingJSON `json:"embedding"`
+		Index     *int            `json:"index"`
+		Embedding json.RawMessage `json:"embedding"`
 	} `json:"data"`
-}
-
-// embeddingJSON is one "embedding" value parsed as it is decoded, so the
-// response is not copied and scanned again per vector; a value that does
-// not parse keeps its error for decodeResponse to name the input.
-type embeddingJSON struct {
-	v   []float32
-	err error
-}
-
-func (e *embeddingJSON) UnmarshalJSON(raw []byte) error {
-	e.v, e.err = parseVector(raw, nil)
-	return nil
 }
 
 // decodeResponse fills dst from an embeddings response to len(dst) inputs
@@ -562,12 +549,9 @@ func decodeResponse(data []byte, base, dim int, dst [][]float32) error {
 			return fmt.Errorf("%w: two embeddings for input %d", ErrBadResponse, base+i)
 		}
 		seen[i] = true
-		v, err := d.Embedding.v, d.Embedding.err
+		v, err := parseVector(d.Embedding, dst[i][:0:dim])
 		if err != nil {
 			return fmt.Errorf("%w: input %d: %v", ErrBadResponse, base+i, err)
-		}
-		if len(v) == dim {
-			v = append(dst[i][:0:dim], v...)
 		}
 		if err := CheckVector(base+i, v, dim); err != nil {
 			return err
@@ -593,8 +577,9 @@ func decodeResponse(data []byte, base, dim int, dst [][]float32) error {
 func parseVector(raw json.RawMessage, dst []float32) ([]float32, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) > 0 && raw[0] == '"' {
+		// The one escape a base64 string can hold is "\/": unquote only then.
 		s := raw[1 : len(raw)-1]
-		if bytes.IndexByte(s, '\\') >= 0 { // escaped: unquote first
+		if bytes.IndexByte(s, '\\') >= 0 {
 			var u string
 			if err := json.Unmarshal(raw, &u); err != nil {
 				return nil, err
@@ -606,9 +591,6 @@ func parseVector(raw json.RawMessage, dst []float32) ([]float32, error) {
 		b = b[:n]
 		if err != nil || len(b)%4 != 0 {
 			return nil, fmt.Errorf("embedding is a string but not base64 float32s")
-		}
-		if dst == nil {
-			dst = make([]float32, 0, len(b)/4)
 		}
 		for i := 0; i < len(b); i += 4 {
 			dst = append(dst, math.Float32frombits(binary.LittleEndian.Uint32(b[i:])))

@@ -3,11 +3,12 @@
 // It is a real HTTP server on 127.0.0.1 speaking the OpenAI-compatible
 // embeddings API (POST /v1/embeddings) the openai embedder calls, and it
 // behaves like a model server with a fixed number of slots: each request
-// holds a slot for Latency (its answer computed within it), requests beyond Slots queue, so its capacity is
-// Slots × inputs / Latency whatever the client does. Vectors are a
-// deterministic function of the text (Vector), cheap to compute, so the
-// server's own CPU does not compete with the client's on a small machine,
-// and answers are base64, as OpenAI's encoding_format=base64 gives.
+// holds a slot for Latency (its answer computed within it), requests
+// beyond Slots queue, so its capacity is Slots × inputs / Latency whatever
+// the client does. Vectors are a deterministic function of the text
+// (Vector), cheap to compute, so the server's own CPU does not compete with
+// the client's on a small machine, and answers are base64, as OpenAI's
+// encoding_format=base64 gives.
 //
 // Faults: every FailEvery-th request answers HTTP 429 with Retry-After, or
 // 503 when Fail5xx; the client is expected to retry them.
