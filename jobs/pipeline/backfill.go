@@ -182,17 +182,11 @@ type backfillPlan struct {
 	sourceGen int64
 }
 
-// planTables are the tables the plan wrote (never an aliased source), and
-// the todo a previous run may have left.
-func (pl *backfillPlan) planTables(table string) []string {
-	ts := []string{TodoPrefix + table, TodoPrefix + table + "-stale"}
-	if !pl.aliased && pl.todo != ts[0] {
-		ts = append(ts, pl.todo)
-	}
-	if pl.stale != "" && pl.stale != ts[1] {
-		ts = append(ts, pl.stale)
-	}
-	return ts
+// planTables are the tables a plan of version table table writes (this
+// run's, or a previous run's it left): never an aliased source.
+func planTables(table string) []string {
+	todo := TodoPrefix + table
+	return []string{todo, todo + "-stale"}
 }
 
 // errSourceChanged: an aliased todo's source table changed since the plan.
@@ -488,7 +482,7 @@ func Rechunk(ctx context.Context, st pillar.Store, spec string, opts Options) (*
 	res.WriteBytes = res.ReadBytes * 5 / 4 // text plus overlap and columns, roughly
 	if opts.DryRun {
 		res.Slices = len(pl.slices)
-		return res, dropPlan(ctx, st, pl, table)
+		return res, dropPlan(ctx, st, table)
 	}
 	pl.countPages = true
 	return build(ctx, st, opts, v, res, start, pl, pillar.TableDocs,
@@ -553,7 +547,7 @@ func Embed(ctx context.Context, st pillar.Store, cv, modelSpec string, opts Opti
 	res.WriteBytes = int64(emb.Dims()) * 4 * max(chunks, int64(pl.pending))
 	if opts.DryRun {
 		res.Slices = len(pl.slices)
-		return res, dropPlan(ctx, st, pl, table)
+		return res, dropPlan(ctx, st, table)
 	}
 	pl.source = cver
 	return build(ctx, st, opts, v, res, start, pl, cver.Table,
@@ -563,13 +557,13 @@ func Embed(ctx context.Context, st pillar.Store, cv, modelSpec string, opts Opti
 }
 
 // dropPlan drops the plan's tables (after a dry run).
-func dropPlan(ctx context.Context, st pillar.Store, pl *backfillPlan, table string) error {
+func dropPlan(ctx context.Context, st pillar.Store, table string) error {
 	tx, err := st.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Abort()
-	for _, t := range pl.planTables(table) {
+	for _, t := range planTables(table) {
 		if err := tx.DropTable(ctx, t); err != nil && !errors.Is(err, pillar.ErrNotFound) {
 			return err
 		}
@@ -750,7 +744,6 @@ type sourcePin struct {
 // runSlice runs one slice's map into the version's table and commits it
 // together with the registry entry (state building). With pin, it first
 // checks that the aliased source is unchanged (errSourceChanged).
-
 func runSlice(ctx context.Context, st pillar.Store, opts Options, title string, job mapreduce.Job, inputs []string, out jobs.Output, v *pillar.Version, pin *sourcePin, extra ...jobs.Output) (int64, error) {
 	tx, err := st.Begin(ctx)
 	if err != nil {
@@ -817,34 +810,16 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 	sn.Release()
 	sorted := terr == nil && strings.Join(ti.SortedBy, ",") == "page_key,chunk_no"
 	rewrite := hasPending || pl.stalePages > 0 || !sorted
-	if !rewrite && pl.direct && pl.source != nil {
-		// The slices wrote the version table: it holds one row per source
-		// row (markers included) unless the source moved under the build,
-		// when the general completion below sorts it out.
-		if c := pl.source; ti.Rows == c.Rows+c.EmptyPages {
-			v.Rows, v.Pages, v.EmptyPages = c.Rows, c.Pages, c.EmptyPages
-		} else {
-			rewrite = true
-		}
-	} else if !rewrite && pl.direct {
-		// The slices wrote the version table and counted what they wrote.
-		var sum FinishSummary
-		sn, err := st.Snapshot(ctx)
+	if !rewrite && pl.direct {
+		// The slices wrote the version table itself. A table of another
+		// size than their counts says the source moved under the build:
+		// the general completion below sorts it out.
+		c, err := directCounts(ctx, st, v, pl)
 		if err != nil {
 			return err
 		}
-		err = eachRow(ctx, sn, countsTable(v.Table), false, func(c *FinishSummary) error {
-			sum.Pages += c.Pages
-			sum.Rows += c.Rows
-			sum.Empty += c.Empty
-			return nil
-		})
-		sn.Release()
-		if err != nil {
-			return err
-		}
-		if sum.Rows == ti.Rows {
-			v.Rows, v.Pages, v.EmptyPages = sum.Rows-sum.Empty, sum.Pages, sum.Empty
+		if c.Rows == ti.Rows {
+			v.Rows, v.Pages, v.EmptyPages = c.Rows-c.Empty, c.Pages, c.Empty
 		} else {
 			rewrite = true
 		}
@@ -922,7 +897,7 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 			return fmt.Errorf("complete %s: %w", v.ID, err)
 		}
 	}
-	drop := append([]string{pendingTable(v.Table), summary, countsTable(v.Table)}, pl.planTables(v.Table)...)
+	drop := append([]string{pendingTable(v.Table), summary, countsTable(v.Table)}, planTables(v.Table)...)
 	if !direct {
 		drop = append(drop, next)
 	}
@@ -934,6 +909,29 @@ func finish(ctx context.Context, st pillar.Store, opts Options, v *pillar.Versio
 		}
 	}
 	return completeVersion(ctx, tx, v, pl, res)
+}
+
+// directCounts is what a first build's direct slices wrote (rows with
+// the empty-page markers, pages, markers): an embedding version's are its
+// chunk version's, one row per source row; a chunk version's are what the
+// slices counted into the counts table (countedJob).
+func directCounts(ctx context.Context, st pillar.Store, v *pillar.Version, pl *backfillPlan) (FinishSummary, error) {
+	if c := pl.source; c != nil {
+		return FinishSummary{Rows: c.Rows + c.EmptyPages, Pages: c.Pages, Empty: c.EmptyPages}, nil
+	}
+	var sum FinishSummary
+	sn, err := st.Snapshot(ctx)
+	if err != nil {
+		return sum, err
+	}
+	defer sn.Release()
+	err = eachRow(ctx, sn, countsTable(v.Table), false, func(c *FinishSummary) error {
+		sum.Pages += c.Pages
+		sum.Rows += c.Rows
+		sum.Empty += c.Empty
+		return nil
+	})
+	return sum, err
 }
 
 // completeVersion marks v complete in tx (as of the plan's source

@@ -209,7 +209,7 @@ func finishDelta(ctx context.Context, st pillar.Store, opts Options, v *pillar.V
 	v.Pages += sum.Pages
 	v.EmptyPages += sum.Empty
 	v.Rows = total - v.EmptyPages
-	for _, t := range append([]string{pendingTable(v.Table), next, next + "-deletes", next + "-summary"}, pl.planTables(v.Table)...) {
+	for _, t := range append([]string{pendingTable(v.Table), next, next + "-deletes", next + "-summary"}, planTables(v.Table)...) {
 		if _, err := tx.Table(ctx, t); err == nil {
 			if err := tx.DropTable(ctx, t); err != nil {
 				return err
