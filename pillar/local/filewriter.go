@@ -23,8 +23,8 @@ type fileWriter interface {
 // written row by row at corpus scale. parquet-go's GenericWriter maps a
 // struct's fields straight to its columns (a 384-float vector is one copy),
 // where the untyped Writer deconstructs every row into values first, one
-// value per float: that was a fifth of an embed step's CPU. Other row types
-// use the untyped writer.
+// value per float (a fifth of an embed step's CPU). Other row types use
+// the untyped writer.
 var typedWriters = map[reflect.Type]func(io.Writer, []parquet.WriterOption) fileWriter{}
 
 func init() {

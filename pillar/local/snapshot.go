@@ -421,7 +421,7 @@ func (r *rowReader) Scan(dst any) error {
 		return r.err
 	}
 	local := idx - r.curBase
-	if ok, err := r.readBatched(dst, local); ok {
+	if ok, err := r.readBatched(dst, local, r.end-idx); ok {
 		if err != nil {
 			r.err = fmt.Errorf("local store: table %q row %d: %w", r.table, idx, err)
 			return r.err
@@ -460,10 +460,11 @@ func (r *rowReader) viewOf(rt reflect.Type) reflect.Type {
 }
 
 // readBatched decodes row local of cur's file into dst, a pointer to a
-// struct, from a batch; it reports false, having read nothing, when the
-// file needs a legacy view for dst's type or cannot be converted to it
-// (read then decodes it, or names the mismatch).
-func (r *rowReader) readBatched(dst any, local int64) (bool, error) {
+// struct, from a batch of at most left rows (those the reader's range has
+// left: a one-row read decodes one row); it reports false, having read
+// nothing, when the file needs a legacy view for dst's type or cannot be
+// converted to it (read then decodes it, or names the mismatch).
+func (r *rowReader) readBatched(dst any, local, left int64) (bool, error) {
 	pv := reflect.ValueOf(dst)
 	if pv.Kind() != reflect.Pointer || pv.IsNil() || pv.Elem().Kind() != reflect.Struct {
 		return false, nil
@@ -495,7 +496,7 @@ func (r *rowReader) readBatched(dst any, local int64) (bool, error) {
 				return true, fmt.Errorf("seek: %w", err)
 			}
 		}
-		n, err := b.rd.ReadRows(b.rows)
+		n, err := b.rd.ReadRows(b.rows[:min(int64(len(b.rows)), max(left, 1))])
 		if n == 0 {
 			if err == nil || errors.Is(err, io.EOF) {
 				err = fmt.Errorf("no row %d in file %s", local, r.files[r.curIdx].Name)
