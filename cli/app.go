@@ -95,7 +95,7 @@ func logger() *slog.Logger { return slog.Default() }
 func Main() {
 	ctx, stop := signalContext() // signals.go: SIGINT/SIGTERM cancel ctx, then exit
 	app := newApp()
-	stopProfile, err := startCPUProfile(profilePath(os.Getenv("PILLAR_CPUPROFILE"), os.Args))
+	stopProfile, err := startCPUProfile(profilePath(os.Getenv("PILLAR_CPUPROFILE"), os.Args, app.Flags))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pillar: PILLAR_CPUPROFILE:", err)
 		os.Exit(1)
@@ -117,9 +117,17 @@ func Main() {
 // runs as a child): %p becomes the process id and %c the command's words
 // (after the global flags, before the command's own), joined by "-"
 // ("backfill-embed"). "" profiles nothing.
-func profilePath(pattern string, args []string) string {
+func profilePath(pattern string, args []string, global []cli.Flag) string {
 	if pattern == "" {
 		return ""
+	}
+	takesValue := map[string]bool{}
+	for _, f := range global {
+		if _, isBool := f.(*cli.BoolFlag); !isBool {
+			for _, n := range f.Names() {
+				takesValue["-"+n], takesValue["--"+n] = true, true
+			}
+		}
 	}
 	var words []string
 	for i := 1; i < len(args); i++ {
@@ -131,7 +139,7 @@ func profilePath(pattern string, args []string) string {
 		if len(words) > 0 {
 			break
 		}
-		if a == "--log-level" || a == "--log-format" { // the global flags take a value
+		if takesValue[a] { // "--flag value"; "--flag=value" is one argument
 			i++
 		}
 	}

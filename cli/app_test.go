@@ -17,7 +17,7 @@ func TestProfilePath(t *testing.T) {
 		{"cpu-%c.pprof", "cpu-bench-scale.pprof", []string{"pillar", "bench", "scale", "--out", "x"}},
 		{"cpu-%c.pprof", "cpu-tables.pprof", []string{"pillar", "--log-format=json", "tables"}},
 	} {
-		if got := profilePath(c.pattern, c.args); got != c.want {
+		if got := profilePath(c.pattern, c.args, newApp().Flags); got != c.want {
 			t.Errorf("profilePath(%q, %q) = %q, want %q", c.pattern, c.args, got, c.want)
 		}
 	}

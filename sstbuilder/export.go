@@ -551,7 +551,15 @@ func NewExportWriter(dir string, partitions int, kind string, opts *ExportOption
 		return nil, fmt.Errorf("sstbuilder: export %s: %w", dir, err)
 	}
 	w := &ExportWriter{dir: dir, meta: m, parts: map[int]*PartitionWriter{}, opts: o}
-	for i := 0; i < o.Workers && o.Workers > 1; i++ {
+	if o.Workers > 1 {
+		w.startWorkers(o.Workers)
+	}
+	return w, nil
+}
+
+// startWorkers starts n goroutines that encode the partition files.
+func (w *ExportWriter) startWorkers(n int) {
+	for range n {
 		wk := &exportWorker{ch: make(chan []routedRow, 2)}
 		w.workers = append(w.workers, wk)
 		w.wg.Go(func() {
@@ -568,7 +576,6 @@ func NewExportWriter(dir string, partitions int, kind string, opts *ExportOption
 			}
 		})
 	}
-	return w, nil
 }
 
 // workerErr is a worker's first error, if any.
